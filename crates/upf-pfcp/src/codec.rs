@@ -1,0 +1,318 @@
+//! The `IeValue` trait every IE implements, the `Multi` list type, and the macros that define
+//! integer IEs and grouped IEs (message bodies are grouped IEs too).
+
+use crate::error::DecodeError;
+use serde::Serialize;
+use smallvec::SmallVec;
+
+/// The value part of an IE (after type and length): decode from and encode to octets.
+/// `decode` accepts every legal variant and ignores trailing octets (TS 29.244 §7.6.2: octets
+/// beyond the known fields are ignored); `encode` writes the canonical form.
+pub trait IeValue: Sized {
+    fn decode(value: &[u8]) -> Result<Self, DecodeError>;
+    fn encode(&self, out: &mut Vec<u8>);
+}
+
+/// A list of IEs of one type inside a group. Two elements live inline, so a typical rule
+/// (one QER id, one URR id, one SDF filter) decodes without heap allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Multi<T>(pub SmallVec<[T; 2]>);
+
+impl<T> Multi<T> {
+    pub fn new() -> Self {
+        Self(SmallVec::new())
+    }
+    pub fn push(&mut self, v: T) {
+        self.0.push(v);
+    }
+}
+
+impl<T> Default for Multi<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> core::ops::Deref for Multi<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T> core::ops::DerefMut for Multi<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+impl<T> FromIterator<T> for Multi<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl<T> From<Vec<T>> for Multi<T> {
+    fn from(v: Vec<T>) -> Self {
+        Self(SmallVec::from_vec(v))
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Multi<T> {
+    type Item = &'a T;
+    type IntoIter = core::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+#[cfg(test)]
+impl<T: proptest::arbitrary::Arbitrary + core::fmt::Debug + 'static> proptest::arbitrary::Arbitrary
+    for Multi<T>
+{
+    type Parameters = ();
+    type Strategy = proptest::strategy::BoxedStrategy<Self>;
+    fn arbitrary_with(_: ()) -> Self::Strategy {
+        use proptest::strategy::Strategy;
+        proptest::collection::vec(proptest::arbitrary::any::<T>(), 0..3)
+            .prop_map(Multi::from)
+            .boxed()
+    }
+}
+
+/// For JSON output: absent optional IEs and empty lists are left out.
+pub trait Presence {
+    fn is_absent(&self) -> bool;
+}
+impl<T: IeValue> Presence for T {
+    fn is_absent(&self) -> bool {
+        false
+    }
+}
+impl<T> Presence for Option<T> {
+    fn is_absent(&self) -> bool {
+        self.is_none()
+    }
+}
+impl<T> Presence for Multi<T> {
+    fn is_absent(&self) -> bool {
+        self.is_empty()
+    }
+}
+pub fn is_absent<T: Presence>(v: &T) -> bool {
+    v.is_absent()
+}
+
+/// Defines a grouped IE (or a message body) as a struct of IEs, each marked
+/// `M` (mandatory: `T`), `O` (optional or conditional: `Option<T>`) or `N` (any number:
+/// `Multi<T>`), with the IE type that carries it. Decoding skips unknown and vendor-specific
+/// IEs, keeps the first instance of a single-instance IE, and names the offending IE on error.
+///
+/// ```ignore
+/// ie_group! {
+///     /// TS 29.244 §7.5.2.2-2 PDI
+///     pub struct Pdi {
+///         source_interface: M SourceInterface = 20,
+///         local_f_teid: O FTeid = 21,
+///         sdf_filters: N SdfFilter = 23,
+///     }
+/// }
+/// ```
+macro_rules! ie_group {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$fmeta:meta])*
+                $field:ident : $kind:ident $ty:ty = $code:literal
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        pub struct $name {
+            $(
+                $(#[$fmeta])*
+                #[serde(skip_serializing_if = "crate::codec::is_absent")]
+                pub $field: $crate::codec::ie_field_ty!($kind $ty),
+            )*
+        }
+
+        impl $crate::codec::IeValue for $name {
+            #[allow(unused_mut, unused_variables)]
+            fn decode(value: &[u8]) -> Result<Self, $crate::error::DecodeError> {
+                $( let mut $field: $crate::codec::ie_slot_ty!($kind $ty) = Default::default(); )*
+                for ie in $crate::tlv::TlvIter::new(value) {
+                    let ie = ie?;
+                    if ie.enterprise_id.is_some() {
+                        continue;
+                    }
+                    match ie.ie_type {
+                        $( $code => $crate::codec::ie_store!($kind $field, $ty, ie), )*
+                        _ => {}
+                    }
+                }
+                Ok(Self { $( $field: $crate::codec::ie_finish!($kind $field, $code), )* })
+            }
+
+            #[allow(unused_variables)]
+            fn encode(&self, out: &mut Vec<u8>) {
+                $( $crate::codec::ie_emit!($kind &self.$field, $code, out); )*
+            }
+        }
+    };
+}
+
+macro_rules! ie_field_ty {
+    (M $ty:ty) => { $ty };
+    (O $ty:ty) => { Option<$ty> };
+    (N $ty:ty) => { $crate::codec::Multi<$ty> };
+}
+
+macro_rules! ie_slot_ty {
+    (M $ty:ty) => { Option<$ty> };
+    (O $ty:ty) => { Option<$ty> };
+    (N $ty:ty) => { $crate::codec::Multi<$ty> };
+}
+
+macro_rules! ie_store {
+    (N $field:ident, $ty:ty, $ie:ident) => {
+        $field.push(
+            <$ty as $crate::codec::IeValue>::decode($ie.value)
+                .map_err(|e| e.within($ie.ie_type))?,
+        )
+    };
+    ($kind:ident $field:ident, $ty:ty, $ie:ident) => {
+        if $field.is_none() {
+            $field = Some(
+                <$ty as $crate::codec::IeValue>::decode($ie.value)
+                    .map_err(|e| e.within($ie.ie_type))?,
+            );
+        }
+    };
+}
+
+macro_rules! ie_finish {
+    (M $field:ident, $code:literal) => {
+        $field.ok_or($crate::error::DecodeError::missing($code))?
+    };
+    ($kind:ident $field:ident, $code:literal) => {
+        $field
+    };
+}
+
+macro_rules! ie_emit {
+    (M $v:expr, $code:literal, $out:ident) => {
+        $crate::tlv::put_ie($out, $code, |o| $crate::codec::IeValue::encode($v, o))
+    };
+    (O $v:expr, $code:literal, $out:ident) => {
+        if let Some(v) = $v {
+            $crate::tlv::put_ie($out, $code, |o| $crate::codec::IeValue::encode(v, o))
+        }
+    };
+    (N $v:expr, $code:literal, $out:ident) => {
+        for v in $v {
+            $crate::tlv::put_ie($out, $code, |o| $crate::codec::IeValue::encode(v, o))
+        }
+    };
+}
+
+/// Defines a newtype over an unsigned integer whose IE value is that integer, big-endian.
+/// `ie_uint!(/// doc, PdrId(u16));` Decoding accepts longer values (extra octets ignored).
+macro_rules! ie_uint {
+    ($(#[$meta:meta])* $name:ident($int:ty)) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        #[serde(transparent)]
+        pub struct $name(pub $int);
+
+        impl $crate::codec::IeValue for $name {
+            fn decode(value: &[u8]) -> Result<Self, $crate::error::DecodeError> {
+                $crate::tlv::Reader::new(value).array().map(|a| Self(<$int>::from_be_bytes(a)))
+            }
+            fn encode(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.0.to_be_bytes());
+            }
+        }
+    };
+}
+
+pub(crate) use {ie_emit, ie_field_ty, ie_finish, ie_group, ie_slot_ty, ie_store, ie_uint};
+
+/// Round-trip checks shared by the property tests of every IE module.
+#[cfg(test)]
+pub(crate) mod check {
+    use super::IeValue;
+
+    /// `decode(encode(x)) == x`, and re-encoding gives the same octets.
+    pub fn roundtrip<T: IeValue + PartialEq + core::fmt::Debug>(x: &T) {
+        let mut buf = Vec::new();
+        x.encode(&mut buf);
+        let back =
+            T::decode(&buf).unwrap_or_else(|e| panic!("decode of {x:?} failed: {e} ({buf:02x?})"));
+        assert_eq!(&back, x, "octets {buf:02x?}");
+        let mut again = Vec::new();
+        back.encode(&mut again);
+        assert_eq!(buf, again);
+    }
+
+    /// `encode(decode(bytes)) == bytes` for canonical input.
+    pub fn canonical<T: IeValue + core::fmt::Debug>(bytes: &[u8]) -> T {
+        let v = T::decode(bytes).unwrap_or_else(|e| panic!("decode of {bytes:02x?} failed: {e}"));
+        let mut out = Vec::new();
+        v.encode(&mut out);
+        assert_eq!(out, bytes, "re-encoding {v:?}");
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ie::{PdrId, Precedence, QerId};
+    use proptest::prelude::*;
+
+    ie_group! {
+        /// A group shaped like Create PDR, to test the macro itself.
+        pub struct Sample {
+            pdr_id: M PdrId = 56,
+            precedence: O Precedence = 29,
+            qer_ids: N QerId = 109,
+        }
+    }
+
+    #[test]
+    fn group_decodes_skips_unknown_and_vendor_ies() {
+        // PDR ID 1, unknown IE 999, vendor IE, QER ID 5, QER ID 6.
+        let buf = [
+            0, 56, 0, 2, 0, 1, 0x03, 0xe7, 0, 1, 0xff, 0x80, 0x10, 0, 3, 0, 1, 9, 0, 109, 0, 4, 0,
+            0, 0, 5, 0, 109, 0, 4, 0, 0, 0, 6,
+        ];
+        let g = Sample::decode(&buf).unwrap();
+        assert_eq!(g.pdr_id, PdrId(1));
+        assert_eq!(g.precedence, None);
+        assert_eq!(&g.qer_ids[..], &[QerId(5), QerId(6)]);
+    }
+
+    #[test]
+    fn missing_mandatory_and_bad_child_name_the_ie() {
+        let e = Sample::decode(&[0, 29, 0, 4, 0, 0, 0, 1]).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.offending_ie()),
+            (crate::ErrorKind::MissingMandatory, Some(56))
+        );
+        let e = Sample::decode(&[0, 56, 0, 1, 7]).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.offending_ie()),
+            (crate::ErrorKind::InvalidLength, Some(56))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn group_roundtrip(s: Sample) { check::roundtrip(&s); }
+    }
+}
