@@ -5,16 +5,16 @@ mod types;
 pub use types::type_name;
 
 pub mod bar;
+pub mod common;
 pub mod far;
-pub mod ids;
 pub mod node;
 pub mod pdr;
 pub mod qer;
 pub mod urr;
 
 pub use bar::*;
+pub use common::*;
 pub use far::*;
-pub use ids::*;
 pub use node::*;
 pub use pdr::*;
 pub use qer::*;
