@@ -31,6 +31,7 @@ macro_rules! messages {
         /// Every PFCP message body this codec knows, TS 29.244 §7.3 Table 7.3-1.
         #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
         #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        #[allow(clippy::large_enum_variant)]
         pub enum Message {
             $( $(#[$meta])* $name($name), )*
         }

@@ -24,7 +24,7 @@ ie_uint!(
     UrrId(u32)
 );
 ie_uint!(
-    /// TS 29.244 §8.2.88 BAR ID (8 bits).
+    /// TS 29.244 §8.2.90 BAR ID (8 bits).
     BarId(u8)
 );
 ie_uint!(
