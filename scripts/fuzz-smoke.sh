@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for a bounded time (seconds, default 20) from its committed corpus.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+secs=${1:-20}
+for t in $(cargo +nightly fuzz list); do
+  mkdir -p "corpus/$t"
+  # Copy the seed corpus so that new inputs found here do not dirty the checkout.
+  work=$(mktemp -d)
+  cp -r "corpus/$t/." "$work/"
+  echo "fuzz $t for ${secs}s"
+  cargo +nightly fuzz run "$t" "$work" -- -max_total_time="$secs" -max_len=4096 2>&1 | tail -n 3
+  rm -rf "$work"
+done

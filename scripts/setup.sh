@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing upf needs on a fresh Debian machine (idempotent):
+# the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark and scapy
+# for the interoperability cross-checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+apt_pkgs=()
+command -v tshark >/dev/null || apt_pkgs+=(tshark)
+command -v python3 >/dev/null || apt_pkgs+=(python3 python3-pip)
+command -v cc >/dev/null || apt_pkgs+=(build-essential)
+if ((${#apt_pkgs[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: no cargo/rustup on this machine; install Rust via rustup first" >&2
+  exit 1
+fi
+toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal
+rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null 2>&1 || true
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null || cargo +"$toolchain" install cargo-fuzz --locked --quiet
+
+python3 -c 'import scapy, sys; sys.exit(scapy.VERSION != "2.8.0")' 2>/dev/null \
+  || python3 -m pip install --quiet --root-user-action=ignore 'scapy==2.8.0'
+echo "setup: ok"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: format, lints, unit/property/scenario tests,
+# cross-checks against scapy and tshark, and a short fuzz run of every target.
+# FUZZ_SECONDS (default 20) bounds each fuzz target's run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n=== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+step "cargo test"
+cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
+step "interop: scapy and tshark"
+cargo build --quiet --bin upf
+python3 interop/run.py --upf target/debug/upf
+step "fuzz smoke"
+scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-20}"
+# One closing line that sums up every runner above.
+passed=$(grep -o 'test result: ok. [0-9]* passed' target/cargo-test.log | awk '{s+=$4} END {print s+0}')
+interop=$(cat target/interop-passed 2>/dev/null || echo 0)
+printf '\nall: %d passed, 0 failed\n' "$((passed + interop))"
