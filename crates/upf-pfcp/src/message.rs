@@ -171,3 +171,176 @@ pub fn decode_all(buf: &[u8]) -> impl Iterator<Item = Result<Pdu, MessageError>>
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ie::*;
+    use crate::{Cause, Multi};
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn heartbeat_request_from_scapy() {
+        // scapy 2.8: PFCP(seq=5)/PFCPHeartbeatRequest(IE_list=[IE_RecoveryTimeStamp(timestamp=3900000000)])
+        // (scapy sets S=1 with SEID 0 on node messages by default; decoding keeps what was sent.)
+        let b = hex("2101001400000000000000000000050000600004e8754700");
+        let (pdu, rest) = Pdu::decode(&b).unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(pdu.header.sequence, 5);
+        assert_eq!(pdu.header.seid, Some(0));
+        let Message::HeartbeatRequest(m) = &pdu.message else {
+            panic!("{pdu:?}")
+        };
+        assert_eq!(m.recovery_time_stamp, RecoveryTimeStamp(3_900_000_000));
+        assert_eq!(pdu.to_bytes(), b);
+    }
+
+    #[test]
+    fn association_setup_response_canonical() {
+        let m = AssociationSetupResponse {
+            node_id: NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 2)),
+            cause: Cause::REQUEST_ACCEPTED,
+            recovery_time_stamp: RecoveryTimeStamp(1),
+            up_function_features: Some(UpFunctionFeatures(UpFunctionFeatures::FTUP.0)),
+            cp_function_features: None,
+            user_plane_ip_resource_information: Multi::new(),
+            alternative_smf_ip_addresses: Multi::new(),
+            smf_set_id: None,
+            pfcpasrsp_flags: None,
+            ue_ip_address_pool_information: Multi::new(),
+        };
+        let pdu = Pdu {
+            header: Header {
+                sequence: 0x0102_03,
+                ..Header::default()
+            },
+            message: m.into(),
+        };
+        let b = pdu.to_bytes();
+        // Header: version 1, S=0, type 6, length, seq 010203, spare; Node ID IPv4, Cause 1,
+        // Recovery Time Stamp 1, UP Function Features with FTUP (octet 5 bit 5), 2 octets.
+        let expect = "2006002001020300003c0005000a000002001300010100600004000000010\
+                      02b00021000";
+        assert_eq!(b, hex(&expect.replace(' ', "")));
+        assert_eq!(Pdu::decode(&b).unwrap().0, pdu);
+    }
+
+    #[test]
+    fn follow_on_datagram_yields_every_message() {
+        let a = Pdu {
+            header: Header {
+                follow_on: true,
+                sequence: 1,
+                ..Header::default()
+            },
+            message: HeartbeatRequest {
+                recovery_time_stamp: RecoveryTimeStamp(7),
+                source_ip_address: None,
+            }
+            .into(),
+        };
+        let b = Pdu {
+            header: Header {
+                seid: Some(9),
+                sequence: 2,
+                priority: Some(3),
+                ..Header::default()
+            },
+            message: SessionDeletionRequest {}.into(),
+        };
+        let mut buf = a.to_bytes();
+        b.encode(&mut buf);
+        let all: Vec<_> = decode_all(&buf).collect::<Result<_, _>>().unwrap();
+        assert_eq!(all, vec![a, b]);
+    }
+
+    #[test]
+    fn header_errors_keep_what_the_agent_needs() {
+        // Version 2: the agent answers Version Not Supported with the request's sequence number.
+        let e = Pdu::decode(&hex("4001000c0000070000600004e8754700")).unwrap_err();
+        assert_eq!(e.error.kind(), ErrorKind::UnsupportedVersion);
+        assert_eq!(e.header.map(|h| h.sequence), Some(7));
+        // Length field past the datagram: invalid length, no header.
+        let e = Pdu::decode(&hex("200100ff000007")).unwrap_err();
+        assert_eq!(e.error.cause(), Cause::INVALID_LENGTH);
+        // Unknown message type: header kept, service not supported.
+        let e = Pdu::decode(&hex("20630004000008 00".replace(' ', "").as_str())).unwrap_err();
+        assert_eq!(
+            (e.message_type, e.error.kind()),
+            (Some(0x63), ErrorKind::UnknownMessage)
+        );
+        // A session message missing its mandatory F-SEID names IE 57.
+        let e =
+            Pdu::decode(&hex("21320015000000000000000100000100003c0005000a000001")).unwrap_err();
+        assert_eq!(
+            (e.error.cause(), e.error.offending_ie()),
+            (Cause::MANDATORY_IE_MISSING, Some(57))
+        );
+        for n in 0..8 {
+            assert!(Pdu::decode(&hex("2001000c000001000060000400000001")[..n]).is_err());
+        }
+    }
+
+    /// Runs `f` on a thread with a large stack: generated session messages nest deeply.
+    fn with_big_stack(f: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new()
+            .stack_size(256 << 20)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        with_big_stack(|| {
+            let mut runner =
+                proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(256));
+            runner
+                .run(&(any::<Header>(), any::<Message>()), |(header, message)| {
+                    let pdu = Pdu { header, message };
+                    let bytes = pdu.to_bytes();
+                    let (back, rest) =
+                        Pdu::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert!(rest.is_empty());
+                    prop_assert_eq!(&back, &pdu);
+                    prop_assert_eq!(back.to_bytes(), bytes);
+                    Ok(())
+                })
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn garbage_and_truncations_never_panic() {
+        with_big_stack(|| {
+            let mut runner =
+                proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(256));
+            runner
+                .run(
+                    &(any::<Message>(), any::<Vec<u8>>()),
+                    |(message, garbage)| {
+                        for _ in decode_all(&garbage) {}
+                        let bytes = Pdu {
+                            header: Header::default(),
+                            message,
+                        }
+                        .to_bytes();
+                        for n in 0..bytes.len() {
+                            for _ in decode_all(&bytes[..n]) {}
+                        }
+                        Ok(())
+                    },
+                )
+                .unwrap();
+        });
+    }
+}
