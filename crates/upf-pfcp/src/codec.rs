@@ -13,53 +13,60 @@ pub trait IeValue: Sized {
     fn encode(&self, out: &mut Vec<u8>);
 }
 
-/// A list of IEs of one type inside a group. Two elements live inline, so a typical rule
-/// (one QER id, one URR id, one SDF filter) decodes without heap allocation.
+/// A list of IEs of one type inside a group. `N` elements live inline (two by default), so a
+/// typical rule (one QER id, one URR id, one SDF filter) decodes without heap allocation;
+/// `Multi<T, 0>` keeps large grouped IEs on the heap so that message bodies stay small to move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct Multi<T>(pub SmallVec<[T; 2]>);
+pub struct Multi<T, const N: usize = 2>(pub SmallVec<[T; N]>);
 
-impl<T> Multi<T> {
+/// The rule lists of message bodies (Create PDR, Usage Report…): all on the heap.
+pub type List<T> = Multi<T, 0>;
+
+impl<T, const N: usize> Multi<T, N> {
     pub fn new() -> Self {
         Self(SmallVec::new())
+    }
+    pub fn with_capacity(n: usize) -> Self {
+        Self(SmallVec::with_capacity(n))
     }
     pub fn push(&mut self, v: T) {
         self.0.push(v);
     }
 }
 
-impl<T> Default for Multi<T> {
+impl<T, const N: usize> Default for Multi<T, N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T> core::ops::Deref for Multi<T> {
+impl<T, const N: usize> core::ops::Deref for Multi<T, N> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         &self.0
     }
 }
 
-impl<T> core::ops::DerefMut for Multi<T> {
+impl<T, const N: usize> core::ops::DerefMut for Multi<T, N> {
     fn deref_mut(&mut self) -> &mut [T] {
         &mut self.0
     }
 }
 
-impl<T> FromIterator<T> for Multi<T> {
+impl<T, const N: usize> FromIterator<T> for Multi<T, N> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         Self(iter.into_iter().collect())
     }
 }
 
-impl<T> From<Vec<T>> for Multi<T> {
+impl<T, const N: usize> From<Vec<T>> for Multi<T, N> {
     fn from(v: Vec<T>) -> Self {
         Self(SmallVec::from_vec(v))
     }
 }
 
-impl<'a, T> IntoIterator for &'a Multi<T> {
+impl<'a, T, const N: usize> IntoIterator for &'a Multi<T, N> {
     type Item = &'a T;
     type IntoIter = core::slice::Iter<'a, T>;
     fn into_iter(self) -> Self::IntoIter {
@@ -68,8 +75,8 @@ impl<'a, T> IntoIterator for &'a Multi<T> {
 }
 
 #[cfg(test)]
-impl<T: proptest::arbitrary::Arbitrary + core::fmt::Debug + 'static> proptest::arbitrary::Arbitrary
-    for Multi<T>
+impl<T: proptest::arbitrary::Arbitrary + core::fmt::Debug + 'static, const N: usize>
+    proptest::arbitrary::Arbitrary for Multi<T, N>
 {
     type Parameters = ();
     type Strategy = proptest::strategy::BoxedStrategy<Self>;
@@ -95,7 +102,7 @@ impl<T> Presence for Option<T> {
         self.is_none()
     }
 }
-impl<T> Presence for Multi<T> {
+impl<T, const N: usize> Presence for Multi<T, N> {
     fn is_absent(&self) -> bool {
         self.is_empty()
     }
@@ -105,8 +112,10 @@ pub fn is_absent<T: Presence>(v: &T) -> bool {
 }
 
 /// Defines a grouped IE (or a message body) as a struct of IEs, each marked
-/// `M` (mandatory: `T`), `O` (optional or conditional: `Option<T>`) or `N` (any number:
-/// `Multi<T>`), with the IE type that carries it. Decoding skips unknown and vendor-specific
+/// `M` (mandatory: `T`), `O` (optional or conditional: `Option<T>`), `N` (any number, kept
+/// inline when few: `Multi<T>`) or `V` (any number of large grouped IEs, on the heap: `List<T>`,
+/// used for the rule lists of message bodies so that a message stays small to move), with the
+/// IE type that carries it. Decoding skips unknown and vendor-specific
 /// IEs, keeps the first instance of a single-instance IE, and names the offending IE on error.
 ///
 /// ```ignore
@@ -143,7 +152,7 @@ macro_rules! ie_group {
         impl $crate::codec::IeValue for $name {
             #[allow(unused_mut, unused_variables)]
             fn decode(value: &[u8]) -> Result<Self, $crate::error::DecodeError> {
-                $( let mut $field: $crate::codec::ie_slot_ty!($kind $ty) = Default::default(); )*
+                $( let mut $field: $crate::codec::ie_slot_ty!($kind $ty) = $crate::codec::ie_slot_init!($kind value, $code); )*
                 for ie in $crate::tlv::TlvIter::new(value) {
                     let ie = ie?;
                     if ie.enterprise_id.is_some() {
@@ -169,16 +178,34 @@ macro_rules! ie_field_ty {
     (M $ty:ty) => { $ty };
     (O $ty:ty) => { Option<$ty> };
     (N $ty:ty) => { $crate::codec::Multi<$ty> };
+    (V $ty:ty) => { $crate::codec::List<$ty> };
 }
 
 macro_rules! ie_slot_ty {
     (M $ty:ty) => { Option<$ty> };
     (O $ty:ty) => { Option<$ty> };
     (N $ty:ty) => { $crate::codec::Multi<$ty> };
+    (V $ty:ty) => { $crate::codec::List<$ty> };
+}
+
+macro_rules! ie_slot_init {
+    // Rule lists are sized up front: one allocation per list instead of one per doubling.
+    (V $value:ident, $code:literal) => {
+        $crate::codec::List::with_capacity($crate::tlv::count($value, $code))
+    };
+    ($kind:ident $value:ident, $code:literal) => {
+        Default::default()
+    };
 }
 
 macro_rules! ie_store {
     (N $field:ident, $ty:ty, $ie:ident) => {
+        $field.push(
+            <$ty as $crate::codec::IeValue>::decode($ie.value)
+                .map_err(|e| e.within($ie.ie_type))?,
+        )
+    };
+    (V $field:ident, $ty:ty, $ie:ident) => {
         $field.push(
             <$ty as $crate::codec::IeValue>::decode($ie.value)
                 .map_err(|e| e.within($ie.ie_type))?,
@@ -213,6 +240,9 @@ macro_rules! ie_emit {
         }
     };
     (N $v:expr, $code:literal, $out:ident) => {
+        $crate::codec::ie_emit!(V $v, $code, $out)
+    };
+    (V $v:expr, $code:literal, $out:ident) => {
         for v in $v {
             $crate::tlv::put_ie($out, $code, |o| $crate::codec::IeValue::encode(v, o))
         }
@@ -240,7 +270,9 @@ macro_rules! ie_uint {
     };
 }
 
-pub(crate) use {ie_emit, ie_field_ty, ie_finish, ie_group, ie_slot_ty, ie_store, ie_uint};
+pub(crate) use {
+    ie_emit, ie_field_ty, ie_finish, ie_group, ie_slot_init, ie_slot_ty, ie_store, ie_uint,
+};
 
 /// Round-trip checks shared by the property tests of every IE module.
 #[cfg(test)]

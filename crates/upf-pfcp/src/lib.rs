@@ -16,7 +16,7 @@ pub mod messages;
 pub mod tlv;
 
 pub use cause::Cause;
-pub use codec::{IeValue, Multi};
+pub use codec::{IeValue, List, Multi};
 pub use error::{DecodeError, ErrorKind};
 pub use header::Header;
 pub use message::{decode_all, message_name, Message, MessageError, Pdu};

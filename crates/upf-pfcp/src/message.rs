@@ -176,7 +176,7 @@ pub fn decode_all(buf: &[u8]) -> impl Iterator<Item = Result<Pdu, MessageError>>
 mod tests {
     use super::*;
     use crate::ie::*;
-    use crate::{Cause, Multi};
+    use crate::{Cause, List};
     use proptest::prelude::*;
     use std::net::Ipv4Addr;
 
@@ -211,15 +211,15 @@ mod tests {
             recovery_time_stamp: RecoveryTimeStamp(1),
             up_function_features: Some(UpFunctionFeatures(UpFunctionFeatures::FTUP.0)),
             cp_function_features: None,
-            user_plane_ip_resource_information: Multi::new(),
-            alternative_smf_ip_addresses: Multi::new(),
+            user_plane_ip_resource_information: List::new(),
+            alternative_smf_ip_addresses: List::new(),
             smf_set_id: None,
             pfcpasrsp_flags: None,
-            ue_ip_address_pool_information: Multi::new(),
+            ue_ip_address_pool_information: List::new(),
         };
         let pdu = Pdu {
             header: Header {
-                sequence: 0x0102_03,
+                sequence: 0x0001_0203,
                 ..Header::default()
             },
             message: m.into(),

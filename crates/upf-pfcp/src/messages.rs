@@ -49,7 +49,7 @@ ie_group! {
 ie_group! {
     /// §7.4.3.1 PFD Management Request.
     pub struct PfdManagementRequest {
-        application_ids_pfds: N ApplicationIdsPfds = 58,
+        application_ids_pfds: V ApplicationIdsPfds = 58,
         node_id: O NodeId = 60,
     }
 }
@@ -70,11 +70,11 @@ ie_group! {
         recovery_time_stamp: M RecoveryTimeStamp = 96,
         up_function_features: O UpFunctionFeatures = 43,
         cp_function_features: O CpFunctionFeatures = 89,
-        user_plane_ip_resource_information: N UserPlaneIpResourceInformation = 116,
-        alternative_smf_ip_addresses: N AlternativeSmfIpAddress = 178,
+        user_plane_ip_resource_information: V UserPlaneIpResourceInformation = 116,
+        alternative_smf_ip_addresses: V AlternativeSmfIpAddress = 178,
         smf_set_id: O SmfSetId = 180,
         pfcp_session_retention_information: O PfcpSessionRetentionInformation = 183,
-        ue_ip_address_pool_information: N UeIpAddressPoolInformation = 233,
+        ue_ip_address_pool_information: V UeIpAddressPoolInformation = 233,
         pfcpasreq_flags: O PfcpAsReqFlags = 259,
     }
 }
@@ -87,11 +87,11 @@ ie_group! {
         recovery_time_stamp: M RecoveryTimeStamp = 96,
         up_function_features: O UpFunctionFeatures = 43,
         cp_function_features: O CpFunctionFeatures = 89,
-        user_plane_ip_resource_information: N UserPlaneIpResourceInformation = 116,
-        alternative_smf_ip_addresses: N AlternativeSmfIpAddress = 178,
+        user_plane_ip_resource_information: V UserPlaneIpResourceInformation = 116,
+        alternative_smf_ip_addresses: V AlternativeSmfIpAddress = 178,
         smf_set_id: O SmfSetId = 180,
         pfcpasrsp_flags: O PfcpAsRspFlags = 184,
-        ue_ip_address_pool_information: N UeIpAddressPoolInformation = 233,
+        ue_ip_address_pool_information: V UeIpAddressPoolInformation = 233,
     }
 }
 
@@ -103,11 +103,11 @@ ie_group! {
         cp_function_features: O CpFunctionFeatures = 89,
         pfcp_association_release_request: O AssociationReleaseFlags = 111,
         graceful_release_period: O GracefulReleasePeriod = 112,
-        user_plane_ip_resource_information: N UserPlaneIpResourceInformation = 116,
+        user_plane_ip_resource_information: V UserPlaneIpResourceInformation = 116,
         pfcpaureq_flags: O PfcpAuReqFlags = 162,
-        alternative_smf_ip_addresses: N AlternativeSmfIpAddress = 178,
+        alternative_smf_ip_addresses: V AlternativeSmfIpAddress = 178,
         smf_set_id: O SmfSetId = 180,
-        ue_ip_address_pool_information: N UeIpAddressPoolInformation = 233,
+        ue_ip_address_pool_information: V UeIpAddressPoolInformation = 233,
     }
 }
 
@@ -118,7 +118,7 @@ ie_group! {
         cause: M Cause = 19,
         up_function_features: O UpFunctionFeatures = 43,
         cp_function_features: O CpFunctionFeatures = 89,
-        ue_ip_address_pool_information: N UeIpAddressPoolInformation = 233,
+        ue_ip_address_pool_information: V UeIpAddressPoolInformation = 233,
     }
 }
 
@@ -165,7 +165,7 @@ ie_group! {
     /// §7.4.6.1 Session Set Deletion Request (FQ-CSIDs of the failed SGW-C/PGW-C/SMF…).
     pub struct SessionSetDeletionRequest {
         node_id: M NodeId = 60,
-        fq_csids: N FqCsid = 65,
+        fq_csids: V FqCsid = 65,
     }
 }
 
@@ -186,13 +186,13 @@ ie_group! {
     pub struct SessionEstablishmentRequest {
         node_id: M NodeId = 60,
         cp_f_seid: M FSeid = 57,
-        create_pdrs: N CreatePdr = 1,
-        create_fars: N CreateFar = 3,
-        create_urrs: N CreateUrr = 6,
-        create_qers: N CreateQer = 7,
+        create_pdrs: V CreatePdr = 1,
+        create_fars: V CreateFar = 3,
+        create_urrs: V CreateUrr = 6,
+        create_qers: V CreateQer = 7,
         create_bar: O CreateBar = 85,
         pdn_type: O PdnType = 113,
-        fq_csids: N FqCsid = 65,
+        fq_csids: V FqCsid = 65,
         user_plane_inactivity_timer: O UserPlaneInactivityTimer = 117,
         user_id: O UserId = 141,
         apn_dnn: O ApnDnn = 159,
@@ -209,10 +209,10 @@ ie_group! {
         cause: M Cause = 19,
         offending_ie: O OffendingIe = 40,
         up_f_seid: O FSeid = 57,
-        created_pdrs: N CreatedPdr = 8,
+        created_pdrs: V CreatedPdr = 8,
         load_control_information: O LoadControlInformation = 51,
         overload_control_information: O OverloadControlInformation = 54,
-        fq_csids: N FqCsid = 65,
+        fq_csids: V FqCsid = 65,
         failed_rule_id: O FailedRuleId = 114,
     }
 }
@@ -221,24 +221,24 @@ ie_group! {
     /// §7.5.4 Session Modification Request.
     pub struct SessionModificationRequest {
         cp_f_seid: O FSeid = 57,
-        remove_pdrs: N RemovePdr = 15,
-        remove_fars: N RemoveFar = 16,
-        remove_urrs: N RemoveUrr = 17,
-        remove_qers: N RemoveQer = 18,
+        remove_pdrs: V RemovePdr = 15,
+        remove_fars: V RemoveFar = 16,
+        remove_urrs: V RemoveUrr = 17,
+        remove_qers: V RemoveQer = 18,
         remove_bar: O RemoveBar = 87,
-        create_pdrs: N CreatePdr = 1,
-        create_fars: N CreateFar = 3,
-        create_urrs: N CreateUrr = 6,
-        create_qers: N CreateQer = 7,
+        create_pdrs: V CreatePdr = 1,
+        create_fars: V CreateFar = 3,
+        create_urrs: V CreateUrr = 6,
+        create_qers: V CreateQer = 7,
         create_bar: O CreateBar = 85,
-        update_pdrs: N UpdatePdr = 9,
-        update_fars: N UpdateFar = 10,
-        update_urrs: N UpdateUrr = 13,
-        update_qers: N UpdateQer = 14,
+        update_pdrs: V UpdatePdr = 9,
+        update_fars: V UpdateFar = 10,
+        update_urrs: V UpdateUrr = 13,
+        update_qers: V UpdateQer = 14,
         update_bar: O UpdateBarSessionModification = 86,
         pfcpsmreq_flags: O PfcpSmReqFlags = 49,
-        query_urrs: N QueryUrr = 77,
-        fq_csids: N FqCsid = 65,
+        query_urrs: V QueryUrr = 77,
+        fq_csids: V FqCsid = 65,
         user_plane_inactivity_timer: O UserPlaneInactivityTimer = 117,
         query_urr_reference: O QueryUrrReference = 125,
     }
@@ -249,12 +249,12 @@ ie_group! {
     pub struct SessionModificationResponse {
         cause: M Cause = 19,
         offending_ie: O OffendingIe = 40,
-        created_pdrs: N CreatedPdr = 8,
+        created_pdrs: V CreatedPdr = 8,
         load_control_information: O LoadControlInformation = 51,
         overload_control_information: O OverloadControlInformation = 54,
-        usage_reports: N UsageReport = 78,
+        usage_reports: V UsageReport = 78,
         failed_rule_id: O FailedRuleId = 114,
-        updated_pdrs: N UpdatedPdr = 256,
+        updated_pdrs: V UpdatedPdr = 256,
     }
 }
 
@@ -270,7 +270,7 @@ ie_group! {
         offending_ie: O OffendingIe = 40,
         load_control_information: O LoadControlInformation = 51,
         overload_control_information: O OverloadControlInformation = 54,
-        usage_reports: N UsageReport = 79,
+        usage_reports: V UsageReport = 79,
     }
 }
 
@@ -279,7 +279,7 @@ ie_group! {
     pub struct SessionReportRequest {
         report_type: M ReportType = 39,
         downlink_data_report: O DownlinkDataReport = 83,
-        usage_reports: N UsageReport = 80,
+        usage_reports: V UsageReport = 80,
         error_indication_report: O ErrorIndicationReport = 99,
         load_control_information: O LoadControlInformation = 51,
         overload_control_information: O OverloadControlInformation = 54,

@@ -84,6 +84,14 @@ fn split_ie(buf: &[u8]) -> Result<(RawIe<'_>, &[u8]), DecodeError> {
     ))
 }
 
+/// How many well-formed, non-vendor IEs of type `ie_type` lead `buf` (stops at a malformed one).
+pub fn count(buf: &[u8], ie_type: u16) -> usize {
+    TlvIter::new(buf)
+        .map_while(Result::ok)
+        .filter(|ie| ie.ie_type == ie_type && ie.enterprise_id.is_none())
+        .count()
+}
+
 /// Reads the fixed fields of one IE value front to back; every read checks the length.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {

@@ -74,7 +74,7 @@ fn parse_hex(s: &str) -> Option<Vec<u8>> {
         .filter(|b| !b.is_ascii_whitespace() && *b != b':')
         .collect();
     let digits = digits.strip_prefix(b"0x").unwrap_or(&digits);
-    if digits.is_empty() || digits.len() % 2 != 0 {
+    if digits.is_empty() || !digits.len().is_multiple_of(2) {
         return None;
     }
     digits

@@ -106,7 +106,7 @@ fn read_pcapng(file: &[u8]) -> Result<Vec<Frame<'_>>, Error> {
         }
         let blen = usize::try_from(rd32(file, at + 4, le).ok_or(Error("truncated pcapng block"))?)
             .map_err(|_| Error("bad block length"))?;
-        if blen < 12 || blen % 4 != 0 {
+        if blen < 12 || !blen.is_multiple_of(4) {
             return Err(Error("bad pcapng block length"));
         }
         let block = file
@@ -221,9 +221,7 @@ pub struct Writer {
 impl Writer {
     pub fn new() -> Self {
         let mut buf = Vec::new();
-        for v in [0xa1b2_c3d4u32] {
-            buf.extend_from_slice(&v.to_le_bytes());
-        }
+        buf.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
         buf.extend_from_slice(&2u16.to_le_bytes());
         buf.extend_from_slice(&4u16.to_le_bytes());
         buf.extend_from_slice(&[0; 8]);
