@@ -8,6 +8,8 @@ step() { printf '\n=== %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+step "docs/compliance.md is current"
+python3 scripts/compliance.py --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-/// A PFCP Cause value. Kept as the raw octet so that values from newer releases pass through.
+/// TS 29.244 §8.2.1 Cause. Kept as the raw octet so that values from newer releases pass through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(transparent)]
