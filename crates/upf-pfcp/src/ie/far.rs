@@ -85,7 +85,7 @@ ie_group! {
         /// Present when the action is to forward (FORW).
         forwarding_parameters: O ForwardingParameters = 4,
         /// One per duplication destination (DUPL).
-        duplicating_parameters: N DuplicatingParameters = 5,
+        duplicating_parameters: V DuplicatingParameters = 5,
         /// The BAR used when the action is to buffer (BUFF).
         bar_id: O BarId = 88,
     }
@@ -100,7 +100,7 @@ ie_group! {
         outer_header_creation: O OuterHeaderCreation = 84,
         transport_level_marking: O TransportLevelMarking = 30,
         forwarding_policy: O ForwardingPolicy = 41,
-        header_enrichment: N HeaderEnrichment = 98,
+        header_enrichment: V HeaderEnrichment = 98,
         proxying: O Proxying = 137,
         destination_interface_type: O InterfaceType3gpp = 160,
     }
@@ -122,7 +122,7 @@ ie_group! {
         far_id: M FarId = 108,
         apply_action: O ApplyAction = 44,
         update_forwarding_parameters: O UpdateForwardingParameters = 11,
-        update_duplicating_parameters: N UpdateDuplicatingParameters = 105,
+        update_duplicating_parameters: V UpdateDuplicatingParameters = 105,
         bar_id: O BarId = 88,
     }
 }
@@ -136,7 +136,7 @@ ie_group! {
         outer_header_creation: O OuterHeaderCreation = 84,
         transport_level_marking: O TransportLevelMarking = 30,
         forwarding_policy: O ForwardingPolicy = 41,
-        header_enrichment: N HeaderEnrichment = 98,
+        header_enrichment: V HeaderEnrichment = 98,
         /// SNDEM: send End Marker packets on the old path when the OHC changes.
         pfcpsm_req_flags: O PfcpSmReqFlags = 49,
         destination_interface_type: O InterfaceType3gpp = 160,

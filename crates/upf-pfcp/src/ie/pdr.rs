@@ -19,7 +19,7 @@ ie_group! {
         far_id: O FarId = 108,
         urr_ids: N UrrId = 81,
         qer_ids: N QerId = 109,
-        activate_predefined_rules: N ActivatePredefinedRules = 106,
+        activate_predefined_rules: V ActivatePredefinedRules = 106,
         activation_time: O ActivationTime = 163,
         deactivation_time: O DeactivationTime = 164,
     }
@@ -36,9 +36,9 @@ ie_group! {
         application_id: O ApplicationId = 24,
         ethernet_pdu_session_information: O EthernetPduSessionInformation = 142,
         qfis: N Qfi = 124,
-        framed_routes: N FramedRoute = 153,
+        framed_routes: V FramedRoute = 153,
         framed_routing: O FramedRouting = 154,
-        framed_ipv6_routes: N FramedIpv6Route = 155,
+        framed_ipv6_routes: V FramedIpv6Route = 155,
         source_interface_type: O InterfaceType3gpp = 160,
     }
 }
@@ -53,8 +53,8 @@ ie_group! {
         far_id: O FarId = 108,
         urr_ids: N UrrId = 81,
         qer_ids: N QerId = 109,
-        activate_predefined_rules: N ActivatePredefinedRules = 106,
-        deactivate_predefined_rules: N DeactivatePredefinedRules = 107,
+        activate_predefined_rules: V ActivatePredefinedRules = 106,
+        deactivate_predefined_rules: V DeactivatePredefinedRules = 107,
         activation_time: O ActivationTime = 163,
         deactivation_time: O DeactivationTime = 164,
     }
@@ -90,14 +90,14 @@ ie_group! {
     /// TS 29.244 §7.4.3.1 Application ID's PFDs (Table 7.4.3.1-2).
     pub struct ApplicationIdsPfds {
         application_id: M ApplicationId = 24,
-        pfd_contexts: N PfdContext = 59,
+        pfd_contexts: V PfdContext = 59,
     }
 }
 
 ie_group! {
     /// TS 29.244 §7.4.3.1 PFD context (Table 7.4.3.1-3).
     pub struct PfdContext {
-        pfd_contents: N PfdContents = 61,
+        pfd_contents: V PfdContents = 61,
     }
 }
 
