@@ -266,7 +266,9 @@ impl IeValue for FTeid {
 /// or a request that the UP function allocate one (CHV4 / CHV6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 pub struct UeIpAddress {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ipv4: Option<Ipv4Addr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<Ipv6Addr>,
     /// S/D: the address is the destination (downlink PDRs) rather than the source.
     pub is_destination: bool,
@@ -275,8 +277,10 @@ pub struct UeIpAddress {
     /// CHV6: the UP function shall assign an IPv6 address (or prefix).
     pub choose_ipv6: bool,
     /// IPv6D: number of bits of prefix delegation (present when a prefix other than /64 is meant).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ipv6_prefix_delegation_bits: Option<u8>,
     /// IP6PL: IPv6 prefix length.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ipv6_prefix_length: Option<u8>,
 }
 
