@@ -365,14 +365,16 @@ impl Repr {
 
     /// Header plus payload.
     pub fn buffer_len(&self) -> usize {
-        self.header_len() + self.payload_len
+        self.header_len().saturating_add(self.payload_len)
     }
 
     /// Write header and extension chain; the payload goes at `header_len()`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<()> {
         let hl = self.header_len();
-        let length =
-            u16::try_from(hl - HEADER_LEN + self.payload_len).map_err(|_| Error::BufferTooSmall)?;
+        let length = (hl - HEADER_LEN)
+            .checked_add(self.payload_len)
+            .and_then(|l| u16::try_from(l).ok())
+            .ok_or(Error::BufferTooSmall)?;
         if p.buffer.as_ref().len() < hl {
             return Err(Error::BufferTooSmall);
         }
@@ -516,6 +518,17 @@ mod tests {
         // ... but an unknown not-required one (0x21) is skipped.
         v[11] = 0x21;
         assert_eq!(decode(&v).unwrap().0.ext.psc, None);
+        // A payload that cannot fit the 16-bit Length is refused, not wrapped.
+        let huge = Repr {
+            payload_len: usize::MAX,
+            ..decode(&b).unwrap().0
+        };
+        assert_eq!(huge.buffer_len(), usize::MAX);
+        let mut out = [0u8; 64];
+        assert_eq!(
+            huge.emit(&mut Packet::new_unchecked(&mut out[..])),
+            Err(Error::BufferTooSmall)
+        );
         // Trailing bytes past Length are ignored.
         let mut v = b.clone();
         v.extend_from_slice(&[0xee; 6]);

@@ -304,7 +304,7 @@ impl Repr {
 
     /// Header plus payload.
     pub const fn buffer_len(&self) -> usize {
-        HEADER_LEN + self.payload_len
+        HEADER_LEN.saturating_add(self.payload_len)
     }
 
     /// Write the 40-octet fixed header.

@@ -189,7 +189,7 @@ impl Repr {
 
     /// Header plus payload.
     pub const fn buffer_len(&self) -> usize {
-        HEADER_LEN + self.payload_len
+        HEADER_LEN.saturating_add(self.payload_len)
     }
 
     /// Write the header with checksum 0; call `fill_checksum_*` once the payload is in place.
