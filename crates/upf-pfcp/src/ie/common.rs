@@ -142,7 +142,7 @@ pub(crate) fn decode_dns_name(v: &[u8]) -> Result<CompactString, DecodeError> {
         let mut rest = v;
         while let [len, tail @ ..] = rest {
             let (label, tail) = tail.split_at_checked(usize::from(*len))?;
-            if label.is_empty() || !label.iter().all(|b| b.is_ascii_graphic() && *b != b'.') {
+            if !is_label(label) {
                 return None;
             }
             if !out.is_empty() {
@@ -155,18 +155,31 @@ pub(crate) fn decode_dns_name(v: &[u8]) -> Result<CompactString, DecodeError> {
     };
     match as_labels() {
         Some(s) if !v.is_empty() => Ok(s),
-        _ => core::str::from_utf8(v)
-            .map(Into::into)
-            .map_err(|_| DecodeError::incorrect("name is neither DNS labels nor UTF-8")),
+        _ => match core::str::from_utf8(v) {
+            Ok(s) if !s.chars().any(char::is_control) => Ok(s.into()),
+            _ => Err(DecodeError::incorrect(
+                "name is neither DNS labels nor printable UTF-8 text",
+            )),
+        },
     }
 }
 
-/// Encodes a dotted name as DNS labels. Labels longer than 63 octets are cut (never sent by us).
+/// A DNS label (RFC 1035 §2.3.4: 1..=63 octets), restricted to printable ASCII without dots.
+fn is_label(label: &[u8]) -> bool {
+    (1..=63).contains(&label.len()) && label.iter().all(|b| b.is_ascii_graphic() && *b != b'.')
+}
+
+/// Encodes a dotted name as DNS labels; a name that labels cannot carry (empty labels, spaces,
+/// non-ASCII, labels over 63 octets — possible only if it was received as text) goes back out
+/// as the text it came in as.
 pub(crate) fn encode_dns_name(name: &str, out: &mut Vec<u8>) {
-    for label in name.split('.').filter(|l| !l.is_empty()) {
-        let label = &label.as_bytes()[..label.len().min(63)];
-        out.push(u8::try_from(label.len()).unwrap_or(63));
-        out.extend_from_slice(label);
+    if !name.is_empty() && name.split('.').all(|l| is_label(l.as_bytes())) {
+        for label in name.split('.') {
+            out.push(u8::try_from(label.len()).unwrap_or(63));
+            out.extend_from_slice(label.as_bytes());
+        }
+    } else {
+        out.extend_from_slice(name.as_bytes());
     }
 }
 
@@ -419,6 +432,13 @@ mod tests {
             "ims.mnc"
         );
         assert!(NetworkInstance::decode(&[0xff, 0xfe]).is_err());
+        // Found by fuzz/pfcp_roundtrip: text that labels cannot carry goes back out as text,
+        // and control characters are refused rather than passed on.
+        assert_eq!(check::canonical::<NetworkInstance>(b" out 6 ").0, " out 6 ");
+        assert!(NetworkInstance::decode(b"\x09\x07 out 6 ").is_err());
+        let long = [&[64u8][..], &[b'a'; 64]].concat();
+        // A 64-octet "label" is no label (RFC 1035: at most 63): the octets are taken as text.
+        assert_eq!(check::canonical::<NetworkInstance>(&long).0.len(), 65);
     }
 
     proptest! {
