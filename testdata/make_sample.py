@@ -37,7 +37,7 @@ pkts = [
     n3(GNB, UPF, GTP_U_Header(teid=0x100, next_ex=0x85) / GTPPDUSessionContainer(type=1, QFI=9) / IP(src=UE, dst=DN) / TCP(sport=40000, dport=443, flags="S")),
     n3(UPF, GNB, GTP_U_Header(teid=0, gtp_type=1, S=1, seq=10) / GTPEchoRequest()),
     n3(GNB, UPF, GTP_U_Header(teid=0, gtp_type=2, S=1, seq=10) / GTPEchoResponse(IE_list=[IE_Recovery(restart_counter=0)])),
-    n3(GNB, UPF, GTP_U_Header(teid=0, gtp_type=26, S=1, seq=0) / GTPErrorIndication(IE_list=[IE_TEIDI(TEIDI=0x0bad), IE_GSNAddress(ipv4_address=GNB)])),
+    n3(GNB, UPF, GTP_U_Header(teid=0, gtp_type=26, S=1, seq=0) / GTPErrorIndication(IE_list=[IE_TEIDI(TEIDI=0x0bad), IE_GSNAddress(length=4, ipv4_address=GNB)])),
     n4(UPF, SMF, PFCP(S=1, seid=0x1122334455667788, seq=1000) / PFCPSessionReportRequest(IE_list=[
         IE_ReportType(USAR=1),
         IE_UsageReport_SRR(IE_list=[IE_URR_Id(id=1), IE_UR_SEQN(number=0), IE_UsageReportTrigger(VOLTH=1),

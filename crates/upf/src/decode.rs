@@ -198,6 +198,79 @@ pub fn udp_of(ip: &[u8]) -> Option<Udp<'_>> {
     })
 }
 
-pub fn gtpu_json(_bytes: &[u8]) -> Value {
-    json!({ "protocol": "gtpu", "error": "GTP-U decoding not built yet" })
+/// A GTP-U packet: header, every extension header (the PDU Session Container decoded), and the
+/// body: the inner packet's 5-tuple for a G-PDU, the IEs of a signalling message.
+pub fn gtpu_json(bytes: &[u8]) -> Value {
+    use upf_wire::{ext, flow::FiveTuple, gtpu, gtpu_msg::Message};
+    let mut o = json!({ "protocol": "gtpu" });
+    let p = match gtpu::Packet::new_checked(bytes) {
+        Ok(p) => p,
+        Err(e) => {
+            o["error"] = json!(format!("GTP-U header: {e}"));
+            return o;
+        }
+    };
+    let mut extensions = Vec::new();
+    for h in p.extensions() {
+        match h {
+            Ok(h) => {
+                let mut x = json!({
+                    "type": h.ext_type,
+                    "comprehension": format!("{:?}", ext::Comprehension::of(h.ext_type)),
+                    "length_octets": h.content.len() + 2,
+                });
+                if h.ext_type == ext::ext_type::PDU_SESSION_CONTAINER {
+                    x["pdu_session_container"] = match ext::PduSessionContainer::parse(h.content) {
+                        Ok(c) => {
+                            json!({ "pdu_type": format!("{:?}", c.pdu_type), "qfi": c.qfi, "ppi": c.ppi, "rqi": c.rqi })
+                        }
+                        Err(e) => json!({ "error": e.to_string() }),
+                    };
+                }
+                extensions.push(x);
+            }
+            Err(e) => extensions.push(json!({ "error": e.to_string() })),
+        }
+    }
+    o["header"] = json!({
+        "version": p.version(),
+        "pt": p.protocol_type(),
+        "e": p.e_flag(), "s": p.s_flag(), "pn": p.pn_flag(),
+        "message_type": p.raw_msg_type(),
+        "message_name": format!("{:?}", p.msg_type()),
+        "length": p.length(),
+        "teid": p.teid(),
+        "sequence": p.seq_number(),
+        "npdu_number": p.npdu_number(),
+        "extensions": extensions,
+    });
+    match Message::parse(bytes) {
+        Ok((_, Message::GPdu { payload })) => {
+            o["inner"] = match FiveTuple::parse(payload) {
+                Ok(t) => json!({
+                    "length": payload.len(), "src": t.src.to_string(), "dst": t.dst.to_string(),
+                    "protocol": t.proto, "src_port": t.src_port, "dst_port": t.dst_port,
+                }),
+                Err(e) => json!({ "length": payload.len(), "error": e.to_string() }),
+            }
+        }
+        Ok((_, Message::EchoRequest)) => o["ies"] = json!({}),
+        Ok((_, Message::EchoResponse { recovery })) => o["ies"] = json!({ "recovery": recovery }),
+        Ok((
+            _,
+            Message::ErrorIndication {
+                teid_data_i,
+                peer_addr,
+            },
+        )) => {
+            o["ies"] =
+                json!({ "teid_data_i": teid_data_i, "gtpu_peer_address": peer_addr.to_string() })
+        }
+        Ok((_, Message::SupportedExtHeadersNotification { ext_types })) => {
+            o["ies"] = json!({ "extension_header_types": ext_types })
+        }
+        Ok((_, Message::EndMarker)) => o["ies"] = json!({}),
+        Err(e) => o["error"] = json!(e.to_string()),
+    }
+    o
 }
