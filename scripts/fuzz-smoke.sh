@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-20}
+if ! rustup toolchain list | grep -q '^nightly' || ! command -v cargo-fuzz >/dev/null; then
+  echo "fuzz smoke: SKIPPED (no nightly toolchain or cargo-fuzz on this machine)"
+  exit 0
+fi
 for t in $(cargo +nightly fuzz list); do
   mkdir -p "corpus/$t"
   # Copy the seed corpus so that new inputs found here do not dirty the checkout.
