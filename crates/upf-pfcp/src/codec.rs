@@ -270,8 +270,98 @@ macro_rules! ie_uint {
     };
 }
 
+/// Reads up to `max` flag octets (at least `min`), octet 5 into the low byte.
+pub(crate) fn flags_decode(
+    value: &[u8],
+    min: usize,
+    max: usize,
+) -> Result<u32, crate::error::DecodeError> {
+    if value.len() < min {
+        return Err(crate::error::DecodeError::invalid_length(
+            "fewer flag octets than required",
+        ));
+    }
+    let mut le = [0u8; 4];
+    for (d, s) in le.iter_mut().zip(value.iter().take(max)) {
+        *d = *s;
+    }
+    Ok(u32::from_le_bytes(le))
+}
+
+pub(crate) fn flags_encode(v: u32, octets: usize, out: &mut Vec<u8>) {
+    out.extend(v.to_le_bytes().iter().take(octets));
+}
+
+/// Defines a set of named flags carried in `min..=max` octets, the first octet (octet 5) in
+/// the low byte of the integer. Spare bits are ignored on decode and sent as zero; the longest
+/// form is sent. JSON is the list of the names of the flags set.
+macro_rules! ie_flags {
+    (
+        $(#[$meta:meta])* $name:ident($int:ty), octets = $min:literal..=$max:literal {
+            $($(#[$fm:meta])* $flag:ident = $bit:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct $name(pub $int);
+
+        impl $name {
+            $($(#[$fm])* pub const $flag: Self = Self($bit);)*
+            /// Every flag this version of the specification defines.
+            pub const ALL: Self = Self(0 $(| $bit)*);
+            const NAMES: &'static [(&'static str, $int)] = &[$((stringify!($flag), $bit),)*];
+
+            /// Whether every flag of `other` is set.
+            pub fn contains(self, other: Self) -> bool {
+                self.0 & other.0 == other.0
+            }
+            pub fn is_empty(self) -> bool {
+                self.0 == 0
+            }
+            /// The names of the flags set, in bit order.
+            pub fn names(self) -> impl Iterator<Item = &'static str> {
+                Self::NAMES.iter().filter(move |(_, b)| self.0 & b != 0).map(|(n, _)| *n)
+            }
+        }
+
+        impl core::ops::BitOr for $name {
+            type Output = Self;
+            fn bitor(self, other: Self) -> Self {
+                Self(self.0 | other.0)
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.names())
+            }
+        }
+
+        impl $crate::codec::IeValue for $name {
+            fn decode(value: &[u8]) -> Result<Self, $crate::error::DecodeError> {
+                $crate::codec::flags_decode(value, $min, $max)
+                    .map(|v| Self(<$int>::try_from(v & u32::from(Self::ALL.0)).unwrap_or_default()))
+            }
+            fn encode(&self, out: &mut Vec<u8>) {
+                $crate::codec::flags_encode(u32::from(self.0 & Self::ALL.0), $max, out);
+            }
+        }
+
+        #[cfg(test)]
+        impl proptest::arbitrary::Arbitrary for $name {
+            type Parameters = ();
+            type Strategy = proptest::strategy::BoxedStrategy<Self>;
+            fn arbitrary_with(_: ()) -> Self::Strategy {
+                use proptest::strategy::Strategy;
+                proptest::arbitrary::any::<$int>().prop_map(|v| Self(v & Self::ALL.0)).boxed()
+            }
+        }
+    };
+}
+
 pub(crate) use {
-    ie_emit, ie_field_ty, ie_finish, ie_group, ie_slot_init, ie_slot_ty, ie_store, ie_uint,
+    ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group, ie_slot_init, ie_slot_ty, ie_store,
+    ie_uint,
 };
 
 /// Round-trip checks shared by the property tests of every IE module.

@@ -2,10 +2,10 @@
 //! buffering parameters, and the Downlink Data Report (TS 29.244 §5.2.4, §7.5.2.6, §7.5.4.11,
 //! §7.5.4.12, §7.5.8.2, §7.5.9.2).
 
+use crate::codec::ie_flags;
 use crate::codec::{ie_group, ie_uint, IeValue};
 use crate::error::DecodeError;
 use crate::ie::common::{BarId, PdrId};
-use crate::ie::far::ie_flags;
 use crate::tlv::Reader;
 
 ie_group! {
@@ -180,20 +180,11 @@ impl IeValue for DownlinkDataServiceInformation {
 
 ie_flags!(
     /// TS 29.244 §8.2.32 PFCPSRRsp-Flags.
-    PfcpSrRspFlags(u8), defined = 0x01 {
+    PfcpSrRspFlags(u8), octets = 1..=1 {
         /// Drop the packets buffered for this session.
         DROBU = 0x01,
     }
 );
-
-impl IeValue for PfcpSrRspFlags {
-    fn decode(value: &[u8]) -> Result<Self, DecodeError> {
-        Ok(Self(Reader::new(value).u8()? & Self::DEFINED))
-    }
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.push(self.0 & Self::DEFINED);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,67 +1,11 @@
 //! Forwarding Action Rules: Create / Update / Remove FAR, Forwarding and Duplicating
 //! Parameters, and the IEs they carry (TS 29.244 §7.5.2.3, §7.5.4.3, §7.5.4.7).
 
-use crate::codec::{ie_group, IeValue};
+use crate::codec::{ie_flags, ie_group, IeValue};
 use crate::error::DecodeError;
 use crate::ie::common::{BarId, DestinationInterface, FarId, InterfaceType3gpp, NetworkInstance};
 use crate::tlv::Reader;
 use std::net::{Ipv4Addr, Ipv6Addr};
-
-/// Defines a bit-flag newtype: named flags, `contains`, `|`, JSON as the list of flag names,
-/// and a proptest strategy over the defined bits. The IE codec is written per type, since
-/// flag IEs differ in width and legacy forms.
-macro_rules! ie_flags {
-    (
-        $(#[$meta:meta])*
-        $name:ident($int:ty), defined = $mask:literal {
-            $($(#[$cm:meta])* $c:ident = $v:literal,)*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $int);
-
-        impl $name {
-            $($(#[$cm])* pub const $c: Self = Self($v);)*
-            /// The bits this release defines; the others are spare (zeroed on decode and encode).
-            pub const DEFINED: $int = $mask;
-            const NAMES: &'static [(Self, &'static str)] = &[$((Self::$c, stringify!($c)),)*];
-
-            /// All flags of `other` are set in `self`.
-            pub const fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-            /// Names of the flags that are set, lowest bit first.
-            pub fn names(self) -> impl Iterator<Item = &'static str> {
-                Self::NAMES.iter().filter(move |(f, _)| self.contains(*f)).map(|(_, n)| *n)
-            }
-        }
-
-        impl core::ops::BitOr for $name {
-            type Output = Self;
-            fn bitor(self, other: Self) -> Self {
-                Self(self.0 | other.0)
-            }
-        }
-
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(self.names())
-            }
-        }
-
-        #[cfg(test)]
-        impl proptest::arbitrary::Arbitrary for $name {
-            type Parameters = ();
-            type Strategy =
-                proptest::strategy::Map<core::ops::RangeInclusive<$int>, fn($int) -> Self>;
-            fn arbitrary_with(_: ()) -> Self::Strategy {
-                proptest::strategy::Strategy::prop_map(0..=$mask, Self as fn($int) -> Self)
-            }
-        }
-    };
-}
-pub(crate) use ie_flags;
 
 /// Implements `Arbitrary` from a strategy expression, for types whose fields constrain each other.
 #[cfg(test)]
@@ -162,7 +106,7 @@ ie_group! {
 
 ie_flags!(
     /// TS 29.244 §8.2.26 Apply Action. The low byte is octet 5, the high byte octet 6.
-    ApplyAction(u16), defined = 0x1fff {
+    ApplyAction(u16), octets = 1..=2 {
         /// Drop the packets.
         DROP = 0x0001,
         /// Forward the packets.
@@ -191,19 +135,6 @@ ie_flags!(
         MBSU = 0x1000,
     }
 );
-
-impl IeValue for ApplyAction {
-    fn decode(value: &[u8]) -> Result<Self, DecodeError> {
-        let mut r = Reader::new(value);
-        let octet5 = r.u8()?;
-        // §8.2.26: octet 6 came with Rel-16; scapy, eUPF and several SMFs still send one octet.
-        let octet6 = if r.is_empty() { 0 } else { r.u8()? };
-        Ok(Self(u16::from_le_bytes([octet5, octet6]) & Self::DEFINED))
-    }
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.0 & Self::DEFINED).to_le_bytes());
-    }
-}
 
 /// TS 29.244 §8.2.56 Outer Header Creation. `description` is the 2-octet Outer Header Creation
 /// Description read big-endian (octet 5 is the high byte, as Wireshark and free5GC show it), kept
@@ -598,7 +529,7 @@ impl IeValue for Proxying {
 
 ie_flags!(
     /// TS 29.244 §8.2.31 PFCPSMReq-Flags.
-    PfcpSmReqFlags(u8), defined = 0x07 {
+    PfcpSmReqFlags(u8), octets = 1..=1 {
         /// Drop the packets buffered for this session.
         DROBU = 0x01,
         /// Send End Marker packets.
@@ -607,15 +538,6 @@ ie_flags!(
         QAURR = 0x04,
     }
 );
-
-impl IeValue for PfcpSmReqFlags {
-    fn decode(value: &[u8]) -> Result<Self, DecodeError> {
-        Ok(Self(Reader::new(value).u8()? & Self::DEFINED))
-    }
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.push(self.0 & Self::DEFINED);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 //! Report the UP function sends back, and the IEs they carry (measurement method, triggers,
 //! volumes, times).
 
-use crate::codec::{ie_group, ie_uint, IeValue};
+use crate::codec::{ie_flags, ie_group, ie_uint, IeValue};
 use crate::error::DecodeError;
 use crate::ie::common::{FarId, NetworkInstance, UeIpAddress, UrrId};
 use crate::tlv::Reader;
@@ -94,100 +94,6 @@ ie_group! {
         ue_ip_address: O UeIpAddress = 93,
         network_instance: O NetworkInstance = 22,
     }
-}
-
-// ---- Flag sets ----
-
-/// Reads up to `max` flag octets (at least `min`), octet 5 into the low byte.
-fn flags_decode(value: &[u8], min: usize, max: usize) -> Result<u32, DecodeError> {
-    if value.len() < min {
-        return Err(DecodeError::invalid_length(
-            "fewer flag octets than required",
-        ));
-    }
-    let mut le = [0u8; 4];
-    for (d, s) in le.iter_mut().zip(value.iter().take(max)) {
-        *d = *s;
-    }
-    Ok(u32::from_le_bytes(le))
-}
-
-fn flags_encode(v: u32, octets: usize, out: &mut Vec<u8>) {
-    out.extend(v.to_le_bytes().iter().take(octets));
-}
-
-fn widen<T: Into<u32>>(v: T) -> u32 {
-    v.into()
-}
-
-fn narrow<T: TryFrom<u32> + Default>(v: u32) -> T {
-    T::try_from(v).unwrap_or_default()
-}
-
-/// Defines a set of named flags carried in `min..=max` octets, the first octet (octet 5) in
-/// the low byte of the integer. Spare bits are ignored on decode and sent as zero; the longest
-/// form is sent. JSON is the list of the names of the flags set.
-macro_rules! ie_flags {
-    (
-        $(#[$meta:meta])* $name:ident($int:ty), octets = $min:literal..=$max:literal {
-            $($(#[$fm:meta])* $flag:ident = $bit:literal,)*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $int);
-
-        impl $name {
-            $($(#[$fm])* pub const $flag: Self = Self($bit);)*
-            /// Every flag this version of the specification defines.
-            pub const ALL: Self = Self(0 $(| $bit)*);
-            const NAMES: &'static [(&'static str, $int)] = &[$((stringify!($flag), $bit),)*];
-
-            /// Whether every flag of `other` is set.
-            pub fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-            pub fn is_empty(self) -> bool {
-                self.0 == 0
-            }
-            /// The names of the flags set, in bit order.
-            pub fn names(self) -> impl Iterator<Item = &'static str> {
-                Self::NAMES.iter().filter(move |(_, b)| self.0 & b != 0).map(|(n, _)| *n)
-            }
-        }
-
-        impl core::ops::BitOr for $name {
-            type Output = Self;
-            fn bitor(self, other: Self) -> Self {
-                Self(self.0 | other.0)
-            }
-        }
-
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(self.names())
-            }
-        }
-
-        impl IeValue for $name {
-            fn decode(value: &[u8]) -> Result<Self, DecodeError> {
-                flags_decode(value, $min, $max).map(|v| Self(narrow::<$int>(v) & Self::ALL.0))
-            }
-            fn encode(&self, out: &mut Vec<u8>) {
-                flags_encode(widen(self.0 & Self::ALL.0), $max, out);
-            }
-        }
-
-        #[cfg(test)]
-        impl proptest::arbitrary::Arbitrary for $name {
-            type Parameters = ();
-            type Strategy = proptest::strategy::BoxedStrategy<Self>;
-            fn arbitrary_with(_: ()) -> Self::Strategy {
-                use proptest::strategy::Strategy;
-                proptest::arbitrary::any::<$int>().prop_map(|v| Self(v & Self::ALL.0)).boxed()
-            }
-        }
-    };
 }
 
 ie_flags!(
