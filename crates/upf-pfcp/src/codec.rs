@@ -381,6 +381,21 @@ pub(crate) mod check {
         assert_eq!(buf, again);
     }
 
+    /// Octets from a hex string (test vectors).
+    pub fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The value of the single IE in `tlv`, checking its type.
+    pub fn value_of(tlv: &[u8], ie_type: u16) -> &[u8] {
+        let ie = crate::tlv::TlvIter::new(tlv).next().unwrap().unwrap();
+        assert_eq!(ie.ie_type, ie_type);
+        ie.value
+    }
+
     /// `encode(decode(bytes)) == bytes` for canonical input.
     pub fn canonical<T: IeValue + core::fmt::Debug>(bytes: &[u8]) -> T {
         let v = T::decode(bytes).unwrap_or_else(|e| panic!("decode of {bytes:02x?} failed: {e}"));

@@ -175,17 +175,11 @@ pub fn decode_all(buf: &[u8]) -> impl Iterator<Item = Result<Pdu, MessageError>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::check::hex;
     use crate::ie::*;
     use crate::{Cause, List};
     use proptest::prelude::*;
     use std::net::Ipv4Addr;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn heartbeat_request_from_scapy() {

@@ -187,13 +187,7 @@ pub fn flow_hash(t: &FiveTuple) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::test_util::hex;
 
     /// scapy 2.8: inner packets of the G-PDU vectors and the fragment vectors.
     #[test]

@@ -414,13 +414,7 @@ pub fn decode(buf: &[u8]) -> Result<(Repr, &[u8])> {
 mod tests {
     use super::*;
     use crate::ext::{PduSessionContainer, PduType};
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::test_util::hex;
 
     /// scapy 2.8: UDP payload of `IP(src="192.168.1.10",dst="192.168.1.20")/UDP(sport=2152,dport=2152)
     /// /GTP_U_Header(teid=0x11223344,next_ex=0x85)/GTPPDUSessionContainer(type=1,QFI=9)

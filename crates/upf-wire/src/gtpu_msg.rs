@@ -356,13 +356,7 @@ pub fn emit_supported_ext_headers_notification(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::test_util::hex;
 
     /// scapy 2.8: `GTPHeader(version=1,PT=1,S=1,gtp_type=2,teid=0,seq=0x1234)
     /// /GTPEchoResponse(IE_list=[IE_Recovery(restart_counter=0)])`

@@ -178,13 +178,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::test_util::hex;
 
     /// scapy 2.8: `IPv6(src="2001:db8::1",dst="2001:db8::2")/ICMPv6EchoRequest(id=0x4321,seq=3,data=b"ping")`
     #[test]

@@ -376,13 +376,7 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::test_util::hex;
 
     /// scapy 2.8: `IP(src="1.2.3.4",dst="5.6.7.8",options=[IPOption_RR(routers=["9.9.9.9"])])
     /// /UDP(sport=1000,dport=2000)/b"hi"`

@@ -329,13 +329,7 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::test_util::hex;
 
     /// scapy 2.8: `IPv6(src="2001:db8::a",dst="2001:db8::b")/IPv6ExtHdrHopByHop()
     /// /IPv6ExtHdrRouting(addresses=["2001:db8::c"])/IPv6ExtHdrDestOpt()

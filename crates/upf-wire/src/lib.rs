@@ -33,6 +33,8 @@ pub mod gtpu_msg;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
+#[cfg(test)]
+mod test_util;
 pub mod udp;
 
 pub use error::{Error, Result};

@@ -190,23 +190,9 @@ ie_flags!(
 mod tests {
     use super::*;
     use crate::codec::check;
-    use crate::tlv::TlvIter;
+    use crate::codec::check::{hex, value_of};
     use crate::ErrorKind;
     use proptest::prelude::*;
-
-    /// The value of the single IE in `tlv`, checking its type.
-    fn value_of(tlv: &[u8], ie_type: u16) -> &[u8] {
-        let ie = TlvIter::new(tlv).next().unwrap().unwrap();
-        assert_eq!(ie.ie_type, ie_type);
-        ie.value
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn grouped_vectors() {

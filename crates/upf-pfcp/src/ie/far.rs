@@ -542,24 +542,10 @@ ie_flags!(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::check::{hex, value_of};
     use crate::codec::{check, Multi};
-    use crate::tlv::TlvIter;
     use crate::ErrorKind;
     use proptest::prelude::*;
-
-    /// The value of the single IE in `tlv`, checking its type.
-    fn value_of(tlv: &[u8], ie_type: u16) -> &[u8] {
-        let ie = TlvIter::new(tlv).next().unwrap().unwrap();
-        assert_eq!(ie.ie_type, ie_type);
-        ie.value
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn create_far_downlink_as_an_smf_sends_it() {

@@ -376,12 +376,7 @@ impl IeValue for FailedRuleId {
 }
 
 #[cfg(test)]
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use crate::codec::check::hex;
 
 /// The kind of error decoding `b` as `T` gives.
 #[cfg(test)]

@@ -486,18 +486,13 @@ impl IeValue for PfdContents {
 mod tests {
     use super::*;
     use crate::codec::check;
+    use crate::codec::check::hex;
     use crate::tlv::{put_ie, TlvIter};
     use crate::ErrorKind;
     use proptest::prelude::*;
     use std::net::Ipv4Addr;
 
     /// Hex to octets (test vectors are pasted from scapy's `.hex()`).
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn create_pdr_free5gc_uplink() {

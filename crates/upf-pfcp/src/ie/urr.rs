@@ -451,22 +451,8 @@ ie_uint!(
 mod tests {
     use super::*;
     use crate::codec::check;
-    use crate::tlv::TlvIter;
+    use crate::codec::check::{hex, value_of};
     use proptest::prelude::*;
-
-    /// The value of the single IE in `tlv` (scapy's bytes include type and length).
-    fn value_of(tlv: &[u8], ie_type: u16) -> &[u8] {
-        let ie = TlvIter::new(tlv).next().unwrap().unwrap();
-        assert_eq!(ie.ie_type, ie_type);
-        ie.value
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     fn names<T: IntoIterator<Item = &'static str>>(n: T) -> Vec<&'static str> {
         n.into_iter().collect()
