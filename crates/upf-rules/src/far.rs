@@ -1,0 +1,109 @@
+//! Forwarding Action Rules (TS 29.244 §5.2.3, §7.5.2.3) and Buffering Action Rules (§5.2.6).
+
+use crate::ids::{BarId, FarId, Teid};
+use crate::pdr::Interface;
+use compact_str::CompactString;
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Apply Action flags (TS 29.244 §8.2.26), bit positions as in the IE (octet 5 low byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(transparent)]
+pub struct ApplyAction(pub u16);
+
+impl ApplyAction {
+    pub const DROP: Self = Self(0x0001);
+    pub const FORW: Self = Self(0x0002);
+    pub const BUFF: Self = Self(0x0004);
+    pub const NOCP: Self = Self(0x0008);
+    pub const DUPL: Self = Self(0x0010);
+    pub const IPMA: Self = Self(0x0020);
+    pub const IPMD: Self = Self(0x0040);
+    pub const DFRT: Self = Self(0x0080);
+    pub const EDRT: Self = Self(0x0100);
+    pub const BDPN: Self = Self(0x0200);
+    pub const DDPN: Self = Self(0x0400);
+
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub const fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+}
+
+/// Outer header to add when forwarding (TS 29.244 §8.2.56), resolved to one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum OuterHeaderCreation {
+    /// GTP-U/UDP/IP towards `peer` with `teid` (N3 downlink, N9).
+    Gtpu { teid: Teid, peer: IpAddr },
+    /// UDP/IP towards `peer:port` (N6 tunnelling).
+    Udp { peer: IpAddr, port: u16 },
+    /// IP-in-IP towards `peer`.
+    Ip { peer: IpAddr },
+}
+
+/// Redirect Information (TS 29.244 §8.2.20).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum Redirect {
+    Ipv4(Ipv4Addr),
+    Ipv6(Ipv6Addr),
+    Url(CompactString),
+    SipUri(CompactString),
+}
+
+/// Forwarding Parameters (TS 29.244 §7.5.2.3-2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Forwarding {
+    pub destination: Interface,
+    pub network_instance: Option<CompactString>,
+    pub outer_header_creation: Option<OuterHeaderCreation>,
+    /// DSCP for the outer (or, without one, the IP) header: ToS value and mask (§8.2.12).
+    pub transport_level_marking: Option<(u8, u8)>,
+    pub forwarding_policy: Option<CompactString>,
+    pub redirect: Option<Redirect>,
+}
+
+impl Forwarding {
+    pub fn to(destination: Interface) -> Self {
+        Self {
+            destination,
+            network_instance: None,
+            outer_header_creation: None,
+            transport_level_marking: None,
+            forwarding_policy: None,
+            redirect: None,
+        }
+    }
+}
+
+/// Duplicating Parameters (TS 29.244 §7.5.2.3-3), e.g. towards a lawful-interception function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Duplicating {
+    pub destination: Interface,
+    pub outer_header_creation: Option<OuterHeaderCreation>,
+    pub transport_level_marking: Option<(u8, u8)>,
+    pub forwarding_policy: Option<CompactString>,
+}
+
+/// A Forwarding Action Rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Far {
+    pub id: FarId,
+    pub action: ApplyAction,
+    /// Absent in a FAR that drops or buffers; SMFs also send FORW without it while the
+    /// downlink tunnel is not known yet, which then behaves as a drop.
+    pub forwarding: Option<Forwarding>,
+    pub duplicating: Vec<Duplicating>,
+    pub bar: Option<BarId>,
+}
+
+/// A Buffering Action Rule (TS 29.244 §7.5.2.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Bar {
+    pub id: BarId,
+    /// Delay before the first Downlink Data Report (§8.2.28), in milliseconds.
+    pub downlink_data_notification_delay_ms: u32,
+    /// How many packets to buffer (§8.2.100); `None` leaves it to the UP function.
+    pub suggested_buffering_packets: Option<u8>,
+}

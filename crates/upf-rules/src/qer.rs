@@ -1,0 +1,67 @@
+//! QoS Enforcement Rules (TS 29.244 §5.2.2, §7.5.2.5).
+
+use crate::ids::{QerId, Qfi};
+use serde::Serialize;
+
+/// Gate status of one direction (§8.2.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+pub enum Gate {
+    #[default]
+    Open,
+    Closed,
+}
+
+/// A bit rate pair, uplink and downlink, in kbit/s (§8.2.8 MBR, §8.2.9 GBR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct Bitrate {
+    pub uplink_kbps: u64,
+    pub downlink_kbps: u64,
+}
+
+/// Packet Rate (§8.2.70): maximum packets per time unit, each direction optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct PacketRate {
+    /// (packets, per this many seconds)
+    pub uplink: Option<(u16, u32)>,
+    pub downlink: Option<(u16, u32)>,
+}
+
+/// A QoS Enforcement Rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Qer {
+    pub id: QerId,
+    /// QERs sharing a correlation id across sessions police one aggregate (APN-AMBR, §5.2.2).
+    pub correlation_id: Option<u32>,
+    pub gate_uplink: Gate,
+    pub gate_downlink: Gate,
+    pub mbr: Option<Bitrate>,
+    pub gbr: Option<Bitrate>,
+    pub packet_rate: Option<PacketRate>,
+    /// QFI to put in the downlink PDU Session Container.
+    pub qfi: Option<Qfi>,
+    /// Reflective QoS Indication for the downlink PDU Session Container.
+    pub rqi: bool,
+    /// Paging Policy Indicator for the downlink PDU Session Container.
+    pub ppi: Option<u8>,
+    /// Averaging window for MBR/GBR (TS 23.501 §5.7.3.6), milliseconds; `None`: 2000 ms.
+    pub averaging_window_ms: Option<u32>,
+}
+
+impl Qer {
+    /// An open gate with no limits.
+    pub fn open(id: QerId) -> Self {
+        Self {
+            id,
+            correlation_id: None,
+            gate_uplink: Gate::Open,
+            gate_downlink: Gate::Open,
+            mbr: None,
+            gbr: None,
+            packet_rate: None,
+            qfi: None,
+            rqi: false,
+            ppi: None,
+            averaging_window_ms: None,
+        }
+    }
+}
