@@ -1,0 +1,1 @@
+//! Allocation of TEIDs, UE addresses and SEIDs.
