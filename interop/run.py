@@ -3,7 +3,9 @@
 
     python3 interop/run.py --upf target/debug/upf
 
-Check modules: interop/pfcp.py and, when present, interop/gtpu.py. Each has a function
+Check modules: interop/pfcp.py, interop/n4_scapy.py and interop/n4_go.py (the N4 agent,
+`upf run --n4`, against a scapy client and a go-pfcp client) and, when present,
+interop/gtpu.py. Each has a function
 `checks(ctx)` returning a list of (name, function) pairs; a function takes the Context (see
 common.py) and raises common.Fail (or anything else) to fail. Prints `ok NAME` or
 `FAIL NAME: why` per check, then `interop: N passed, M failed`; writes N to
@@ -19,8 +21,8 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODULES = ["pfcp", "gtpu"]
-REQUIRED = {"pfcp"}
+MODULES = ["pfcp", "gtpu", "n4_scapy", "n4_go"]
+REQUIRED = {"pfcp", "n4_scapy", "n4_go"}
 
 
 def load_checks(ctx):
