@@ -48,7 +48,7 @@ def build(ctx):
     src = os.path.join(ctx.root, "interop", "go-smf")
     out = os.path.join(ctx.root, "target", "go-smf")
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local", CGO_ENABLED="0")
     try:
         p = subprocess.run([go_tool(), "build", "-o", out, "."], cwd=src, env=env,
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT)

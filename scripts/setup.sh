@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing upf needs on a fresh Debian machine (idempotent):
-# the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark and scapy
-# for the interoperability cross-checks.
+# the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark, scapy and Go
+# (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -10,6 +10,9 @@ apt_pkgs=()
 command -v tshark >/dev/null || apt_pkgs+=(tshark)
 command -v python3 >/dev/null || apt_pkgs+=(python3 python3-pip)
 command -v cc >/dev/null || apt_pkgs+=(build-essential)
+# Go: the tarball's /usr/local/go, else Debian's (bookworm: 1.19, enough for go-pfcp v0.0.24).
+go_bin=$(command -v go || ls /usr/local/go/bin/go /usr/lib/go-1.*/bin/go 2>/dev/null | tail -n 1 || true)
+[[ -n $go_bin ]] || apt_pkgs+=(golang-go)
 if ((${#apt_pkgs[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
@@ -31,4 +34,12 @@ command -v cargo-fuzz >/dev/null || cargo +"$toolchain" install cargo-fuzz --loc
 
 python3 -c 'import scapy, sys; sys.exit(scapy.VERSION != "2.8.0")' 2>/dev/null \
   || python3 -m pip install --quiet --root-user-action=ignore 'scapy==2.8.0'
+
+# The go-pfcp client: fetch its modules (pinned by interop/go-smf/go.sum) and build it once,
+# so that the interop run only rebuilds from the cache. GOTOOLCHAIN=local: never download a
+# newer Go toolchain than the one installed.
+go_bin=${go_bin:-$(command -v go || echo /usr/bin/go)}
+"$go_bin" version
+mkdir -p target
+(cd interop/go-smf && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 "$go_bin" build -o ../../target/go-smf .)
 echo "setup: ok"

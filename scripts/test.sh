@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: format, lints, unit/property/scenario tests,
-# cross-checks against scapy and tshark, and a short fuzz run of every target.
+# cross-checks against scapy, tshark and go-pfcp (the N4 agent run as `upf run --n4`), and a
+# short fuzz run of every target.
 # FUZZ_SECONDS (default 20) bounds each fuzz target's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
-step "interop: scapy and tshark"
+step "interop: scapy, tshark and go-pfcp (codecs; the N4 agent as \`upf run\`)"
 cargo build --quiet --bin upf
 python3 interop/run.py --upf target/debug/upf
 step "fuzz smoke"
