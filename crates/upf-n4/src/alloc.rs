@@ -1,1 +1,602 @@
-//! Allocation of TEIDs, UE addresses and SEIDs.
+//! Allocation of TEIDs (F-TEID CHOOSE, TS 29.244 §5.5.3), UE addresses (CHV4/CHV6, §5.21) and
+//! local SEIDs. Freed values go to the back of the line, so that a late packet or message of a
+//! released session does not reach the next one to get its TEID or address.
+
+use std::collections::{HashSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use upf_rules::{Seid, Teid};
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocError {
+    /// Every value of the pool is in use.
+    Exhausted,
+    /// No pool is configured for this DNN / network instance / address family.
+    NoPool,
+    /// The static value asked for is in use already, or outside the allocator's range.
+    Conflict,
+}
+
+/// TEIDs from an inclusive range (never 0, TS 29.281 §5.1). Live TEIDs are a hash set (about
+/// 8 bytes each at 1M); fresh values come from a cursor that sweeps the range once before any
+/// freed value is reused.
+#[derive(Debug)]
+pub struct TeidAllocator {
+    first: u32,
+    last: u32,
+    cursor: u64,
+    live: HashSet<u32>,
+    freed: VecDeque<u32>,
+}
+
+impl TeidAllocator {
+    pub fn new(first: u32, last: u32) -> Self {
+        let first = first.max(1);
+        Self {
+            first,
+            last: last.max(first),
+            cursor: u64::from(first),
+            live: HashSet::new(),
+            freed: VecDeque::new(),
+        }
+    }
+
+    fn size(&self) -> u64 {
+        u64::from(self.last) - u64::from(self.first) + 1
+    }
+
+    pub fn allocate(&mut self) -> Result<Teid, AllocError> {
+        if self.live.len() as u64 >= self.size() {
+            return Err(AllocError::Exhausted);
+        }
+        // Untouched values first (each taken at most once by the sweep) …
+        while self.cursor <= u64::from(self.last) {
+            let t = u32::try_from(self.cursor).map_err(|_| AllocError::Exhausted)?;
+            self.cursor += 1;
+            if self.live.insert(t) {
+                return Ok(Teid(t));
+            }
+        }
+        // … then the oldest freed one.
+        while let Some(t) = self.freed.pop_front() {
+            if self.live.insert(t) {
+                return Ok(Teid(t));
+            }
+        }
+        Err(AllocError::Exhausted)
+    }
+
+    pub fn reserve(&mut self, teid: Teid) -> Result<(), AllocError> {
+        if !(self.first..=self.last).contains(&teid.0) || !self.live.insert(teid.0) {
+            return Err(AllocError::Conflict);
+        }
+        Ok(())
+    }
+
+    pub fn free(&mut self, teid: Teid) -> bool {
+        let was = self.live.remove(&teid.0);
+        // Values the sweep has not reached yet need no queueing.
+        if was && u64::from(teid.0) < self.cursor {
+            self.freed.push_back(teid.0);
+        }
+        was
+    }
+
+    pub fn in_use(&self) -> usize {
+        self.live.len()
+    }
+}
+
+/// One UE address pool (TS 29.244 §5.21), optionally tied to a DNN and/or Network Instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UePoolConfig {
+    pub name: Option<String>,
+    pub dnn: Option<String>,
+    pub network_instance: Option<String>,
+    /// IPv4 network and prefix length; network and broadcast addresses are never handed out.
+    pub ipv4: Option<(Ipv4Addr, u8)>,
+    /// IPv6 pool prefix, its length, and the length of each UE's prefix (64, or 128).
+    pub ipv6: Option<(Ipv6Addr, u8, u8)>,
+}
+
+/// A bitmap over `n` slots with a next-fit cursor.
+#[derive(Debug)]
+struct Bitmap {
+    bits: Vec<u64>,
+    n: u64,
+    used: u64,
+    cursor: u64,
+}
+
+impl Bitmap {
+    fn new(n: u64) -> Self {
+        Self {
+            bits: vec![0; usize::try_from(n.div_ceil(64)).unwrap_or(0)],
+            n,
+            used: 0,
+            cursor: 0,
+        }
+    }
+    fn get(&self, i: u64) -> bool {
+        let (w, b) = (usize::try_from(i / 64).unwrap_or(usize::MAX), i % 64);
+        self.bits.get(w).is_some_and(|x| x & (1 << b) != 0)
+    }
+    fn set(&mut self, i: u64, on: bool) -> bool {
+        let (w, b) = (usize::try_from(i / 64).unwrap_or(usize::MAX), i % 64);
+        let Some(x) = self.bits.get_mut(w) else {
+            return false;
+        };
+        let was = *x & (1 << b) != 0;
+        if was != on {
+            *x ^= 1 << b;
+            if on {
+                self.used += 1;
+            } else {
+                self.used -= 1;
+            }
+        }
+        was != on
+    }
+    /// Next free slot at or after the cursor (wrapping); skips whole full words.
+    fn take(&mut self) -> Option<u64> {
+        if self.used >= self.n {
+            return None;
+        }
+        let mut i = self.cursor % self.n;
+        for _ in 0..=self.n {
+            if self.bits[usize::try_from(i / 64).ok()?] == u64::MAX && i.is_multiple_of(64) {
+                i = (i + 64) % self.n;
+                continue;
+            }
+            if !self.get(i) {
+                self.set(i, true);
+                self.cursor = i + 1;
+                return Some(i);
+            }
+            i = (i + 1) % self.n;
+        }
+        None
+    }
+}
+
+#[derive(Debug)]
+struct V4Pool {
+    base: u32,
+    /// Slot i is base + 1 + i (the network address is skipped; the broadcast is not a slot).
+    map: Bitmap,
+}
+
+#[derive(Debug)]
+struct V6Pool {
+    prefix: u128,
+    pool_len: u8,
+    ue_len: u8,
+    /// Delegated prefixes (index within the pool), capped at 2^24 slots.
+    map: Bitmap,
+}
+
+#[derive(Debug)]
+struct Pool {
+    cfg: UePoolConfig,
+    v4: Option<V4Pool>,
+    v6: Option<V6Pool>,
+}
+
+/// UE address pools. An IPv4 /16 costs 8 KiB of bitmap; IPv6 pools index at most 2^24 UE
+/// prefixes (2 MiB).
+#[derive(Debug)]
+pub struct UeIpPools {
+    pools: Vec<Pool>,
+}
+
+const MAX_V6_SLOTS_LOG2: u8 = 24;
+
+fn mask_v6(a: u128, len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        a & (u128::MAX << (128 - u32::from(len)))
+    }
+}
+
+impl UeIpPools {
+    pub fn new(pools: Vec<UePoolConfig>) -> Result<Self, String> {
+        let mut out: Vec<Pool> = Vec::new();
+        for cfg in pools {
+            let name = cfg.name.clone().unwrap_or_else(|| "default".into());
+            let v4 = match cfg.ipv4 {
+                Some((net, len)) => {
+                    if !(8..=30).contains(&len) {
+                        return Err(format!(
+                            "UE pool {name}: IPv4 prefix length {len} outside 8..=30"
+                        ));
+                    }
+                    let base = u32::from(net) & (u32::MAX << (32 - u32::from(len)));
+                    let n = (1u64 << (32 - u32::from(len))) - 2;
+                    Some(V4Pool {
+                        base,
+                        map: Bitmap::new(n),
+                    })
+                }
+                None => None,
+            };
+            let v6 = match cfg.ipv6 {
+                Some((net, len, ue_len)) => {
+                    if len > 127 || ue_len > 128 || ue_len <= len {
+                        return Err(format!(
+                            "UE pool {name}: IPv6 prefix /{len} with UE prefixes /{ue_len}"
+                        ));
+                    }
+                    let bits = (ue_len - len).min(MAX_V6_SLOTS_LOG2);
+                    Some(V6Pool {
+                        prefix: mask_v6(u128::from(net), len),
+                        pool_len: len,
+                        ue_len,
+                        map: Bitmap::new(1u64 << bits),
+                    })
+                }
+                None => None,
+            };
+            if v4.is_none() && v6.is_none() {
+                return Err(format!("UE pool {name}: neither IPv4 nor IPv6 range"));
+            }
+            let p = Pool { cfg, v4, v6 };
+            for q in &out {
+                if overlaps(&p, q) {
+                    return Err(format!(
+                        "UE pool {name} overlaps pool {}",
+                        q.cfg.name.clone().unwrap_or_else(|| "default".into())
+                    ));
+                }
+            }
+            out.push(p);
+        }
+        Ok(Self { pools: out })
+    }
+
+    /// The pool for this DNN / network instance: Network Instance match first, then DNN
+    /// (case-insensitive), then a pool bound to neither.
+    fn pick(&mut self, dnn: Option<&str>, ni: Option<&str>, v6: bool) -> Option<&mut Pool> {
+        let has = |p: &Pool| if v6 { p.v6.is_some() } else { p.v4.is_some() };
+        let eq = |a: &Option<String>, b: Option<&str>| matches!((a, b), (Some(a), Some(b)) if a.eq_ignore_ascii_case(b));
+        let i = self
+            .pools
+            .iter()
+            .position(|p| has(p) && eq(&p.cfg.network_instance, ni))
+            .or_else(|| {
+                self.pools
+                    .iter()
+                    .position(|p| has(p) && eq(&p.cfg.dnn, dnn))
+            })
+            .or_else(|| {
+                self.pools
+                    .iter()
+                    .position(|p| has(p) && p.cfg.dnn.is_none() && p.cfg.network_instance.is_none())
+            })?;
+        self.pools.get_mut(i)
+    }
+
+    pub fn allocate_v4(
+        &mut self,
+        dnn: Option<&str>,
+        network_instance: Option<&str>,
+    ) -> Result<Ipv4Addr, AllocError> {
+        let pool = self
+            .pick(dnn, network_instance, false)
+            .ok_or(AllocError::NoPool)?;
+        let v4 = pool.v4.as_mut().ok_or(AllocError::NoPool)?;
+        let i = v4.map.take().ok_or(AllocError::Exhausted)?;
+        let off = u32::try_from(i + 1).map_err(|_| AllocError::Exhausted)?;
+        Ok(Ipv4Addr::from(v4.base + off))
+    }
+
+    pub fn allocate_v6(
+        &mut self,
+        dnn: Option<&str>,
+        network_instance: Option<&str>,
+    ) -> Result<(Ipv6Addr, u8), AllocError> {
+        let pool = self
+            .pick(dnn, network_instance, true)
+            .ok_or(AllocError::NoPool)?;
+        let v6 = pool.v6.as_mut().ok_or(AllocError::NoPool)?;
+        let i = v6.map.take().ok_or(AllocError::Exhausted)?;
+        let shift = 128 - u32::from(v6.ue_len);
+        let addr = v6.prefix | (u128::from(i) << shift);
+        // A single address (/128) must not be the all-zero subnet-router anycast one.
+        let addr = if v6.ue_len == 128 { addr + 1 } else { addr };
+        Ok((Ipv6Addr::from(addr), v6.ue_len))
+    }
+
+    fn slot(&self, addr: IpAddr) -> Option<(usize, bool, u64)> {
+        for (n, p) in self.pools.iter().enumerate() {
+            match addr {
+                IpAddr::V4(a) => {
+                    if let Some(v4) = &p.v4 {
+                        let a = u32::from(a);
+                        if a > v4.base && u64::from(a - v4.base) <= v4.map.n {
+                            return Some((n, false, u64::from(a - v4.base - 1)));
+                        }
+                    }
+                }
+                IpAddr::V6(a) => {
+                    if let Some(v6) = &p.v6 {
+                        let mut a = u128::from(a);
+                        if mask_v6(a, v6.pool_len) == v6.prefix {
+                            if v6.ue_len == 128 {
+                                a = a.wrapping_sub(1);
+                            }
+                            let i = (a ^ v6.prefix) >> (128 - u32::from(v6.ue_len));
+                            if let Ok(i) = u64::try_from(i) {
+                                if i < v6.map.n {
+                                    return Some((n, true, i));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn map_mut(&mut self, n: usize, v6: bool) -> Option<&mut Bitmap> {
+        let p = self.pools.get_mut(n)?;
+        if v6 {
+            p.v6.as_mut().map(|x| &mut x.map)
+        } else {
+            p.v4.as_mut().map(|x| &mut x.map)
+        }
+    }
+
+    pub fn free(&mut self, addr: IpAddr) -> bool {
+        let Some((n, v6, i)) = self.slot(addr) else {
+            return false;
+        };
+        self.map_mut(n, v6).is_some_and(|m| m.set(i, false))
+    }
+
+    pub fn reserve(&mut self, addr: IpAddr) -> Result<(), AllocError> {
+        let Some((n, v6, i)) = self.slot(addr) else {
+            return Ok(());
+        };
+        match self.map_mut(n, v6).map(|m| m.set(i, true)) {
+            Some(true) => Ok(()),
+            _ => Err(AllocError::Conflict),
+        }
+    }
+
+    pub fn usage(&self) -> Vec<(String, u64, u64)> {
+        self.pools
+            .iter()
+            .map(|p| {
+                let name = p.cfg.name.clone().unwrap_or_else(|| "default".into());
+                let maps = [p.v4.as_ref().map(|x| &x.map), p.v6.as_ref().map(|x| &x.map)];
+                let used = maps.iter().flatten().map(|m| m.used).sum();
+                let cap = maps
+                    .iter()
+                    .flatten()
+                    .fold(0u64, |a, m| a.saturating_add(m.n));
+                (name, used, cap)
+            })
+            .collect()
+    }
+}
+
+fn overlaps(a: &Pool, b: &Pool) -> bool {
+    let v4 = match (&a.v4, &b.v4) {
+        (Some(x), Some(y)) => {
+            let (xe, ye) = (
+                u64::from(x.base) + x.map.n + 1,
+                u64::from(y.base) + y.map.n + 1,
+            );
+            u64::from(x.base) <= ye && u64::from(y.base) <= xe
+        }
+        _ => false,
+    };
+    let v6 = match (&a.v6, &b.v6) {
+        (Some(x), Some(y)) => {
+            let len = x.pool_len.min(y.pool_len);
+            mask_v6(x.prefix, len) == mask_v6(y.prefix, len)
+        }
+        _ => false,
+    };
+    v4 || v6
+}
+
+/// Local SEIDs: a counter from 1 (SEID 0 is what an establishment's header carries); freed
+/// ones are reused only after the 64-bit counter wraps, i.e. never in practice.
+#[derive(Debug, Default)]
+pub struct SeidAllocator {
+    next: u64,
+    live: HashSet<u64>,
+}
+
+impl SeidAllocator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn allocate(&mut self) -> Seid {
+        loop {
+            self.next = self.next.wrapping_add(1).max(1);
+            if self.live.insert(self.next) {
+                return Seid(self.next);
+            }
+        }
+    }
+
+    pub fn free(&mut self, seid: Seid) {
+        self.live.remove(&seid.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pool(dnn: Option<&str>, v4: &str, len: u8) -> UePoolConfig {
+        UePoolConfig {
+            name: dnn.map(Into::into),
+            dnn: dnn.map(Into::into),
+            network_instance: None,
+            ipv4: Some((v4.parse().unwrap(), len)),
+            ipv6: None,
+        }
+    }
+
+    #[test]
+    fn teids_are_unique_nonzero_and_not_reused_at_once() {
+        let mut a = TeidAllocator::new(0, 3);
+        let got: Vec<u32> = (0..3).map(|_| a.allocate().unwrap().0).collect();
+        assert_eq!(got, [1, 2, 3]);
+        assert_eq!(a.allocate(), Err(AllocError::Exhausted));
+        assert!(a.free(Teid(2)));
+        assert!(!a.free(Teid(2)));
+        assert_eq!(a.allocate(), Ok(Teid(2)));
+        let mut b = TeidAllocator::new(1, 100);
+        let t = b.allocate().unwrap();
+        b.free(t);
+        assert_ne!(
+            b.allocate().unwrap(),
+            t,
+            "a freed TEID waits for the sweep to end"
+        );
+        assert_eq!(b.reserve(Teid(50)), Ok(()));
+        assert_eq!(b.reserve(Teid(50)), Err(AllocError::Conflict));
+        assert_eq!(b.reserve(Teid(500)), Err(AllocError::Conflict));
+        assert!((0..97).all(|_| b.allocate().map(|t| t.0 != 50).unwrap_or(false)));
+    }
+
+    #[test]
+    fn v4_pool_skips_network_and_broadcast_and_exhausts() {
+        let mut p = UeIpPools::new(vec![pool(None, "10.0.0.0", 30)]).unwrap();
+        assert_eq!(p.allocate_v4(None, None), Ok("10.0.0.1".parse().unwrap()));
+        assert_eq!(p.allocate_v4(None, None), Ok("10.0.0.2".parse().unwrap()));
+        assert_eq!(p.allocate_v4(None, None), Err(AllocError::Exhausted));
+        assert!(p.free("10.0.0.1".parse().unwrap()));
+        assert!(!p.free("10.0.0.1".parse().unwrap()));
+        assert_eq!(p.reserve("10.0.0.1".parse().unwrap()), Ok(()));
+        assert_eq!(
+            p.reserve("10.0.0.1".parse().unwrap()),
+            Err(AllocError::Conflict)
+        );
+        assert_eq!(
+            p.reserve("192.0.2.1".parse().unwrap()),
+            Ok(()),
+            "outside every pool"
+        );
+        assert_eq!(p.usage(), vec![("default".into(), 2, 2)]);
+    }
+
+    #[test]
+    fn pools_chosen_by_network_instance_then_dnn_then_default() {
+        let mut ims = pool(Some("ims"), "10.1.0.0", 24);
+        ims.network_instance = Some("n6-ims".into());
+        let mut p = UeIpPools::new(vec![
+            pool(None, "10.0.0.0", 24),
+            ims,
+            pool(Some("internet"), "10.2.0.0", 24),
+        ])
+        .unwrap();
+        assert_eq!(
+            p.allocate_v4(Some("Internet"), None).unwrap().octets()[1],
+            2
+        );
+        assert_eq!(p.allocate_v4(None, Some("n6-ims")).unwrap().octets()[1], 1);
+        assert_eq!(p.allocate_v4(Some("other"), None).unwrap().octets()[1], 0);
+        assert_eq!(p.allocate_v6(None, None), Err(AllocError::NoPool));
+        let mut only = UeIpPools::new(vec![pool(Some("internet"), "10.2.0.0", 24)]).unwrap();
+        assert_eq!(only.allocate_v4(Some("ims"), None), Err(AllocError::NoPool));
+    }
+
+    #[test]
+    fn bad_pools_refused() {
+        assert!(UeIpPools::new(vec![
+            pool(None, "10.0.0.0", 16),
+            pool(Some("x"), "10.0.5.0", 24)
+        ])
+        .is_err());
+        assert!(UeIpPools::new(vec![pool(None, "10.0.0.0", 31)]).is_err());
+        let v6 = |len, ue| UePoolConfig {
+            name: None,
+            dnn: None,
+            network_instance: None,
+            ipv4: None,
+            ipv6: Some(("2001:db8::".parse().unwrap(), len, ue)),
+        };
+        assert!(UeIpPools::new(vec![v6(64, 48)]).is_err());
+        assert!(UeIpPools::new(vec![v6(48, 64)]).is_ok());
+    }
+
+    #[test]
+    fn v6_prefixes() {
+        let cfg = UePoolConfig {
+            name: None,
+            dnn: None,
+            network_instance: None,
+            ipv4: None,
+            ipv6: Some(("2001:db8:60::".parse().unwrap(), 48, 64)),
+        };
+        let mut p = UeIpPools::new(vec![cfg]).unwrap();
+        let (a, len) = p.allocate_v6(None, None).unwrap();
+        let (b, _) = p.allocate_v6(None, None).unwrap();
+        assert_eq!((a, len), ("2001:db8:60::".parse().unwrap(), 64));
+        assert_eq!(b, "2001:db8:60:1::".parse::<Ipv6Addr>().unwrap());
+        assert!(p.free(b.into()));
+        assert_eq!(
+            p.reserve("2001:db8:60:1::".parse::<Ipv6Addr>().unwrap().into()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn seids() {
+        let mut s = SeidAllocator::new();
+        let a = s.allocate();
+        let b = s.allocate();
+        assert!(a.0 != 0 && a != b);
+        s.free(a);
+        assert_ne!(s.allocate(), a);
+    }
+
+    proptest! {
+        /// Whatever the sequence of allocations and frees, no address is handed out twice
+        /// while in use and the counts agree.
+        #[test]
+        fn v4_pool_never_double_allocates(ops in proptest::collection::vec(any::<(bool, u8)>(), 0..300)) {
+            let mut p = UeIpPools::new(vec![pool(None, "10.0.0.0", 26)]).unwrap();
+            let mut live: Vec<Ipv4Addr> = Vec::new();
+            for (alloc, k) in ops {
+                if alloc || live.is_empty() {
+                    match p.allocate_v4(None, None) {
+                        Ok(a) => { prop_assert!(!live.contains(&a)); live.push(a); }
+                        Err(e) => { prop_assert_eq!(e, AllocError::Exhausted); prop_assert_eq!(live.len(), 62); }
+                    }
+                } else {
+                    let a = live.swap_remove(usize::from(k) % live.len());
+                    prop_assert!(p.free(a.into()));
+                }
+                prop_assert_eq!(p.usage()[0].1, live.len() as u64);
+            }
+        }
+
+        #[test]
+        fn teids_never_double_allocate(ops in proptest::collection::vec(any::<(bool, u8)>(), 0..300)) {
+            let mut a = TeidAllocator::new(1, 40);
+            let mut live: Vec<Teid> = Vec::new();
+            for (alloc, k) in ops {
+                if alloc || live.is_empty() {
+                    match a.allocate() {
+                        Ok(t) => { prop_assert!(t.0 != 0 && !live.contains(&t)); live.push(t); }
+                        Err(_) => prop_assert_eq!(live.len(), 40),
+                    }
+                } else {
+                    let t = live.swap_remove(usize::from(k) % live.len());
+                    prop_assert!(a.free(t));
+                }
+                prop_assert_eq!(a.in_use(), live.len());
+            }
+        }
+    }
+}

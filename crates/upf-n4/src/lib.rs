@@ -1,8 +1,19 @@
 //! The N4 agent: the PFCP procedures of TS 29.244 a UP function owes its SMFs, without I/O.
 //! Datagrams go in with `handle_datagram(now, peer, bytes)`, datagrams to send come out of
-//! `poll_transmit`, timers are `poll_timeout` / `handle_timeout(now)`. Sessions reach the
-//! data path through `upf_rules::Datapath`.
+//! `poll_transmit`, timers are `poll_timeout` / `handle_timeout(now)`, and what happened comes
+//! out of `poll_event`. Sessions reach the data path through `upf_rules::Datapath`.
 #![forbid(unsafe_code)]
 
+mod agent;
 pub mod alloc;
+mod config;
+pub mod convert;
+mod reject;
 pub mod reliability;
+mod report;
+mod session;
+pub mod smf;
+
+pub use agent::{Agent, Event, Stats, Transmit};
+pub use config::{AllowedPeer, Config, Limits, TunnelAddrs};
+pub use reject::Reject;

@@ -19,4 +19,4 @@ pub use cause::Cause;
 pub use codec::{IeValue, List, Multi};
 pub use error::{DecodeError, ErrorKind};
 pub use header::Header;
-pub use message::{decode_all, message_name, Message, MessageError, Pdu};
+pub use message::{decode_all, is_request_type, message_name, Message, MessageError, Pdu};

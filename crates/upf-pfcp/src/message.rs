@@ -98,10 +98,19 @@ impl Message {
     pub fn is_session_message(&self) -> bool {
         self.message_type() >= 50
     }
-    /// Requests have odd message types, except Version Not Supported Response (11).
+    /// Whether this is a request (Table 7.3-1: node requests have odd types, except Version
+    /// Not Supported Response (11); session requests have even ones).
     pub fn is_request(&self) -> bool {
-        let t = self.message_type();
-        t % 2 == 1 && t != 11
+        is_request_type(self.message_type())
+    }
+}
+
+/// Whether a message type is a request's, TS 29.244 Table 7.3-1.
+pub fn is_request_type(t: u8) -> bool {
+    match t {
+        1..=10 | 12..=49 => t % 2 == 1,
+        11 => false,
+        _ => t.is_multiple_of(2),
     }
 }
 

@@ -3,3 +3,4 @@
 
 pub mod decode;
 pub mod pcap;
+pub mod run;

@@ -1,0 +1,914 @@
+//! The agent: state, the datagram dispatcher, timers and the node procedures (association,
+//! heartbeat, node report; TS 29.244 §6.2). Session procedures are in `session.rs`, reports
+//! to the SMF in `report.rs`.
+
+use crate::alloc::{SeidAllocator, TeidAllocator, UeIpPools};
+use crate::config::{AllowedPeer, Config};
+use crate::reject::Reject;
+use crate::reliability::{Outstanding, ResponseCache};
+use crate::session::SessionCtx;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+use upf_pfcp::header::RawMessage;
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::{Cause, ErrorKind, Header, Message, MessageError, Pdu};
+use upf_rules::{Datapath, Seid};
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    pub dest: SocketAddr,
+    pub payload: Vec<u8>,
+}
+
+/// Something worth logging or counting that happened inside the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    AssociationUp {
+        node: NodeId,
+        peer: SocketAddr,
+    },
+    AssociationDown {
+        node: NodeId,
+        reason: &'static str,
+    },
+    /// The peer's Recovery Time Stamp changed: it restarted and its sessions were released.
+    PeerRestarted {
+        node: NodeId,
+        sessions_released: usize,
+    },
+    SessionEstablished {
+        seid: Seid,
+    },
+    SessionDeleted {
+        seid: Seid,
+        reason: &'static str,
+    },
+    /// A request was refused (the response carries the reason too).
+    Rejected {
+        message_type: u8,
+        peer: SocketAddr,
+        reject: Reject,
+    },
+    /// A request of ours went unanswered after N1 retransmissions.
+    RequestGivenUp {
+        message_type: u8,
+        peer: SocketAddr,
+    },
+    /// Something arrived that is dropped without an answer (a response nobody waited for,
+    /// an unknown message type, bytes that are not PFCP).
+    Dropped {
+        peer: SocketAddr,
+        why: &'static str,
+    },
+}
+
+/// Counters for metrics; the agent only ever increments them.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Messages received, by message type.
+    pub received: [u64; 64],
+    /// Responses sent, by cause value.
+    pub causes_sent: [u64; 256],
+    pub retransmissions_answered: u64,
+    pub retransmissions_sent: u64,
+    pub requests_given_up: u64,
+    pub dropped: u64,
+    pub reports_dropped: u64,
+    pub internal_errors: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            received: [0; 64],
+            causes_sent: [0; 256],
+            retransmissions_answered: 0,
+            retransmissions_sent: 0,
+            requests_given_up: 0,
+            dropped: 0,
+            reports_dropped: 0,
+            internal_errors: 0,
+        }
+    }
+}
+
+/// An established PFCP association with a CP function.
+#[derive(Debug, Clone)]
+pub(crate) struct Association {
+    /// Where the peer's messages come from, and ours go.
+    pub addr: SocketAddr,
+    pub recovery: u32,
+    pub next_heartbeat: Instant,
+    pub heartbeat_pending: bool,
+}
+
+/// The context of a request this node sent, for when its response (or silence) comes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pending {
+    Heartbeat(NodeId),
+    AssociationSetup(SocketAddr),
+    SessionReport(Seid),
+    NodeReport,
+}
+
+impl Pending {
+    fn message_type(&self) -> u8 {
+        match self {
+            Self::Heartbeat(_) => 1,
+            Self::AssociationSetup(_) => 5,
+            Self::SessionReport(_) => 56,
+            Self::NodeReport => 12,
+        }
+    }
+}
+
+/// The N4 agent. See the crate documentation.
+#[derive(Debug)]
+pub struct Agent<D: Datapath> {
+    pub(crate) cfg: Config,
+    pub(crate) dp: D,
+    /// `now` at construction and the NTP time (seconds) it corresponds to.
+    epoch: (Instant, u32),
+    pub(crate) assocs: HashMap<NodeId, Association>,
+    pub(crate) sessions: HashMap<Seid, SessionCtx>,
+    /// (CP address, CP SEID) → our SEID, to spot a re-sent establishment (§6.3.2.x).
+    pub(crate) by_cp: HashMap<(IpAddr, u64), Seid>,
+    pub(crate) seids: SeidAllocator,
+    pub(crate) teids: TeidAllocator,
+    pub(crate) ue_ips: UeIpPools,
+    cache: ResponseCache,
+    pub(crate) outstanding: Outstanding<Pending>,
+    /// UP-initiated setup: when to (re)try each configured SMF not yet associated.
+    setup_due: Vec<(SocketAddr, Option<Instant>)>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    pub stats: Stats,
+}
+
+impl<D: Datapath> Agent<D> {
+    /// A new agent. `now` and `ntp_now` (NTP seconds, RFC 5905, of the same instant) anchor
+    /// every timestamp it sends; `ntp_now` is also our Recovery Time Stamp.
+    pub fn new(cfg: Config, dp: D, now: Instant, ntp_now: u32) -> Result<Self, String> {
+        let ue_ips = UeIpPools::new(cfg.ue_pools.clone())?;
+        let (first, last) = cfg.teid_range;
+        if first == 0 || first > last {
+            return Err("teid range must be non-empty and exclude 0".into());
+        }
+        Ok(Self {
+            teids: TeidAllocator::new(first, last),
+            ue_ips,
+            seids: SeidAllocator::new(),
+            cache: ResponseCache::new(cfg.limits.response_cache, cfg.response_ttl),
+            outstanding: Outstanding::new(cfg.t1, cfg.n1),
+            setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),
+            epoch: (now, ntp_now),
+            assocs: HashMap::new(),
+            sessions: HashMap::new(),
+            by_cp: HashMap::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            cfg,
+            dp,
+        })
+    }
+
+    pub fn datapath(&self) -> &D {
+        &self.dp
+    }
+    pub fn datapath_mut(&mut self) -> &mut D {
+        &mut self.dp
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+    pub fn association_count(&self) -> usize {
+        self.assocs.len()
+    }
+    /// The rules of a session, as installed.
+    pub fn session(&self, seid: Seid) -> Option<&upf_rules::Session> {
+        self.sessions.get(&seid).map(|s| &*s.rules)
+    }
+    /// Our Recovery Time Stamp.
+    pub fn recovery_time_stamp(&self) -> u32 {
+        self.epoch.1
+    }
+    /// Every associated peer's Node ID.
+    pub fn associations(&self) -> impl Iterator<Item = (&NodeId, SocketAddr)> {
+        self.assocs.iter().map(|(n, a)| (n, a.addr))
+    }
+
+    /// NTP seconds at `t`.
+    pub(crate) fn ntp(&self, t: Instant) -> u32 {
+        let (i0, n0) = self.epoch;
+        let secs = if t >= i0 {
+            i64::try_from(t.duration_since(i0).as_secs()).unwrap_or(i64::MAX)
+        } else {
+            -i64::try_from(i0.duration_since(t).as_secs()).unwrap_or(i64::MAX)
+        };
+        // NTP era wrap-around is the arithmetic's business (RFC 5905 §6).
+        u32::try_from(i64::from(n0).wrapping_add(secs).rem_euclid(1 << 32)).unwrap_or(0)
+    }
+
+    // ---- output ----------------------------------------------------------------------
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    pub(crate) fn event(&mut self, e: Event) {
+        // Bounded: a driver that never polls events must not make memory grow.
+        if self.events.len() < 4096 {
+            self.events.push_back(e);
+        }
+    }
+
+    /// When `handle_timeout` should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let hb = self
+            .assocs
+            .values()
+            .filter(|a| !a.heartbeat_pending)
+            .map(|a| a.next_heartbeat);
+        let setup = self.setup_due.iter().filter_map(|(_, t)| *t);
+        [self.outstanding.next_timeout(), self.cache.next_expiry()]
+            .into_iter()
+            .flatten()
+            .chain(hb)
+            .chain(setup)
+            .min()
+    }
+
+    /// Runs the timers due at `now`: retransmissions, heartbeats, UP-initiated association
+    /// setup, response-cache expiry; and drains the data path's events into reports.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.cache.expire(now);
+        let mut resend = Vec::new();
+        let given_up = self.outstanding.handle_timeout(now, |peer, bytes| {
+            resend.push(Transmit {
+                dest: peer,
+                payload: bytes.to_vec(),
+            })
+        });
+        self.stats.retransmissions_sent += resend.len() as u64;
+        self.transmits.extend(resend);
+        for (peer, _seq, ctx) in given_up {
+            self.stats.requests_given_up += 1;
+            self.event(Event::RequestGivenUp {
+                message_type: ctx.message_type(),
+                peer,
+            });
+            self.request_given_up(now, ctx);
+        }
+        let due: Vec<NodeId> = self
+            .assocs
+            .iter()
+            .filter(|(_, a)| !a.heartbeat_pending && a.next_heartbeat <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for node in due {
+            self.send_heartbeat(now, node);
+        }
+        for i in 0..self.setup_due.len() {
+            if let (smf, Some(t)) = self.setup_due[i] {
+                if t <= now {
+                    self.setup_due[i].1 = None;
+                    self.send_association_setup(now, smf);
+                }
+            }
+        }
+        self.handle_datapath_events(now);
+    }
+
+    fn request_given_up(&mut self, now: Instant, ctx: Pending) {
+        match ctx {
+            // TS 29.244 §6.2.6.1 / TS 23.527: a peer that stops answering heartbeats is lost;
+            // its association and sessions go, with every allocation they held.
+            Pending::Heartbeat(node) => {
+                self.release_association(now, &node, "heartbeat lost");
+            }
+            Pending::AssociationSetup(smf) => {
+                let retry = now + self.cfg.heartbeat_interval;
+                if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == smf) {
+                    e.1 = Some(retry);
+                }
+            }
+            Pending::SessionReport(_) | Pending::NodeReport => {}
+        }
+    }
+
+    // ---- input -----------------------------------------------------------------------
+
+    /// Handles one datagram from `peer`: every PFCP message in it, in order.
+    pub fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8]) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            // §6.4: a retransmitted request is answered with the response sent before,
+            // without executing it again.
+            if let Ok((raw, tail)) = RawMessage::split(rest) {
+                if upf_pfcp::is_request_type(raw.message_type) {
+                    if let Some(resp) = self.cache.get(now, peer, raw.header.sequence) {
+                        let payload = resp.to_vec();
+                        self.stats.retransmissions_answered += 1;
+                        self.transmits.push_back(Transmit {
+                            dest: peer,
+                            payload,
+                        });
+                        rest = tail;
+                        continue;
+                    }
+                }
+            }
+            match Pdu::decode(rest) {
+                Ok((pdu, tail)) => {
+                    rest = tail;
+                    self.stats.received[usize::from(pdu.message.message_type() & 63)] += 1;
+                    self.handle_pdu(now, peer, pdu);
+                }
+                Err(e) => {
+                    self.handle_malformed(now, peer, rest, e);
+                    return; // the position of anything after it is unknown
+                }
+            }
+        }
+    }
+
+    fn handle_pdu(&mut self, now: Instant, peer: SocketAddr, pdu: Pdu) {
+        let Pdu { header, message } = pdu;
+        let seq = header.sequence;
+        if !message.is_request() {
+            return self.handle_response(now, peer, header, message);
+        }
+        let (seid, response) = match message {
+            Message::HeartbeatRequest(m) => (None, self.heartbeat_request(now, peer, m).into()),
+            Message::AssociationSetupRequest(m) => {
+                (None, self.association_setup_request(now, peer, m))
+            }
+            Message::AssociationUpdateRequest(m) => (None, self.association_update_request(m)),
+            Message::AssociationReleaseRequest(m) => {
+                (None, self.association_release_request(now, m))
+            }
+            Message::PfdManagementRequest(_) => (
+                None,
+                // PFDM is not advertised: the SMF should not send this (§6.2.5).
+                PfdManagementResponse {
+                    cause: Cause::SERVICE_NOT_SUPPORTED,
+                    offending_ie: None,
+                    node_id: Some(self.cfg.node_id.clone()),
+                }
+                .into(),
+            ),
+            Message::NodeReportRequest(_) => (
+                None,
+                // Node reports are sent by UP functions; a CP function's is not understood.
+                NodeReportResponse {
+                    node_id: self.cfg.node_id.clone(),
+                    cause: Cause::SERVICE_NOT_SUPPORTED,
+                    offending_ie: None,
+                }
+                .into(),
+            ),
+            Message::SessionSetDeletionRequest(m) => (None, self.session_set_deletion(now, m)),
+            Message::SessionEstablishmentRequest(m) => {
+                let (cp, resp) = self.session_establishment(now, peer, header, m);
+                (Some(cp), resp)
+            }
+            Message::SessionModificationRequest(m) => {
+                let (cp, resp) = self.session_modification(now, peer, header, m);
+                (Some(cp), resp)
+            }
+            Message::SessionDeletionRequest(_) => {
+                let (cp, resp) = self.session_deletion(now, header);
+                (Some(cp), resp)
+            }
+            Message::SessionReportRequest(_) => (
+                Some(header.seid.unwrap_or(0)),
+                // Sent by UP functions only.
+                SessionReportResponse {
+                    cause: Cause::SERVICE_NOT_SUPPORTED,
+                    offending_ie: None,
+                    update_bar: None,
+                    pfcpsrrsp_flags: None,
+                    cp_f_seid: None,
+                    alternative_smf_ip_address: None,
+                }
+                .into(),
+            ),
+            _ => {
+                self.stats.dropped += 1;
+                return self.event(Event::Dropped {
+                    peer,
+                    why: "unexpected message",
+                });
+            }
+        };
+        self.respond(now, peer, seq, seid, response);
+    }
+
+    /// Sends a response and keeps it for retransmitted requests.
+    pub(crate) fn respond(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        seq: u32,
+        seid: Option<u64>,
+        message: Message,
+    ) {
+        if let Some(c) = response_cause(&message) {
+            self.stats.causes_sent[usize::from(c.0)] += 1;
+        }
+        let pdu = Pdu {
+            header: Header {
+                follow_on: false,
+                seid,
+                sequence: seq,
+                priority: None,
+            },
+            message,
+        };
+        let payload = pdu.to_bytes();
+        self.cache.insert(now, peer, seq, payload.clone());
+        self.transmits.push_back(Transmit {
+            dest: peer,
+            payload,
+        });
+    }
+
+    /// Sends a request of ours and tracks it for retransmission.
+    pub(crate) fn request(
+        &mut self,
+        now: Instant,
+        dest: SocketAddr,
+        seid: Option<u64>,
+        message: Message,
+        ctx: Pending,
+    ) {
+        if self.outstanding.len() >= self.cfg.limits.pending_requests {
+            self.stats.reports_dropped += 1;
+            return;
+        }
+        let seq = self.outstanding.next_sequence();
+        let pdu = Pdu {
+            header: Header {
+                follow_on: false,
+                seid,
+                sequence: seq,
+                priority: None,
+            },
+            message,
+        };
+        let payload = pdu.to_bytes();
+        self.outstanding.sent(now, dest, seq, payload.clone(), ctx);
+        self.transmits.push_back(Transmit { dest, payload });
+    }
+
+    /// A datagram that did not decode: a request still gets a response with the cause
+    /// (TS 29.244 §7.6); anything else is dropped and counted.
+    fn handle_malformed(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8], e: MessageError) {
+        let (Some(t), Some(header)) = (e.message_type, e.header) else {
+            self.stats.dropped += 1;
+            return self.event(Event::Dropped {
+                peer,
+                why: "not a PFCP message",
+            });
+        };
+        if e.error.kind() == ErrorKind::UnsupportedVersion {
+            // §7.4.4.7: header only, with the request's sequence number.
+            let m = Message::VersionNotSupportedResponse(VersionNotSupportedResponse {});
+            return self.respond(now, peer, header.sequence, None, m);
+        }
+        let reject = Reject::from(e.error);
+        self.event(Event::Rejected {
+            message_type: t,
+            peer,
+            reject,
+        });
+        let cp_seid = |agent: &Self| -> u64 {
+            header
+                .seid
+                .and_then(|s| agent.sessions.get(&Seid(s)))
+                .map_or(0, |s| s.rules.cp_seid.0)
+        };
+        let node_id = self.cfg.node_id.clone();
+        let (seid, m): (Option<u64>, Message) = match t {
+            1 => (None, self.heartbeat_response().into()),
+            5 => (None, self.association_setup_response(reject.cause).into()),
+            7 => (
+                None,
+                AssociationUpdateResponse {
+                    node_id,
+                    cause: reject.cause,
+                    up_function_features: None,
+                    cp_function_features: None,
+                    ue_ip_address_pool_information: Default::default(),
+                }
+                .into(),
+            ),
+            9 => (
+                None,
+                AssociationReleaseResponse {
+                    node_id,
+                    cause: reject.cause,
+                }
+                .into(),
+            ),
+            3 => (
+                None,
+                PfdManagementResponse {
+                    cause: reject.cause,
+                    offending_ie: reject.offending_ie.map(OffendingIe),
+                    node_id: Some(node_id),
+                }
+                .into(),
+            ),
+            12 => (
+                None,
+                NodeReportResponse {
+                    node_id,
+                    cause: reject.cause,
+                    offending_ie: reject.offending_ie.map(OffendingIe),
+                }
+                .into(),
+            ),
+            14 => (
+                None,
+                SessionSetDeletionResponse {
+                    node_id,
+                    cause: reject.cause,
+                    offending_ie: reject.offending_ie.map(OffendingIe),
+                }
+                .into(),
+            ),
+            50 => {
+                // The CP F-SEID may well have decoded even if something else did not.
+                let cp = RawMessage::split(bytes)
+                    .ok()
+                    .and_then(|(raw, _)| find_ie::<FSeid>(raw.body, 57))
+                    .map_or(0, |f| f.seid);
+                (
+                    Some(cp),
+                    crate::session::establishment_reject(node_id, reject).into(),
+                )
+            }
+            52 => (
+                Some(cp_seid(self)),
+                crate::session::modification_reject(reject).into(),
+            ),
+            54 => (
+                Some(cp_seid(self)),
+                crate::session::deletion_reject(reject).into(),
+            ),
+            56 => (
+                Some(header.seid.unwrap_or(0)),
+                SessionReportResponse {
+                    cause: reject.cause,
+                    offending_ie: reject.offending_ie.map(OffendingIe),
+                    update_bar: None,
+                    pfcpsrrsp_flags: None,
+                    cp_f_seid: None,
+                    alternative_smf_ip_address: None,
+                }
+                .into(),
+            ),
+            _ => {
+                // A malformed response, or a message type nobody knows (§7.6: ignore).
+                self.stats.dropped += 1;
+                return self.event(Event::Dropped {
+                    peer,
+                    why: "malformed response or unknown message",
+                });
+            }
+        };
+        self.respond(now, peer, header.sequence, seid, m);
+    }
+
+    fn handle_response(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        header: Header,
+        message: Message,
+    ) {
+        let Some(ctx) = self.outstanding.answered(peer, header.sequence) else {
+            self.stats.dropped += 1;
+            return self.event(Event::Dropped {
+                peer,
+                why: "response to no outstanding request",
+            });
+        };
+        match (ctx, message) {
+            (Pending::Heartbeat(node), Message::HeartbeatResponse(m)) => {
+                self.heartbeat_answered(now, &node, m.recovery_time_stamp.0);
+            }
+            (Pending::AssociationSetup(smf), Message::AssociationSetupResponse(m)) => {
+                if m.cause.is_accepted() {
+                    self.associate(now, m.node_id, smf, m.recovery_time_stamp.0);
+                } else if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == smf) {
+                    e.1 = Some(now + self.cfg.heartbeat_interval);
+                }
+            }
+            (Pending::SessionReport(seid), Message::SessionReportResponse(m)) => {
+                self.session_report_answered(now, seid, m);
+            }
+            (Pending::NodeReport, Message::NodeReportResponse(_)) => {}
+            _ => {
+                self.stats.dropped += 1;
+                self.event(Event::Dropped {
+                    peer,
+                    why: "response of the wrong type",
+                });
+            }
+        }
+    }
+
+    // ---- node procedures, TS 29.244 §6.2 ------------------------------------------------
+
+    fn heartbeat_response(&self) -> HeartbeatResponse {
+        HeartbeatResponse {
+            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+        }
+    }
+
+    /// §6.2.2: answered for anyone; from an associated peer, a changed Recovery Time Stamp
+    /// means it restarted.
+    fn heartbeat_request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        m: HeartbeatRequest,
+    ) -> HeartbeatResponse {
+        let node = self
+            .assocs
+            .iter()
+            .find(|(_, a)| a.addr == peer)
+            .map(|(n, _)| n.clone());
+        if let Some(node) = node {
+            self.heartbeat_answered(now, &node, m.recovery_time_stamp.0);
+        }
+        self.heartbeat_response()
+    }
+
+    fn heartbeat_answered(&mut self, now: Instant, node: &NodeId, recovery: u32) {
+        let interval = self.cfg.heartbeat_interval;
+        let Some(a) = self.assocs.get_mut(node) else {
+            return;
+        };
+        a.heartbeat_pending = false;
+        a.next_heartbeat = now + interval;
+        if a.recovery != recovery {
+            a.recovery = recovery;
+            self.peer_restarted(now, node);
+        }
+    }
+
+    fn send_heartbeat(&mut self, now: Instant, node: NodeId) {
+        let Some(a) = self.assocs.get_mut(&node) else {
+            return;
+        };
+        a.heartbeat_pending = true;
+        let dest = a.addr;
+        let m = HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            source_ip_address: None,
+        };
+        self.request(now, dest, None, m.into(), Pending::Heartbeat(node));
+    }
+
+    fn allowed(&self, node: &NodeId, peer: SocketAddr) -> bool {
+        self.cfg.allowed_peers.is_empty()
+            || self.cfg.allowed_peers.iter().any(|a| match a {
+                AllowedPeer::Node(n) => n == node,
+                AllowedPeer::Addr(ip) => *ip == peer.ip(),
+            })
+    }
+
+    fn association_setup_response(&self, cause: Cause) -> AssociationSetupResponse {
+        AssociationSetupResponse {
+            node_id: self.cfg.node_id.clone(),
+            cause,
+            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            up_function_features: Some(self.cfg.features),
+            cp_function_features: None,
+            user_plane_ip_resource_information: Default::default(),
+            alternative_smf_ip_addresses: Default::default(),
+            smf_set_id: None,
+            pfcpasrsp_flags: None,
+            ue_ip_address_pool_information: Default::default(),
+        }
+    }
+
+    /// §6.2.6.3 (CP-initiated setup). A setup from a node already associated replaces the
+    /// association; with a new Recovery Time Stamp the peer restarted (§6.2.6.2.2 / TS 23.527
+    /// §4.3): its old sessions are released.
+    fn association_setup_request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        m: AssociationSetupRequest,
+    ) -> Message {
+        let node = m.node_id;
+        if !self.allowed(&node, peer) {
+            let r = Reject::new(Cause::REQUEST_REJECTED, "peer not in the allow-list");
+            self.event(Event::Rejected {
+                message_type: 5,
+                peer,
+                reject: r,
+            });
+            return self.association_setup_response(r.cause).into();
+        }
+        if !self.assocs.contains_key(&node) && self.assocs.len() >= self.cfg.limits.associations {
+            let r = Reject::new(Cause::NO_RESOURCES_AVAILABLE, "association limit reached");
+            self.event(Event::Rejected {
+                message_type: 5,
+                peer,
+                reject: r,
+            });
+            return self.association_setup_response(r.cause).into();
+        }
+        self.associate(now, node, peer, m.recovery_time_stamp.0);
+        self.association_setup_response(Cause::REQUEST_ACCEPTED)
+            .into()
+    }
+
+    fn associate(&mut self, now: Instant, node: NodeId, peer: SocketAddr, recovery: u32) {
+        let next_heartbeat = now + self.cfg.heartbeat_interval;
+        let previous = self.assocs.insert(
+            node.clone(),
+            Association {
+                addr: peer,
+                recovery,
+                next_heartbeat,
+                heartbeat_pending: false,
+            },
+        );
+        if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == peer) {
+            e.1 = None;
+        }
+        match previous {
+            Some(old) if old.recovery != recovery => self.peer_restarted(now, &node),
+            Some(_) => {}
+            None => self.event(Event::AssociationUp { node, peer }),
+        }
+    }
+
+    fn peer_restarted(&mut self, now: Instant, node: &NodeId) {
+        let n = self.release_sessions_of(now, node, "peer restarted");
+        self.event(Event::PeerRestarted {
+            node: node.clone(),
+            sessions_released: n,
+        });
+    }
+
+    fn association_update_request(&mut self, m: AssociationUpdateRequest) -> Message {
+        let cause = if self.assocs.contains_key(&m.node_id) {
+            Cause::REQUEST_ACCEPTED
+        } else {
+            Cause::NO_ESTABLISHED_PFCP_ASSOCIATION
+        };
+        AssociationUpdateResponse {
+            node_id: self.cfg.node_id.clone(),
+            cause,
+            up_function_features: Some(self.cfg.features),
+            cp_function_features: None,
+            ue_ip_address_pool_information: Default::default(),
+        }
+        .into()
+    }
+
+    /// §6.2.8: the CP function releases the association; every session of it goes.
+    fn association_release_request(
+        &mut self,
+        now: Instant,
+        m: AssociationReleaseRequest,
+    ) -> Message {
+        let cause = if self.release_association(now, &m.node_id, "released by peer") {
+            Cause::REQUEST_ACCEPTED
+        } else {
+            Cause::NO_ESTABLISHED_PFCP_ASSOCIATION
+        };
+        AssociationReleaseResponse {
+            node_id: self.cfg.node_id.clone(),
+            cause,
+        }
+        .into()
+    }
+
+    /// Drops an association and its sessions; false if there was none.
+    pub(crate) fn release_association(
+        &mut self,
+        now: Instant,
+        node: &NodeId,
+        reason: &'static str,
+    ) -> bool {
+        let Some(a) = self.assocs.remove(node) else {
+            return false;
+        };
+        self.release_sessions_of(now, node, reason);
+        self.cache.forget_peer(a.addr);
+        for (_, ctx) in self.outstanding.cancel_peer(a.addr) {
+            if let Pending::AssociationSetup(smf) = ctx {
+                if let Some(e) = self.setup_due.iter_mut().find(|(x, _)| *x == smf) {
+                    e.1 = Some(now);
+                }
+            }
+        }
+        // An SMF we associate with ourselves is asked again.
+        if let Some(e) = self.setup_due.iter_mut().find(|(x, _)| *x == a.addr) {
+            e.1 = Some(now + self.cfg.heartbeat_interval);
+        }
+        self.event(Event::AssociationDown {
+            node: node.clone(),
+            reason,
+        });
+        true
+    }
+
+    fn send_association_setup(&mut self, now: Instant, smf: SocketAddr) {
+        let m = AssociationSetupRequest {
+            node_id: self.cfg.node_id.clone(),
+            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            up_function_features: Some(self.cfg.features),
+            cp_function_features: None,
+            user_plane_ip_resource_information: Default::default(),
+            alternative_smf_ip_addresses: Default::default(),
+            smf_set_id: None,
+            pfcp_session_retention_information: None,
+            ue_ip_address_pool_information: Default::default(),
+            pfcpasreq_flags: None,
+        };
+        self.request(now, smf, None, m.into(), Pending::AssociationSetup(smf));
+    }
+
+    /// §6.2.9.2 Node Report: user-plane path failure or recovery towards GTP-U peers, sent
+    /// to every associated CP function.
+    pub(crate) fn node_report(&mut self, now: Instant, peer: IpAddr, failed: bool) {
+        let remote = RemoteGtpuPeer {
+            ipv4: match peer {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            },
+            ipv6: match peer {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            },
+            destination_interface: None,
+            network_instance: None,
+        };
+        let peers: upf_pfcp::Multi<RemoteGtpuPeer> = [remote].into_iter().collect();
+        let m = NodeReportRequest {
+            node_id: self.cfg.node_id.clone(),
+            node_report_type: if failed {
+                NodeReportType::UPFR
+            } else {
+                NodeReportType::UPRR
+            },
+            user_plane_path_failure_report: failed.then(|| UserPlanePathFailureReport {
+                remote_gtpu_peers: peers.clone(),
+            }),
+            user_plane_path_recovery_report: (!failed).then(|| UserPlanePathRecoveryReport {
+                remote_gtpu_peers: peers,
+            }),
+        };
+        let dests: Vec<SocketAddr> = self.assocs.values().map(|a| a.addr).collect();
+        for d in dests {
+            self.request(now, d, None, m.clone().into(), Pending::NodeReport);
+        }
+    }
+}
+
+/// The Cause of a response message.
+fn response_cause(m: &Message) -> Option<Cause> {
+    Some(match m {
+        Message::PfdManagementResponse(m) => m.cause,
+        Message::AssociationSetupResponse(m) => m.cause,
+        Message::AssociationUpdateResponse(m) => m.cause,
+        Message::AssociationReleaseResponse(m) => m.cause,
+        Message::NodeReportResponse(m) => m.cause,
+        Message::SessionSetDeletionResponse(m) => m.cause,
+        Message::SessionEstablishmentResponse(m) => m.cause,
+        Message::SessionModificationResponse(m) => m.cause,
+        Message::SessionDeletionResponse(m) => m.cause,
+        Message::SessionReportResponse(m) => m.cause,
+        _ => return None,
+    })
+}
+
+/// The first top-level IE of `ie_type` in a message body, if it decodes.
+fn find_ie<T: upf_pfcp::IeValue>(body: &[u8], ie_type: u16) -> Option<T> {
+    upf_pfcp::tlv::TlvIter::new(body)
+        .map_while(Result::ok)
+        .find(|ie| ie.ie_type == ie_type && ie.enterprise_id.is_none())
+        .and_then(|ie| T::decode(ie.value).ok())
+}

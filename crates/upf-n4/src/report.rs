@@ -1,0 +1,180 @@
+//! What the UP function tells the SMF unasked: Session Report Requests (TS 29.244 §6.3.5 /
+//! §7.5.8) built from data-path events, and Usage Reports in every message that carries them.
+
+use crate::agent::{Agent, Event, Pending};
+use crate::session::SessionCtx;
+use std::time::Instant;
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::{Cause, List, Multi};
+use upf_rules::{Datapath, DatapathEvent, InstallFlags, Seid, UsageReport as Usage};
+
+impl<D: Datapath> Agent<D> {
+    /// A data-path usage report as a PFCP Usage Report IE (§7.5.8.3), numbered per URR.
+    pub(crate) fn usage_report(
+        &self,
+        ctx: &mut SessionCtx,
+        u: &Usage,
+        query_ref: Option<QueryUrrReference>,
+    ) -> UsageReport {
+        let seqn = match ctx.ur_seqn.iter_mut().find(|(id, _)| *id == u.urr) {
+            Some((_, n)) => {
+                *n = n.wrapping_add(1);
+                *n - 1
+            }
+            None => {
+                ctx.ur_seqn.push((u.urr, 1));
+                0
+            }
+        };
+        let v = u.volume;
+        UsageReport {
+            urr_id: UrrId(u.urr.0),
+            ur_seqn: UrSeqn(seqn),
+            usage_report_trigger: UsageReportTrigger(u.trigger.0),
+            start_time: u.start.map(|t| StartTime(self.ntp(t))),
+            end_time: Some(EndTime(self.ntp(u.end))),
+            volume_measurement: Some(VolumeMeasurement {
+                total_volume: Some(v.total_bytes),
+                uplink_volume: Some(v.uplink_bytes),
+                downlink_volume: Some(v.downlink_bytes),
+                total_packets: Some(v.total_packets),
+                uplink_packets: Some(v.uplink_packets),
+                downlink_packets: Some(v.downlink_packets),
+            }),
+            duration_measurement: Some(DurationMeasurement(
+                u32::try_from(u.duration.as_secs()).unwrap_or(u32::MAX),
+            )),
+            time_of_first_packet: u.first_packet.map(|t| TimeOfFirstPacket(self.ntp(t))),
+            time_of_last_packet: u.last_packet.map(|t| TimeOfLastPacket(self.ntp(t))),
+            usage_information: None,
+            query_urr_reference: query_ref,
+            ue_ip_address: None,
+            network_instance: None,
+        }
+    }
+
+    /// Turns every pending data-path event into a report to the SMF (or a Node Report).
+    pub fn handle_datapath_events(&mut self, now: Instant) {
+        while let Some(e) = self.dp.poll_event() {
+            self.datapath_event(now, e);
+        }
+    }
+
+    fn datapath_event(&mut self, now: Instant, e: DatapathEvent) {
+        let (seid, report_type) = match &e {
+            DatapathEvent::PeerUnreachable { peer } => return self.node_report(now, *peer, true),
+            DatapathEvent::PeerRestored { peer } => return self.node_report(now, *peer, false),
+            DatapathEvent::Usage(u) => (u.seid, ReportType::USAR),
+            DatapathEvent::DownlinkData { seid, .. } => (*seid, ReportType::DLDR),
+            DatapathEvent::ErrorIndication { seid, .. } => (*seid, ReportType::ERIR),
+            DatapathEvent::Inactive { seid } => (*seid, ReportType::UPIR),
+        };
+        let Some(mut ctx) = self.sessions.remove(&seid) else {
+            return;
+        };
+        let mut m = SessionReportRequest {
+            report_type,
+            downlink_data_report: None,
+            usage_reports: List::new(),
+            error_indication_report: None,
+            load_control_information: None,
+            overload_control_information: None,
+            pfcpsrreq_flags: None,
+            old_cp_f_seid: None,
+        };
+        match e {
+            DatapathEvent::Usage(u) => m.usage_reports.push(self.usage_report(&mut ctx, &u, None)),
+            DatapathEvent::DownlinkData { pdr, qfi, ppi, .. } => {
+                let info =
+                    (qfi.is_some() || ppi.is_some()).then_some(DownlinkDataServiceInformation {
+                        paging_policy_indication: ppi,
+                        qfi: qfi.map(|q| q.0),
+                    });
+                m.downlink_data_report = Some(DownlinkDataReport {
+                    pdr_ids: [PdrId(pdr.0)].into_iter().collect(),
+                    downlink_data_service_information: info.into_iter().collect(),
+                });
+            }
+            DatapathEvent::ErrorIndication { teid, peer, .. } => {
+                let (ipv4, ipv6) = match peer {
+                    std::net::IpAddr::V4(a) => (Some(a), None),
+                    std::net::IpAddr::V6(a) => (None, Some(a)),
+                };
+                let f: Multi<FTeid> = [FTeid::Assigned {
+                    teid: teid.0,
+                    ipv4,
+                    ipv6,
+                }]
+                .into_iter()
+                .collect();
+                m.error_indication_report = Some(ErrorIndicationReport { remote_f_teids: f });
+            }
+            _ => {}
+        }
+        let (dest, cp_seid) = (ctx.peer, ctx.rules.cp_seid.0);
+        self.sessions.insert(seid, ctx);
+        self.request(
+            now,
+            dest,
+            Some(cp_seid),
+            m.into(),
+            Pending::SessionReport(seid),
+        );
+    }
+
+    /// §6.3.5: the SMF's answer to a Session Report Request. "Session context not found"
+    /// means the SMF has forgotten the session, so it is released here too; Update BAR and
+    /// DROBU change the installed session.
+    pub(crate) fn session_report_answered(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        m: SessionReportResponse,
+    ) {
+        if m.cause == Cause::SESSION_CONTEXT_NOT_FOUND {
+            self.delete_session(now, seid, "unknown to the SMF");
+            return;
+        }
+        let drobu = m
+            .pfcpsrrsp_flags
+            .is_some_and(|f| f.contains(PfcpSrRspFlags::DROBU));
+        let Some(ctx) = self.sessions.get(&seid) else {
+            return;
+        };
+        if m.update_bar.is_none() && !drobu {
+            return;
+        }
+        let mut s = (*ctx.rules).clone();
+        if let (Some(u), Some(b)) = (&m.update_bar, s.bar.as_mut()) {
+            if let Some(d) = u.downlink_data_notification_delay {
+                b.downlink_data_notification_delay_ms = d.as_millis();
+            }
+            if let Some(c) = u.suggested_buffering_packets_count {
+                b.suggested_buffering_packets = Some(c.0);
+            }
+        }
+        let rules = std::sync::Arc::new(s);
+        let flags = InstallFlags {
+            send_end_marker: false,
+            drop_buffered: drobu,
+        };
+        match self.dp.install(now, rules.clone(), flags) {
+            Ok(_) => {
+                if let Some(c) = self.sessions.get_mut(&seid) {
+                    c.rules = rules;
+                }
+            }
+            Err(_) => {
+                self.stats.internal_errors += 1;
+                let peer = self.sessions.get(&seid).map(|c| c.peer);
+                if let Some(peer) = peer {
+                    self.event(Event::Dropped {
+                        peer,
+                        why: "could not apply the Session Report Response",
+                    });
+                }
+            }
+        }
+    }
+}

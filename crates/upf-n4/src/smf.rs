@@ -1,0 +1,389 @@
+//! Builders for the requests an SMF sends, as free5GC / Open5GS shape them: for scenario
+//! tests, benchmarks, the fuzz target and load generators. Nothing here is used by the agent.
+
+use std::net::Ipv4Addr;
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::{Header, List, Message, Multi, Pdu};
+
+/// How the UE address of a built session is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UeAddr {
+    /// CHV4: the UPF allocates.
+    Choose,
+    /// The SMF allocated this address.
+    Static(Ipv4Addr),
+}
+
+pub fn pdi(
+    source: SourceInterface,
+    f_teid: Option<FTeid>,
+    ue: Option<UeIpAddress>,
+    sdf: Option<&str>,
+) -> Pdi {
+    Pdi {
+        source_interface: source,
+        local_f_teid: f_teid,
+        network_instance: Some(NetworkInstance("internet".into())),
+        ue_ip_addresses: ue.into_iter().collect(),
+        sdf_filters: sdf
+            .map(|s| SdfFilter {
+                flow_description: Some(s.to_string()),
+                ..Default::default()
+            })
+            .into_iter()
+            .collect(),
+        application_id: None,
+        ethernet_pdu_session_information: None,
+        qfis: [Qfi(9)].into_iter().collect(),
+        framed_routes: List::new(),
+        framed_routing: None,
+        framed_ipv6_routes: List::new(),
+        source_interface_type: None,
+    }
+}
+
+pub fn create_pdr(
+    id: u16,
+    precedence: u32,
+    pdi: Pdi,
+    far: u32,
+    qers: &[u32],
+    urrs: &[u32],
+    ohr: bool,
+) -> CreatePdr {
+    CreatePdr {
+        pdr_id: PdrId(id),
+        precedence: Precedence(precedence),
+        pdi,
+        outer_header_removal: ohr.then_some(OuterHeaderRemoval {
+            outer_header_removal_description: OuterHeaderRemoval::GTPU_UDP_IPV4,
+            gtpu_extension_header_deletion: None,
+        }),
+        far_id: Some(FarId(far)),
+        urr_ids: urrs.iter().map(|&u| UrrId(u)).collect(),
+        qer_ids: qers.iter().map(|&q| QerId(q)).collect(),
+        activate_predefined_rules: List::new(),
+        activation_time: None,
+        deactivation_time: None,
+    }
+}
+
+pub fn forwarding(
+    dest: DestinationInterface,
+    ohc: Option<OuterHeaderCreation>,
+) -> ForwardingParameters {
+    ForwardingParameters {
+        destination_interface: dest,
+        network_instance: Some(NetworkInstance("internet".into())),
+        redirect_information: None,
+        outer_header_creation: ohc,
+        transport_level_marking: None,
+        forwarding_policy: None,
+        header_enrichment: List::new(),
+        proxying: None,
+        destination_interface_type: None,
+    }
+}
+
+pub fn create_far(
+    id: u32,
+    action: ApplyAction,
+    fwd: Option<ForwardingParameters>,
+    bar: Option<u8>,
+) -> CreateFar {
+    CreateFar {
+        far_id: FarId(id),
+        apply_action: action,
+        forwarding_parameters: fwd,
+        duplicating_parameters: List::new(),
+        bar_id: bar.map(BarId),
+    }
+}
+
+pub fn create_qer(id: u32, mbr_kbps: Option<(u64, u64)>, qfi: Option<u8>) -> CreateQer {
+    CreateQer {
+        qer_id: QerId(id),
+        qer_correlation_id: None,
+        gate_status: GateStatus::default(),
+        mbr: mbr_kbps.map(|(u, d)| Mbr {
+            uplink_kbps: u,
+            downlink_kbps: d,
+        }),
+        gbr: None,
+        packet_rate: None,
+        qfi: qfi.map(Qfi),
+        rqi: None,
+        paging_policy_indicator: None,
+        averaging_window: None,
+    }
+}
+
+pub fn create_urr(
+    id: u32,
+    triggers: ReportingTriggers,
+    volume_threshold: Option<u64>,
+) -> CreateUrr {
+    CreateUrr {
+        urr_id: UrrId(id),
+        measurement_method: MeasurementMethod(
+            MeasurementMethod::VOLUM.0 | MeasurementMethod::DURAT.0,
+        ),
+        reporting_triggers: triggers,
+        measurement_period: None,
+        volume_threshold: volume_threshold.map(|t| Volume {
+            total: Some(t),
+            uplink: None,
+            downlink: None,
+        }),
+        volume_quota: None,
+        time_threshold: None,
+        time_quota: None,
+        quota_holding_time: None,
+        dropped_dl_traffic_threshold: None,
+        quota_validity_time: None,
+        monitoring_time: None,
+        subsequent_volume_threshold: None,
+        subsequent_time_threshold: None,
+        subsequent_volume_quota: None,
+        subsequent_time_quota: None,
+        inactivity_detection_time: None,
+        linked_urr_ids: Multi::new(),
+        measurement_information: None,
+        far_id_for_quota_action: None,
+        number_of_reports: None,
+    }
+}
+
+/// F-TEID CHOOSE (IPv4) with a CHOOSE ID.
+pub fn choose_teid(chid: u8) -> FTeid {
+    FTeid::Choose {
+        ipv4: true,
+        ipv6: false,
+        choose_id: Some(chid),
+    }
+}
+
+pub fn ue_ip(ue: UeAddr, is_destination: bool) -> UeIpAddress {
+    match ue {
+        UeAddr::Choose => UeIpAddress {
+            choose_ipv4: true,
+            is_destination,
+            ..Default::default()
+        },
+        UeAddr::Static(a) => UeIpAddress {
+            ipv4: Some(a),
+            is_destination,
+            ..Default::default()
+        },
+    }
+}
+
+/// A Session Establishment Request as a 5GC SMF sends it for one PDU session: 4 PDRs (default
+/// and one dedicated flow, each way), 4 FARs (one buffering), 2 QERs (session AMBR + flow),
+/// 2 URRs and a BAR — the shape of testdata/pfcp/bench-establishment.hex.
+pub fn establishment(
+    node: NodeId,
+    cp_seid: u64,
+    cp_ip: Ipv4Addr,
+    ue: UeAddr,
+) -> SessionEstablishmentRequest {
+    let any = "permit out ip from any to assigned";
+    let flow = "permit out 17 from 10.1.0.0/16 1000-2000 to assigned";
+    let access = SourceInterface::ACCESS;
+    let core = SourceInterface::CORE;
+    SessionEstablishmentRequest {
+        node_id: node,
+        cp_f_seid: FSeid {
+            seid: cp_seid,
+            ipv4: Some(cp_ip),
+            ipv6: None,
+        },
+        create_pdrs: [
+            create_pdr(
+                1,
+                255,
+                pdi(
+                    access,
+                    Some(choose_teid(1)),
+                    Some(ue_ip(ue, false)),
+                    Some(any),
+                ),
+                1,
+                &[1, 2],
+                &[1],
+                true,
+            ),
+            create_pdr(
+                2,
+                255,
+                pdi(core, None, Some(ue_ip(ue, true)), Some(any)),
+                2,
+                &[1, 2],
+                &[1],
+                false,
+            ),
+            create_pdr(
+                3,
+                100,
+                pdi(
+                    access,
+                    Some(choose_teid(1)),
+                    Some(ue_ip(ue, false)),
+                    Some(flow),
+                ),
+                3,
+                &[1],
+                &[2],
+                true,
+            ),
+            create_pdr(
+                4,
+                100,
+                pdi(core, None, Some(ue_ip(ue, true)), Some(flow)),
+                4,
+                &[1],
+                &[2],
+                false,
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        create_fars: [
+            create_far(
+                1,
+                ApplyAction::FORW,
+                Some(forwarding(DestinationInterface::CORE, None)),
+                None,
+            ),
+            create_far(
+                2,
+                ApplyAction::FORW,
+                Some(forwarding(
+                    DestinationInterface::ACCESS,
+                    Some(OuterHeaderCreation::gtpu_ipv4(
+                        0x0100_0001,
+                        Ipv4Addr::new(10, 0, 1, 1),
+                    )),
+                )),
+                None,
+            ),
+            create_far(
+                3,
+                ApplyAction::FORW,
+                Some(forwarding(DestinationInterface::CORE, None)),
+                None,
+            ),
+            create_far(
+                4,
+                ApplyAction(ApplyAction::BUFF.0 | ApplyAction::NOCP.0),
+                None,
+                Some(1),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        create_urrs: [
+            create_urr(1, ReportingTriggers::VOLTH, Some(10_000_000)),
+            create_urr(2, ReportingTriggers::PERIO, None),
+        ]
+        .into_iter()
+        .collect(),
+        create_qers: [
+            create_qer(1, Some((200_000, 400_000)), None),
+            create_qer(2, Some((50_000, 100_000)), Some(9)),
+        ]
+        .into_iter()
+        .collect(),
+        create_bar: Some(CreateBar {
+            bar_id: BarId(1),
+            downlink_data_notification_delay: Some(DownlinkDataNotificationDelay(2)),
+            suggested_buffering_packets_count: None,
+        }),
+        pdn_type: Some(PdnType::IPV4),
+        fq_csids: List::new(),
+        user_plane_inactivity_timer: None,
+        user_id: None,
+        apn_dnn: None,
+        pfcpsereq_flags: None,
+        s_nssai: None,
+        recovery_time_stamp: None,
+    }
+}
+
+/// An empty Session Modification Request, to fill in.
+pub fn modification() -> SessionModificationRequest {
+    SessionModificationRequest {
+        cp_f_seid: None,
+        remove_pdrs: List::new(),
+        remove_fars: List::new(),
+        remove_urrs: List::new(),
+        remove_qers: List::new(),
+        remove_bar: None,
+        create_pdrs: List::new(),
+        create_fars: List::new(),
+        create_urrs: List::new(),
+        create_qers: List::new(),
+        create_bar: None,
+        update_pdrs: List::new(),
+        update_fars: List::new(),
+        update_urrs: List::new(),
+        update_qers: List::new(),
+        update_bar: None,
+        pfcpsmreq_flags: None,
+        query_urrs: List::new(),
+        fq_csids: List::new(),
+        user_plane_inactivity_timer: None,
+        query_urr_reference: None,
+    }
+}
+
+/// Update FAR: forward towards the gNB's tunnel (what an SMF sends once the N2 setup is done).
+pub fn update_far_to_gnb(id: u32, teid: u32, gnb: Ipv4Addr) -> UpdateFar {
+    UpdateFar {
+        far_id: FarId(id),
+        apply_action: Some(ApplyAction::FORW),
+        update_forwarding_parameters: Some(UpdateForwardingParameters {
+            destination_interface: Some(DestinationInterface::ACCESS),
+            network_instance: None,
+            redirect_information: None,
+            outer_header_creation: Some(OuterHeaderCreation::gtpu_ipv4(teid, gnb)),
+            transport_level_marking: None,
+            forwarding_policy: None,
+            header_enrichment: List::new(),
+            pfcpsm_req_flags: None,
+            destination_interface_type: None,
+        }),
+        update_duplicating_parameters: List::new(),
+        bar_id: None,
+    }
+}
+
+pub fn association_setup(node: NodeId, recovery: u32) -> AssociationSetupRequest {
+    AssociationSetupRequest {
+        node_id: node,
+        recovery_time_stamp: RecoveryTimeStamp(recovery),
+        up_function_features: None,
+        cp_function_features: None,
+        user_plane_ip_resource_information: List::new(),
+        alternative_smf_ip_addresses: List::new(),
+        smf_set_id: None,
+        pfcp_session_retention_information: None,
+        ue_ip_address_pool_information: List::new(),
+        pfcpasreq_flags: None,
+    }
+}
+
+/// Encodes a message with the given SEID (for session messages) and sequence number.
+pub fn encode(seid: Option<u64>, sequence: u32, m: impl Into<Message>) -> Vec<u8> {
+    Pdu {
+        header: Header {
+            follow_on: false,
+            seid,
+            sequence,
+            priority: None,
+        },
+        message: m.into(),
+    }
+    .to_bytes()
+}
