@@ -173,7 +173,7 @@ class Agent:
 
     def start(self, timeout=10.0):
         self.port = free_udp_port(self.HOST)
-        cmd = [self.ctx.upf, "run", "--n4", f"{self.HOST}:{self.port}"]
+        cmd = [os.path.abspath(self.ctx.upf), "run", "--n4", f"{self.HOST}:{self.port}"]
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=err, cwd=self.ctx.tmp)

@@ -6,8 +6,10 @@ Association Setup, Heartbeat, Session Establishment (uplink PDRs 1 and 3 with F-
 and CHOOSE ID 1, downlink PDR 2, UE IPv4 addresses chosen by the UPF), two Session
 Modifications (FAR 2 forwards to a gNB; Query URR 1) and one with the QAURR flag, three
 negative cases (unknown SEID, PDR pointing at a missing FAR, a peer never associated),
-Session Deletion and Association Release. Every response must carry the request's sequence
-number and the right message type (and SEID for session messages).
+Session Deletion and Association Release, then an establishment after the release (cause 72).
+Every response must carry the request's sequence number and the right message type (and SEID
+for session messages); a retransmitted establishment must get the same octets back (§6.4);
+tshark must dissect every response without complaint.
 
 Checks run in order and share state: a step's `.response` check sends the request; the checks
 after it look at the response, and fail with the step's reason when there is none. Every
@@ -21,7 +23,7 @@ import ipaddress
 import socket
 import time
 
-from common import Agent, Fail, expect, expect_eq
+from common import Agent, Fail, expect, expect_eq, tshark_fields, write_udp_pcap
 from scapy.contrib.pfcp import *  # noqa: F403 - the PFCP message and IE classes
 
 RECV_TIMEOUT = 2.0
@@ -168,6 +170,7 @@ class Peer:
         self.sock.bind((local_ip, 0))
         self.ip = local_ip
         self.seq = 0x200
+        self.last = None  # (request, response) octets of the last exchange
 
     def next_seq(self):
         self.seq += 1
@@ -197,6 +200,8 @@ class Peer:
                 continue
             if rsp.seq != pkt.seq and rsp.message_type in (3, 5, 7, 9, 12, 14, 50, 52, 54, 56):
                 continue  # a request of the agent's own (session report...)
+            self.sc.datagrams.append(data)
+            self.last = (req, data)
             why = f"(request {req.hex()}, response {data.hex()})"
             expect_eq(rsp.seq, pkt.seq, f"sequence number {why}")
             expect_eq(rsp.message_type, want_type, f"message type {why}")
@@ -217,6 +222,8 @@ class Scenario:
         self.t0 = time.monotonic()
         self.smf = self.stranger = None
         self.responses = {}  # step -> message layer, or the Fail of its `.response` check
+        self.raw = {}  # step -> (request, response) octets
+        self.datagrams = []  # every response received, for tshark
         self.up_seid = None
         self.upf_rts = None
         self.ue = None
@@ -236,6 +243,7 @@ class Scenario:
         try:
             expect(self.smf is not None, "the agent is not running (see n4_scapy.agent_start)")
             self.responses[name] = fn()
+            self.raw[name] = self.smf.last if name != "not_associated" else self.stranger.last
         except Exception as e:
             self.responses[name] = Fail(f"no usable response (see {name}.response)")
             raise
@@ -298,6 +306,19 @@ def establish(sc):
     seq = sc.smf.next_seq()
     req = sess_msg(0, seq) / PFCPSessionEstablishmentRequest(IE_list=establishment_ies(SMF_IP, CP_SEID))
     return sc.smf.exchange(req, 51, CP_SEID)
+
+
+def establish_retransmitted(sc):
+    """TS 29.244 §6.4: a retransmitted request (same sequence number) gets the same response,
+    not a second session."""
+    req, rsp = sc.raw["establish"]
+    sc.smf.sock.sendto(req, sc.agent.addr)
+    sc.smf.sock.settimeout(RECV_TIMEOUT)
+    try:
+        again, _ = sc.smf.sock.recvfrom(65535)
+    except socket.timeout:
+        raise Fail(f"no response within {RECV_TIMEOUT}s to the retransmitted {req.hex()}") from None
+    expect_eq(again.hex(), rsp.hex(), "response to the retransmission (the first one's octets)")
 
 
 def establish_fseid(sc):
@@ -391,6 +412,28 @@ def release(sc):
     return sc.smf.exchange(node_msg(seq) / PFCPAssociationReleaseRequest(IE_list=[node_id(SMF_IP)]), 10)
 
 
+def after_release(sc):
+    seq = sc.smf.next_seq()
+    req = sess_msg(0, seq) / PFCPSessionEstablishmentRequest(IE_list=establishment_ies(SMF_IP, CP_SEID + 1))
+    return sc.smf.exchange(req, 51, CP_SEID + 1)
+
+
+FLAGGED = "_ws.malformed || _ws.expert.severity >= warning"
+
+
+def responses_tshark(sc, ctx):
+    """Every response of the agent's, dissected by tshark 4.0: nothing malformed or flagged."""
+    expect(len(sc.datagrams) >= 12, f"only {len(sc.datagrams)} responses captured")
+    pcap = ctx.path("n4_scapy-responses.pcap")
+    write_udp_pcap(pcap, sc.datagrams, 8805, src=Agent.HOST, dst=SMF_IP)
+    rows = tshark_fields(pcap, ["frame.number", "pfcp.msg_type"])
+    expect_eq(len(rows), len(sc.datagrams), "frames tshark read")
+    expect_eq([r[1] for r in rows], [[str(d[1])] for d in sc.datagrams], "message types tshark saw")
+    flagged = tshark_fields(pcap, ["frame.number"], FLAGGED)
+    bad = [sc.datagrams[int(r[0][0]) - 1].hex() for r in flagged]
+    expect(not bad, f"tshark flags {len(bad)} responses (malformed or expert warning): {bad[:2]}")
+
+
 def stop(sc, _ctx):
     proc = sc.agent.proc
     expect(proc is not None, "the agent was not running")
@@ -410,7 +453,7 @@ STEPS = [
                       ("up_function_features", assoc_features)]),
     ("heartbeat", heartbeat, [("recovery_time_stamp", heartbeat_rts)]),
     ("establish", establish, [("cause", lambda sc: expect_cause(sc.response("establish"), 1)),
-                              ("up_f_seid", establish_fseid), ("pdr1_f_teid", establish_pdr1_fteid),
+                              ("retransmitted", establish_retransmitted), ("up_f_seid", establish_fseid), ("pdr1_f_teid", establish_pdr1_fteid),
                               ("pdr1_ue_ip", establish_pdr1_ue), ("pdr2_ue_ip", establish_pdr2_ue),
                               ("pdr3_same_chid", establish_pdr3)]),
     ("update_far", update_far, [("cause", lambda sc: expect_cause(sc.response("update_far"), 1))]),
@@ -421,13 +464,16 @@ STEPS = [
                                    ("usage_report", lambda sc: usage_report_of(
                                        sc.response("query_all_urrs"), UR_SMR, 1, "IMMER"))]),
     ("unknown_seid", unknown_seid, [("cause", lambda sc: expect_cause(sc.response("unknown_seid"), 65))]),
-    ("missing_far", missing_far, [("cause", lambda sc: expect_cause(sc.response("missing_far"), 69)),
+    # TS 29.244 Table 8.2.1-1: 73 is "Rule creation/modification Failure" (69 is "Mandatory IE
+    # incorrect"); §7.5.3.1: the Failed Rule ID names the rule.
+    ("missing_far", missing_far, [("cause", lambda sc: expect_cause(sc.response("missing_far"), 73)),
                                   ("failed_rule_id", missing_far_rule)]),
     ("not_associated", not_associated,
      [("cause", lambda sc: expect_cause(sc.response("not_associated"), 72))]),
     ("delete", delete, [("cause", lambda sc: expect_cause(sc.response("delete"), 1)),
                         ("usage_report", lambda sc: usage_report_of(sc.response("delete"), UR_SDR, 1, "TERMR"))]),
     ("release", release, [("cause", lambda sc: expect_cause(sc.response("release"), 1))]),
+    ("after_release", after_release, [("cause", lambda sc: expect_cause(sc.response("after_release"), 72))]),
 ]
 
 
@@ -437,5 +483,6 @@ def checks(ctx):
     for name, request, subs in STEPS:
         out.append((f"n4_scapy.{name}.response", lambda c, n=name, r=request: sc.step(n, lambda: r(sc))))
         out += [(f"n4_scapy.{name}.{sub}", lambda c, f=f: f(sc)) for sub, f in subs]
+    out.append(("n4_scapy.responses_tshark", lambda c: responses_tshark(sc, c)))
     out.append(("n4_scapy.agent_stop", lambda c: stop(sc, c)))
     return out

@@ -585,7 +585,9 @@ func run(smf, stranger *peer, upfIP string) {
 	}
 	report("missing_far.response", err)
 	s = &step{"missing_far", err}
-	s.check("cause", func() error { return wantCause(got.(*message.SessionEstablishmentResponse).Cause, 69) })
+	// TS 29.244 Table 8.2.1-1: 73 is "Rule creation/modification Failure" (69 is "Mandatory IE
+	// incorrect"); §7.5.3.1: the Failed Rule ID names the rule.
+	s.check("cause", func() error { return wantCause(got.(*message.SessionEstablishmentResponse).Cause, 73) })
 	s.check("failed_rule_id", func() error {
 		f := got.(*message.SessionEstablishmentResponse).FailedRuleID
 		if f == nil {
