@@ -212,14 +212,16 @@ macro_rules! ie_group {
             }
 
             // Each field is decoded where it lives: a local of the field's name tracks what the
-            // walk needs (M: seen yet; V: how many; O, N: nothing).
+            // walk needs (M: seen yet; V: how many decoded; O, N: nothing).
             #[allow(unused_mut, unused_variables, clippy::let_unit_value)]
             fn decode_into(&mut self, value: &[u8]) -> Result<(), $crate::error::DecodeError> {
-                $( let mut $field = $crate::codec::ie_local!($kind); )*
-                // Rule lists are sized up front, all in one extra walk: one allocation per list
-                // instead of one per doubling.
-                if false $( || $crate::codec::ie_is_list!($kind) )* {
-                    for ie in $crate::tlv::TlvIter::new(value).map_while(Result::ok) {
+                // Rule lists are sized up front (one allocation per list instead of one per
+                // doubling) by one counting walk over the IEs from the first list IE on, for
+                // all the lists at once; a group without list IEs is walked once.
+                #[allow(dead_code)]
+                fn prepare_lists(this: &mut $name, rest: &[u8]) {
+                    $( let mut $field = $crate::codec::ie_counter!($kind); )*
+                    for ie in $crate::tlv::TlvIter::new(rest).map_while(Result::ok) {
                         if ie.enterprise_id.is_some() {
                             continue;
                         }
@@ -228,15 +230,22 @@ macro_rules! ie_group {
                             _ => {}
                         }
                     }
-                    $( $crate::codec::ie_reserve!($kind self.$field, $field); )*
+                    $( $crate::codec::ie_reserve!($kind this.$field, $field); )*
                 }
-                for ie in $crate::tlv::TlvIter::new(value) {
+                $( let mut $field = $crate::codec::ie_local!($kind); )*
+                let mut lists_ready = false;
+                let mut iter = $crate::tlv::TlvIter::new(value);
+                loop {
+                    let here = iter.remaining();
+                    let Some(ie) = iter.next() else { break };
                     let ie = ie?;
                     if ie.enterprise_id.is_some() {
                         continue;
                     }
                     match ie.ie_type {
-                        $( $code => $crate::codec::ie_store!($kind self.$field, $field, $ty, ie), )*
+                        $( $code => $crate::codec::ie_store!(
+                            $kind self.$field, $field, $ty, ie, (self, lists_ready, here, prepare_lists)
+                        ), )*
                         _ => {}
                     }
                 }
@@ -296,12 +305,13 @@ macro_rules! ie_local {
     };
 }
 
-macro_rules! ie_is_list {
+/// The counter of a field in the counting walk (lists only).
+macro_rules! ie_counter {
     (V) => {
-        true
+        0usize
     };
     ($kind:ident) => {
-        false
+        ()
     };
 }
 
@@ -312,33 +322,35 @@ macro_rules! ie_count {
     ($kind:ident $n:ident) => {{}};
 }
 
-/// Sizes a list for the `$n` IEs it will hold (grouped IEs: fills it with `$n` empty ones);
-/// `$n` then counts the IEs decoded into it.
+/// Sizes a list for the `$n` IEs it will hold (grouped IEs: fills it with `$n` empty ones).
 macro_rules! ie_reserve {
-    (V $list:expr, $n:ident) => {{
-        $crate::codec::IeValue::prepare_list(&mut $list, $n);
-        $n = 0;
-    }};
+    (V $list:expr, $n:ident) => {
+        $crate::codec::IeValue::prepare_list(&mut $list, $n)
+    };
     ($kind:ident $list:expr, $n:ident) => {
         ()
     };
 }
 
 macro_rules! ie_store {
-    (M $slot:expr, $seen:ident, $ty:ty, $ie:ident) => {
+    (M $slot:expr, $seen:ident, $ty:ty, $ie:ident, $lists:tt) => {
         if !$seen {
             $seen = true;
             <$ty as $crate::codec::IeValue>::decode_into(&mut $slot, $ie.value)
                 .map_err(|e| e.within($ie.ie_type))?
         }
     };
-    (O $slot:expr, $local:ident, $ty:ty, $ie:ident) => {
+    (O $slot:expr, $local:ident, $ty:ty, $ie:ident, $lists:tt) => {
         if $slot.is_none() {
             <$ty as $crate::codec::IeValue>::decode_into_option(&mut $slot, $ie.value)
                 .map_err(|e| e.within($ie.ie_type))?
         }
     };
-    (V $slot:expr, $i:ident, $ty:ty, $ie:ident) => {{
+    (V $slot:expr, $i:ident, $ty:ty, $ie:ident, ($this:ident, $ready:ident, $here:ident, $prepare:ident)) => {{
+        if !$ready {
+            $ready = true;
+            $prepare($this, $here);
+        }
         let r = match $slot.0.get_mut($i) {
             Some(slot) => <$ty as $crate::codec::IeValue>::decode_into(slot, $ie.value),
             None => <$ty as $crate::codec::IeValue>::decode_push(&mut $slot, $ie.value),
@@ -346,7 +358,7 @@ macro_rules! ie_store {
         $i += 1;
         r.map_err(|e| e.within($ie.ie_type))?
     }};
-    (N $slot:expr, $local:ident, $ty:ty, $ie:ident) => {
+    (N $slot:expr, $local:ident, $ty:ty, $ie:ident, $lists:tt) => {
         <$ty as $crate::codec::IeValue>::decode_push(&mut $slot, $ie.value)
             .map_err(|e| e.within($ie.ie_type))?
     };
@@ -491,7 +503,7 @@ macro_rules! ie_flags {
 }
 
 pub(crate) use {
-    ie_count, ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group, ie_is_list, ie_local,
+    ie_count, ie_counter, ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group, ie_local,
     ie_reserve, ie_store, ie_uint,
 };
 

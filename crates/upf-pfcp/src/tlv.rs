@@ -26,6 +26,10 @@ impl<'a> TlvIter<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
         Self { rest: buf }
     }
+    /// The octets not iterated yet.
+    pub fn remaining(&self) -> &'a [u8] {
+        self.rest
+    }
 }
 
 impl<'a> Iterator for TlvIter<'a> {
