@@ -221,15 +221,10 @@ macro_rules! ie_group {
                 #[allow(dead_code)]
                 fn prepare_lists(this: &mut $name, rest: &[u8]) {
                     $( let mut $field = $crate::codec::ie_counter!($kind); )*
-                    for ie in $crate::tlv::TlvIter::new(rest).map_while(Result::ok) {
-                        if ie.enterprise_id.is_some() {
-                            continue;
-                        }
-                        match ie.ie_type {
-                            $( $code => $crate::codec::ie_count!($kind $field), )*
-                            _ => {}
-                        }
-                    }
+                    $crate::tlv::for_each_type(rest, |ie_type| match ie_type {
+                        $( $code => $crate::codec::ie_count!($kind $field), )*
+                        _ => {}
+                    });
                     $( $crate::codec::ie_reserve!($kind this.$field, $field); )*
                 }
                 $( let mut $field = $crate::codec::ie_local!($kind); )*
