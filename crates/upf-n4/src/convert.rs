@@ -622,39 +622,53 @@ fn apply_urr_fields(u: &mut r::Urr, f: &UrrFields) {
     set(&mut u.time_quota_s, f.time_quota);
     set(&mut u.quota_holding_time_s, f.quota_holding_time);
     set(
-        &mut u.dropped_dl_threshold,
-        f.dropped_dl.map(|d| (d.downlink_packets, d.downlink_bytes)),
-    );
-    set(&mut u.quota_validity_time_s, f.quota_validity_time);
-    set(&mut u.monitoring_time, f.monitoring_time);
-    set(
-        &mut u.subsequent_volume_threshold,
-        f.subsequent_volume_threshold.map(volume),
-    );
-    set(
-        &mut u.subsequent_time_threshold_s,
-        f.subsequent_time_threshold,
-    );
-    set(
-        &mut u.subsequent_volume_quota,
-        f.subsequent_volume_quota.map(volume),
-    );
-    set(&mut u.subsequent_time_quota_s, f.subsequent_time_quota);
-    set(
         &mut u.inactivity_detection_time_s,
         f.inactivity_detection_time,
     );
-    if !f.linked.is_empty() {
-        u.linked_urrs = f.linked.clone();
-    }
     if let Some(i) = f.info {
         u.info = r::MeasurementInfo(i);
     }
+    let rare = f.quota_validity_time.is_some()
+        || f.dropped_dl.is_some()
+        || f.monitoring_time.is_some()
+        || f.subsequent_volume_threshold.is_some()
+        || f.subsequent_time_threshold.is_some()
+        || f.subsequent_volume_quota.is_some()
+        || f.subsequent_time_quota.is_some()
+        || !f.linked.is_empty()
+        || f.far_for_quota_action.is_some()
+        || f.number_of_reports.is_some();
+    if !rare {
+        return;
+    }
+    let x = u.extra_mut();
+    set(&mut x.quota_validity_time_s, f.quota_validity_time);
     set(
-        &mut u.far_for_quota_action,
+        &mut x.dropped_dl_threshold,
+        f.dropped_dl.map(|d| (d.downlink_packets, d.downlink_bytes)),
+    );
+    set(&mut x.monitoring_time, f.monitoring_time);
+    set(
+        &mut x.subsequent_volume_threshold,
+        f.subsequent_volume_threshold.map(volume),
+    );
+    set(
+        &mut x.subsequent_time_threshold_s,
+        f.subsequent_time_threshold,
+    );
+    set(
+        &mut x.subsequent_volume_quota,
+        f.subsequent_volume_quota.map(volume),
+    );
+    set(&mut x.subsequent_time_quota_s, f.subsequent_time_quota);
+    if !f.linked.is_empty() {
+        x.linked_urrs = f.linked.clone();
+    }
+    set(
+        &mut x.far_for_quota_action,
         f.far_for_quota_action.map(r::FarId),
     );
-    set(&mut u.number_of_reports, f.number_of_reports);
+    set(&mut x.number_of_reports, f.number_of_reports);
 }
 
 /// Create BAR → BAR.

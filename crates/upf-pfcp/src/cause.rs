@@ -3,7 +3,8 @@
 use serde::Serialize;
 
 /// TS 29.244 §8.2.1 Cause. Kept as the raw octet so that values from newer releases pass through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// The default is 0 (reserved): the state of a message's Cause before it is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(transparent)]
 pub struct Cause(pub u8);

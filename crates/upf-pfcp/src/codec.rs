@@ -11,6 +11,44 @@ use smallvec::SmallVec;
 pub trait IeValue: Sized {
     fn decode(value: &[u8]) -> Result<Self, DecodeError>;
     fn encode(&self, out: &mut Vec<u8>);
+
+    /// Decodes into `self`, which holds `Default::default()` (for grouped IEs: their state
+    /// before any IE of theirs was read); on error `self` is left in an unspecified state.
+    /// Grouped IEs decode their children in place, so that large rule structs are written once
+    /// where they end up instead of being moved out through every level of the decode.
+    #[doc(hidden)]
+    #[inline]
+    fn decode_into(&mut self, value: &[u8]) -> Result<(), DecodeError> {
+        *self = Self::decode(value)?;
+        Ok(())
+    }
+
+    /// Decodes into `slot`, which is `None`.
+    #[doc(hidden)]
+    #[inline]
+    fn decode_into_option(slot: &mut Option<Self>, value: &[u8]) -> Result<(), DecodeError> {
+        *slot = Some(Self::decode(value)?);
+        Ok(())
+    }
+
+    /// Makes room in the empty `list` for the `n` IEs about to be decoded into it; grouped IEs
+    /// fill it with `n` empty values then, to be decoded in place with `decode_into`.
+    #[doc(hidden)]
+    #[inline]
+    fn prepare_list<const N: usize>(list: &mut Multi<Self, N>, n: usize) {
+        list.0.reserve_exact(n);
+    }
+
+    /// Decodes and appends to `list`.
+    #[doc(hidden)]
+    #[inline]
+    fn decode_push<const N: usize>(
+        list: &mut Multi<Self, N>,
+        value: &[u8],
+    ) -> Result<(), DecodeError> {
+        list.push(Self::decode(value)?);
+        Ok(())
+    }
 }
 
 /// A list of IEs of one type inside a group. `N` elements live inline (two by default), so a
@@ -24,14 +62,24 @@ pub struct Multi<T, const N: usize = 2>(pub SmallVec<[T; N]>);
 pub type List<T> = Multi<T, 0>;
 
 impl<T, const N: usize> Multi<T, N> {
+    #[inline]
     pub fn new() -> Self {
         Self(SmallVec::new())
     }
+    #[inline]
     pub fn with_capacity(n: usize) -> Self {
         Self(SmallVec::with_capacity(n))
     }
+    #[inline]
     pub fn push(&mut self, v: T) {
         self.0.push(v);
+    }
+    /// Appends `v` and returns the element in its place in the list.
+    #[inline]
+    pub(crate) fn push_mut(&mut self, v: T) -> &mut T {
+        self.0.push(v);
+        let last = self.0.len() - 1;
+        &mut self.0[last]
     }
 }
 
@@ -118,6 +166,12 @@ pub fn is_absent<T: Presence>(v: &T) -> bool {
 /// IE type that carries it. Decoding skips unknown and vendor-specific
 /// IEs, keeps the first instance of a single-instance IE, and names the offending IE on error.
 ///
+/// Groups decode in place (`IeValue::decode_into`): the struct starts as `Default::default()`
+/// and each child group is decoded where it lives (its `Option` slot, or its element of a rule
+/// list filled with empty values once the list's IEs are counted), so a rule struct is written
+/// once instead of being moved out through every level of the decode. M fields must therefore
+/// have a `Default` (the value before decoding; a missing M IE is still an error).
+///
 /// ```ignore
 /// ie_group! {
 ///     /// TS 29.244 §7.5.2.2-2 PDI
@@ -139,7 +193,7 @@ macro_rules! ie_group {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
         #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
         pub struct $name {
             $(
@@ -150,20 +204,72 @@ macro_rules! ie_group {
         }
 
         impl $crate::codec::IeValue for $name {
-            #[allow(unused_mut, unused_variables)]
+            #[inline]
             fn decode(value: &[u8]) -> Result<Self, $crate::error::DecodeError> {
-                $( let mut $field: $crate::codec::ie_slot_ty!($kind $ty) = $crate::codec::ie_slot_init!($kind value, $code); )*
-                for ie in $crate::tlv::TlvIter::new(value) {
+                let mut this = Self::default();
+                this.decode_into(value)?;
+                Ok(this)
+            }
+
+            // Each field is decoded where it lives: a local of the field's name tracks what the
+            // walk needs (M: seen yet; V: how many decoded; O, N: nothing).
+            #[allow(unused_mut, unused_variables, clippy::let_unit_value)]
+            fn decode_into(&mut self, value: &[u8]) -> Result<(), $crate::error::DecodeError> {
+                // Rule lists are sized up front (one allocation per list instead of one per
+                // doubling) by one counting walk over the IEs from the first list IE on, for
+                // all the lists at once; a group without list IEs is walked once.
+                #[allow(dead_code)]
+                fn prepare_lists(this: &mut $name, rest: &[u8]) {
+                    $( let mut $field = $crate::codec::ie_counter!($kind); )*
+                    $crate::tlv::for_each_type(rest, |ie_type| match ie_type {
+                        $( $code => $crate::codec::ie_count!($kind $field), )*
+                        _ => {}
+                    });
+                    $( $crate::codec::ie_reserve!($kind this.$field, $field); )*
+                }
+                $( let mut $field = $crate::codec::ie_local!($kind); )*
+                let mut lists_ready = false;
+                let mut iter = $crate::tlv::TlvIter::new(value);
+                loop {
+                    let here = iter.remaining();
+                    let Some(ie) = iter.next() else { break };
                     let ie = ie?;
                     if ie.enterprise_id.is_some() {
                         continue;
                     }
                     match ie.ie_type {
-                        $( $code => $crate::codec::ie_store!($kind $field, $ty, ie), )*
+                        $( $code => $crate::codec::ie_store!(
+                            $kind self.$field, $field, $ty, ie, (self, lists_ready, here, prepare_lists)
+                        ), )*
                         _ => {}
                     }
                 }
-                Ok(Self { $( $field: $crate::codec::ie_finish!($kind $field, $code), )* })
+                $( $crate::codec::ie_finish!($kind $field, $code); )*
+                Ok(())
+            }
+
+            #[inline]
+            fn decode_into_option(
+                slot: &mut Option<Self>,
+                value: &[u8],
+            ) -> Result<(), $crate::error::DecodeError> {
+                slot.insert(Self::default()).decode_into(value)
+            }
+
+            #[inline]
+            fn prepare_list<const N: usize>(list: &mut $crate::codec::Multi<Self, N>, n: usize) {
+                list.0.reserve_exact(n);
+                // `extend` writes each value straight into the list (`push` builds it aside
+                // and copies it in).
+                list.0.extend(core::iter::repeat_with(Self::default).take(n));
+            }
+
+            #[inline]
+            fn decode_push<const N: usize>(
+                list: &mut $crate::codec::Multi<Self, N>,
+                value: &[u8],
+            ) -> Result<(), $crate::error::DecodeError> {
+                list.push_mut(Self::default()).decode_into(value)
             }
 
             #[allow(unused_variables)]
@@ -181,53 +287,85 @@ macro_rules! ie_field_ty {
     (V $ty:ty) => { $crate::codec::List<$ty> };
 }
 
-macro_rules! ie_slot_ty {
-    (M $ty:ty) => { Option<$ty> };
-    (O $ty:ty) => { Option<$ty> };
-    (N $ty:ty) => { $crate::codec::Multi<$ty> };
-    (V $ty:ty) => { $crate::codec::List<$ty> };
+/// The decode-time local of a field: M, whether it was seen; V, how many of it there are.
+macro_rules! ie_local {
+    (M) => {
+        false
+    };
+    (V) => {
+        0usize
+    };
+    ($kind:ident) => {
+        ()
+    };
 }
 
-macro_rules! ie_slot_init {
-    // Rule lists are sized up front: one allocation per list instead of one per doubling.
-    (V $value:ident, $code:literal) => {
-        $crate::codec::List::with_capacity($crate::tlv::count($value, $code))
+/// The counter of a field in the counting walk (lists only).
+macro_rules! ie_counter {
+    (V) => {
+        0usize
     };
-    ($kind:ident $value:ident, $code:literal) => {
-        Default::default()
+    ($kind:ident) => {
+        ()
+    };
+}
+
+macro_rules! ie_count {
+    (V $n:ident) => {
+        $n += 1
+    };
+    ($kind:ident $n:ident) => {{}};
+}
+
+/// Sizes a list for the `$n` IEs it will hold (grouped IEs: fills it with `$n` empty ones).
+macro_rules! ie_reserve {
+    (V $list:expr, $n:ident) => {
+        $crate::codec::IeValue::prepare_list(&mut $list, $n)
+    };
+    ($kind:ident $list:expr, $n:ident) => {
+        ()
     };
 }
 
 macro_rules! ie_store {
-    (N $field:ident, $ty:ty, $ie:ident) => {
-        $field.push(
-            <$ty as $crate::codec::IeValue>::decode($ie.value)
-                .map_err(|e| e.within($ie.ie_type))?,
-        )
-    };
-    (V $field:ident, $ty:ty, $ie:ident) => {
-        $field.push(
-            <$ty as $crate::codec::IeValue>::decode($ie.value)
-                .map_err(|e| e.within($ie.ie_type))?,
-        )
-    };
-    ($kind:ident $field:ident, $ty:ty, $ie:ident) => {
-        if $field.is_none() {
-            $field = Some(
-                <$ty as $crate::codec::IeValue>::decode($ie.value)
-                    .map_err(|e| e.within($ie.ie_type))?,
-            );
+    (M $slot:expr, $seen:ident, $ty:ty, $ie:ident, $lists:tt) => {
+        if !$seen {
+            $seen = true;
+            <$ty as $crate::codec::IeValue>::decode_into(&mut $slot, $ie.value)
+                .map_err(|e| e.within($ie.ie_type))?
         }
+    };
+    (O $slot:expr, $local:ident, $ty:ty, $ie:ident, $lists:tt) => {
+        if $slot.is_none() {
+            <$ty as $crate::codec::IeValue>::decode_into_option(&mut $slot, $ie.value)
+                .map_err(|e| e.within($ie.ie_type))?
+        }
+    };
+    (V $slot:expr, $i:ident, $ty:ty, $ie:ident, ($this:ident, $ready:ident, $here:ident, $prepare:ident)) => {{
+        if !$ready {
+            $ready = true;
+            $prepare($this, $here);
+        }
+        let r = match $slot.0.get_mut($i) {
+            Some(slot) => <$ty as $crate::codec::IeValue>::decode_into(slot, $ie.value),
+            None => <$ty as $crate::codec::IeValue>::decode_push(&mut $slot, $ie.value),
+        };
+        $i += 1;
+        r.map_err(|e| e.within($ie.ie_type))?
+    }};
+    (N $slot:expr, $local:ident, $ty:ty, $ie:ident, $lists:tt) => {
+        <$ty as $crate::codec::IeValue>::decode_push(&mut $slot, $ie.value)
+            .map_err(|e| e.within($ie.ie_type))?
     };
 }
 
 macro_rules! ie_finish {
-    (M $field:ident, $code:literal) => {
-        $field.ok_or($crate::error::DecodeError::missing($code))?
+    (M $seen:ident, $code:literal) => {
+        if !$seen {
+            return Err($crate::error::DecodeError::missing($code));
+        }
     };
-    ($kind:ident $field:ident, $code:literal) => {
-        $field
-    };
+    ($kind:ident $local:ident, $code:literal) => {};
 }
 
 macro_rules! ie_emit {
@@ -360,8 +498,8 @@ macro_rules! ie_flags {
 }
 
 pub(crate) use {
-    ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group, ie_slot_init, ie_slot_ty, ie_store,
-    ie_uint,
+    ie_count, ie_counter, ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group, ie_local,
+    ie_reserve, ie_store, ie_uint,
 };
 
 /// Round-trip checks shared by the property tests of every IE module.

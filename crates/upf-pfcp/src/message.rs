@@ -105,10 +105,12 @@ impl Message {
     }
 }
 
-/// Whether a message type is a request's, TS 29.244 Table 7.3-1.
+/// Whether a message type is a request's, TS 29.244 Table 7.3-1: odd up to 10 (Heartbeat …
+/// Association Release), then even after Version Not Supported Response (11): Node Report 12,
+/// Session Set Deletion 14, Session Set Modification 16, and the session messages from 50.
 pub fn is_request_type(t: u8) -> bool {
     match t {
-        1..=10 | 12..=49 => t % 2 == 1,
+        1..=10 => t % 2 == 1,
         11 => false,
         _ => t.is_multiple_of(2),
     }
@@ -189,6 +191,15 @@ mod tests {
     use crate::{Cause, List};
     use proptest::prelude::*;
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn request_types_per_table_7_3_1() {
+        let requests: Vec<u8> = (0..=255)
+            .filter(|&t| is_request_type(t))
+            .filter(|&t| message_name(t) != "Unknown message")
+            .collect();
+        assert_eq!(requests, [1, 3, 5, 7, 9, 12, 14, 50, 52, 54, 56]);
+    }
 
     #[test]
     fn heartbeat_request_from_scapy() {

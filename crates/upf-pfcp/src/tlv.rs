@@ -26,6 +26,10 @@ impl<'a> TlvIter<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
         Self { rest: buf }
     }
+    /// The octets not iterated yet.
+    pub fn remaining(&self) -> &'a [u8] {
+        self.rest
+    }
 }
 
 impl<'a> Iterator for TlvIter<'a> {
@@ -82,6 +86,22 @@ fn split_ie(buf: &[u8]) -> Result<(RawIe<'_>, &[u8]), DecodeError> {
         },
         rest,
     ))
+}
+
+/// Calls `f` with the type of each IE of `buf` whose header and value are complete, up to the
+/// first that is not: a walk over the IE headers alone, for counting (vendor-specific types
+/// have bit 16 set, so they never equal a type of the specification).
+#[inline]
+pub(crate) fn for_each_type(buf: &[u8], mut f: impl FnMut(u16)) {
+    let mut rest = buf;
+    while let [t0, t1, l0, l1, ref tail @ ..] = *rest {
+        let Some((_, tail)) = tail.split_at_checked(usize::from(u16::from_be_bytes([l0, l1])))
+        else {
+            break;
+        };
+        f(u16::from_be_bytes([t0, t1]));
+        rest = tail;
+    }
 }
 
 /// How many well-formed, non-vendor IEs of type `ie_type` lead `buf` (stops at a malformed one).

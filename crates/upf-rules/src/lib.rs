@@ -25,6 +25,6 @@ pub use qer::{Bitrate, Gate, PacketRate, Qer};
 pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};
 pub use urr::{
-    MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UsageReport, UsageTrigger, Volume,
-    VolumeLimit,
+    MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UrrExtra, UsageReport,
+    UsageTrigger, Volume, VolumeLimit,
 };

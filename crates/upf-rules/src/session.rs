@@ -150,10 +150,10 @@ impl Session {
         }
         for u in &self.urrs {
             let r = RuleRef::Urr(u.id);
-            if let Some(&l) = u.linked_urrs.iter().find(|&&l| self.urr(l).is_none()) {
+            if let Some(&l) = u.linked_urrs().iter().find(|&&l| self.urr(l).is_none()) {
                 return err(r, RuleErrorKind::UnknownUrr(l));
             }
-            if let Some(f) = u.far_for_quota_action.filter(|&f| self.far(f).is_none()) {
+            if let Some(f) = u.far_for_quota_action().filter(|&f| self.far(f).is_none()) {
                 return err(r, RuleErrorKind::UnknownFar(f));
             }
         }

@@ -152,20 +152,28 @@ impl Volume {
     }
 }
 
-/// A Usage Reporting Rule. Times are whole seconds as on the wire.
+/// A Usage Reporting Rule. Times are whole seconds as on the wire. What few URRs use lives
+/// in [`UrrExtra`], boxed, so that a session's URRs stay small.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Urr {
     pub id: UrrId,
     pub method: MeasurementMethod,
     pub triggers: ReportingTriggers,
+    pub info: MeasurementInfo,
     pub measurement_period_s: Option<u32>,
     pub volume_threshold: Option<VolumeLimit>,
     pub volume_quota: Option<VolumeLimit>,
     pub time_threshold_s: Option<u32>,
     pub time_quota_s: Option<u32>,
     pub quota_holding_time_s: Option<u32>,
-    pub quota_validity_time_s: Option<u32>,
     pub inactivity_detection_time_s: Option<u32>,
+    pub extra: Option<Box<UrrExtra>>,
+}
+
+/// The less common parts of a URR.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct UrrExtra {
+    pub quota_validity_time_s: Option<u32>,
     /// Dropped DL traffic threshold in packets / bytes (§8.2.49).
     pub dropped_dl_threshold: Option<(Option<u64>, Option<u64>)>,
     /// Monitoring time (NTP seconds) and the thresholds/quotas that apply after it.
@@ -175,7 +183,6 @@ pub struct Urr {
     pub subsequent_time_threshold_s: Option<u32>,
     pub subsequent_time_quota_s: Option<u32>,
     pub linked_urrs: SmallVec<[UrrId; 1]>,
-    pub info: MeasurementInfo,
     /// FAR applied when a quota is exhausted (§5.2.2.3.1), instead of dropping.
     pub far_for_quota_action: Option<FarId>,
     pub number_of_reports: Option<u16>,
@@ -188,25 +195,29 @@ impl Urr {
             id,
             method: MeasurementMethod::VOLUM.union(MeasurementMethod::DURAT),
             triggers: ReportingTriggers::default(),
+            info: MeasurementInfo::default(),
             measurement_period_s: None,
             volume_threshold: None,
             volume_quota: None,
             time_threshold_s: None,
             time_quota_s: None,
             quota_holding_time_s: None,
-            quota_validity_time_s: None,
             inactivity_detection_time_s: None,
-            dropped_dl_threshold: None,
-            monitoring_time: None,
-            subsequent_volume_threshold: None,
-            subsequent_volume_quota: None,
-            subsequent_time_threshold_s: None,
-            subsequent_time_quota_s: None,
-            linked_urrs: SmallVec::new(),
-            info: MeasurementInfo::default(),
-            far_for_quota_action: None,
-            number_of_reports: None,
+            extra: None,
         }
+    }
+
+    /// The extra part, created on first use.
+    pub fn extra_mut(&mut self) -> &mut UrrExtra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    pub fn linked_urrs(&self) -> &[UrrId] {
+        self.extra.as_ref().map_or(&[], |e| &e.linked_urrs)
+    }
+
+    pub fn far_for_quota_action(&self) -> Option<FarId> {
+        self.extra.as_ref().and_then(|e| e.far_for_quota_action)
     }
 }
 

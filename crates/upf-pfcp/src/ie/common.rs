@@ -137,30 +137,50 @@ ie_enum_u8!(
 /// Several SMFs send the plain text instead; a value that does not parse as labels is taken as
 /// text, so both forms decode to the same string.
 pub(crate) fn decode_dns_name(v: &[u8]) -> Result<CompactString, DecodeError> {
-    let as_labels = || -> Option<CompactString> {
-        let mut out = CompactString::default();
-        let mut rest = v;
-        while let [len, tail @ ..] = rest {
-            let (label, tail) = tail.split_at_checked(usize::from(*len))?;
-            if !is_label(label) {
-                return None;
-            }
-            if !out.is_empty() {
-                out.push('.');
-            }
-            out.push_str(core::str::from_utf8(label).ok()?);
-            rest = tail;
+    if let Some(name) = dns_labels(v) {
+        return Ok(name);
+    }
+    match core::str::from_utf8(v) {
+        Ok(s) if !s.chars().any(char::is_control) => Ok(s.into()),
+        _ => Err(DecodeError::incorrect(
+            "name is neither DNS labels nor printable UTF-8 text",
+        )),
+    }
+}
+
+/// `v` read as a non-empty sequence of DNS labels, dotted; `None` if it is not one.
+/// The dotted name is `v` without its first length octet and with every other length octet
+/// replaced by a dot, so it is built by one copy, with no per-label string pushes.
+fn dns_labels(v: &[u8]) -> Option<CompactString> {
+    let (&first, dotted) = v.split_first()?;
+    let mut rest = v;
+    while let [len, tail @ ..] = rest {
+        let (label, tail) = tail.split_at_checked(usize::from(*len))?;
+        if !is_label(label) {
+            return None;
         }
-        Some(out)
+        rest = tail;
+    }
+    let dot = |out: &mut [u8]| {
+        let mut at = usize::from(first);
+        while let Some(len) = out.get_mut(at) {
+            let n = usize::from(*len);
+            *len = b'.';
+            at += 1 + n;
+        }
     };
-    match as_labels() {
-        Some(s) if !v.is_empty() => Ok(s),
-        _ => match core::str::from_utf8(v) {
-            Ok(s) if !s.chars().any(char::is_control) => Ok(s.into()),
-            _ => Err(DecodeError::incorrect(
-                "name is neither DNS labels nor printable UTF-8 text",
-            )),
-        },
+    // Labels are printable ASCII, so the UTF-8 checks below cannot fail.
+    const INLINE: usize = core::mem::size_of::<CompactString>();
+    if dotted.len() <= INLINE {
+        let mut buf = [0u8; INLINE];
+        let out = &mut buf[..dotted.len()];
+        out.copy_from_slice(dotted);
+        dot(out);
+        core::str::from_utf8(out).ok().map(CompactString::new)
+    } else {
+        let mut out = dotted.to_vec();
+        dot(&mut out);
+        String::from_utf8(out).ok().map(CompactString::from)
     }
 }
 
@@ -441,7 +461,74 @@ mod tests {
         assert_eq!(check::canonical::<NetworkInstance>(&long).0.len(), 65);
     }
 
+    /// The label walk as first written (a string pushed label by label): the reference the
+    /// one-copy `dns_labels` is checked against.
+    fn dns_name_reference(v: &[u8]) -> Result<CompactString, DecodeError> {
+        let as_labels = || -> Option<CompactString> {
+            let mut out = CompactString::default();
+            let mut rest = v;
+            while let [len, tail @ ..] = rest {
+                let (label, tail) = tail.split_at_checked(usize::from(*len))?;
+                if !is_label(label) {
+                    return None;
+                }
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(core::str::from_utf8(label).ok()?);
+                rest = tail;
+            }
+            Some(out)
+        };
+        match as_labels() {
+            Some(s) if !v.is_empty() => Ok(s),
+            _ => match core::str::from_utf8(v) {
+                Ok(s) if !s.chars().any(char::is_control) => Ok(s.into()),
+                _ => Err(DecodeError::incorrect(
+                    "name is neither DNS labels nor printable UTF-8 text",
+                )),
+            },
+        }
+    }
+
+    #[test]
+    fn dns_names_short_and_long() {
+        for name in [
+            "a",
+            "internet",
+            "ims.mnc001.mcc001.gprs",
+            "a.b.c.d.e.f.g.h.i.j.k.l",
+            "x",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([("l".repeat(63) + ".").repeat(3) + "end"])
+        {
+            let mut wire = Vec::new();
+            encode_dns_name(&name, &mut wire);
+            assert_eq!(decode_dns_name(&wire).unwrap(), name.as_str());
+            assert_eq!(decode_dns_name(&wire), dns_name_reference(&wire));
+        }
+    }
+
     proptest! {
+        #[test]
+        fn dns_name_decode_matches_reference(b: Vec<u8>) {
+            prop_assert_eq!(decode_dns_name(&b), dns_name_reference(&b));
+        }
+
+        #[test]
+        fn dns_name_labels_match_reference(
+            labels in proptest::collection::vec("[!-~]{0,64}", 0..6),
+        ) {
+            let mut b = Vec::new();
+            for l in &labels {
+                b.push(u8::try_from(l.len()).unwrap());
+                b.extend_from_slice(l.as_bytes());
+            }
+            prop_assert_eq!(decode_dns_name(&b), dns_name_reference(&b));
+        }
+
         #[test]
         fn shared_roundtrip(n: NetworkInstance, f: FTeid, u: UeIpAddress, s: SourceInterface, d: DestinationInterface, t: InterfaceType3gpp) {
             check::roundtrip(&n); check::roundtrip(&f); check::roundtrip(&s); check::roundtrip(&d); check::roundtrip(&t);

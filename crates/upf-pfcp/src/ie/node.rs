@@ -85,6 +85,13 @@ pub enum NodeId {
     Fqdn(#[cfg_attr(test, proptest(strategy = "dns_name_strategy()"))] CompactString),
 }
 
+/// The unspecified IPv4 address: the state of a message's Node ID before it is decoded.
+impl Default for NodeId {
+    fn default() -> Self {
+        Self::Ipv4(Ipv4Addr::UNSPECIFIED)
+    }
+}
+
 impl IeValue for NodeId {
     fn decode(value: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(value);
@@ -119,7 +126,7 @@ impl IeValue for NodeId {
 
 /// TS 29.244 §8.2.37 F-SEID: a session endpoint identifier with the address(es) of its node.
 /// The spec requires at least one address; one without is accepted (the session layer decides).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct FSeid {
     pub seid: u64,
