@@ -29,7 +29,10 @@ fn drain(agent: &mut Agent<MemDatapath>) {
     while let Some(t) = agent.poll_transmit() {
         match Pdu::decode(&t.payload) {
             Ok((_, rest)) => assert!(rest.is_empty(), "trailing bytes after our message"),
-            Err(e) => panic!("the agent sent a malformed message ({e}): {:02x?}", t.payload),
+            Err(e) => panic!(
+                "the agent sent a malformed message ({e}): {:02x?}",
+                t.payload
+            ),
         }
     }
     while agent.poll_event().is_some() {}
@@ -43,9 +46,13 @@ fuzz_target!(|data: &[u8]| {
         SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 8805),
     ];
     let mut now = Instant::now();
-    let mut agent =
-        Agent::new(Config::new(UPF_IP.into()), MemDatapath::default(), now, 3_900_000_000)
-            .expect("default config");
+    let mut agent = Agent::new(
+        Config::new(UPF_IP.into()),
+        MemDatapath::default(),
+        now,
+        3_900_000_000,
+    )
+    .expect("default config");
     let setup = smf::encode(None, 1, smf::association_setup(NodeId::Ipv4(SMF_IP), 1234));
     agent.handle_datagram(now, peers[0], &setup);
     assert_eq!(agent.association_count(), 1);
