@@ -477,7 +477,10 @@ impl<D: Datapath> Agent<D> {
     /// A datagram that did not decode: a request still gets a response with the cause
     /// (TS 29.244 §7.6); anything else is dropped and counted.
     fn handle_malformed(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8], e: MessageError) {
-        let (Some(t), Some(header)) = (e.message_type, e.header) else {
+        // §7.6.3: a request whose datagram disagrees with its Length field is still answered
+        // (Invalid Length) when its fixed header is whole.
+        let header = e.header.or_else(|| raw_header(bytes));
+        let (Some(t), Some(header)) = (e.message_type, header) else {
             self.stats.dropped += 1;
             return self.event(Event::Dropped {
                 peer,
@@ -902,6 +905,24 @@ fn response_cause(m: &Message) -> Option<Cause> {
         Message::SessionDeletionResponse(m) => m.cause,
         Message::SessionReportResponse(m) => m.cause,
         _ => return None,
+    })
+}
+
+/// The header fields of a message whose length is inconsistent (§7.2.2.1 layout), if the
+/// fixed part is there.
+fn raw_header(b: &[u8]) -> Option<Header> {
+    let s = b.first()? & 0x01 != 0;
+    let (seid, at) = if s {
+        (Some(u64::from_be_bytes(b.get(4..12)?.try_into().ok()?)), 12)
+    } else {
+        (None, 4)
+    };
+    let q = b.get(at..at + 4)?; // sequence number and the spare/priority octet
+    Some(Header {
+        follow_on: false,
+        seid,
+        sequence: u32::from_be_bytes([0, q[0], q[1], q[2]]),
+        priority: None,
     })
 }
 
