@@ -261,7 +261,7 @@ fn run(c: &Case) -> Vec<String> {
             errs.push(format!("sent to {}", t.dest));
         }
         match Pdu::decode(&t.payload) {
-            Ok((p, rest)) if rest.is_empty() => got.push(p),
+            Ok((p, [])) => got.push(p),
             other => errs.push(format!("our own message does not decode: {other:?}")),
         }
     }
