@@ -1,0 +1,247 @@
+//! Heap bytes per PFCP session held by the agent and `MemDatapath::default()`, measured with a
+//! counting global allocator (live bytes as requested from the allocator: malloc's own
+//! per-allocation overhead comes on top, see the live allocation count).
+//!
+//! `cargo run --release -p upf-n4 --example session_memory -- 100000 1000000`
+//!
+//! Each session is `smf::establishment` (4 PDRs, 4 FARs, 2 QERs, 2 URRs, BAR; CHOOSE F-TEID,
+//! CHV4 UE address from a /8 pool). Fixed costs (the UE pool bitmap, empty tables) are measured
+//! after association and subtracted; the response cache (up to 65,536 responses) is reported
+//! separately, then expired.
+#![allow(unsafe_code)] // the global allocator
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+use upf_n4::alloc::UePoolConfig;
+use upf_n4::smf::{self, UeAddr};
+use upf_n4::{Agent, Config};
+use upf_pfcp::ie::NodeId;
+use upf_rules::mem::MemDatapath;
+use upf_rules::{Bar, Far, Pdr, Qer, SdfFilter, Seid, Session, Urr};
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+struct Counting;
+
+// SAFETY: every call is forwarded to `System` with the caller's arguments; the counters are
+// only statistics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `alloc`'s contract, passed on unchanged.
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size(), Relaxed);
+            ALLOCS.fetch_add(1, Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: as for `alloc`.
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size(), Relaxed);
+            ALLOCS.fetch_add(1, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` was allocated by `System` with layout `l` (every allocation goes there).
+        unsafe { System.dealloc(p, l) };
+        LIVE.fetch_sub(l.size(), Relaxed);
+        ALLOCS.fetch_sub(1, Relaxed);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as for `dealloc`; `new_size` is the caller's.
+        let q = unsafe { System.realloc(p, l, new_size) };
+        if !q.is_null() {
+            LIVE.fetch_add(new_size, Relaxed);
+            LIVE.fetch_sub(l.size(), Relaxed);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> (usize, usize) {
+    (LIVE.load(Relaxed), ALLOCS.load(Relaxed))
+}
+
+const SMF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+fn per(bytes: usize, n: usize) -> f64 {
+    bytes as f64 / n as f64
+}
+
+/// Heap bytes of one installed session's rules, by part: the `Arc` block, the rule vectors at
+/// their capacities, and the PDIs' SDF filter vectors (the only other heap the rules of this
+/// session shape use: 9 allocations in all, checked against the deletion figure).
+fn rules_heap(s: &Session) -> Vec<(&'static str, usize)> {
+    use std::mem::size_of;
+    let sdf: usize = s
+        .pdrs
+        .iter()
+        .map(|p| {
+            p.pdi.sdf_filters.capacity() * size_of::<SdfFilter>()
+                + p.pdi.framed_routes.capacity() * size_of::<upf_rules::FramedRoute>()
+        })
+        .sum();
+    vec![
+        ("Arc<Session>", 16 + size_of::<Session>()),
+        ("pdrs", s.pdrs.capacity() * size_of::<Pdr>()),
+        ("fars", s.fars.capacity() * size_of::<Far>()),
+        ("qers", s.qers.capacity() * size_of::<Qer>()),
+        ("urrs", s.urrs.capacity() * size_of::<Urr>()),
+        ("pdi.sdf_filters", sdf),
+    ]
+}
+
+fn measure(n: usize) {
+    let peer = SocketAddr::new(IpAddr::V4(SMF_IP), 8805);
+    let mut cfg = Config::new(Ipv4Addr::new(127, 0, 0, 1).into());
+    cfg.ue_pools = vec![UePoolConfig {
+        name: None,
+        dnn: None,
+        network_instance: None,
+        ipv4: Some((Ipv4Addr::new(10, 0, 0, 0), 8)),
+        ipv6: None,
+    }];
+    cfg.limits.sessions = cfg.limits.sessions.max(n);
+    let mut now = Instant::now();
+    let mut a = Agent::new(cfg, MemDatapath::default(), now, 3_900_000_000).unwrap();
+    let setup = smf::encode(None, 1, smf::association_setup(NodeId::Ipv4(SMF_IP), 1));
+    a.handle_datagram(now, peer, &setup);
+    while a.poll_transmit().is_some() {}
+    while a.poll_event().is_some() {}
+    let (base, base_allocs) = live();
+
+    let t0 = Instant::now();
+    for i in 0..n {
+        let k = u32::try_from(i + 2).unwrap();
+        let req = smf::establishment(NodeId::Ipv4(SMF_IP), u64::from(k), SMF_IP, UeAddr::Choose);
+        let bytes = smf::encode(Some(0), k & 0xff_ffff, req);
+        a.handle_datagram(now, peer, &bytes);
+        a.poll_transmit().expect("a response");
+        while a.poll_event().is_some() {}
+    }
+    let took = t0.elapsed();
+    assert_eq!(a.session_count(), n, "every establishment accepted");
+    let (with_cache, _) = live();
+
+    // Expire the response cache (TTL 60 s) and drain what the timers sent (a heartbeat).
+    now += Duration::from_secs(61);
+    a.handle_timeout(now);
+    while a.poll_transmit().is_some() {}
+    while a.poll_event().is_some() {}
+    let (total, allocs) = live();
+    let total = total - base;
+    let allocs = allocs - base_allocs;
+
+    let parts = rules_heap(a.session(Seid(1)).unwrap());
+    let rules: usize = parts.iter().map(|p| p.1).sum();
+    let caps = {
+        let s = a.session(Seid(1)).unwrap();
+        format!(
+            "capacities: pdrs {}/{} fars {}/{} qers {}/{} urrs {}/{} sdf_filters {}/{}",
+            s.pdrs.len(),
+            s.pdrs.capacity(),
+            s.fars.len(),
+            s.fars.capacity(),
+            s.qers.len(),
+            s.qers.capacity(),
+            s.urrs.len(),
+            s.urrs.capacity(),
+            s.pdrs[0].pdi.sdf_filters.len(),
+            s.pdrs[0].pdi.sdf_filters.capacity()
+        )
+    };
+    // The data path's tables (sessions, meters); the rules it shares with the agent stay.
+    let before_dp = live().0;
+    drop(std::mem::take(a.datapath_mut()));
+    let dp = before_dp - live().0;
+    let agent_rest = total as f64 - dp as f64 - (rules * n) as f64;
+
+    // Delete every session: what that frees is per-session allocations; what stays is table
+    // capacity (hash tables do not shrink) and the allocators' free lists.
+    let (before_del, allocs_before_del) = live();
+    for i in 0..n {
+        let seid = u64::try_from(i + 1).unwrap();
+        let seq = u32::try_from(i % 0xff_0000 + 2).unwrap();
+        let bytes = smf::encode(
+            Some(seid),
+            seq,
+            upf_pfcp::messages::SessionDeletionRequest {},
+        );
+        now += Duration::from_micros(100);
+        a.handle_datagram(now, peer, &bytes);
+        a.poll_transmit().expect("a response");
+        while a.poll_event().is_some() {}
+    }
+    assert_eq!(a.session_count(), 0, "every deletion accepted");
+    now += Duration::from_secs(61);
+    a.handle_timeout(now);
+    while a.poll_transmit().is_some() {}
+    let (after_del, allocs_after_del) = live();
+
+    println!(
+        "N = {n} sessions (established in {took:.2?}, {:.0}/s)",
+        n as f64 / took.as_secs_f64()
+    );
+    println!("  fixed before the first session: {base} B");
+    println!(
+        "  per session, response cache included: {:.0} B",
+        per(with_cache - base, n)
+    );
+    println!(
+        "  per session: {:.0} B in {:.1} live allocations",
+        per(total, n),
+        per(allocs, n)
+    );
+    println!("    rules: {rules} B = {parts:?} ({caps})");
+    println!(
+        "    MemDatapath tables (sessions, 2 meters): {:.0} B",
+        per(dp, n)
+    );
+    println!(
+        "    agent tables (sessions ctx, by_cp, SEID/TEID sets, allocators): {:.0} B",
+        agent_rest / n as f64
+    );
+    println!(
+        "  deleting them all frees {:.0} B/session in {:.1} allocations; {:.0} B/session stays \
+         (table capacity, free lists)",
+        per(before_del - after_del, n),
+        per(allocs_before_del - allocs_after_del, n),
+        (after_del as f64 - base as f64) / n as f64
+    );
+}
+
+fn main() {
+    println!(
+        "size_of: Session {} Pdr {} Far {} Qer {} Urr {} Bar {} SdfFilter {} NodeId {} SocketAddr {}",
+        std::mem::size_of::<Session>(),
+        std::mem::size_of::<Pdr>(),
+        std::mem::size_of::<Far>(),
+        std::mem::size_of::<Qer>(),
+        std::mem::size_of::<Urr>(),
+        std::mem::size_of::<Bar>(),
+        std::mem::size_of::<SdfFilter>(),
+        std::mem::size_of::<NodeId>(),
+        std::mem::size_of::<SocketAddr>(),
+    );
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a session count"))
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![100_000, 1_000_000]
+    } else {
+        sizes
+    };
+    for n in sizes {
+        measure(n);
+    }
+}
