@@ -523,14 +523,11 @@ fn volume(v: p::Volume) -> r::VolumeLimit {
     }
 }
 
-/// Create URR → URR.
-pub fn urr(c: &p::CreateUrr) -> r::Urr {
-    let mut u = r::Urr::new(r::UrrId(c.urr_id.0));
-    u.method = r::MeasurementMethod(c.measurement_method.0);
-    u.triggers = r::ReportingTriggers(c.reporting_triggers.0);
-    apply_urr_fields(
-        &mut u,
-        &UrrFields {
+/// The optional URR IEs Create URR and Update URR share, read from either (same field names).
+macro_rules! urr_fields {
+    ($c:expr) => {{
+        let c = $c;
+        UrrFields {
             measurement_period: c.measurement_period.map(|x| x.0),
             volume_threshold: c.volume_threshold,
             volume_quota: c.volume_quota,
@@ -549,8 +546,16 @@ pub fn urr(c: &p::CreateUrr) -> r::Urr {
             info: c.measurement_information.map(|x| x.0),
             far_for_quota_action: c.far_id_for_quota_action.map(|x| x.0),
             number_of_reports: c.number_of_reports.map(|x| x.0),
-        },
-    );
+        }
+    }};
+}
+
+/// Create URR → URR.
+pub fn urr(c: &p::CreateUrr) -> r::Urr {
+    let mut u = r::Urr::new(r::UrrId(c.urr_id.0));
+    u.method = r::MeasurementMethod(c.measurement_method.0);
+    u.triggers = r::ReportingTriggers(c.reporting_triggers.0);
+    apply_urr_fields(&mut u, &urr_fields!(c));
     u
 }
 
@@ -562,29 +567,7 @@ pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) {
     if let Some(t) = c.reporting_triggers {
         u.triggers = r::ReportingTriggers(t.0);
     }
-    apply_urr_fields(
-        u,
-        &UrrFields {
-            measurement_period: c.measurement_period.map(|x| x.0),
-            volume_threshold: c.volume_threshold,
-            volume_quota: c.volume_quota,
-            time_threshold: c.time_threshold.map(|x| x.0),
-            time_quota: c.time_quota.map(|x| x.0),
-            quota_holding_time: c.quota_holding_time.map(|x| x.0),
-            dropped_dl: c.dropped_dl_traffic_threshold,
-            quota_validity_time: c.quota_validity_time.map(|x| x.0),
-            monitoring_time: c.monitoring_time.map(|x| x.0),
-            subsequent_volume_threshold: c.subsequent_volume_threshold,
-            subsequent_time_threshold: c.subsequent_time_threshold.map(|x| x.0),
-            subsequent_volume_quota: c.subsequent_volume_quota,
-            subsequent_time_quota: c.subsequent_time_quota.map(|x| x.0),
-            inactivity_detection_time: c.inactivity_detection_time.map(|x| x.0),
-            linked: c.linked_urr_ids.iter().map(|x| r::UrrId(x.0)).collect(),
-            info: c.measurement_information.map(|x| x.0),
-            far_for_quota_action: c.far_id_for_quota_action.map(|x| x.0),
-            number_of_reports: c.number_of_reports.map(|x| x.0),
-        },
-    );
+    apply_urr_fields(u, &urr_fields!(c));
 }
 
 /// The optional URR IEs Create URR and Update URR share.
