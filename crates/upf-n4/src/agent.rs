@@ -398,11 +398,7 @@ impl<D: Datapath> Agent<D> {
                 // Sent by UP functions only.
                 SessionReportResponse {
                     cause: Cause::SERVICE_NOT_SUPPORTED,
-                    offending_ie: None,
-                    update_bar: None,
-                    pfcpsrrsp_flags: None,
-                    cp_f_seid: None,
-                    alternative_smf_ip_address: None,
+                    ..Default::default()
                 }
                 .into(),
             ),
@@ -513,9 +509,7 @@ impl<D: Datapath> Agent<D> {
                 AssociationUpdateResponse {
                     node_id,
                     cause: reject.cause,
-                    up_function_features: None,
-                    cp_function_features: None,
-                    ue_ip_address_pool_information: Default::default(),
+                    ..Default::default()
                 }
                 .into(),
             ),
@@ -578,10 +572,7 @@ impl<D: Datapath> Agent<D> {
                 SessionReportResponse {
                     cause: reject.cause,
                     offending_ie: reject.offending_ie.map(OffendingIe),
-                    update_bar: None,
-                    pfcpsrrsp_flags: None,
-                    cp_f_seid: None,
-                    alternative_smf_ip_address: None,
+                    ..Default::default()
                 }
                 .into(),
             ),
@@ -703,12 +694,7 @@ impl<D: Datapath> Agent<D> {
             cause,
             recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
             up_function_features: Some(self.cfg.features),
-            cp_function_features: None,
-            user_plane_ip_resource_information: Default::default(),
-            alternative_smf_ip_addresses: Default::default(),
-            smf_set_id: None,
-            pfcpasrsp_flags: None,
-            ue_ip_address_pool_information: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -784,8 +770,7 @@ impl<D: Datapath> Agent<D> {
             node_id: self.cfg.node_id.clone(),
             cause,
             up_function_features: Some(self.cfg.features),
-            cp_function_features: None,
-            ue_ip_address_pool_information: Default::default(),
+            ..Default::default()
         }
         .into()
     }
@@ -843,13 +828,7 @@ impl<D: Datapath> Agent<D> {
             node_id: self.cfg.node_id.clone(),
             recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
             up_function_features: Some(self.cfg.features),
-            cp_function_features: None,
-            user_plane_ip_resource_information: Default::default(),
-            alternative_smf_ip_addresses: Default::default(),
-            smf_set_id: None,
-            pfcp_session_retention_information: None,
-            ue_ip_address_pool_information: Default::default(),
-            pfcpasreq_flags: None,
+            ..Default::default()
         };
         self.request(now, smf, None, m.into(), Pending::AssociationSetup(smf));
     }

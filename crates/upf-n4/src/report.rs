@@ -6,7 +6,7 @@ use crate::session::SessionCtx;
 use std::time::Instant;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
-use upf_pfcp::{Cause, List, Multi};
+use upf_pfcp::{Cause, Multi};
 use upf_rules::{Datapath, DatapathEvent, InstallFlags, Seid, UsageReport as Usage};
 
 impl<D: Datapath> Agent<D> {
@@ -47,10 +47,8 @@ impl<D: Datapath> Agent<D> {
             )),
             time_of_first_packet: u.first_packet.map(|t| TimeOfFirstPacket(self.ntp(t))),
             time_of_last_packet: u.last_packet.map(|t| TimeOfLastPacket(self.ntp(t))),
-            usage_information: None,
             query_urr_reference: query_ref,
-            ue_ip_address: None,
-            network_instance: None,
+            ..Default::default()
         }
     }
 
@@ -75,13 +73,7 @@ impl<D: Datapath> Agent<D> {
         };
         let mut m = SessionReportRequest {
             report_type,
-            downlink_data_report: None,
-            usage_reports: List::new(),
-            error_indication_report: None,
-            load_control_information: None,
-            overload_control_information: None,
-            pfcpsrreq_flags: None,
-            old_cp_f_seid: None,
+            ..Default::default()
         };
         match e {
             DatapathEvent::Usage(u) => m.usage_reports.push(self.usage_report(&mut ctx, &u, None)),

@@ -49,12 +49,8 @@ pub(crate) fn establishment_reject(node_id: NodeId, r: Reject) -> SessionEstabli
         node_id,
         cause: r.cause,
         offending_ie: r.offending_ie.map(OffendingIe),
-        up_f_seid: None,
-        created_pdrs: List::new(),
-        load_control_information: None,
-        overload_control_information: None,
-        fq_csids: List::new(),
         failed_rule_id: r.failed_rule_id(),
+        ..Default::default()
     }
 }
 
@@ -62,12 +58,8 @@ pub(crate) fn modification_reject(r: Reject) -> SessionModificationResponse {
     SessionModificationResponse {
         cause: r.cause,
         offending_ie: r.offending_ie.map(OffendingIe),
-        created_pdrs: List::new(),
-        load_control_information: None,
-        overload_control_information: None,
-        usage_reports: List::new(),
         failed_rule_id: r.failed_rule_id(),
-        updated_pdrs: List::new(),
+        ..Default::default()
     }
 }
 
@@ -75,9 +67,7 @@ pub(crate) fn deletion_reject(r: Reject) -> SessionDeletionResponse {
     SessionDeletionResponse {
         cause: r.cause,
         offending_ie: r.offending_ie.map(OffendingIe),
-        load_control_information: None,
-        overload_control_information: None,
-        usage_reports: List::new(),
+        ..Default::default()
     }
 }
 
@@ -222,13 +212,9 @@ impl<D: Datapath> Agent<D> {
                 Ok(SessionEstablishmentResponse {
                     node_id: self.cfg.node_id.clone(),
                     cause: Cause::REQUEST_ACCEPTED,
-                    offending_ie: None,
                     up_f_seid: Some(self.f_seid(seid)),
                     created_pdrs: created,
-                    load_control_information: None,
-                    overload_control_information: None,
-                    fq_csids: List::new(),
-                    failed_rule_id: None,
+                    ..Default::default()
                 })
             }
             Err(r) => {
@@ -601,13 +587,9 @@ impl<D: Datapath> Agent<D> {
         self.sessions.insert(seid, ctx);
         Ok(SessionModificationResponse {
             cause: Cause::REQUEST_ACCEPTED,
-            offending_ie: None,
             created_pdrs: created,
-            load_control_information: None,
-            overload_control_information: None,
             usage_reports,
-            failed_rule_id: None,
-            updated_pdrs: List::new(),
+            ..Default::default()
         })
     }
 
@@ -760,10 +742,8 @@ impl<D: Datapath> Agent<D> {
             cp_seid,
             SessionDeletionResponse {
                 cause: Cause::REQUEST_ACCEPTED,
-                offending_ie: None,
-                load_control_information: None,
-                overload_control_information: None,
                 usage_reports,
+                ..Default::default()
             }
             .into(),
         )

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
-use upf_pfcp::{Header, List, Message, Multi, Pdu};
+use upf_pfcp::{Header, List, Message, Pdu};
 
 /// How the UE address of a built session is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,13 +33,8 @@ pub fn pdi(
             })
             .into_iter()
             .collect(),
-        application_id: None,
-        ethernet_pdu_session_information: None,
         qfis: [Qfi(9)].into_iter().collect(),
-        framed_routes: List::new(),
-        framed_routing: None,
-        framed_ipv6_routes: List::new(),
-        source_interface_type: None,
+        ..Default::default()
     }
 }
 
@@ -63,9 +58,7 @@ pub fn create_pdr(
         far_id: Some(FarId(far)),
         urr_ids: urrs.iter().map(|&u| UrrId(u)).collect(),
         qer_ids: qers.iter().map(|&q| QerId(q)).collect(),
-        activate_predefined_rules: List::new(),
-        activation_time: None,
-        deactivation_time: None,
+        ..Default::default()
     }
 }
 
@@ -76,13 +69,8 @@ pub fn forwarding(
     ForwardingParameters {
         destination_interface: dest,
         network_instance: Some(NetworkInstance("internet".into())),
-        redirect_information: None,
         outer_header_creation: ohc,
-        transport_level_marking: None,
-        forwarding_policy: None,
-        header_enrichment: List::new(),
-        proxying: None,
-        destination_interface_type: None,
+        ..Default::default()
     }
 }
 
@@ -104,18 +92,13 @@ pub fn create_far(
 pub fn create_qer(id: u32, mbr_kbps: Option<(u64, u64)>, qfi: Option<u8>) -> CreateQer {
     CreateQer {
         qer_id: QerId(id),
-        qer_correlation_id: None,
         gate_status: GateStatus::default(),
         mbr: mbr_kbps.map(|(u, d)| Mbr {
             uplink_kbps: u,
             downlink_kbps: d,
         }),
-        gbr: None,
-        packet_rate: None,
         qfi: qfi.map(Qfi),
-        rqi: None,
-        paging_policy_indicator: None,
-        averaging_window: None,
+        ..Default::default()
     }
 }
 
@@ -130,28 +113,12 @@ pub fn create_urr(
             MeasurementMethod::VOLUM.0 | MeasurementMethod::DURAT.0,
         ),
         reporting_triggers: triggers,
-        measurement_period: None,
         volume_threshold: volume_threshold.map(|t| Volume {
             total: Some(t),
             uplink: None,
             downlink: None,
         }),
-        volume_quota: None,
-        time_threshold: None,
-        time_quota: None,
-        quota_holding_time: None,
-        dropped_dl_traffic_threshold: None,
-        quota_validity_time: None,
-        monitoring_time: None,
-        subsequent_volume_threshold: None,
-        subsequent_time_threshold: None,
-        subsequent_volume_quota: None,
-        subsequent_time_quota: None,
-        inactivity_detection_time: None,
-        linked_urr_ids: Multi::new(),
-        measurement_information: None,
-        far_id_for_quota_action: None,
-        number_of_reports: None,
+        ..Default::default()
     }
 }
 
@@ -301,40 +268,14 @@ pub fn establishment(
             suggested_buffering_packets_count: None,
         }),
         pdn_type: Some(PdnType::IPV4),
-        fq_csids: List::new(),
-        user_plane_inactivity_timer: None,
-        user_id: None,
-        apn_dnn: None,
-        pfcpsereq_flags: None,
-        s_nssai: None,
-        recovery_time_stamp: None,
+        ..Default::default()
     }
 }
 
 /// An empty Session Modification Request, to fill in.
 pub fn modification() -> SessionModificationRequest {
     SessionModificationRequest {
-        cp_f_seid: None,
-        remove_pdrs: List::new(),
-        remove_fars: List::new(),
-        remove_urrs: List::new(),
-        remove_qers: List::new(),
-        remove_bar: None,
-        create_pdrs: List::new(),
-        create_fars: List::new(),
-        create_urrs: List::new(),
-        create_qers: List::new(),
-        create_bar: None,
-        update_pdrs: List::new(),
-        update_fars: List::new(),
-        update_urrs: List::new(),
-        update_qers: List::new(),
-        update_bar: None,
-        pfcpsmreq_flags: None,
-        query_urrs: List::new(),
-        fq_csids: List::new(),
-        user_plane_inactivity_timer: None,
-        query_urr_reference: None,
+        ..Default::default()
     }
 }
 
@@ -354,8 +295,7 @@ pub fn update_far_to_gnb(id: u32, teid: u32, gnb: Ipv4Addr) -> UpdateFar {
             pfcpsm_req_flags: None,
             destination_interface_type: None,
         }),
-        update_duplicating_parameters: List::new(),
-        bar_id: None,
+        ..Default::default()
     }
 }
 
@@ -363,14 +303,7 @@ pub fn association_setup(node: NodeId, recovery: u32) -> AssociationSetupRequest
     AssociationSetupRequest {
         node_id: node,
         recovery_time_stamp: RecoveryTimeStamp(recovery),
-        up_function_features: None,
-        cp_function_features: None,
-        user_plane_ip_resource_information: List::new(),
-        alternative_smf_ip_addresses: List::new(),
-        smf_set_id: None,
-        pfcp_session_retention_information: None,
-        ue_ip_address_pool_information: List::new(),
-        pfcpasreq_flags: None,
+        ..Default::default()
     }
 }
 

@@ -763,13 +763,7 @@ fn framing_vectors() -> Vec<Case> {
             SessionEstablishmentResponse {
                 node_id: smf_node(),
                 cause: Cause::REQUEST_ACCEPTED,
-                offending_ie: None,
-                up_f_seid: None,
-                created_pdrs: Default::default(),
-                load_control_information: None,
-                overload_control_information: None,
-                fq_csids: Default::default(),
-                failed_rule_id: None,
+                ..Default::default()
             },
         ),
         vec![],

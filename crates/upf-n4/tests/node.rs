@@ -149,15 +149,7 @@ fn association_release_and_update() {
         None,
         AssociationUpdateRequest {
             node_id: s.node.clone(),
-            up_function_features: None,
-            cp_function_features: None,
-            pfcp_association_release_request: None,
-            graceful_release_period: None,
-            user_plane_ip_resource_information: Default::default(),
-            pfcpaureq_flags: None,
-            alternative_smf_ip_addresses: Default::default(),
-            smf_set_id: None,
-            ue_ip_address_pool_information: Default::default(),
+            ..Default::default()
         },
     );
     assert!(
@@ -250,13 +242,7 @@ fn up_initiated_association_retried_then_established() {
         node_id: s.node.clone(),
         cause: Cause::REQUEST_ACCEPTED,
         recovery_time_stamp: RecoveryTimeStamp(42),
-        up_function_features: None,
-        cp_function_features: None,
-        user_plane_ip_resource_information: Default::default(),
-        alternative_smf_ip_addresses: Default::default(),
-        smf_set_id: None,
-        pfcpasrsp_flags: None,
-        ue_ip_address_pool_information: Default::default(),
+        ..Default::default()
     };
     s.send_bytes(&smf::encode(None, retry.header.sequence, resp));
     assert_eq!(s.agent.association_count(), 1);

@@ -184,16 +184,8 @@ fn remove_urr_returns_its_usage() {
     for id in [3, 4] {
         m.update_pdrs.push(UpdatePdr {
             pdr_id: PdrId(id),
-            outer_header_removal: None,
-            precedence: None,
-            pdi: None,
-            far_id: None,
             urr_ids: [UrrId(1)].into_iter().collect(),
-            qer_ids: Default::default(),
-            activate_predefined_rules: List::new(),
-            deactivate_predefined_rules: List::new(),
-            activation_time: None,
-            deactivation_time: None,
+            ..Default::default()
         });
     }
     let r = s.modify(seid, m);
@@ -516,11 +508,7 @@ fn session_reports_from_datapath_events() {
     );
     let resp = SessionReportResponse {
         cause: Cause::SESSION_CONTEXT_NOT_FOUND,
-        offending_ie: None,
-        update_bar: None,
-        pfcpsrrsp_flags: None,
-        cp_f_seid: None,
-        alternative_smf_ip_address: None,
+        ..Default::default()
     };
     assert!(s
         .send_bytes(&smf::encode(Some(seid), p.header.sequence, resp))
