@@ -109,7 +109,7 @@ async fn serve(addr: SocketAddr, cfg: Config) -> Result<(), String> {
         .await
         .map_err(|e| format!("N4 bind {addr}: {e}"))?;
     let mut agent = Agent::new(cfg, MemDatapath::default(), Instant::now(), ntp_now())?;
-    eprintln!("upf: N4 listening on {addr} (data path: in-memory, recording)");
+    eprintln!("upf: N4 listening on {addr} (data path: in-memory, no packets forwarded)");
     let mut buf = vec![0u8; 65_536];
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("signal: {e}"))?;
