@@ -29,6 +29,15 @@ impl Addr {
             IpAddr::V6(a) => Self::v6(a),
         }
     }
+    /// The IPv4 address in the low bits (meaningful when `!v6`).
+    pub fn to_ip4(self) -> Ipv4Addr {
+        #[allow(clippy::cast_possible_truncation)] // IPv4 lives in the low 32 bits
+        Ipv4Addr::from(self.bits as u32)
+    }
+    /// The IPv6 address (meaningful when `v6`).
+    pub fn to_ip6(self) -> Ipv6Addr {
+        Ipv6Addr::from(self.bits)
+    }
     pub fn to_ip(self) -> IpAddr {
         if self.v6 {
             IpAddr::V6(Ipv6Addr::from(self.bits))
@@ -55,7 +64,11 @@ impl Prefix {
         if len > width {
             return None;
         }
-        let full = if a.v6 { u128::MAX } else { u128::from(u32::MAX) };
+        let full = if a.v6 {
+            u128::MAX
+        } else {
+            u128::from(u32::MAX)
+        };
         let mask = if len == 0 {
             0
         } else {
@@ -73,7 +86,8 @@ impl Prefix {
         a.v6 == self.v6 && a.bits & self.mask == self.net
     }
 
-    pub fn len(&self) -> u32 {
+    /// Prefix length in bits.
+    pub fn bits(&self) -> u32 {
         self.mask.count_ones()
     }
 }
@@ -109,7 +123,10 @@ mod tests {
         assert!(any6.contains(Addr::v6("2001:db8::1".parse().unwrap())));
         assert!(Prefix::new("10.0.0.0".parse().unwrap(), 33).is_none());
         let h = Prefix::new("2001:db8::1".parse().unwrap(), 128).unwrap();
-        assert_eq!(h.len(), 128);
-        assert_eq!(Addr::v4(Ipv4Addr::new(1, 2, 3, 4)).to_ip().to_string(), "1.2.3.4");
+        assert_eq!(h.bits(), 128);
+        assert_eq!(
+            Addr::v4(Ipv4Addr::new(1, 2, 3, 4)).to_ip().to_string(),
+            "1.2.3.4"
+        );
     }
 }

@@ -4,6 +4,62 @@
 //! TEID, downlink by UE IP, every entry carrying its resolved FAR/QER/URR slots) and batches of
 //! packets run through them to completion: parse → classify → PDR → FAR → QER → URR →
 //! encapsulate/forward. No I/O, no threads, no clock: `now` is a parameter.
+//!
+//! [`Pipeline`] is one worker's share; it also implements [`upf_rules::Datapath`], so a single
+//! worker is a complete data path for the agent.
 #![forbid(unsafe_code)]
 
+pub mod counters;
+mod filter;
 pub mod flow;
+mod install;
+pub mod meter;
+pub mod packet;
+mod parse;
+pub mod pipeline;
+mod session;
+mod tables;
+mod usage;
+
+pub use counters::{Counters, DropReason};
+pub use packet::{Packet, Port, BUF_LEN, HEADROOM};
+pub use parse::flow_of;
+pub use pipeline::{Output, Pipeline, GTPU_PORT};
+pub use tables::{FastMap, FoldHasher};
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// This UPF's GTP-U addresses on one interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LocalAddrs {
+    pub v4: Option<Ipv4Addr>,
+    pub v6: Option<Ipv6Addr>,
+}
+
+/// What every worker's pipeline is configured with.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    pub n3: LocalAddrs,
+    pub n9: LocalAddrs,
+    /// Packets one FAR may buffer (a BAR's Suggested Buffering Packets Count may lower it).
+    pub buffer_packets_per_far: usize,
+    /// Octets one worker may hold in buffers in all.
+    pub buffer_bytes: usize,
+    /// Error Indications per second one worker may send for unknown TEIDs.
+    pub error_indications_per_s: u32,
+    /// TTL / Hop Limit of the outer headers we write.
+    pub outer_ttl: u8,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            n3: LocalAddrs::default(),
+            n9: LocalAddrs::default(),
+            buffer_packets_per_far: 64,
+            buffer_bytes: 16 << 20,
+            error_indications_per_s: 100,
+            outer_ttl: 64,
+        }
+    }
+}

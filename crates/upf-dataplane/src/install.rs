@@ -1,0 +1,337 @@
+//! Installing, replacing and removing sessions in a worker's tables, usage queries and the
+//! time-based triggers. A replacement happens between two batches in one step, so no packet
+//! sees half a session; state of surviving rules (meters, counters, buffers) carries over.
+
+use crate::counters::DropReason;
+use crate::flow::Addr;
+use crate::packet::{Packet, HEADROOM};
+use crate::pipeline::Pipeline;
+use crate::session::{CompileEnv, Compiled};
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::Instant;
+use upf_rules::{
+    ApplyAction, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session,
+    UrrId, UsageReport, UsageTrigger,
+};
+
+impl Pipeline {
+    /// Installs `session` (or replaces the one with its SEID). `share` is the number of
+    /// workers the session is spread over; its bit rates are divided by it.
+    pub fn install_shared(
+        &mut self,
+        now: Instant,
+        session: Arc<Session>,
+        flags: InstallFlags,
+        share: u32,
+    ) -> Result<Installed, DatapathError> {
+        let env = CompileEnv {
+            n3: &self.cfg.n3,
+            n9: &self.cfg.n9,
+            buffer_packets: self.cfg.buffer_packets_per_far,
+            share,
+        };
+        let mut new = Compiled::compile(now, session, &env)?;
+        let old_slot = self.by_seid.get(&new.seid).copied();
+        // Every key must be free or already ours: checked before anything changes.
+        for t in new.teids() {
+            if self.teids.get(&t).is_some_and(|&s| Some(s) != old_slot) {
+                return Err(DatapathError::NoResources(
+                    "local TEID used by another session",
+                ));
+            }
+        }
+        let prefixes = new.ue_prefixes();
+        for p in &prefixes {
+            if self.ue.owner(p).is_some_and(|s| Some(s) != old_slot) {
+                return Err(DatapathError::NoResources(
+                    "UE address used by another session",
+                ));
+            }
+        }
+        let mut installed = Installed::default();
+        let slot = match old_slot {
+            Some(slot) => {
+                let mut old = self.slots[slot as usize]
+                    .take()
+                    .ok_or(DatapathError::Internal("session slot empty".into()))?;
+                self.unindex(slot, &old);
+                let (gone, orphans) = new.carry_from(now, &mut old);
+                for mut u in gone {
+                    installed
+                        .removed_urr_usage
+                        .push(u.report(now, new.seid, UsageTrigger::TERMR));
+                }
+                for p in orphans {
+                    self.discard(p);
+                }
+                if flags.send_end_marker {
+                    self.end_markers(&old, &new);
+                }
+                slot
+            }
+            None => match self.free_slots.pop() {
+                Some(s) => s,
+                None => {
+                    self.slots.push(None);
+                    self.generations.push(0);
+                    u32::try_from(self.slots.len() - 1)
+                        .map_err(|_| DatapathError::NoResources("sessions"))?
+                }
+            },
+        };
+        for far in &mut new.fars {
+            let release = if flags.drop_buffered || far.action.contains(ApplyAction::DROP) {
+                Some(false)
+            } else if far.action.contains(ApplyAction::FORW) {
+                Some(true)
+            } else {
+                None
+            };
+            match release {
+                Some(true) => self.requeue.extend(far.buffer.drain(..)),
+                Some(false) => {
+                    for p in std::mem::take(&mut far.buffer) {
+                        self.counters.buffered -= 1;
+                        self.buffered_bytes -= p.len();
+                        self.counters.drop(DropReason::BufferDiscarded);
+                    }
+                }
+                None => {}
+            }
+        }
+        self.index(slot, &new, &prefixes);
+        self.slots[slot as usize] = Some(new);
+        self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
+        self.schedule(slot);
+        Ok(installed)
+    }
+
+    fn index(&mut self, slot: u32, s: &Compiled, prefixes: &[crate::flow::Prefix]) {
+        self.by_seid.insert(s.seid, slot);
+        for t in s.teids() {
+            self.teids.insert(t, slot);
+        }
+        for p in prefixes {
+            self.ue.insert(*p, slot);
+        }
+        for k in s.remote_tunnels() {
+            self.remote.insert(k, slot);
+        }
+    }
+
+    fn unindex(&mut self, slot: u32, s: &Compiled) {
+        self.by_seid.remove(&s.seid);
+        for t in s.teids() {
+            if self.teids.get(&t) == Some(&slot) {
+                self.teids.remove(&t);
+            }
+        }
+        for p in s.ue_prefixes() {
+            self.ue.remove(&p, slot);
+        }
+        for k in s.remote_tunnels() {
+            if self.remote.get(&k) == Some(&slot) {
+                self.remote.remove(&k);
+            }
+        }
+    }
+
+    fn discard(&mut self, p: Packet) {
+        self.counters.buffered -= 1;
+        self.buffered_bytes -= p.len();
+        self.counters.drop(DropReason::BufferDiscarded);
+    }
+
+    /// TS 29.281 §7.3.2 / TS 23.501 §5.8.2.9: when a FAR's tunnel changes (handover), an
+    /// End Marker goes down the old tunnel after the last packet sent into it.
+    fn end_markers(&mut self, old: &Compiled, new: &Compiled) {
+        for o in &old.fars {
+            let Some(ot) = o.target.as_ref().and_then(|t| t.encap.map(|e| (t.port, e))) else {
+                continue;
+            };
+            let changed = new
+                .fars
+                .iter()
+                .find(|n| n.id == o.id)
+                .is_none_or(|n| n.target.as_ref().and_then(|t| t.encap) != Some(ot.1));
+            if !changed {
+                continue;
+            }
+            let (port, tun) = ot;
+            let mut p = Packet::new(port);
+            let start = HEADROOM;
+            let Some(buf) = p.buffer_mut().get_mut(start..) else {
+                continue;
+            };
+            let Ok(n) = upf_wire::gtpu_msg::emit_end_marker(tun.teid, buf) else {
+                continue;
+            };
+            if crate::pipeline::wrap_for_peer(
+                &mut p,
+                start,
+                n,
+                tun.src,
+                tun.dst,
+                self.cfg.outer_ttl,
+            )
+            .is_some()
+            {
+                p.port = port;
+                self.counters.created += 1;
+                self.pending.push(p);
+            }
+        }
+    }
+
+    /// Removes a session; the final usage of each URR (TERMR) and its buffered packets
+    /// discarded.
+    pub fn remove_session(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+    ) -> Result<Vec<UsageReport>, DatapathError> {
+        let slot = self
+            .by_seid
+            .get(&seid)
+            .copied()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut s = self.slots[slot as usize]
+            .take()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        self.unindex(slot, &s);
+        self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
+        self.free_slots.push(slot);
+        for f in &mut s.fars {
+            for p in std::mem::take(&mut f.buffer) {
+                self.discard(p);
+            }
+        }
+        Ok(s.urrs
+            .iter_mut()
+            .map(|u| u.report(now, seid, UsageTrigger::TERMR))
+            .collect())
+    }
+
+    /// Usage of `urrs` (all when empty) since their last report, restarting the measurement.
+    pub fn query(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        urrs: &[UrrId],
+    ) -> Result<Vec<UsageReport>, DatapathError> {
+        let s = self
+            .by_seid
+            .get(&seid)
+            .and_then(|&slot| self.slots[slot as usize].as_mut())
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        Ok(s.urrs
+            .iter_mut()
+            .filter(|u| urrs.is_empty() || urrs.contains(&u.id))
+            .map(|u| u.report(now, seid, UsageTrigger::IMMER))
+            .collect())
+    }
+
+    fn schedule(&mut self, slot: u32) {
+        let Some(s) = self.slots[slot as usize].as_ref() else {
+            return;
+        };
+        let urr = s.urrs.iter().filter_map(|u| u.deadline()).min();
+        let idle = s.inactivity.map(|t| s.last_packet + t);
+        let at = match (urr, idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = at {
+            self.timers
+                .push(Reverse((at, slot, self.generations[slot as usize])));
+        }
+    }
+
+    /// When [`Pipeline::handle_timeout`] next has something to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Fires the time-based URR triggers and inactivity detection that are due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((at, slot, generation))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.generations.get(slot as usize) != Some(&generation) {
+                continue;
+            }
+            let Some(s) = self.slots[slot as usize].as_mut() else {
+                continue;
+            };
+            let seid = s.seid;
+            for u in &mut s.urrs {
+                if let Some(t) = u.due(now) {
+                    self.events
+                        .push_back(DatapathEvent::Usage(u.report(now, seid, t)));
+                }
+            }
+            if let Some(t) = s.inactivity {
+                if now >= s.last_packet + t && !s.inactive_reported {
+                    s.inactive_reported = true;
+                    self.events.push_back(DatapathEvent::Inactive { seid });
+                } else if now < s.last_packet + t {
+                    s.inactive_reported = false;
+                }
+            }
+            // Lazy: an entry may fire early (traffic moved a deadline); reschedule.
+            self.generations[slot as usize] = generation.wrapping_add(1);
+            let inactive = s.inactive_reported.then_some(s.inactivity).flatten();
+            self.schedule(slot);
+            if let Some(t) = inactive {
+                let g = self.generations[slot as usize];
+                self.timers.push(Reverse((now + t, slot, g)));
+            }
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<DatapathEvent> {
+        self.events.pop_front()
+    }
+
+    /// Whether any session on this worker sends into the tunnel `(teid, peer)`.
+    pub fn sends_to(&self, teid: u32, peer: Addr) -> bool {
+        self.remote.contains_key(&(teid, peer))
+    }
+
+    /// Packets waiting in this worker's buffers.
+    pub fn buffered(&self) -> usize {
+        self.slots.iter().flatten().map(Compiled::buffered).sum()
+    }
+}
+
+/// A single worker as a complete data path (tests, and one-core deployments).
+impl Datapath for Pipeline {
+    fn install(
+        &mut self,
+        now: Instant,
+        session: Arc<Session>,
+        flags: InstallFlags,
+    ) -> Result<Installed, DatapathError> {
+        self.install_shared(now, session, flags, 1)
+    }
+
+    fn remove(&mut self, now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError> {
+        self.remove_session(now, seid)
+    }
+
+    fn query_usage(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        urrs: &[UrrId],
+    ) -> Result<Vec<UsageReport>, DatapathError> {
+        self.query(now, seid, urrs)
+    }
+
+    fn poll_event(&mut self) -> Option<DatapathEvent> {
+        Pipeline::poll_event(self)
+    }
+}

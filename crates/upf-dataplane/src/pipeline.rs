@@ -1,0 +1,598 @@
+//! One worker's pipeline: its tables, its sessions' state, and `process`, which runs a batch
+//! of packets to completion (decapsulate → classify → PDR → FAR → QER → URR → encapsulate).
+
+use crate::counters::{Counters, DropReason};
+use crate::flow::Addr;
+use crate::meter::RateLimit;
+use crate::packet::{Packet, Port, HEADROOM};
+use crate::parse::{flow_of, route_hop};
+use crate::session::{Compiled, Strip, Target};
+use crate::tables::{FastMap, UeTable};
+use crate::PipelineConfig;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Instant;
+use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid, Teid};
+use upf_wire::encap::{decapsulate, encapsulate_gtpu_v4, encapsulate_gtpu_v6, EncapV4, EncapV6};
+use upf_wire::encap::{Decapsulated, GtpuTunnel};
+use upf_wire::ext::PduSessionContainer;
+use upf_wire::gtpu::MessageType;
+use upf_wire::{gtpu_msg, ip_proto, ipv4, ipv6, udp};
+
+/// GTP-U's UDP port (TS 29.281 §4.4.2).
+pub const GTPU_PORT: u16 = 2152;
+
+/// What a batch produced besides events: packets to send (each with its egress port) and
+/// buffers to reuse.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub tx: Vec<Packet>,
+    pub free: Vec<Packet>,
+}
+
+/// One worker's share of the data path.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub(crate) cfg: PipelineConfig,
+    pub(crate) slots: Vec<Option<Compiled>>,
+    pub(crate) generations: Vec<u32>,
+    pub(crate) free_slots: Vec<u32>,
+    pub(crate) by_seid: FastMap<Seid, u32>,
+    pub(crate) teids: FastMap<u32, u32>,
+    pub(crate) ue: UeTable,
+    pub(crate) remote: FastMap<(u32, Addr), u32>,
+    pub(crate) counters: Counters,
+    pub(crate) events: VecDeque<DatapathEvent>,
+    /// Released buffered packets, processed before the next batch to keep their order.
+    pub(crate) requeue: VecDeque<Packet>,
+    /// Packets made outside `process` (End Markers), sent with the next batch.
+    pub(crate) pending: Vec<Packet>,
+    pub(crate) buffered_bytes: usize,
+    pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    pub(crate) error_indications: RateLimit,
+    pub(crate) ident: u16,
+}
+
+fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) {
+    c.drop(r);
+    out.free.push(p);
+}
+
+fn wire_drop(first: Option<&u8>, e: upf_wire::Error) -> DropReason {
+    use upf_wire::Error as E;
+    let ip_ok = matches!(first.map(|v| v >> 4), Some(4 | 6));
+    match e {
+        E::Fragmented => DropReason::OuterFragment,
+        E::UnknownComprehensionRequired(_) => DropReason::UnknownExtension,
+        E::BadVersion | E::BadProtocolType if ip_ok => DropReason::BadGtpVersion,
+        _ => DropReason::MalformedOuter,
+    }
+}
+
+impl Pipeline {
+    pub fn new(now: Instant, cfg: PipelineConfig) -> Self {
+        let error_indications = RateLimit::new(now, cfg.error_indications_per_s, 10);
+        Self {
+            cfg,
+            slots: Vec::new(),
+            generations: Vec::new(),
+            free_slots: Vec::new(),
+            by_seid: FastMap::default(),
+            teids: FastMap::default(),
+            ue: UeTable::default(),
+            remote: FastMap::default(),
+            counters: Counters::default(),
+            events: VecDeque::new(),
+            requeue: VecDeque::new(),
+            pending: Vec::new(),
+            buffered_bytes: 0,
+            timers: BinaryHeap::new(),
+            error_indications,
+            ident: 0,
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn sessions(&self) -> usize {
+        self.by_seid.len()
+    }
+
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// Runs `rx` to completion; forwarded packets go to `out.tx` with their egress port set.
+    pub fn process(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
+        for p in self.pending.drain(..) {
+            self.counters.tx(p.port, p.len());
+            out.tx.push(p);
+        }
+        while let Some(p) = self.requeue.pop_front() {
+            self.counters.buffered -= 1;
+            self.buffered_bytes -= p.len();
+            self.handle(now, p, out);
+        }
+        for p in rx.drain(..) {
+            self.counters.rx(p.port, p.len());
+            self.handle(now, p, out);
+        }
+    }
+
+    #[inline]
+    fn handle(&mut self, now: Instant, p: Packet, out: &mut Output) {
+        match p.port {
+            Port::N3 | Port::N9 => self.gtp(now, p, out),
+            Port::N6 => self.n6(now, p, out),
+        }
+    }
+
+    #[inline]
+    fn gtp(&mut self, now: Instant, p: Packet, out: &mut Output) {
+        let d = match decapsulate(p.data()) {
+            Ok(d) => d,
+            Err(e) => {
+                let r = wire_drop(p.data().first(), e);
+                return drop_to(out, &mut self.counters, p, r);
+            }
+        };
+        match d.gtpu.msg_type {
+            MessageType::GPdu => {}
+            MessageType::EchoRequest => return self.echo(p, &d, out),
+            MessageType::ErrorIndication => {
+                self.error_indication_received(&p, &d);
+                return drop_to(out, &mut self.counters, p, DropReason::Signalling);
+            }
+            MessageType::EchoResponse | MessageType::EndMarker => {
+                return drop_to(out, &mut self.counters, p, DropReason::Signalling)
+            }
+            _ => {
+                return drop_to(
+                    out,
+                    &mut self.counters,
+                    p,
+                    DropReason::UnsupportedGtpMessage,
+                )
+            }
+        }
+        let teid = d.gtpu.teid;
+        let Some(&slot) = self.teids.get(&teid) else {
+            self.send_error_indication(now, &d, out);
+            return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
+        };
+        let inner = (p.start() + d.inner.start, p.start() + d.inner.end);
+        let Some(flow) = p.data().get(d.inner.clone()).and_then(flow_of) else {
+            return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
+        };
+        let qfi = d.gtpu.ext.psc.map(|c| c.qfi);
+        let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
+            return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
+        };
+        let Some(i) = Compiled::classify(&s.gtp_pdrs, Some(teid), qfi, &flow) else {
+            return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
+        };
+        self.apply(now, slot, true, i, p, inner, qfi, out);
+    }
+
+    #[inline]
+    fn n6(&mut self, now: Instant, p: Packet, out: &mut Output) {
+        let Some(flow) = flow_of(p.data()) else {
+            return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
+        };
+        let Some(slot) = self.ue.lookup(flow.dst) else {
+            return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
+        };
+        let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
+            return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
+        };
+        let Some(i) = Compiled::classify(&s.ip_pdrs, None, None, &flow) else {
+            return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
+        };
+        let inner = (p.start(), p.start() + p.len());
+        self.apply(now, slot, false, i, p, inner, None, out);
+    }
+
+    /// FAR, QER and URR of the matched PDR, then out.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn apply(
+        &mut self,
+        now: Instant,
+        slot: u32,
+        gtp: bool,
+        pdr_index: usize,
+        mut p: Packet,
+        inner: (usize, usize),
+        qfi_in: Option<u8>,
+        out: &mut Output,
+    ) {
+        let Self {
+            slots,
+            counters,
+            events,
+            buffered_bytes,
+            cfg,
+            ident,
+            ..
+        } = self;
+        let Some(s) = slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return drop_to(out, counters, p, DropReason::UnknownUe);
+        };
+        s.last_packet = now;
+        let pdr = if gtp {
+            &s.gtp_pdrs[pdr_index]
+        } else {
+            &s.ip_pdrs[pdr_index]
+        };
+        let Some(far) = pdr.far.and_then(|f| s.fars.get_mut(usize::from(f))) else {
+            return drop_to(out, counters, p, DropReason::FarDrop);
+        };
+        let action = far.action;
+        if !action.contains(ApplyAction::FORW) {
+            if action.contains(ApplyAction::BUFF) {
+                if far.buffer.len() >= far.max_buffered
+                    || *buffered_bytes + p.len() > cfg.buffer_bytes
+                {
+                    return drop_to(out, counters, p, DropReason::BufferFull);
+                }
+                counters.buffered += 1;
+                *buffered_bytes += p.len();
+                far.buffer.push_back(p);
+                if action.contains(ApplyAction::NOCP) && !far.notified {
+                    far.notified = true;
+                    let q = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].qfi);
+                    let ppi = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].ppi);
+                    events.push_back(DatapathEvent::DownlinkData {
+                        seid: s.seid,
+                        pdr: pdr.id,
+                        qfi: q.map(Qfi),
+                        ppi,
+                    });
+                }
+                return;
+            }
+            return drop_to(out, counters, p, DropReason::FarDrop);
+        }
+        let len = inner.1 - inner.0;
+        let uplink = pdr.from_ue;
+        // QER: every QER of the PDR must let the packet through before any is charged.
+        let bits = len as u64 * 8;
+        let mut mark_qfi = None;
+        let (mut rqi, mut ppi) = (false, None);
+        for &q in &pdr.qers {
+            let q = &mut s.qers[usize::from(q)];
+            let (gate, mbr) = if uplink {
+                (q.gate_ul, &mut q.mbr_ul)
+            } else {
+                (q.gate_dl, &mut q.mbr_dl)
+            };
+            if !gate {
+                return drop_to(out, counters, p, DropReason::GateClosed);
+            }
+            if let Some(b) = mbr {
+                if !b.conforms(now, bits) {
+                    return drop_to(out, counters, p, DropReason::MbrExceeded);
+                }
+            }
+            mark_qfi = mark_qfi.or(q.qfi);
+            rqi |= q.rqi;
+            ppi = ppi.or(q.ppi);
+        }
+        for &u in &pdr.urrs {
+            if s.urrs[usize::from(u)].exhausted {
+                return drop_to(out, counters, p, DropReason::QuotaExhausted);
+            }
+        }
+        for &q in &pdr.qers {
+            let q = &mut s.qers[usize::from(q)];
+            let mbr = if uplink { &mut q.mbr_ul } else { &mut q.mbr_dl };
+            if let Some(b) = mbr {
+                b.take(bits);
+            }
+            if q.gbr.is_some() {
+                q.gbr_bytes += len as u64;
+            }
+        }
+        for &u in &pdr.urrs {
+            let u = &mut s.urrs[usize::from(u)];
+            if let Some(t) = u.count(now, len as u64, uplink) {
+                events.push_back(DatapathEvent::Usage(u.report(now, s.seid, t)));
+            }
+        }
+        let Some(target) = far.target.as_ref() else {
+            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
+        };
+        let strip = pdr.strip == Strip::Gtpu;
+        let (ds, de) = if strip {
+            inner
+        } else {
+            (p.start(), p.start() + p.len())
+        };
+        let qfi = if target.to_access {
+            mark_qfi.or(qfi_in)
+        } else {
+            qfi_in.or(mark_qfi)
+        };
+        // A routed hop when the packet enters or leaves N6.
+        if (target.port == Port::N6 || p.port == Port::N6)
+            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
+        {
+            return drop_to(out, counters, p, DropReason::TtlExpired);
+        }
+        let mark = Mark { qfi, rqi, ppi };
+        for d in &far.dup {
+            let mut c = out.free.pop().unwrap_or_else(|| Packet::new(d.port));
+            let data = p.buffer_mut().get(ds..de).unwrap_or(&[]);
+            if c.load(d.port, data) {
+                let (cs, ce) = (c.start(), c.start() + c.len());
+                if emit(&mut c, cs, ce, d, &mark, cfg.outer_ttl, ident) {
+                    counters.created += 1;
+                    counters.tx(c.port, c.len());
+                    out.tx.push(c);
+                    continue;
+                }
+            }
+            out.free.push(c);
+        }
+        if !emit(&mut p, ds, de, target, &mark, cfg.outer_ttl, ident) {
+            return drop_to(out, counters, p, DropReason::EncapFailed);
+        }
+        counters.tx(p.port, p.len());
+        out.tx.push(p);
+    }
+
+    fn echo(&mut self, mut p: Packet, d: &Decapsulated, out: &mut Output) {
+        // TS 29.281 §7.2.2: the response copies the sequence number; Recovery is 0.
+        let seq = d.gtpu.seq_number.unwrap_or(0);
+        let start = HEADROOM;
+        let n = gtpu_msg::emit_echo_response(
+            0,
+            seq,
+            p.buffer_mut().get_mut(start..).unwrap_or(&mut []),
+        );
+        let sent = n.ok().and_then(|n| {
+            wrap_udp_ip(
+                &mut p,
+                start,
+                n,
+                Addr::from_ip(d.outer_dst),
+                Addr::from_ip(d.outer_src),
+                (d.dst_port, d.src_port),
+                self.cfg.outer_ttl,
+            )
+        });
+        match sent {
+            Some(()) => {
+                self.counters.tx(p.port, p.len());
+                out.tx.push(p);
+            }
+            None => drop_to(out, &mut self.counters, p, DropReason::MalformedOuter),
+        }
+    }
+
+    /// TS 29.281 §7.3.1: a G-PDU for an unknown TEID is answered with an Error Indication to
+    /// its sender (rate-limited).
+    fn send_error_indication(&mut self, now: Instant, d: &Decapsulated, out: &mut Output) {
+        if !self.error_indications.allow(now) {
+            self.counters.error_indications_suppressed += 1;
+            return;
+        }
+        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(Port::N3));
+        let start = HEADROOM;
+        let buf = e.buffer_mut().get_mut(start..).unwrap_or(&mut []);
+        let n = if d.src_port == GTPU_PORT {
+            gtpu_msg::emit_error_indication(d.gtpu.teid, d.outer_dst, buf)
+        } else {
+            gtpu_msg::emit_error_indication_with_udp_port(d.gtpu.teid, d.outer_dst, d.src_port, buf)
+        };
+        let ok = n.ok().and_then(|n| {
+            wrap_udp_ip(
+                &mut e,
+                start,
+                n,
+                Addr::from_ip(d.outer_dst),
+                Addr::from_ip(d.outer_src),
+                (GTPU_PORT, GTPU_PORT),
+                self.cfg.outer_ttl,
+            )
+        });
+        if ok.is_some() {
+            self.counters.created += 1;
+            self.counters.tx(e.port, e.len());
+            out.tx.push(e);
+        } else {
+            out.free.push(e);
+        }
+    }
+
+    /// TS 29.281 §7.3.1: a peer tells us it has no context for a tunnel we send into; the
+    /// agent reports it to the SMF (TS 29.244 §5.12).
+    fn error_indication_received(&mut self, p: &Packet, d: &Decapsulated) {
+        let (mut teid, mut peer) = (None, None);
+        for ie in gtpu_msg::IeIter::new(p.data().get(d.inner.clone()).unwrap_or(&[])) {
+            match ie {
+                Ok(gtpu_msg::Ie::TeidDataI(t)) => teid = Some(t),
+                Ok(gtpu_msg::Ie::PeerAddress(a)) => peer = Some(a),
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+        let (Some(teid), Some(peer)) = (teid, peer) else {
+            return;
+        };
+        let owner = self.remote.get(&(teid, Addr::from_ip(peer)));
+        if let Some(s) = owner.and_then(|&s| self.slots.get(s as usize)?.as_ref()) {
+            self.events.push_back(DatapathEvent::ErrorIndication {
+                seid: s.seid,
+                teid: Teid(teid),
+                peer,
+            });
+        }
+    }
+}
+
+/// What the outer header marks.
+struct Mark {
+    qfi: Option<u8>,
+    rqi: bool,
+    ppi: Option<u8>,
+}
+
+/// Encapsulates `p[ds..de]` for `t` (or just trims to it) and sets the egress port.
+#[inline]
+fn emit(
+    p: &mut Packet,
+    ds: usize,
+    de: usize,
+    t: &Target,
+    m: &Mark,
+    ttl: u8,
+    ident: &mut u16,
+) -> bool {
+    p.port = t.port;
+    let Some(tun) = t.encap else {
+        p.set_range(ds, de);
+        return true;
+    };
+    let psc = m.qfi.map(|q| {
+        if t.to_access {
+            PduSessionContainer {
+                rqi: m.rqi,
+                ppi: m.ppi,
+                ..PduSessionContainer::dl(q & 0x3f)
+            }
+        } else {
+            PduSessionContainer::ul(q & 0x3f)
+        }
+    });
+    let inner_tos = p
+        .buffer_mut()
+        .get(ds..de)
+        .and_then(|ip| match ip.first()? >> 4 {
+            4 => ip.get(1).copied(),
+            6 => Some(ipv6::Packet::new_unchecked(ip).traffic_class()),
+            _ => None,
+        });
+    let tunnel = GtpuTunnel {
+        teid: tun.teid,
+        src_port: GTPU_PORT,
+        dst_port: GTPU_PORT,
+        psc,
+        ttl,
+        dscp: t.tos.map_or(0, |tos| tos >> 2),
+        // RFC 6040 normal mode: the outer ECN copies the inner.
+        ecn: inner_tos.unwrap_or(0) & 3,
+    };
+    let buf = p.buffer_mut();
+    let start = if tun.dst.v6 {
+        encapsulate_gtpu_v6(
+            buf,
+            ds,
+            de - ds,
+            &EncapV6 {
+                src: tun.src.to_ip6(),
+                dst: tun.dst.to_ip6(),
+                flow_label: 0,
+                tunnel,
+            },
+        )
+    } else {
+        *ident = ident.wrapping_add(1);
+        encapsulate_gtpu_v4(
+            buf,
+            ds,
+            de - ds,
+            &EncapV4 {
+                src: tun.src.to_ip4(),
+                dst: tun.dst.to_ip4(),
+                ident: *ident,
+                dont_frag: false,
+                tunnel,
+            },
+        )
+    };
+    match start {
+        Ok(s) => {
+            p.set_range(s, de);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A GTP-U signalling message at `p[start..start+len]` wrapped for the GTP-U port of `dst`.
+pub(crate) fn wrap_for_peer(
+    p: &mut Packet,
+    start: usize,
+    len: usize,
+    src: Addr,
+    dst: Addr,
+    ttl: u8,
+) -> Option<()> {
+    wrap_udp_ip(p, start, len, src, dst, (GTPU_PORT, GTPU_PORT), ttl)
+}
+
+/// Puts UDP and IP headers in front of `p[start..start+len]` (a GTP-U signalling message).
+fn wrap_udp_ip(
+    p: &mut Packet,
+    start: usize,
+    len: usize,
+    src: Addr,
+    dst: Addr,
+    ports: (u16, u16),
+    ttl: u8,
+) -> Option<()> {
+    let ip_len = if src.v6 {
+        ipv6::HEADER_LEN
+    } else {
+        ipv4::HEADER_LEN
+    };
+    let u_start = start.checked_sub(udp::HEADER_LEN)?;
+    let ip_start = u_start.checked_sub(ip_len)?;
+    let end = start + len;
+    let buf = p.buffer_mut();
+    let urepr = udp::Repr {
+        src_port: ports.0,
+        dst_port: ports.1,
+        payload_len: len,
+    };
+    let mut u = udp::Packet::new_unchecked(buf.get_mut(u_start..end)?);
+    urepr.emit(&mut u).ok()?;
+    if src.v6 {
+        u.fill_checksum_v6(&src.to_ip6(), &dst.to_ip6());
+        let r = ipv6::Repr {
+            src: src.to_ip6(),
+            dst: dst.to_ip6(),
+            next_header: ip_proto::UDP,
+            payload_len: udp::HEADER_LEN + len,
+            hop_limit: ttl,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        r.emit(&mut ipv6::Packet::new_unchecked(
+            buf.get_mut(ip_start..end)?,
+        ))
+        .ok()?;
+    } else {
+        u.fill_checksum_v4(src.to_ip4(), dst.to_ip4());
+        let r = ipv4::Repr {
+            src: src.to_ip4(),
+            dst: dst.to_ip4(),
+            protocol: ip_proto::UDP,
+            payload_len: udp::HEADER_LEN + len,
+            ttl,
+            dscp: 0,
+            ecn: 0,
+            ident: 0,
+            dont_frag: true,
+        };
+        r.emit(&mut ipv4::Packet::new_unchecked(
+            buf.get_mut(ip_start..end)?,
+        ))
+        .ok()?;
+    }
+    p.set_range(ip_start, end);
+    Some(())
+}

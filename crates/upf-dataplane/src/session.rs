@@ -1,0 +1,467 @@
+//! A session compiled for one worker: PDRs split by how packets reach them (GTP-U by TEID, or
+//! plain IP by UE address) and sorted by precedence, each carrying the slots of its FAR, QERs
+//! and URRs; the FAR/QER/URR state (buffers, meters, counters) lives beside them.
+
+use crate::filter::Filter;
+use crate::flow::{Addr, Flow, Prefix};
+use crate::meter::{TokenBucket, DEFAULT_WINDOW};
+use crate::packet::{Packet, Port};
+use crate::usage::UrrState;
+use crate::LocalAddrs;
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use upf_rules::{
+    ApplyAction, DatapathError, Far, FarId, Gate, Interface, OuterHeaderCreation,
+    OuterHeaderRemoval, Pdr, PdrId, Qer, QerId, Seid, Session,
+};
+
+/// How many header octets a PDR's Outer Header Removal strips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Strip {
+    None,
+    /// Outer IP + UDP + GTP-U (with extensions).
+    Gtpu,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct UeMatch {
+    v4: Option<u32>,
+    v6: Option<Prefix>,
+    is_destination: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CPdr {
+    pub id: PdrId,
+    pub teid: Option<u32>,
+    /// Bit per allowed QFI; 0: any.
+    qfis: u64,
+    ue: Option<UeMatch>,
+    framed: SmallVec<[Prefix; 1]>,
+    filters: Vec<Filter>,
+    /// Packets matching come from the UE (uplink).
+    pub from_ue: bool,
+    pub strip: Strip,
+    pub far: Option<u16>,
+    pub qers: SmallVec<[u16; 2]>,
+    pub urrs: SmallVec<[u16; 2]>,
+}
+
+impl CPdr {
+    #[inline]
+    fn matches(&self, teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> bool {
+        if self.teid.is_some() && self.teid != teid {
+            return false;
+        }
+        if self.qfis != 0 && !qfi.is_some_and(|q| q < 64 && self.qfis & (1 << q) != 0) {
+            return false;
+        }
+        let ue = match &self.ue {
+            Some(ue) => {
+                let a = if ue.is_destination { f.dst } else { f.src };
+                let own = if a.v6 {
+                    ue.v6.is_some_and(|p| p.contains(a))
+                } else {
+                    ue.v4.is_some_and(|v| u128::from(v) == a.bits)
+                };
+                if !own && !self.framed.iter().any(|p| p.contains(a)) {
+                    return false;
+                }
+                Some(a)
+            }
+            None => None,
+        };
+        self.filters.is_empty() || self.filters.iter().any(|x| x.matches(f, self.from_ue, ue))
+    }
+}
+
+/// Where a FAR (or one of its duplications) sends packets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub port: Port,
+    pub encap: Option<Tunnel>,
+    /// Outer ToS/Traffic Class from Transport Level Marking.
+    pub tos: Option<u8>,
+    /// The UE side of this target (Access): downlink PSC; otherwise uplink PSC on N9.
+    pub to_access: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tunnel {
+    pub teid: u32,
+    pub src: Addr,
+    pub dst: Addr,
+}
+
+#[derive(Debug)]
+pub(crate) struct CFar {
+    pub id: FarId,
+    pub action: ApplyAction,
+    pub target: Option<Target>,
+    pub dup: Vec<Target>,
+    /// Packets held while the action is BUFF (TS 29.244 §5.2.4.1).
+    pub buffer: VecDeque<Packet>,
+    pub max_buffered: usize,
+    /// A downlink-data event was raised for the current buffering period.
+    pub notified: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct QerState {
+    pub id: QerId,
+    pub gate_ul: bool,
+    pub gate_dl: bool,
+    pub mbr_ul: Option<TokenBucket>,
+    pub mbr_dl: Option<TokenBucket>,
+    /// Octets sent within the guaranteed bit rate (accounting only).
+    pub gbr: Option<(u64, u64)>,
+    pub gbr_bytes: u64,
+    pub qfi: Option<u8>,
+    pub rqi: bool,
+    pub ppi: Option<u8>,
+}
+
+impl QerState {
+    fn new(now: Instant, q: &Qer, share: u32) -> Self {
+        let window = q
+            .averaging_window_ms
+            .map_or(DEFAULT_WINDOW, |ms| Duration::from_millis(ms.into()));
+        let bucket = |kbps: u64| {
+            (kbps > 0).then(|| TokenBucket::new(now, kbps * 1000 / u64::from(share), window))
+        };
+        Self {
+            id: q.id,
+            gate_ul: q.gate_uplink == Gate::Open,
+            gate_dl: q.gate_downlink == Gate::Open,
+            mbr_ul: q.mbr.and_then(|m| bucket(m.uplink_kbps)),
+            mbr_dl: q.mbr.and_then(|m| bucket(m.downlink_kbps)),
+            gbr: q.gbr.map(|g| (g.uplink_kbps, g.downlink_kbps)),
+            gbr_bytes: 0,
+            qfi: q.qfi.map(|q| q.0),
+            rqi: q.rqi,
+            ppi: q.ppi,
+        }
+    }
+
+    /// Keeps the buckets' fill level across a modification.
+    fn carry(&mut self, old: &QerState) {
+        self.gbr_bytes = old.gbr_bytes;
+        for (new, old) in [
+            (&mut self.mbr_ul, &old.mbr_ul),
+            (&mut self.mbr_dl, &old.mbr_dl),
+        ] {
+            if let (Some(n), Some(o)) = (new.as_mut(), old) {
+                let mut keep = *o;
+                keep.set_rate_from(n);
+                *n = keep;
+            }
+        }
+    }
+}
+
+/// One session as one worker holds it.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub seid: Seid,
+    pub rules: Arc<Session>,
+    pub gtp_pdrs: Vec<CPdr>,
+    pub ip_pdrs: Vec<CPdr>,
+    pub fars: Vec<CFar>,
+    pub qers: Vec<QerState>,
+    pub urrs: Vec<UrrState>,
+    pub inactivity: Option<Duration>,
+    pub last_packet: Instant,
+    pub inactive_reported: bool,
+}
+
+/// What compiling needs to know about this UPF.
+#[derive(Debug, Clone)]
+pub(crate) struct CompileEnv<'a> {
+    pub n3: &'a LocalAddrs,
+    pub n9: &'a LocalAddrs,
+    pub buffer_packets: usize,
+    /// Number of workers the session is spread over: its bit rates are divided by it.
+    pub share: u32,
+}
+
+fn unsupported(what: &'static str) -> DatapathError {
+    DatapathError::Unsupported(what)
+}
+
+impl Compiled {
+    pub fn compile(now: Instant, s: Arc<Session>, env: &CompileEnv) -> Result<Self, DatapathError> {
+        let slot = |n: usize| u16::try_from(n).map_err(|_| DatapathError::NoResources("rules"));
+        let far_slot = |id: FarId| s.fars.iter().position(|f| f.id == id);
+        let mut gtp = Vec::new();
+        let mut ip = Vec::new();
+        for p in &s.pdrs {
+            let c = compile_pdr(&s, p, &far_slot, &slot)?;
+            if c.teid.is_some() {
+                gtp.push((p.precedence, c));
+            } else {
+                ip.push((p.precedence, c));
+            }
+        }
+        // TS 29.244 §5.2.1: the PDR with the highest precedence (lowest value) wins; equal
+        // precedences keep rule order (stable sort).
+        gtp.sort_by_key(|(p, _)| *p);
+        ip.sort_by_key(|(p, _)| *p);
+        let buffer_packets = s
+            .bar
+            .as_ref()
+            .and_then(|b| b.suggested_buffering_packets)
+            .map_or(env.buffer_packets, |n| {
+                usize::from(n).min(env.buffer_packets)
+            });
+        let fars = s
+            .fars
+            .iter()
+            .map(|f| compile_far(f, env, buffer_packets))
+            .collect::<Result<Vec<_>, _>>()?;
+        let share = env.share.max(1);
+        Ok(Self {
+            seid: s.seid,
+            gtp_pdrs: gtp.into_iter().map(|(_, c)| c).collect(),
+            ip_pdrs: ip.into_iter().map(|(_, c)| c).collect(),
+            fars,
+            qers: s
+                .qers
+                .iter()
+                .map(|q| QerState::new(now, q, share))
+                .collect(),
+            urrs: s.urrs.iter().map(|u| UrrState::new(now, u)).collect(),
+            inactivity: s
+                .inactivity_timer_s
+                .filter(|&t| t > 0)
+                .map(|t| Duration::from_secs(t.into())),
+            last_packet: now,
+            inactive_reported: false,
+            rules: s,
+        })
+    }
+
+    /// Moves measurement, policing and buffering state of rules that survive from `old`.
+    /// Returns the usage of URRs that disappeared (reported with TERMR by the caller) and the
+    /// buffered packets of FARs that disappeared.
+    pub fn carry_from(&mut self, now: Instant, old: &mut Compiled) -> (Vec<UrrState>, Vec<Packet>) {
+        for q in &mut self.qers {
+            if let Some(o) = old.qers.iter().find(|o| o.id == q.id) {
+                q.carry(o);
+            }
+        }
+        let mut gone_urrs = Vec::new();
+        for o in old.urrs.drain(..) {
+            match self.urrs.iter_mut().find(|u| u.id == o.id) {
+                Some(u) => {
+                    let rule = self.rules.urrs.iter().find(|r| r.id == o.id);
+                    *u = o;
+                    if let Some(r) = rule {
+                        u.update(now, r);
+                    }
+                }
+                None => gone_urrs.push(o),
+            }
+        }
+        let mut orphans = Vec::new();
+        for o in &mut old.fars {
+            match self.fars.iter_mut().find(|f| f.id == o.id) {
+                Some(f) => {
+                    f.buffer = std::mem::take(&mut o.buffer);
+                    // A FAR still buffering keeps its notification state; a changed action
+                    // starts a new buffering period.
+                    f.notified = o.notified && f.action == o.action;
+                }
+                None => orphans.extend(o.buffer.drain(..)),
+            }
+        }
+        self.last_packet = old.last_packet;
+        self.inactive_reported = old.inactive_reported;
+        (gone_urrs, orphans)
+    }
+
+    /// The index of the first PDR (by precedence) in `pdrs` that matches.
+    #[inline]
+    pub fn classify(pdrs: &[CPdr], teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> Option<usize> {
+        pdrs.iter().position(|p| p.matches(teid, qfi, f))
+    }
+
+    /// Local TEIDs this session receives on.
+    pub fn teids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.gtp_pdrs.iter().filter_map(|p| p.teid)
+    }
+
+    /// UE addresses and routed prefixes that downlink packets are looked up by.
+    pub fn ue_prefixes(&self) -> Vec<Prefix> {
+        let mut v = Vec::new();
+        for p in self.ip_pdrs.iter().chain(&self.gtp_pdrs) {
+            if let Some(ue) = &p.ue {
+                if let Some(a) = ue.v4 {
+                    v.push(Prefix {
+                        v6: false,
+                        net: a.into(),
+                        mask: u32::MAX.into(),
+                    });
+                }
+                v.extend(ue.v6);
+            }
+            v.extend(p.framed.iter().copied());
+        }
+        v.sort_by_key(|p| (p.v6, p.net, p.mask));
+        v.dedup();
+        v
+    }
+
+    /// Remote tunnels this session sends to (for Error Indications received from them).
+    pub fn remote_tunnels(&self) -> Vec<(u32, Addr)> {
+        let mut v: Vec<_> = self
+            .fars
+            .iter()
+            .flat_map(|f| f.target.iter().chain(&f.dup))
+            .filter_map(|t| t.encap.map(|e| (e.teid, e.dst)))
+            .collect();
+        v.sort_by_key(|(t, a)| (*t, a.v6, a.bits));
+        v.dedup();
+        v
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.fars.iter().map(|f| f.buffer.len()).sum()
+    }
+}
+
+fn compile_pdr(
+    s: &Session,
+    p: &Pdr,
+    far_slot: &impl Fn(FarId) -> Option<usize>,
+    slot: &impl Fn(usize) -> Result<u16, DatapathError>,
+) -> Result<CPdr, DatapathError> {
+    let pdi = &p.pdi;
+    let strip = match p.outer_header_removal {
+        None => Strip::None,
+        Some(OuterHeaderRemoval::GtpuUdpIp { .. }) => Strip::Gtpu,
+        Some(_) => return Err(unsupported("outer header removal other than GTP-U")),
+    };
+    let mut qfis = 0u64;
+    for q in &pdi.qfis {
+        qfis |= 1u64 << (q.0 & 63);
+    }
+    let far = match p.far {
+        Some(id) => Some(slot(far_slot(id).ok_or(DatapathError::Internal(
+            format!("PDR {} refers to missing FAR {}", p.id.0, id.0),
+        ))?)?),
+        None => None,
+    };
+    let rule_slot = |pos: Option<usize>, what: &str| {
+        pos.ok_or_else(|| {
+            DatapathError::Internal(format!("PDR {} refers to a missing {what}", p.id.0))
+        })
+        .and_then(slot)
+    };
+    let qers = p
+        .qers
+        .iter()
+        .map(|id| rule_slot(s.qers.iter().position(|q| q.id == *id), "QER"))
+        .collect::<Result<_, _>>()?;
+    let urrs = p
+        .urrs
+        .iter()
+        .map(|id| rule_slot(s.urrs.iter().position(|u| u.id == *id), "URR"))
+        .collect::<Result<_, _>>()?;
+    Ok(CPdr {
+        id: p.id,
+        teid: pdi.local_f_teid.map(|f| f.teid.0),
+        qfis,
+        ue: pdi.ue_ip.map(|u| UeMatch {
+            v4: u.ipv4.map(|a| u32::from_be_bytes(a.octets())),
+            v6: u.ipv6.and_then(|(a, len)| Prefix::new(IpAddr::V6(a), len)),
+            is_destination: u.is_destination,
+        }),
+        framed: pdi
+            .framed_routes
+            .iter()
+            .filter_map(|r| Prefix::new(r.network, r.prefix_len))
+            .collect(),
+        filters: pdi.sdf_filters.iter().map(Filter::compile).collect(),
+        from_ue: pdi.packets_leave_ue(),
+        strip,
+        far,
+        qers,
+        urrs,
+    })
+}
+
+fn target(
+    dest: Interface,
+    ohc: Option<OuterHeaderCreation>,
+    tlm: Option<(u8, u8)>,
+    env: &CompileEnv,
+) -> Result<Option<Target>, DatapathError> {
+    let to_access = dest == Interface::Access;
+    let encap = match ohc {
+        None => None,
+        Some(OuterHeaderCreation::Gtpu { teid, peer }) => {
+            let local = if to_access { env.n3 } else { env.n9 };
+            let src = match peer {
+                IpAddr::V4(_) => local.v4.map(IpAddr::V4),
+                IpAddr::V6(_) => local.v6.map(IpAddr::V6),
+            }
+            .ok_or(unsupported(
+                "no local GTP-U address of the peer's IP version",
+            ))?;
+            Some(Tunnel {
+                teid: teid.0,
+                src: Addr::from_ip(src),
+                dst: Addr::from_ip(peer),
+            })
+        }
+        Some(_) => return Err(unsupported("outer header creation other than GTP-U")),
+    };
+    let port = match (dest, encap.is_some()) {
+        (Interface::Access, true) => Port::N3,
+        (Interface::Core, true) => Port::N9,
+        (Interface::Core | Interface::SgiLan, false) => Port::N6,
+        // Access without a tunnel, CP-function, LI: nowhere to send on this data path.
+        _ => return Ok(None),
+    };
+    Ok(Some(Target {
+        port,
+        encap,
+        tos: tlm.map(|(tos, _mask)| tos),
+        to_access,
+    }))
+}
+
+fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, DatapathError> {
+    let t = match &f.forwarding {
+        Some(fw) => target(
+            fw.destination,
+            fw.outer_header_creation,
+            fw.transport_level_marking,
+            env,
+        )?,
+        None => None,
+    };
+    let mut dup = Vec::new();
+    if f.action.contains(ApplyAction::DUPL) {
+        for d in &f.duplicating {
+            dup.extend(target(
+                d.destination,
+                d.outer_header_creation,
+                d.transport_level_marking,
+                env,
+            )?);
+        }
+    }
+    Ok(CFar {
+        id: f.id,
+        action: f.action,
+        target: t,
+        dup,
+        buffer: VecDeque::new(),
+        max_buffered,
+        notified: false,
+    })
+}

@@ -1,0 +1,227 @@
+//! URR measurement on the fast path (TS 29.244 §5.2.2): volumes and packet times counted per
+//! packet, thresholds and quotas checked as they are crossed, time-based triggers checked by
+//! the timer, and each firing turned into a [`UsageReport`] for the agent.
+
+use std::time::{Duration, Instant};
+use upf_rules::{
+    ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume, VolumeLimit,
+};
+
+#[derive(Debug, Clone)]
+pub(crate) struct UrrState {
+    pub id: UrrId,
+    triggers: ReportingTriggers,
+    threshold: Option<VolumeLimit>,
+    quota: Option<VolumeLimit>,
+    period: Option<Duration>,
+    time_threshold: Option<Duration>,
+    time_quota: Option<Duration>,
+    /// Usage since the last report.
+    volume: Volume,
+    /// Usage since the quota was granted.
+    quota_used: Volume,
+    quota_since: Instant,
+    /// Start of the current measurement (last report or installation).
+    start: Instant,
+    first_packet: Option<Instant>,
+    last_packet: Option<Instant>,
+    start_reported: bool,
+    pub exhausted: bool,
+}
+
+impl UrrState {
+    pub fn new(now: Instant, urr: &Urr) -> Self {
+        let mut s = Self {
+            id: urr.id,
+            triggers: ReportingTriggers::default(),
+            threshold: None,
+            quota: None,
+            period: None,
+            time_threshold: None,
+            time_quota: None,
+            volume: Volume::default(),
+            quota_used: Volume::default(),
+            quota_since: now,
+            start: now,
+            first_packet: None,
+            last_packet: None,
+            start_reported: false,
+            exhausted: false,
+        };
+        s.update(now, urr);
+        s
+    }
+
+    /// Takes a modified URR's parameters, keeping what was measured. A changed quota is a
+    /// new grant: it counts from now.
+    pub fn update(&mut self, now: Instant, urr: &Urr) {
+        let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
+        if urr.volume_quota != self.quota {
+            self.quota_used = Volume::default();
+            self.quota_since = now;
+        }
+        if urr.time_quota_s.map(u64::from) != self.time_quota.map(|d| d.as_secs()) {
+            self.quota_since = now;
+        }
+        self.triggers = urr.triggers;
+        self.threshold = urr.volume_threshold;
+        self.quota = urr.volume_quota;
+        self.period = secs(urr.measurement_period_s);
+        self.time_threshold = secs(urr.time_threshold_s);
+        self.time_quota = secs(urr.time_quota_s);
+        self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
+    }
+
+    /// Counts one packet; returns the trigger to report, if one fired.
+    #[inline]
+    pub fn count(&mut self, now: Instant, bytes: u64, uplink: bool) -> Option<UsageTrigger> {
+        self.volume.count(bytes, uplink);
+        self.quota_used.count(bytes, uplink);
+        if self.first_packet.is_none() {
+            self.first_packet = Some(now);
+        }
+        self.last_packet = Some(now);
+        if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
+            self.start_reported = true;
+            return Some(UsageTrigger::START);
+        }
+        if let Some(q) = &self.quota {
+            if q.reached_by(&self.quota_used) {
+                self.exhausted = true;
+                return Some(UsageTrigger::VOLQU);
+            }
+        }
+        match &self.threshold {
+            Some(t) if t.reached_by(&self.volume) => Some(UsageTrigger::VOLTH),
+            _ => None,
+        }
+    }
+
+    /// The usage since the last report, restarting the measurement.
+    pub fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
+        let r = UsageReport {
+            seid,
+            urr: self.id,
+            trigger,
+            start: Some(self.start),
+            end: now,
+            volume: self.volume,
+            duration: now.saturating_duration_since(self.start),
+            first_packet: self.first_packet,
+            last_packet: self.last_packet,
+        };
+        self.volume = Volume::default();
+        self.start = now;
+        self.first_packet = None;
+        self.last_packet = None;
+        r
+    }
+
+    /// The next instant a time-based trigger may fire.
+    pub fn deadline(&self) -> Option<Instant> {
+        let mut d: Option<Instant> = None;
+        let mut at = |t: Instant| d = Some(d.map_or(t, |d| d.min(t)));
+        if self.triggers.contains(ReportingTriggers::PERIO) {
+            if let Some(p) = self.period {
+                at(self.start + p);
+            }
+        }
+        if self.triggers.contains(ReportingTriggers::TIMTH) {
+            if let Some(t) = self.time_threshold {
+                at(self.start + t);
+            }
+        }
+        if !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU) {
+            if let Some(q) = self.time_quota {
+                at(self.quota_since + q);
+            }
+        }
+        d
+    }
+
+    /// The time-based trigger due at `now`, if any (the caller then reports).
+    pub fn due(&mut self, now: Instant) -> Option<UsageTrigger> {
+        let t = self.triggers;
+        if !self.exhausted && t.contains(ReportingTriggers::TIMQU) {
+            if let Some(q) = self.time_quota {
+                if now >= self.quota_since + q {
+                    self.exhausted = true;
+                    return Some(UsageTrigger::TIMQU);
+                }
+            }
+        }
+        if t.contains(ReportingTriggers::PERIO)
+            && self.period.is_some_and(|p| now >= self.start + p)
+        {
+            return Some(UsageTrigger::PERIO);
+        }
+        if t.contains(ReportingTriggers::TIMTH)
+            && self.time_threshold.is_some_and(|p| now >= self.start + p)
+        {
+            return Some(UsageTrigger::TIMTH);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn urr() -> Urr {
+        let mut u = Urr::new(UrrId(1));
+        u.triggers = ReportingTriggers::VOLTH.union(ReportingTriggers::VOLQU);
+        u.volume_threshold = Some(VolumeLimit {
+            total: Some(3000),
+            ..Default::default()
+        });
+        u.volume_quota = Some(VolumeLimit {
+            total: Some(5000),
+            ..Default::default()
+        });
+        u
+    }
+
+    #[test]
+    fn threshold_then_quota() {
+        let t0 = Instant::now();
+        let mut s = UrrState::new(t0, &urr());
+        assert_eq!(s.count(t0, 1000, true), None);
+        assert_eq!(s.count(t0, 2000, false), Some(UsageTrigger::VOLTH));
+        let r = s.report(t0, Seid(7), UsageTrigger::VOLTH);
+        assert_eq!(
+            (
+                r.volume.total_bytes,
+                r.volume.uplink_bytes,
+                r.volume.total_packets
+            ),
+            (3000, 1000, 2)
+        );
+        assert_eq!(s.count(t0, 1000, true), None);
+        assert_eq!(s.count(t0, 1000, true), Some(UsageTrigger::VOLQU));
+        assert!(s.exhausted);
+        // A new grant counts from now.
+        let mut more = urr();
+        more.volume_quota = Some(VolumeLimit {
+            total: Some(10_000),
+            ..Default::default()
+        });
+        s.update(t0, &more);
+        assert!(!s.exhausted);
+    }
+
+    #[test]
+    fn periodic() {
+        let t0 = Instant::now();
+        let mut u = Urr::new(UrrId(2));
+        u.triggers = ReportingTriggers::PERIO;
+        u.measurement_period_s = Some(10);
+        let mut s = UrrState::new(t0, &u);
+        assert_eq!(s.deadline(), Some(t0 + Duration::from_secs(10)));
+        assert_eq!(s.due(t0 + Duration::from_secs(9)), None);
+        let t = t0 + Duration::from_secs(10);
+        assert_eq!(s.due(t), Some(UsageTrigger::PERIO));
+        s.report(t, Seid(1), UsageTrigger::PERIO);
+        assert_eq!(s.deadline(), Some(t + Duration::from_secs(10)));
+    }
+}
