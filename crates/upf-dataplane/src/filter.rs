@@ -81,6 +81,11 @@ struct FlowMatch {
 }
 
 impl Filter {
+    #[inline(always)]
+    pub fn touch(&self) -> u64 {
+        u64::from(self.flow.as_ref().is_some_and(|f| f.permit))
+    }
+
     pub fn compile(f: &SdfFilter) -> Self {
         Self {
             tos: f.tos,

@@ -24,7 +24,7 @@ mod usage;
 pub use counters::{Counters, DropReason};
 pub use packet::{Packet, Port, BUF_LEN, HEADROOM};
 pub use parse::flow_of;
-pub use pipeline::{Output, Pipeline, GTPU_PORT};
+pub use pipeline::{null_forward, Output, Pipeline, GTPU_PORT};
 pub use tables::{FastMap, FoldHasher};
 
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -51,6 +51,12 @@ pub(crate) struct CPdr {
 }
 
 impl CPdr {
+    /// A value read from each cache line matching will use (see `Pipeline::warm`).
+    #[inline(always)]
+    pub fn touch(&self) -> u64 {
+        self.qfis ^ self.filters.first().map_or(0, |f| f.touch())
+    }
+
     #[inline]
     fn matches(&self, teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> bool {
         if self.teid.is_some() && self.teid != teid {
@@ -167,11 +173,13 @@ impl QerState {
 pub(crate) struct Compiled {
     pub seid: Seid,
     pub rules: Arc<Session>,
-    pub gtp_pdrs: Vec<CPdr>,
-    pub ip_pdrs: Vec<CPdr>,
-    pub fars: Vec<CFar>,
-    pub qers: Vec<QerState>,
-    pub urrs: Vec<UrrState>,
+    // Inline: a typical session's rules and state sit in its slot, one contiguous record,
+    // instead of behind five pointers.
+    pub gtp_pdrs: SmallVec<[CPdr; 2]>,
+    pub ip_pdrs: SmallVec<[CPdr; 2]>,
+    pub fars: SmallVec<[CFar; 2]>,
+    pub qers: SmallVec<[QerState; 3]>,
+    pub urrs: SmallVec<[UrrState; 2]>,
     pub inactivity: Option<Duration>,
     pub last_packet: Instant,
     pub inactive_reported: bool,
@@ -220,7 +228,7 @@ impl Compiled {
             .fars
             .iter()
             .map(|f| compile_far(f, env, buffer_packets))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<SmallVec<_>, _>>()?;
         let share = env.share.max(1);
         Ok(Self {
             seid: s.seid,

@@ -1,0 +1,341 @@
+//! The in-memory topology: each worker thread owns the sessions of its UEs and a pool of
+//! pre-built packets for them, and runs them through its pipeline batch after batch for a
+//! fixed time. After each batch the packets are put back as they were (range, TTL and
+//! checksum: a few stores) so the next round sees the same input; the null-forward loop pays
+//! the same restore, so the ratio is fair.
+
+use crate::profile;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use upf_dataplane::{null_forward, Output, Packet, Pipeline, PipelineConfig, Port};
+use upf_rules::InstallFlags;
+use upf_wire::encap::{EncapV4, GtpuTunnel};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Traffic profile (s0).
+    #[arg(long, default_value = "s0")]
+    profile: String,
+    /// Sessions (UEs) in all, spread over the workers.
+    #[arg(long, default_value_t = 100_000)]
+    sessions: u32,
+    /// Worker threads, each pinned to its own core when there are enough.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Seconds measured per packet size and loop.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Packets per batch.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Inner packet sizes, octets.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,128,256,512,1024,1400"
+    )]
+    sizes: Vec<usize>,
+    /// Uplink share of the packets, percent (S0 splits are by throughput; with one size per
+    /// run that is the same as by packets).
+    #[arg(long, default_value_t = 42.5)]
+    uplink_percent: f64,
+    /// Packet buffers in each worker's pool: like a NIC ring, small enough to stay in cache
+    /// (as DDIO keeps received frames in the LLC); the UEs they carry change every round.
+    #[arg(long, default_value_t = 4096)]
+    pool: usize,
+    /// Length of each worker's pre-drawn sequence of UEs (spread over all its sessions).
+    #[arg(long, default_value_t = 1 << 20)]
+    ue_sequence: usize,
+}
+
+/// Where each pooled packet must be put back to.
+#[derive(Clone, Copy)]
+struct Orig {
+    start: usize,
+    end: usize,
+    /// Offset (in the buffer) of the inner IPv4 header and its TTL/checksum octets.
+    ip: usize,
+    ttl_csum: [u8; 3],
+    /// Uplink: offset of the GTP-U TEID, and the inner source address is the UE's;
+    /// downlink: the inner destination address is.
+    uplink: bool,
+}
+
+struct Worker {
+    pipeline: Pipeline,
+    batches: Vec<Vec<Packet>>,
+    origs: Vec<Vec<Orig>>,
+    /// UE indices, drawn at random; each round the pool carries the next stretch of them.
+    ues: Vec<u32>,
+    next_ue: usize,
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Deterministic xorshift, so every run offers the same packets.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[usize::try_from(self.below(v.len() as u64)).unwrap_or(0)]
+    }
+}
+
+/// One worker's result: sessions, null-forward and pipeline (packets, octets, elapsed), RSS.
+type Measured = (usize, (u64, u64, Duration), (u64, u64, Duration), u64);
+
+fn build_worker(a: &Args, w: usize, size: usize, now: Instant) -> Result<Worker, String> {
+    let cfg = PipelineConfig {
+        n3: upf_dataplane::LocalAddrs {
+            v4: Some(profile::UPF_N3),
+            v6: None,
+        },
+        ..Default::default()
+    };
+    let mut pipeline = Pipeline::new(now, cfg);
+    let ues: Vec<u32> = (0..a.sessions)
+        .filter(|i| *i as usize % a.workers == w)
+        .collect();
+    for &i in &ues {
+        pipeline
+            .install_shared(now, profile::s0_session(i), InstallFlags::default(), 1)
+            .map_err(|e| format!("installing session {i}: {e}"))?;
+    }
+    let mut rng = Rng(0x9e37_79b9 + w as u64);
+    let mut batches = Vec::new();
+    let mut origs = Vec::new();
+    let n = a.pool.div_ceil(a.batch).max(1);
+    for _ in 0..n {
+        let mut b = Vec::with_capacity(a.batch);
+        let mut o = Vec::with_capacity(a.batch);
+        for _ in 0..a.batch {
+            let ue = rng.pick(&ues);
+            let flow =
+                u16::try_from(rng.below(2 * u64::from(profile::FLOWS_PER_BEARER))).unwrap_or(0);
+            let uplink = (rng.below(10_000) as f64) < a.uplink_percent * 100.0;
+            let p = profile::s0_packet(ue, flow, uplink, size);
+            let ip = if uplink { p.start() + 44 } else { p.start() };
+            let d = p.data();
+            let off = ip - p.start();
+            o.push(Orig {
+                start: p.start(),
+                end: p.start() + p.len(),
+                ip,
+                ttl_csum: [d[off + 8], d[off + 10], d[off + 11]],
+                uplink,
+            });
+            b.push(p);
+        }
+        batches.push(b);
+        origs.push(o);
+    }
+    let seq = (0..a.ue_sequence.max(1)).map(|_| rng.pick(&ues)).collect();
+    Ok(Worker {
+        pipeline,
+        batches,
+        origs,
+        ues: seq,
+        next_ue: 0,
+    })
+}
+
+/// Puts a packet back as built, carrying UE `ue` now: the range, port, TTL; the UE address
+/// (and the TEID uplink) rewritten with the inner checksum kept right (RFC 1624).
+fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
+    p.set_range(o.start, o.end);
+    p.port = port;
+    let addr = u32::from(profile::ue_addr(ue));
+    let b = p.buffer_mut();
+    let a = if o.uplink { o.ip + 12 } else { o.ip + 16 };
+    let old = u32::from_be_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]);
+    let sum = upf_wire::checksum::update_u32(
+        u16::from_be_bytes(o.ttl_csum[1..3].try_into().unwrap_or([0; 2])),
+        old,
+        addr,
+    );
+    b[a..a + 4].copy_from_slice(&addr.to_be_bytes());
+    b[o.ip + 8] = o.ttl_csum[0];
+    b[o.ip + 10..o.ip + 12].copy_from_slice(&sum.to_be_bytes());
+    if o.uplink {
+        // Outer IPv4 (20) + UDP (8) + 4 octets of GTP-U header: the TEID.
+        b[o.start + 32..o.start + 36].copy_from_slice(&profile::ue_teid(ue).to_be_bytes());
+    }
+}
+
+/// Runs the worker's pool for `secs`; returns (packets, octets of inner IP, elapsed).
+fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<(u64, u64, Duration), String> {
+    let tunnel = EncapV4 {
+        src: profile::UPF_N3,
+        dst: profile::gnb_addr(0),
+        ident: 0,
+        dont_frag: false,
+        tunnel: GtpuTunnel {
+            teid: 1,
+            src_port: 2152,
+            dst_port: 2152,
+            psc: Some(upf_wire::ext::PduSessionContainer::dl(9)),
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+        },
+    };
+    let ports: Vec<Vec<Port>> = w
+        .batches
+        .iter()
+        .map(|b| b.iter().map(|p| p.port).collect())
+        .collect();
+    let octets_per_round: u64 = w
+        .origs
+        .iter()
+        .flatten()
+        .map(|o| (o.end - o.ip) as u64)
+        .sum();
+    let mut out = Output::default();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    let (mut packets, mut rounds) = (0u64, 0u64);
+    loop {
+        for (i, batch) in w.batches.iter_mut().enumerate() {
+            let n = batch.len();
+            if null {
+                null_forward(batch, &mut out, &tunnel);
+            } else {
+                w.pipeline.process(Instant::now(), batch, &mut out);
+            }
+            if out.tx.len() != n || !out.free.is_empty() {
+                return Err(format!(
+                    "batch of {n}: {} forwarded, {} dropped ({:?})",
+                    out.tx.len(),
+                    out.free.len(),
+                    w.pipeline.counters()
+                ));
+            }
+            for ((p, o), port) in out.tx.iter_mut().zip(&mut w.origs[i]).zip(&ports[i]) {
+                let ue = w.ues[w.next_ue];
+                w.next_ue = if w.next_ue + 1 == w.ues.len() {
+                    0
+                } else {
+                    w.next_ue + 1
+                };
+                restore(p, o, *port, ue);
+                // The checksum octets now belong to the new address.
+                let b = p.data();
+                let off = o.ip - o.start;
+                o.ttl_csum = [b[off + 8], b[off + 10], b[off + 11]];
+            }
+            std::mem::swap(batch, &mut out.tx);
+            packets += n as u64;
+        }
+        rounds += 1;
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    Ok((packets, octets_per_round * rounds, start.elapsed()))
+}
+
+pub fn run(a: &Args) -> Result<(), String> {
+    if a.profile != "s0" {
+        return Err(format!("unknown profile {:?} (known: s0)", a.profile));
+    }
+    if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
+        return Err("--workers, --sessions and --batch must be positive".into());
+    }
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let now = Instant::now();
+    eprintln!(
+        "upf-bench memory: profile {} with {} sessions on {} worker(s), batches of {}, {} s per measurement",
+        a.profile, a.sessions, a.workers, a.batch, a.seconds
+    );
+    let mut rows = Vec::new();
+    let mut memory_per_session = 0.0;
+    for (k, &size) in a.sizes.iter().enumerate() {
+        let rss0 = rss_bytes();
+        let results = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..a.workers)
+                .map(|w| {
+                    let core = (a.workers <= cores.len()).then(|| cores[w]);
+                    sc.spawn(move || -> Result<_, String> {
+                        if let Some(c) = core {
+                            core_affinity::set_for_current(c);
+                        }
+                        let mut wk = build_worker(a, w, size, now)?;
+                        let sessions = wk.pipeline.sessions();
+                        let null = drive(&mut wk, a.seconds, true)?;
+                        let full = drive(&mut wk, a.seconds, false)?;
+                        Ok((sessions, null, full, rss_bytes()))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().map_err(|_| "worker panicked".to_string())?)
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+        if k == 0 {
+            let peak = results.iter().map(|r| r.3).max().unwrap_or(0);
+            memory_per_session = peak.saturating_sub(rss0) as f64 / f64::from(a.sessions);
+        }
+        let rate = |sel: fn(&Measured) -> (u64, u64, Duration)| {
+            // Sum of per-worker rates (each worker's own elapsed time).
+            results
+                .iter()
+                .map(sel)
+                .fold((0.0, 0.0), |(pps, bps), (p, o, d)| {
+                    let s = d.as_secs_f64();
+                    (pps + p as f64 / s, bps + o as f64 * 8.0 / s)
+                })
+        };
+        let (null_pps, _) = rate(|r| r.1);
+        let (pps, bps) = rate(|r| r.2);
+        let per_core = pps / a.workers as f64 / 1e6;
+        let null_per_core = null_pps / a.workers as f64 / 1e6;
+        let row = json!({
+            "size": size,
+            "mpps_per_core": per_core,
+            "gbps_per_core": bps / a.workers as f64 / 1e9,
+            "ns_per_packet": 1e3 / per_core,
+            "null_forward_mpps_per_core": null_per_core,
+            "ratio_to_null": per_core / null_per_core,
+        });
+        eprintln!(
+            "  {size:>5} B: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}",
+            1e3 / per_core,
+            bps / a.workers as f64 / 1e9,
+            per_core / null_per_core
+        );
+        rows.push(row);
+    }
+    let min = |k: &str| {
+        rows.iter()
+            .filter_map(|r| r[k].as_f64())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let summary = json!({
+        "profile": a.profile,
+        "topology": "memory",
+        "sessions": a.sessions,
+        "workers": a.workers,
+        "batch": a.batch,
+        "uplink_percent": a.uplink_percent,
+        "mpps_per_core": min("mpps_per_core"),
+        "null_forward_mpps_per_core": min("null_forward_mpps_per_core"),
+        "memory_per_session_bytes": memory_per_session.round(),
+        "sizes": rows,
+    });
+    println!("{summary}");
+    Ok(())
+}
