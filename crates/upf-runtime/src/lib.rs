@@ -1,0 +1,14 @@
+//! `upf-runtime`: N worker threads, each owning the sessions of the UEs that hash to it, fed
+//! packets in batches and rule updates as messages.
+//!
+//! A session lives in exactly one worker (chosen by its UE address), so per-packet state needs
+//! no locks. Backends that cannot steer hand packets to [`steer::owner`]'s worker (one hand-off
+//! per packet); backends that can (RSS, fanout, XDP) deliver straight to it with the same hash.
+//! [`Workers`] implements `upf_rules::Datapath`: an install returns once the owning worker has
+//! applied it, between two of its batches, so no packet sees half a session.
+#![forbid(unsafe_code)]
+
+pub mod steer;
+mod workers;
+
+pub use workers::{RuntimeConfig, Workers};

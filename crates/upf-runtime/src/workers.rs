@@ -1,0 +1,336 @@
+//! The worker threads and the control path to them.
+
+use crate::steer;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig};
+use upf_rules::{
+    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
+    UsageReport,
+};
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub workers: usize,
+    /// Cores to pin worker i to (`cores[i % len]`); empty: not pinned.
+    pub cores: Vec<usize>,
+    pub pipeline: PipelineConfig,
+    /// Packets per batch a worker takes from its queue.
+    pub batch: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            cores: Vec::new(),
+            pipeline: PipelineConfig::default(),
+            batch: 256,
+        }
+    }
+}
+
+type Reply<T> = SyncSender<Result<T, DatapathError>>;
+
+enum Control {
+    Install(Arc<Session>, InstallFlags, u32, Reply<Installed>),
+    Remove(Seid, Reply<Vec<UsageReport>>),
+    Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
+    Counters(SyncSender<Counters>),
+}
+
+enum Input {
+    Packets(Vec<Packet>),
+    Control(Control),
+    Stop,
+}
+
+/// Handles to the running workers.
+#[derive(Debug)]
+pub struct Workers {
+    inputs: Vec<Sender<Input>>,
+    threads: Vec<JoinHandle<()>>,
+    events: Receiver<DatapathEvent>,
+    /// Packets the workers sent, each with its egress port.
+    output: Receiver<Vec<Packet>>,
+    /// Workers each session was installed on.
+    placement: upf_dataplane::FastMap<Seid, Vec<usize>>,
+}
+
+struct Worker {
+    pipeline: Pipeline,
+    input: Receiver<Input>,
+    events: Sender<DatapathEvent>,
+    output: Sender<Vec<Packet>>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        let mut out = Output::default();
+        loop {
+            let now = Instant::now();
+            let wait = self
+                .pipeline
+                .poll_timeout()
+                .map_or(Duration::from_millis(100), |t| {
+                    t.saturating_duration_since(now)
+                })
+                .min(Duration::from_millis(100));
+            match self.input.recv_timeout(wait) {
+                Ok(Input::Packets(mut rx)) => {
+                    self.pipeline.process(Instant::now(), &mut rx, &mut out);
+                    if !out.tx.is_empty() && self.output.send(std::mem::take(&mut out.tx)).is_err()
+                    {
+                        return;
+                    }
+                    out.free.clear();
+                }
+                Ok(Input::Control(c)) => self.control(c),
+                Ok(Input::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            self.pipeline.handle_timeout(Instant::now());
+            while let Some(e) = self.pipeline.poll_event() {
+                let _ = self.events.send(e);
+            }
+        }
+    }
+
+    fn control(&mut self, c: Control) {
+        let now = Instant::now();
+        // A reply that cannot be delivered means the caller gave up; nothing to do.
+        match c {
+            Control::Install(s, f, share, r) => {
+                let _ = r.send(self.pipeline.install_shared(now, s, f, share));
+            }
+            Control::Remove(seid, r) => {
+                let _ = r.send(self.pipeline.remove_session(now, seid));
+            }
+            Control::Query(seid, urrs, r) => {
+                let _ = r.send(self.pipeline.query(now, seid, &urrs));
+            }
+            Control::Counters(r) => {
+                let _ = r.send(self.pipeline.counters().clone());
+            }
+        }
+    }
+}
+
+/// The UE addresses a session's packets are steered by.
+fn session_ue(s: &Session) -> Option<std::net::IpAddr> {
+    s.pdrs.iter().find_map(|p| {
+        let ue = p.pdi.ue_ip?;
+        ue.ipv4
+            .map(std::net::IpAddr::V4)
+            .or(ue.ipv6.map(|(a, _)| std::net::IpAddr::V6(a)))
+    })
+}
+
+impl Workers {
+    pub fn start(cfg: &RuntimeConfig) -> Result<Self, String> {
+        if cfg.workers == 0 {
+            return Err("workers must be at least 1".into());
+        }
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        let (ev_tx, events) = mpsc::channel();
+        let (out_tx, output) = mpsc::channel();
+        let mut inputs = Vec::new();
+        let mut threads = Vec::new();
+        for i in 0..cfg.workers {
+            let (tx, rx) = mpsc::channel();
+            let w = Worker {
+                pipeline: Pipeline::new(Instant::now(), cfg.pipeline.clone()),
+                input: rx,
+                events: ev_tx.clone(),
+                output: out_tx.clone(),
+            };
+            let core = (!cfg.cores.is_empty())
+                .then(|| cfg.cores[i % cfg.cores.len()])
+                .and_then(|c| cores.iter().find(|id| id.id == c).copied());
+            let t = std::thread::Builder::new()
+                .name(format!("upf-worker-{i}"))
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(c);
+                    }
+                    w.run();
+                })
+                .map_err(|e| format!("starting worker {i}: {e}"))?;
+            inputs.push(tx);
+            threads.push(t);
+        }
+        Ok(Self {
+            inputs,
+            threads,
+            events,
+            output,
+            placement: Default::default(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.inputs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    /// Software steering: hands each packet to the worker owning its UE, in batches, keeping
+    /// the order of each UE's packets.
+    pub fn steer(&self, packets: Vec<Packet>) {
+        let n = self.inputs.len();
+        let mut per: Vec<Vec<Packet>> = (0..n).map(|_| Vec::new()).collect();
+        for p in packets {
+            per[steer::owner(&p, n)].push(p);
+        }
+        for (i, b) in per.into_iter().enumerate() {
+            if !b.is_empty() {
+                let _ = self.inputs[i].send(Input::Packets(b));
+            }
+        }
+    }
+
+    /// Hands a batch straight to worker `i` (for backends that steer themselves).
+    pub fn deliver(&self, i: usize, packets: Vec<Packet>) {
+        if let Some(w) = self.inputs.get(i) {
+            let _ = w.send(Input::Packets(packets));
+        }
+    }
+
+    /// Sent packets, as the workers produced them; waits up to `timeout` for the first batch.
+    pub fn collect(&self, timeout: Duration) -> Vec<Packet> {
+        let mut v = Vec::new();
+        if let Ok(b) = self.output.recv_timeout(timeout) {
+            v.extend(b);
+        }
+        while let Ok(b) = self.output.try_recv() {
+            v.extend(b);
+        }
+        v
+    }
+
+    /// Every worker's counters, in worker order.
+    pub fn counters(&self) -> Vec<Counters> {
+        self.inputs
+            .iter()
+            .filter_map(|w| {
+                let (tx, rx) = mpsc::sync_channel(1);
+                w.send(Input::Control(Control::Counters(tx))).ok()?;
+                rx.recv().ok()
+            })
+            .collect()
+    }
+
+    fn ask<T>(&self, i: usize, make: impl FnOnce(Reply<T>) -> Control) -> Result<T, DatapathError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.inputs[i]
+            .send(Input::Control(make(tx)))
+            .map_err(|_| DatapathError::Internal(format!("worker {i} stopped")))?;
+        rx.recv()
+            .map_err(|_| DatapathError::Internal(format!("worker {i} did not answer")))?
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &self.inputs {
+            let _ = w.send(Input::Stop);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Datapath for Workers {
+    fn install(
+        &mut self,
+        _now: Instant,
+        session: Arc<Session>,
+        flags: InstallFlags,
+    ) -> Result<Installed, DatapathError> {
+        let n = self.inputs.len();
+        // The owner by UE address; a session without one cannot be steered to a single worker
+        // and is installed on all, its bit rates split between them.
+        let owners: Vec<usize> = match session_ue(&session) {
+            Some(a) => vec![steer::worker_of(steer::ue_hash(a), n)],
+            None => (0..n).collect(),
+        };
+        let share = u32::try_from(owners.len()).unwrap_or(1);
+        let old = self
+            .placement
+            .get(&session.seid)
+            .cloned()
+            .unwrap_or_default();
+        let mut installed = Installed::default();
+        for &i in &owners {
+            let s = session.clone();
+            let r = self.ask(i, |tx| Control::Install(s, flags, share, tx))?;
+            installed.removed_urr_usage.extend(r.removed_urr_usage);
+        }
+        // A UE address change moves the session: remove it where it no longer belongs.
+        for i in old.into_iter().filter(|i| !owners.contains(i)) {
+            let seid = session.seid;
+            let _ = self.ask(i, |tx| Control::Remove(seid, tx));
+        }
+        self.placement.insert(session.seid, owners);
+        Ok(installed)
+    }
+
+    fn remove(&mut self, _now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError> {
+        let owners = self
+            .placement
+            .remove(&seid)
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut all = Vec::new();
+        for i in owners {
+            all.extend(self.ask(i, |tx| Control::Remove(seid, tx))?);
+        }
+        Ok(merge(all))
+    }
+
+    fn query_usage(
+        &mut self,
+        _now: Instant,
+        seid: Seid,
+        urrs: &[UrrId],
+    ) -> Result<Vec<UsageReport>, DatapathError> {
+        let owners = self
+            .placement
+            .get(&seid)
+            .cloned()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut all = Vec::new();
+        for i in owners {
+            let u = urrs.to_vec();
+            all.extend(self.ask(i, |tx| Control::Query(seid, u, tx))?);
+        }
+        Ok(merge(all))
+    }
+
+    fn poll_event(&mut self) -> Option<DatapathEvent> {
+        self.events.try_recv().ok()
+    }
+}
+
+/// Sums the reports of a session spread over several workers, per URR.
+fn merge(reports: Vec<UsageReport>) -> Vec<UsageReport> {
+    let mut out: Vec<UsageReport> = Vec::new();
+    for r in reports {
+        match out.iter_mut().find(|o| o.urr == r.urr) {
+            Some(o) => {
+                o.volume.add(&r.volume);
+                o.first_packet = match (o.first_packet, r.first_packet) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                o.last_packet = o.last_packet.max(r.last_packet);
+            }
+            None => out.push(r),
+        }
+    }
+    out
+}

@@ -1,0 +1,153 @@
+//! Workers: sessions spread by UE, per-UE order kept across workers, counters balanced.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
+use upf_rules::{
+    ApplyAction, Datapath, Far, FarId, Forwarding, InstallFlags, Interface, LocalFTeid,
+    OuterHeaderRemoval, Pdi, Pdr, PdrId, Precedence, Seid, Session, Teid, UeIp,
+};
+use upf_runtime::{RuntimeConfig, Workers};
+use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
+use upf_wire::{checksum, ip_proto};
+
+const UPF: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+fn ue(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0x0a3c_0000 + i + 1)
+}
+
+fn session(i: u32) -> Arc<Session> {
+    let mut s = Session::new(Seid(u64::from(i) + 1), Seid(1), IpAddr::V4(UPF));
+    let mut pdi = Pdi::any(Interface::Access);
+    pdi.local_f_teid = Some(LocalFTeid {
+        teid: Teid(100 + i),
+        ipv4: Some(UPF),
+        ipv6: None,
+    });
+    pdi.ue_ip = Some(UeIp {
+        ipv4: Some(ue(i)),
+        ipv6: None,
+        is_destination: false,
+    });
+    s.pdrs = vec![Pdr {
+        id: PdrId(1),
+        precedence: Precedence(10),
+        pdi,
+        outer_header_removal: Some(OuterHeaderRemoval::GtpuUdpIp {
+            delete_pdu_session_container: false,
+        }),
+        far: Some(FarId(1)),
+        qers: Default::default(),
+        urrs: Default::default(),
+    }];
+    s.fars = vec![Far {
+        id: FarId(1),
+        action: ApplyAction::FORW,
+        forwarding: Some(Forwarding::to(Interface::Core)),
+        duplicating: Vec::new(),
+        bar: None,
+    }];
+    Arc::new(s)
+}
+
+/// A G-PDU from UE `i` whose inner IPv4 Identification carries `seq`.
+fn uplink(i: u32, seq: u16) -> Packet {
+    let mut ip = vec![0u8; 28];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+    ip[4..6].copy_from_slice(&seq.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = ip_proto::UDP;
+    ip[12..16].copy_from_slice(&ue(i).octets());
+    ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
+    let c = checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip[24..26].copy_from_slice(&8u16.to_be_bytes());
+    let mut p = Packet::from_bytes(Port::N3, &ip).unwrap();
+    let (s, l) = (p.start(), p.len());
+    let tunnel = GtpuTunnel {
+        teid: 100 + i,
+        src_port: 2152,
+        dst_port: 2152,
+        psc: None,
+        ttl: 64,
+        dscp: 0,
+        ecn: 0,
+    };
+    let e = EncapV4 {
+        src: Ipv4Addr::new(192, 0, 2, 100),
+        dst: UPF,
+        ident: 0,
+        dont_frag: false,
+        tunnel,
+    };
+    let start = encapsulate_gtpu_v4(p.buffer_mut(), s, l, &e).unwrap();
+    p.set_range(start, s + l);
+    p
+}
+
+#[test]
+fn per_ue_order_is_kept_across_workers() {
+    const UES: u32 = 64;
+    const PER_UE: u16 = 40;
+    let cfg = RuntimeConfig {
+        workers: 2,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut w = Workers::start(&cfg).unwrap();
+    for i in 0..UES {
+        w.install(Instant::now(), session(i), InstallFlags::default())
+            .unwrap();
+    }
+    // Interleave UEs within each injected batch, as a NIC queue would.
+    for round in 0..PER_UE / 8 {
+        let batch = (0..8u16)
+            .flat_map(|k| (0..UES).map(move |i| uplink(i, round * 8 + k)))
+            .collect();
+        w.steer(batch);
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < (UES * u32::from(PER_UE)) as usize && Instant::now() < deadline {
+        got.extend(w.collect(Duration::from_millis(200)));
+    }
+    assert_eq!(got.len(), (UES * u32::from(PER_UE)) as usize);
+    let mut seqs: HashMap<[u8; 4], Vec<u16>> = HashMap::new();
+    for p in &got {
+        assert_eq!(p.port, Port::N6);
+        let d = p.data();
+        let src: [u8; 4] = d[12..16].try_into().unwrap();
+        seqs.entry(src)
+            .or_default()
+            .push(u16::from_be_bytes([d[4], d[5]]));
+    }
+    assert_eq!(seqs.len(), UES as usize);
+    for (ue, s) in &seqs {
+        assert!(
+            s.windows(2).all(|w| w[0] < w[1]),
+            "UE {ue:?} reordered: {s:?}"
+        );
+    }
+    let counters = w.counters();
+    assert_eq!(counters.len(), 2);
+    for c in &counters {
+        assert!(c.balanced(), "{c:?}");
+        // Both workers own some of the 64 UEs.
+        assert!(c.sent() > 0, "{counters:?}");
+    }
+    // Usage and removal reach the owning worker.
+    for i in 0..UES {
+        w.remove(Instant::now(), Seid(u64::from(i) + 1)).unwrap();
+    }
+    assert!(w.remove(Instant::now(), Seid(1)).is_err());
+}
