@@ -51,6 +51,8 @@ pub struct Pipeline {
     pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     pub(crate) error_indications: RateLimit,
     pub(crate) ident: u16,
+    /// Per-batch scratch: each packet's session slot, from [`Pipeline::slot_hint`].
+    pub(crate) hints: Vec<u32>,
 }
 
 fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) {
@@ -89,6 +91,7 @@ impl Pipeline {
             timers: BinaryHeap::new(),
             error_indications,
             ident: 0,
+            hints: Vec::new(),
         }
     }
 
@@ -117,13 +120,23 @@ impl Pipeline {
         }
         // Look up and touch every packet's session first: the cache misses of independent
         // packets then overlap instead of being paid one after another in `handle`.
+        // In stages, so that each stage's loads are independent of each other (one level of
+        // pointer per stage): the table lookups, then the session records, then what lies
+        // within and behind them.
+        let mut hints = std::mem::take(&mut self.hints);
+        hints.clear();
+        hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(u32::MAX)));
         let mut sink = 0u64;
-        for p in rx.iter() {
-            if let Some(slot) = self.slot_hint(p) {
-                sink = sink.wrapping_add(self.warm(slot));
+        for &h in &hints {
+            if let Some(Some(s)) = self.slots.get(h as usize) {
+                sink = sink.wrapping_add(s.seid.0);
             }
         }
+        for &h in &hints {
+            sink = sink.wrapping_add(self.warm(h));
+        }
         std::hint::black_box(sink);
+        self.hints = hints;
         for p in rx.drain(..) {
             self.counters.rx(p.port, p.len());
             self.handle(now, p, out);
