@@ -29,10 +29,16 @@ impl Addr {
             IpAddr::V6(a) => Self::v6(a),
         }
     }
-    /// The IPv4 address in the low bits (meaningful when `!v6`).
-    pub fn to_ip4(self) -> Ipv4Addr {
+    /// The low 32 bits: the IPv4 address when `!v6`.
+    #[inline(always)]
+    pub const fn low32(self) -> u32 {
         #[allow(clippy::cast_possible_truncation)] // IPv4 lives in the low 32 bits
-        Ipv4Addr::from(self.bits as u32)
+        let v = self.bits as u32;
+        v
+    }
+    /// The IPv4 address (meaningful when `!v6`).
+    pub fn to_ip4(self) -> Ipv4Addr {
+        Ipv4Addr::from(self.low32())
     }
     /// The IPv6 address (meaningful when `v6`).
     pub fn to_ip6(self) -> Ipv6Addr {

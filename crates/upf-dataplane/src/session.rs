@@ -2,7 +2,7 @@
 //! plain IP by UE address) and sorted by precedence, each carrying the slots of its FAR, QERs
 //! and URRs; the FAR/QER/URR state (buffers, meters, counters) lives beside them.
 
-use crate::filter::Filter;
+use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
 use crate::meter::{TokenBucket, DEFAULT_WINDOW};
 use crate::packet::{Packet, Port};
@@ -39,22 +39,41 @@ pub(crate) struct CPdr {
     pub teid: Option<u32>,
     /// Bit per allowed QFI; 0: any.
     qfis: u64,
-    ue: Option<UeMatch>,
-    framed: SmallVec<[Prefix; 1]>,
-    filters: Vec<Filter>,
+    /// Fast form: the PDI's UE address is this IPv4 address (or there is none) and every SDF
+    /// filter is a [`FastFilter`]; `slow` is set otherwise and is then what decides.
+    ue_v4: Option<u32>,
+    ue_is_destination: bool,
+    fast: SmallVec<[FastFilter; 4]>,
+    slow: Option<Box<SlowMatch>>,
     /// Packets matching come from the UE (uplink).
     pub from_ue: bool,
     pub strip: Strip,
     pub far: Option<u16>,
     pub qers: SmallVec<[u16; 2]>,
     pub urrs: SmallVec<[u16; 2]>,
+    /// The UE addresses and routes, for the downlink table (cold).
+    ue: Option<UeMatch>,
+    framed: Vec<Prefix>,
+}
+
+/// What the fast form cannot express: IPv6 UE prefixes, framed routes, and SDF filters with
+/// IPv6 prefixes, negation, several port ranges, SPI or flow label.
+#[derive(Debug, Clone)]
+struct SlowMatch {
+    ue: Option<UeMatch>,
+    framed: Vec<Prefix>,
+    filters: Vec<Filter>,
 }
 
 impl CPdr {
     /// A value read from each cache line matching will use (see `Pipeline::warm`).
     #[inline(always)]
     pub fn touch(&self) -> u64 {
-        self.qfis ^ self.filters.first().map_or(0, |f| f.touch())
+        self.qfis
+            ^ self
+                .fast
+                .first()
+                .map_or(0, |f| u64::from(f.matches(&Flow::default(), true)))
     }
 
     #[inline]
@@ -65,6 +84,21 @@ impl CPdr {
         if self.qfis != 0 && !qfi.is_some_and(|q| q < 64 && self.qfis & (1 << q) != 0) {
             return false;
         }
+        if let Some(slow) = &self.slow {
+            return slow.matches(f, self.from_ue);
+        }
+        if let Some(ue) = self.ue_v4 {
+            let a = if self.ue_is_destination { f.dst } else { f.src };
+            if a.v6 || a.bits != u128::from(ue) {
+                return false;
+            }
+        }
+        self.fast.is_empty() || self.fast.iter().any(|x| x.matches(f, self.from_ue))
+    }
+}
+
+impl SlowMatch {
+    fn matches(&self, f: &Flow, from_ue: bool) -> bool {
         let ue = match &self.ue {
             Some(ue) => {
                 let a = if ue.is_destination { f.dst } else { f.src };
@@ -80,7 +114,7 @@ impl CPdr {
             }
             None => None,
         };
-        self.filters.is_empty() || self.filters.iter().any(|x| x.matches(f, self.from_ue, ue))
+        self.filters.is_empty() || self.filters.iter().any(|x| x.matches(f, from_ue, ue))
     }
 }
 
@@ -378,26 +412,53 @@ fn compile_pdr(
         .iter()
         .map(|id| rule_slot(s.urrs.iter().position(|u| u.id == *id), "URR"))
         .collect::<Result<_, _>>()?;
+    let ue = pdi.ue_ip.map(|u| UeMatch {
+        v4: u.ipv4.map(|a| u32::from_be_bytes(a.octets())),
+        v6: u.ipv6.and_then(|(a, len)| Prefix::new(IpAddr::V6(a), len)),
+        is_destination: u.is_destination,
+    });
+    let framed: Vec<Prefix> = pdi
+        .framed_routes
+        .iter()
+        .filter_map(|r| Prefix::new(r.network, r.prefix_len))
+        .collect();
+    let filters: Vec<Filter> = pdi.sdf_filters.iter().map(Filter::compile).collect();
+    let simple_ue = framed.is_empty() && ue.as_ref().is_none_or(|u| u.v6.is_none());
+    let ue_v4 = ue.as_ref().and_then(|u| u.v4);
+    let fast: Option<SmallVec<[FastFilter; 4]>> = simple_ue
+        .then(|| {
+            let mut v = SmallVec::new();
+            for f in &filters {
+                v.extend(f.fast(ue_v4)?);
+            }
+            Some(v)
+        })
+        .flatten()
+        // A PDR whose every filter is `deny` matches nothing; the slow form says so.
+        .filter(|v: &SmallVec<_>| filters.is_empty() || !v.is_empty());
+    let slow = match fast {
+        Some(_) => None,
+        None => Some(Box::new(SlowMatch {
+            ue: ue.clone(),
+            framed: framed.clone(),
+            filters,
+        })),
+    };
     Ok(CPdr {
         id: p.id,
         teid: pdi.local_f_teid.map(|f| f.teid.0),
         qfis,
-        ue: pdi.ue_ip.map(|u| UeMatch {
-            v4: u.ipv4.map(|a| u32::from_be_bytes(a.octets())),
-            v6: u.ipv6.and_then(|(a, len)| Prefix::new(IpAddr::V6(a), len)),
-            is_destination: u.is_destination,
-        }),
-        framed: pdi
-            .framed_routes
-            .iter()
-            .filter_map(|r| Prefix::new(r.network, r.prefix_len))
-            .collect(),
-        filters: pdi.sdf_filters.iter().map(Filter::compile).collect(),
+        ue_v4,
+        ue_is_destination: ue.as_ref().is_some_and(|u| u.is_destination),
+        fast: fast.unwrap_or_default(),
+        slow,
         from_ue: pdi.packets_leave_ue(),
         strip,
         far,
         qers,
         urrs,
+        ue,
+        framed,
     })
 }
 
@@ -472,4 +533,21 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
         max_buffered,
         notified: false,
     })
+}
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn sizes() {
+        eprintln!(
+            "Compiled {} CPdr {} CFar {} QerState {} UrrState {} Filter {} Target {}",
+            size_of::<super::Compiled>(),
+            size_of::<super::CPdr>(),
+            size_of::<super::CFar>(),
+            size_of::<super::QerState>(),
+            size_of::<crate::usage::UrrState>(),
+            size_of::<crate::filter::Filter>(),
+            size_of::<super::Target>()
+        );
+    }
 }
