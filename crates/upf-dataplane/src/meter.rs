@@ -6,21 +6,29 @@ use std::time::{Duration, Instant};
 /// Averaging window when the QER gives none (TS 23.501 §5.7.3.6: 2000 ms by default).
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2000);
 
-/// A token bucket counting bits. The bucket starts full; its depth is the rate times the
-/// averaging window, so a flow may burst for one window and is held to the rate after it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A token bucket counting bits, in fixed point so that the per-packet refill is one
+/// 64×64-bit multiplication (no float conversion, no division). The bucket starts full; its
+/// depth is the rate times the averaging window, so a flow may burst for one window and is
+/// held to the rate after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
-    /// Bits per nanosecond.
-    rate: f64,
-    depth: f64,
-    tokens: f64,
+    /// Bits per nanosecond, fixed point with 40 fraction bits (exact to 1e-4 at 10 bit/s).
+    rate: u64,
+    depth: u128,
+    tokens: u128,
     last: Instant,
 }
 
+const ONE: u128 = 1 << 40;
+
 impl TokenBucket {
     pub fn new(now: Instant, bits_per_s: u64, window: Duration) -> Self {
-        let rate = bits_per_s as f64 / 1e9;
-        let depth = (bits_per_s as f64 * window.as_secs_f64()).max(12_000.0);
+        // Rounded up: a refill is never short of the configured rate.
+        let rate = u64::try_from((u128::from(bits_per_s) << 40).div_ceil(1_000_000_000))
+            .unwrap_or(u64::MAX);
+        // At least one full-size packet, so that a tiny rate still passes something.
+        let bits = (u128::from(bits_per_s) * window.as_nanos() / 1_000_000_000).max(12_000);
+        let depth = bits.saturating_mul(ONE);
         Self {
             rate,
             depth,
@@ -33,8 +41,9 @@ impl TokenBucket {
     #[inline(always)]
     fn refill(&mut self, now: Instant) {
         if now > self.last {
-            let ns = now.duration_since(self.last).as_nanos() as f64;
-            self.tokens = (self.tokens + ns * self.rate).min(self.depth);
+            let ns = u64::try_from(now.duration_since(self.last).as_nanos()).unwrap_or(u64::MAX);
+            let add = u128::from(ns) * u128::from(self.rate);
+            self.tokens = self.tokens.saturating_add(add).min(self.depth);
             self.last = now;
         }
     }
@@ -43,13 +52,13 @@ impl TokenBucket {
     #[inline(always)]
     pub fn conforms(&mut self, now: Instant, bits: u64) -> bool {
         self.refill(now);
-        self.tokens >= bits as f64
+        self.tokens >= u128::from(bits) * ONE
     }
 
     /// Takes `bits` (after [`TokenBucket::conforms`] said they fit).
     #[inline(always)]
     pub fn take(&mut self, bits: u64) {
-        self.tokens -= bits as f64;
+        self.tokens = self.tokens.saturating_sub(u128::from(bits) * ONE);
     }
 
     /// Takes the rate and depth of `other` (a modified QER), keeping this bucket's tokens so
@@ -62,13 +71,13 @@ impl TokenBucket {
 }
 
 /// Events per second with a burst, for Error Indications and similar.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit(TokenBucket);
 
 impl RateLimit {
     pub fn new(now: Instant, per_s: u32, burst: u32) -> Self {
         let mut b = TokenBucket::new(now, u64::from(per_s), Duration::ZERO);
-        b.depth = f64::from(burst.max(1));
+        b.depth = u128::from(burst.max(1)) * ONE;
         b.tokens = b.depth;
         Self(b)
     }
