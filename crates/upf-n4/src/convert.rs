@@ -164,6 +164,7 @@ fn pdi(d: &p::Pdi) -> Result<(r::Pdi, PdiAsks), Reject> {
         asks.ue_is_destination = e.is_destination;
     }
     pdi.ue_ip = ue;
+    pdi.sdf_filters.reserve_exact(d.sdf_filters.len());
     for f in d.sdf_filters.iter() {
         pdi.sdf_filters.push(sdf_filter(f)?);
     }
@@ -182,6 +183,7 @@ fn pdi(d: &p::Pdi) -> Result<(r::Pdi, PdiAsks), Reject> {
             IE_FRAMED_IPV6_ROUTE,
         ),
     ] {
+        pdi.framed_routes.reserve_exact(routes.len());
         for t in routes {
             pdi.framed_routes
                 .push(r::FramedRoute::parse(t).ok_or_else(|| {

@@ -279,6 +279,12 @@ impl<D: Datapath> Agent<D> {
         pdrs: &[CreatePdr],
         modification: bool,
     ) -> Result<(), Reject> {
+        // Exact capacities: a session's vectors live as long as it does, and doubling would
+        // leave up to half of each unused (an establishment starts from empty ones).
+        s.fars.reserve_exact(fars.len());
+        s.qers.reserve_exact(qers.len());
+        s.urrs.reserve_exact(urrs.len());
+        s.pdrs.reserve_exact(pdrs.len());
         for f in fars {
             s.insert_far(convert::far(f)?).map_err(rule_error)?;
         }

@@ -76,6 +76,25 @@ fn establishment_allocates_and_installs() {
     assert_ne!(r2.created_pdrs[0].ue_ip_addresses[0].ipv4, Some(ue));
 }
 
+/// Rule vectors live as long as their session: no spare capacity (memory per session).
+#[test]
+fn established_rules_have_exact_capacities() {
+    let mut s = Smf::associated();
+    let seid = s.establish_ok();
+    let dp = s.agent.datapath().session(Seid(seid)).unwrap();
+    assert_eq!(
+        (dp.pdrs.capacity(), dp.fars.capacity()),
+        (dp.pdrs.len(), dp.fars.len())
+    );
+    assert_eq!(
+        (dp.qers.capacity(), dp.urrs.capacity()),
+        (dp.qers.len(), dp.urrs.len())
+    );
+    for p in &dp.pdrs {
+        assert_eq!(p.pdi.sdf_filters.capacity(), p.pdi.sdf_filters.len());
+    }
+}
+
 #[test]
 fn static_ue_address_and_no_created_pdr_for_it() {
     let mut s = Smf::associated();
