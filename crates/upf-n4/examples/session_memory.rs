@@ -203,7 +203,7 @@ fn measure(n: usize) {
     );
     println!("    rules: {rules} B = {parts:?} ({caps})");
     println!(
-        "    MemDatapath tables (sessions, 2 meters): {:.0} B",
+        "    MemDatapath tables (sessions; meters once used): {:.0} B",
         per(dp, n)
     );
     println!(

@@ -24,10 +24,19 @@ struct Meter {
     volume: Volume,
 }
 
+#[derive(Debug, Clone)]
+struct Entry {
+    rules: Arc<Session>,
+    /// When the session was installed: where the measurement of a URR without a meter starts.
+    since: Instant,
+}
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct MemDatapath {
-    sessions: HashMap<Seid, Arc<Session>>,
+    sessions: HashMap<Seid, Entry>,
+    /// Only URRs that counted usage, were reported on, or came after their session: the
+    /// others (most) measure nothing since [`Entry::since`], so a session costs one entry.
     meters: HashMap<(Seid, UrrId), Meter>,
     events: VecDeque<DatapathEvent>,
     /// Whether to keep [`Self::log`]; off for benchmarks so that memory stays flat.
@@ -49,11 +58,11 @@ impl MemDatapath {
     }
 
     pub fn session(&self, seid: Seid) -> Option<&Arc<Session>> {
-        self.sessions.get(&seid)
+        self.sessions.get(&seid).map(|e| &e.rules)
     }
 
     pub fn sessions(&self) -> impl Iterator<Item = &Arc<Session>> {
-        self.sessions.values()
+        self.sessions.values().map(|e| &e.rules)
     }
 
     pub fn len(&self) -> usize {
@@ -66,8 +75,19 @@ impl MemDatapath {
 
     /// Pretends the URR measured `bytes` in one packet.
     pub fn add_usage(&mut self, seid: Seid, urr: UrrId, bytes: u64, uplink: bool) {
-        if let Some(m) = self.meters.get_mut(&(seid, urr)) {
-            m.volume.count(bytes, uplink);
+        let Some(e) = self.sessions.get(&seid) else {
+            return;
+        };
+        if e.rules.urr(urr).is_some() {
+            let since = e.since;
+            self.meters
+                .entry((seid, urr))
+                .or_insert(Meter {
+                    since,
+                    volume: Volume::default(),
+                })
+                .volume
+                .count(bytes, uplink);
         }
     }
 
@@ -82,15 +102,31 @@ impl MemDatapath {
         }
     }
 
+    /// Reports the usage of a URR of a session installed at `installed`; the measurement
+    /// restarts at `now`, or ends with the URR when `restart` is false.
     fn take_report(
         &mut self,
         now: Instant,
         seid: Seid,
         urr: UrrId,
+        installed: Instant,
         trigger: UsageTrigger,
-    ) -> Option<UsageReport> {
-        let m = self.meters.get_mut(&(seid, urr))?;
-        let report = UsageReport {
+        restart: bool,
+    ) -> UsageReport {
+        let fresh = Meter {
+            since: now,
+            volume: Volume::default(),
+        };
+        let old = if restart {
+            self.meters.insert((seid, urr), fresh)
+        } else {
+            self.meters.remove(&(seid, urr))
+        };
+        let m = old.unwrap_or(Meter {
+            since: installed,
+            volume: Volume::default(),
+        });
+        UsageReport {
             seid,
             urr,
             trigger,
@@ -100,12 +136,7 @@ impl MemDatapath {
             duration: now.saturating_duration_since(m.since),
             first_packet: None,
             last_packet: None,
-        };
-        *m = Meter {
-            since: now,
-            volume: Volume::default(),
-        };
-        Some(report)
+        }
     }
 }
 
@@ -126,24 +157,43 @@ impl Datapath for MemDatapath {
             return Err(DatapathError::NoResources("session table full"));
         }
         let mut out = Installed::default();
-        if let Some(old) = self.sessions.get(&seid).cloned() {
-            for u in old.urrs.iter().filter(|u| session.urr(u.id).is_none()) {
-                out.removed_urr_usage.extend(self.take_report(
-                    now,
-                    seid,
-                    u.id,
-                    UsageTrigger::TERMR,
-                ));
-                self.meters.remove(&(seid, u.id));
+        let since = match self.sessions.get(&seid).cloned() {
+            Some(old) => {
+                for u in old
+                    .rules
+                    .urrs
+                    .iter()
+                    .filter(|u| session.urr(u.id).is_none())
+                {
+                    let r =
+                        self.take_report(now, seid, u.id, old.since, UsageTrigger::TERMR, false);
+                    out.removed_urr_usage.push(r);
+                }
+                // URRs new to the session measure from now.
+                for u in session
+                    .urrs
+                    .iter()
+                    .filter(|u| old.rules.urr(u.id).is_none())
+                {
+                    self.meters.insert(
+                        (seid, u.id),
+                        Meter {
+                            since: now,
+                            volume: Volume::default(),
+                        },
+                    );
+                }
+                old.since
             }
-        }
-        for u in &session.urrs {
-            self.meters.entry((seid, u.id)).or_insert(Meter {
-                since: now,
-                volume: Volume::default(),
-            });
-        }
-        self.sessions.insert(seid, session);
+            None => now,
+        };
+        self.sessions.insert(
+            seid,
+            Entry {
+                rules: session,
+                since,
+            },
+        );
         Ok(out)
     }
 
@@ -152,19 +202,15 @@ impl Datapath for MemDatapath {
         if let Some(e) = self.fail_next.take() {
             return Err(e);
         }
-        let s = self
+        let e = self
             .sessions
             .remove(&seid)
             .ok_or(DatapathError::UnknownSession(seid))?;
-        let reports = s
+        Ok(e.rules
             .urrs
             .iter()
-            .filter_map(|u| self.take_report(now, seid, u.id, UsageTrigger::TERMR))
-            .collect();
-        for u in &s.urrs {
-            self.meters.remove(&(seid, u.id));
-        }
-        Ok(reports)
+            .map(|u| self.take_report(now, seid, u.id, e.since, UsageTrigger::TERMR, false))
+            .collect())
     }
 
     fn query_usage(
@@ -180,12 +226,15 @@ impl Datapath for MemDatapath {
         if let Some(e) = self.fail_next.take() {
             return Err(e);
         }
-        if !self.sessions.contains_key(&seid) {
-            return Err(DatapathError::UnknownSession(seid));
-        }
+        let e = self
+            .sessions
+            .get(&seid)
+            .cloned()
+            .ok_or(DatapathError::UnknownSession(seid))?;
         Ok(urrs
             .iter()
-            .filter_map(|&u| self.take_report(now, seid, u, UsageTrigger::IMMER))
+            .filter(|&&u| e.rules.urr(u).is_some())
+            .map(|&u| self.take_report(now, seid, u, e.since, UsageTrigger::IMMER, true))
             .collect())
     }
 
@@ -243,6 +292,36 @@ mod tests {
             Err(DatapathError::UnknownSession(Seid(9)))
         );
         assert_eq!(dp.log.len(), 5);
+    }
+
+    #[test]
+    fn urrs_measure_from_their_own_installation() {
+        let t0 = Instant::now();
+        let (t1, t2) = (t0 + Duration::from_secs(2), t0 + Duration::from_secs(5));
+        let mut dp = MemDatapath::default();
+        dp.install(t0, session(&[1]), InstallFlags::default())
+            .unwrap();
+        dp.install(t1, session(&[1, 3]), InstallFlags::default())
+            .unwrap();
+        dp.add_usage(Seid(9), UrrId(3), 10, false);
+        dp.add_usage(Seid(9), UrrId(4), 99, false); // not installed: ignored
+        let q = dp
+            .query_usage(t2, Seid(9), &[UrrId(1), UrrId(3), UrrId(4)])
+            .unwrap();
+        let got: Vec<_> = q
+            .iter()
+            .map(|r| (r.urr, r.start, r.duration, r.volume.total_bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (UrrId(1), Some(t0), Duration::from_secs(5), 0),
+                (UrrId(3), Some(t1), Duration::from_secs(3), 10)
+            ]
+        );
+        let fin = dp.remove(t2 + Duration::from_secs(1), Seid(9)).unwrap();
+        assert!(fin.iter().all(|r| r.start == Some(t2)));
+        assert!(dp.meters.is_empty(), "a removed session leaves no meter");
     }
 
     #[test]
