@@ -78,17 +78,15 @@ fn per(bytes: usize, n: usize) -> f64 {
 }
 
 /// Heap bytes of one installed session's rules, by part: the `Arc` block, the rule vectors at
-/// their capacities, and the PDIs' SDF filter vectors (the only other heap the rules of this
-/// session shape use: 9 allocations in all, checked against the deletion figure).
+/// their capacities, and the PDIs' framed routes (the only other heap of its own the rules of
+/// a session can have; checked against the deletion figure). SDF filter lists are shared
+/// between sessions (one copy per distinct list), so they are in no session's part.
 fn rules_heap(s: &Session) -> Vec<(&'static str, usize)> {
     use std::mem::size_of;
-    let sdf: usize = s
+    let routes: usize = s
         .pdrs
         .iter()
-        .map(|p| {
-            p.pdi.sdf_filters.capacity() * size_of::<SdfFilter>()
-                + p.pdi.framed_routes.capacity() * size_of::<upf_rules::FramedRoute>()
-        })
+        .map(|p| p.pdi.framed_routes.capacity() * size_of::<upf_rules::FramedRoute>())
         .sum();
     vec![
         ("Arc<Session>", 16 + size_of::<Session>()),
@@ -96,7 +94,7 @@ fn rules_heap(s: &Session) -> Vec<(&'static str, usize)> {
         ("fars", s.fars.capacity() * size_of::<Far>()),
         ("qers", s.qers.capacity() * size_of::<Qer>()),
         ("urrs", s.urrs.capacity() * size_of::<Urr>()),
-        ("pdi.sdf_filters", sdf),
+        ("pdi.framed_routes", routes),
     ]
 }
 
@@ -146,7 +144,7 @@ fn measure(n: usize) {
     let caps = {
         let s = a.session(Seid(1)).unwrap();
         format!(
-            "capacities: pdrs {}/{} fars {}/{} qers {}/{} urrs {}/{} sdf_filters {}/{}",
+            "capacities: pdrs {}/{} fars {}/{} qers {}/{} urrs {}/{}; sdf_filters {} (shared)",
             s.pdrs.len(),
             s.pdrs.capacity(),
             s.fars.len(),
@@ -156,7 +154,6 @@ fn measure(n: usize) {
             s.urrs.len(),
             s.urrs.capacity(),
             s.pdrs[0].pdi.sdf_filters.len(),
-            s.pdrs[0].pdi.sdf_filters.capacity()
         )
     };
     // The data path's tables (sessions, meters); the rules it shares with the agent stay.

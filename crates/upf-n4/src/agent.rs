@@ -14,7 +14,7 @@ use upf_pfcp::header::RawMessage;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, ErrorKind, Header, Message, MessageError, Pdu};
-use upf_rules::{Datapath, Seid};
+use upf_rules::{Datapath, Interner, SdfFilter, Seid};
 
 /// A datagram to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +139,8 @@ pub struct Agent<D: Datapath> {
     pub(crate) seids: SeidAllocator,
     pub(crate) teids: TeidAllocator,
     pub(crate) ue_ips: UeIpPools,
+    /// One copy of each distinct SDF filter list, shared by every PDR that has it.
+    pub(crate) sdf_filters: Interner<SdfFilter>,
     cache: ResponseCache,
     pub(crate) outstanding: Outstanding<Pending>,
     /// UP-initiated setup: when to (re)try each configured SMF not yet associated.
@@ -161,6 +163,7 @@ impl<D: Datapath> Agent<D> {
             teids: TeidAllocator::new(first, last),
             ue_ips,
             seids: SeidAllocator::new(),
+            sdf_filters: Interner::default(),
             cache: ResponseCache::new(cfg.limits.response_cache, cfg.response_ttl),
             outstanding: Outstanding::new(cfg.t1, cfg.n1),
             setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),

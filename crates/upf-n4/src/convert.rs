@@ -164,10 +164,12 @@ fn pdi(d: &p::Pdi) -> Result<(r::Pdi, PdiAsks), Reject> {
         asks.ue_is_destination = e.is_destination;
     }
     pdi.ue_ip = ue;
-    pdi.sdf_filters.reserve_exact(d.sdf_filters.len());
-    for f in d.sdf_filters.iter() {
-        pdi.sdf_filters.push(sdf_filter(f)?);
-    }
+    pdi.sdf_filters = d
+        .sdf_filters
+        .iter()
+        .map(sdf_filter)
+        .collect::<Result<Vec<_>, _>>()?
+        .into();
     pdi.application_id = d.application_id.as_ref().map(|a| text(&a.0));
     pdi.qfis = d.qfis.iter().map(|q| r::Qfi(q.0)).collect();
     for (routes, ie) in [

@@ -313,6 +313,7 @@ impl<D: Datapath> Agent<D> {
                 ));
             }
             let (mut pdr, asks) = convert::pdr(c)?;
+            pdr.pdi.sdf_filters = self.sdf_filters.intern(&pdr.pdi.sdf_filters);
             if modification {
                 inherit_from_siblings(s, &mut pdr, &asks);
             }
@@ -650,6 +651,7 @@ impl<D: Datapath> Agent<D> {
                 Reject::rule(RuleRef::Pdr(id), 9, "Update PDR for an unknown PDR")
             })?;
             if let Some(asks) = convert::update_pdr(&mut pdr, u)? {
+                pdr.pdi.sdf_filters = self.sdf_filters.intern(&pdr.pdi.sdf_filters);
                 let dnn = s.dnn.clone();
                 if let Some(c) = self.resolve(ctx, txn, &mut pdr, asks, dnn.as_deref())? {
                     created.push(c);

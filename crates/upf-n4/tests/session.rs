@@ -81,7 +81,7 @@ fn establishment_allocates_and_installs() {
 fn established_rules_have_exact_capacities() {
     let mut s = Smf::associated();
     let seid = s.establish_ok();
-    let dp = s.agent.datapath().session(Seid(seid)).unwrap();
+    let dp = s.agent.datapath().session(Seid(seid)).unwrap().clone();
     assert_eq!(
         (dp.pdrs.capacity(), dp.fars.capacity()),
         (dp.pdrs.len(), dp.fars.len())
@@ -90,8 +90,12 @@ fn established_rules_have_exact_capacities() {
         (dp.qers.capacity(), dp.urrs.capacity()),
         (dp.qers.len(), dp.urrs.len())
     );
-    for p in &dp.pdrs {
-        assert_eq!(p.pdi.sdf_filters.capacity(), p.pdi.sdf_filters.len());
+    // Equal SDF filter lists are one copy, in a session and across sessions.
+    let other = s.establish_ok();
+    let dp2 = s.agent.datapath().session(Seid(other)).unwrap();
+    for (a, b) in dp.pdrs.iter().zip(&dp2.pdrs) {
+        assert!(!a.pdi.sdf_filters.is_empty());
+        assert!(a.pdi.sdf_filters.ptr_eq(&b.pdi.sdf_filters));
     }
 }
 

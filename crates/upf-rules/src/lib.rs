@@ -15,6 +15,7 @@ mod pdr;
 mod qer;
 pub mod sdf;
 mod session;
+mod shared;
 mod urr;
 
 pub use datapath::{Datapath, DatapathError, DatapathEvent, InstallFlags, Installed};
@@ -24,6 +25,7 @@ pub use pdr::{FramedRoute, Interface, LocalFTeid, OuterHeaderRemoval, PacketMeta
 pub use qer::{Bitrate, Gate, PacketRate, Qer};
 pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};
+pub use shared::{Interner, SharedSlice};
 pub use urr::{
     MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UrrExtra, UsageReport,
     UsageTrigger, Volume, VolumeLimit,

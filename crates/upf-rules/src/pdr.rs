@@ -2,6 +2,7 @@
 
 use crate::ids::{FarId, PdrId, Precedence, QerId, Qfi, Teid, UrrId};
 use crate::sdf::SdfFilter;
+use crate::shared::SharedSlice;
 use compact_str::CompactString;
 use serde::Serialize;
 use smallvec::SmallVec;
@@ -139,8 +140,9 @@ pub struct Pdi {
     pub local_f_teid: Option<LocalFTeid>,
     pub network_instance: Option<CompactString>,
     pub ue_ip: Option<UeIp>,
-    /// Any one filter matching is enough; none means every packet (§5.2.1).
-    pub sdf_filters: Vec<SdfFilter>,
+    /// Any one filter matching is enough; none means every packet (§5.2.1). Shared: sessions
+    /// of one PCC rule carry the same filters, and the agent keeps one copy of each list.
+    pub sdf_filters: SharedSlice<SdfFilter>,
     pub application_id: Option<CompactString>,
     /// Any one QFI matching is enough; none means any QFI.
     pub qfis: SmallVec<[Qfi; 1]>,
@@ -155,7 +157,7 @@ impl Pdi {
             local_f_teid: None,
             network_instance: None,
             ue_ip: None,
-            sdf_filters: Vec::new(),
+            sdf_filters: SharedSlice::new(),
             application_id: None,
             qfis: SmallVec::new(),
             framed_routes: Vec::new(),

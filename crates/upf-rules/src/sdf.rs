@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 use std::net::IpAddr;
 
 /// One SDF filter: every present field must match (TS 29.244 §5.2.1).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
 pub struct SdfFilter {
     pub flow: Option<FlowDescription>,
     /// ToS / Traffic Class value and mask.
