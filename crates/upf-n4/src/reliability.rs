@@ -119,6 +119,14 @@ impl ResponseCache {
                 break;
             }
         }
+        // A burst leaves both tables at its peak size; give that back once they are mostly
+        // empty (shrinking to twice the entries keeps this amortised O(1)).
+        if self.map.capacity() > 4 * self.map.len() + 64 {
+            self.map.shrink_to(2 * self.map.len());
+        }
+        if self.order.capacity() > 4 * self.order.len() + 64 {
+            self.order.shrink_to(2 * self.order.len());
+        }
     }
 
     /// When the oldest entry expires (None if empty, or if that instant is not representable).
@@ -377,6 +385,20 @@ mod tests {
         assert!(c.is_empty());
         c.expire(t0 + s(41));
         assert_eq!(c.next_expiry(), None);
+    }
+
+    #[test]
+    fn cache_gives_back_its_peak_size_once_expired() {
+        let t0 = Instant::now();
+        let mut c = ResponseCache::new(10_000, s(30));
+        for seq in 0..5000 {
+            c.insert(t0, peer(1), seq, vec![0]);
+        }
+        c.insert(t0 + s(20), peer(1), 9999, vec![1]);
+        c.expire(t0 + s(30));
+        assert_eq!(c.len(), 1);
+        assert!(c.map.capacity() < 100 && c.order.capacity() < 100);
+        assert_eq!(c.get(t0 + s(31), peer(1), 9999), Some(&[1u8][..]));
     }
 
     #[test]
