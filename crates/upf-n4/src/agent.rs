@@ -9,6 +9,7 @@ use crate::reliability::{Outstanding, ResponseCache};
 use crate::session::SessionCtx;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Instant;
 use upf_pfcp::header::RawMessage;
 use upf_pfcp::ie::*;
@@ -95,11 +96,22 @@ impl Default for Stats {
     }
 }
 
+/// A CP function as its sessions know it: shared by the sessions established through one
+/// association, rather than a copy each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CpPeer {
+    pub node: NodeId,
+    /// Where the session's requests came from, and its reports go.
+    pub addr: SocketAddr,
+}
+
 /// An established PFCP association with a CP function.
 #[derive(Debug, Clone)]
 pub(crate) struct Association {
     /// Where the peer's messages come from, and ours go.
     pub addr: SocketAddr,
+    /// The node and `addr`, for the sessions established from there.
+    pub cp: Arc<CpPeer>,
     pub recovery: u32,
     pub next_heartbeat: Instant,
     pub heartbeat_pending: bool,
@@ -133,7 +145,8 @@ pub struct Agent<D: Datapath> {
     /// `now` at construction and the NTP time (seconds) it corresponds to.
     epoch: (Instant, u32),
     pub(crate) assocs: HashMap<NodeId, Association>,
-    pub(crate) sessions: HashMap<Seid, SessionCtx>,
+    /// Boxed: a hash table holds up to twice its entries' size in empty slots.
+    pub(crate) sessions: HashMap<Seid, Box<SessionCtx>>,
     /// (CP address, CP SEID) → our SEID, to spot a re-sent establishment (§6.3.2.x).
     pub(crate) by_cp: HashMap<(IpAddr, u64), Seid>,
     pub(crate) seids: SeidAllocator,
@@ -740,6 +753,10 @@ impl<D: Datapath> Agent<D> {
             node.clone(),
             Association {
                 addr: peer,
+                cp: Arc::new(CpPeer {
+                    node: node.clone(),
+                    addr: peer,
+                }),
                 recovery,
                 next_heartbeat,
                 heartbeat_pending: false,

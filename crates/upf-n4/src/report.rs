@@ -104,7 +104,7 @@ impl<D: Datapath> Agent<D> {
             }
             _ => {}
         }
-        let (dest, cp_seid) = (ctx.peer, ctx.rules.cp_seid.0);
+        let (dest, cp_seid) = (ctx.cp.addr, ctx.rules.cp_seid.0);
         self.sessions.insert(seid, ctx);
         self.request(
             now,
@@ -159,7 +159,7 @@ impl<D: Datapath> Agent<D> {
             }
             Err(_) => {
                 self.stats.internal_errors += 1;
-                let peer = self.sessions.get(&seid).map(|c| c.peer);
+                let peer = self.sessions.get(&seid).map(|c| c.cp.addr);
                 if let Some(peer) = peer {
                     self.event(Event::Dropped {
                         peer,

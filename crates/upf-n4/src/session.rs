@@ -3,7 +3,7 @@
 //! part fails nothing changes — the data path keeps the old session, allocations made for
 //! the request are returned — and the response names the cause, Offending IE and Failed Rule.
 
-use crate::agent::{Agent, Event};
+use crate::agent::{Agent, CpPeer, Event};
 use crate::alloc::AllocError;
 use crate::convert::{self, PdiAsks, IE_F_TEID, IE_SDF_FILTER, IE_UE_IP_ADDRESS};
 use crate::reject::Reject;
@@ -23,9 +23,9 @@ use upf_rules::{
 #[derive(Debug, Clone)]
 pub(crate) struct SessionCtx {
     pub rules: Arc<Session>,
-    pub node: NodeId,
-    /// Where Session Report Requests go (the address the SMF's requests come from).
-    pub peer: SocketAddr,
+    /// The CP function's node, and where Session Report Requests go (the address the SMF's
+    /// requests come from).
+    pub cp: Arc<CpPeer>,
     /// TEIDs this session holds, with the CHOOSE ID that chose them (None: no CHID / static).
     pub teids: SmallVec<[(Option<u8>, Teid); 2]>,
     /// UE addresses this session holds (allocated or reserved in a pool).
@@ -34,7 +34,7 @@ pub(crate) struct SessionCtx {
     /// Next UR-SEQN per URR (§8.2.77).
     pub ur_seqn: SmallVec<[(RUrrId, u32); 2]>,
     /// CSIDs of the CP function (FQ-CSID) for Session Set Deletion.
-    pub csids: SmallVec<[u16; 2]>,
+    pub csids: Box<[u16]>,
 }
 
 /// Allocations made while handling one request: returned if the request fails.
@@ -120,12 +120,20 @@ impl<D: Datapath> Agent<D> {
         m: &SessionEstablishmentRequest,
     ) -> Result<SessionEstablishmentResponse, Reject> {
         // §6.3.2 / §5.x: session procedures only within an association.
-        if !self.assocs.contains_key(&m.node_id) {
+        let Some(assoc) = self.assocs.get(&m.node_id) else {
             return Err(Reject::new(
                 Cause::NO_ESTABLISHED_PFCP_ASSOCIATION,
                 "node not associated",
             ));
-        }
+        };
+        let cp = if assoc.cp.addr == peer {
+            assoc.cp.clone()
+        } else {
+            Arc::new(CpPeer {
+                node: m.node_id.clone(),
+                addr: peer,
+            })
+        };
         // §7.5.2: at least one Create PDR and one Create FAR are mandatory.
         if m.create_pdrs.is_empty() {
             return Err(Reject::new(Cause::MANDATORY_IE_MISSING, "no Create PDR").ie(1));
@@ -168,8 +176,7 @@ impl<D: Datapath> Agent<D> {
             .filter(|&t| t > 0);
         let mut ctx = SessionCtx {
             rules: Arc::new(Session::new(seid, s.cp_seid, cp_addr)),
-            node: m.node_id.clone(),
-            peer,
+            cp,
             teids: SmallVec::new(),
             ue_v4: None,
             ue_v6: None,
@@ -207,7 +214,7 @@ impl<D: Datapath> Agent<D> {
             Ok(rules) => {
                 ctx.rules = rules;
                 self.by_cp.insert((cp_addr, m.cp_f_seid.seid), seid);
-                self.sessions.insert(seid, ctx);
+                self.sessions.insert(seid, Box::new(ctx));
                 self.event(Event::SessionEstablished { seid });
                 Ok(SessionEstablishmentResponse {
                     node_id: self.cfg.node_id.clone(),
@@ -534,7 +541,7 @@ impl<D: Datapath> Agent<D> {
                 "unknown SEID",
             ));
         };
-        if !self.assocs.contains_key(&ctx_ref.node) {
+        if !self.assocs.contains_key(&ctx_ref.cp.node) {
             return Err(Reject::new(
                 Cause::NO_ESTABLISHED_PFCP_ASSOCIATION,
                 "association gone",
@@ -764,7 +771,7 @@ impl<D: Datapath> Agent<D> {
         now: Instant,
         seid: Seid,
         reason: &'static str,
-    ) -> (Vec<Usage>, Option<SessionCtx>) {
+    ) -> (Vec<Usage>, Option<Box<SessionCtx>>) {
         let Some(ctx) = self.sessions.remove(&seid) else {
             return (Vec::new(), None);
         };
@@ -800,7 +807,7 @@ impl<D: Datapath> Agent<D> {
         let seids: Vec<Seid> = self
             .sessions
             .iter()
-            .filter(|(_, c)| &c.node == node)
+            .filter(|(_, c)| &c.cp.node == node)
             .map(|(s, _)| *s)
             .collect();
         for s in &seids {
@@ -825,7 +832,7 @@ impl<D: Datapath> Agent<D> {
                 .sessions
                 .iter()
                 .filter(|(_, c)| {
-                    c.node == m.node_id
+                    c.cp.node == m.node_id
                         && (csids.is_empty() || c.csids.iter().any(|x| csids.contains(x)))
                 })
                 .map(|(s, _)| *s)
