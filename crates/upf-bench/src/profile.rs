@@ -120,7 +120,7 @@ pub fn s0_session(i: u32) -> Arc<Session> {
             id: FarId(1),
             action: ApplyAction::FORW,
             forwarding: Some(Forwarding::to(Interface::Core)),
-            duplicating: Vec::new(),
+            duplicating: Box::default(),
             bar: None,
         },
         Far {
@@ -133,7 +133,7 @@ pub fn s0_session(i: u32) -> Arc<Session> {
                 }),
                 ..Forwarding::to(Interface::Access)
             }),
-            duplicating: Vec::new(),
+            duplicating: Box::default(),
             bar: None,
         },
     ];

@@ -15,7 +15,7 @@ use upf_pfcp::header::RawMessage;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, ErrorKind, Header, Message, MessageError, Pdu};
-use upf_rules::{Datapath, Interner, SdfFilter, Seid};
+use upf_rules::{Datapath, ForwardingExtra, Interner, SdfFilter, Seid};
 
 /// A datagram to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +153,9 @@ pub struct Agent<D: Datapath> {
     pub(crate) teids: TeidAllocator,
     pub(crate) ue_ips: UeIpPools,
     /// One copy of each distinct SDF filter list, shared by every PDR that has it.
-    pub(crate) sdf_filters: Interner<SdfFilter>,
+    pub(crate) sdf_filters: Interner<[SdfFilter]>,
+    /// Likewise the network instances (and rarer parts) of FARs' forwarding parameters.
+    pub(crate) forwarding_extras: Interner<ForwardingExtra>,
     cache: ResponseCache,
     pub(crate) outstanding: Outstanding<Pending>,
     /// UP-initiated setup: when to (re)try each configured SMF not yet associated.
@@ -177,6 +179,7 @@ impl<D: Datapath> Agent<D> {
             ue_ips,
             seids: SeidAllocator::new(),
             sdf_filters: Interner::default(),
+            forwarding_extras: Interner::default(),
             cache: ResponseCache::new(cfg.limits.response_cache, cfg.response_ttl),
             outstanding: Outstanding::new(cfg.t1, cfg.n1),
             setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),

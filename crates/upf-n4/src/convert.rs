@@ -259,19 +259,26 @@ fn apply_action(a: p::ApplyAction) -> Result<r::ApplyAction, Reject> {
 }
 
 fn forwarding(f: &p::ForwardingParameters) -> Result<r::Forwarding, Reject> {
-    Ok(r::Forwarding {
-        destination: interface(f.destination_interface.0, IE_DESTINATION_INTERFACE)?,
+    let mut fw = r::Forwarding::to(interface(
+        f.destination_interface.0,
+        IE_DESTINATION_INTERFACE,
+    )?);
+    fw.outer_header_creation = f
+        .outer_header_creation
+        .map(outer_header_creation)
+        .transpose()?;
+    fw.transport_level_marking = f
+        .transport_level_marking
+        .map(|t| (t.tos_traffic_class, t.mask));
+    let extra = r::ForwardingExtra {
         network_instance: f.network_instance.as_ref().map(|n| n.0.clone()),
-        outer_header_creation: f
-            .outer_header_creation
-            .map(outer_header_creation)
-            .transpose()?,
-        transport_level_marking: f
-            .transport_level_marking
-            .map(|t| (t.tos_traffic_class, t.mask)),
         forwarding_policy: f.forwarding_policy.as_ref().map(|x| text(&x.identifier)),
         redirect: f.redirect_information.as_ref().map(redirect).transpose()?,
-    })
+    };
+    if extra != r::ForwardingExtra::default() {
+        *fw.extra_mut() = extra;
+    }
+    Ok(fw)
 }
 
 fn duplicating(d: &p::DuplicatingParameters) -> Result<r::Duplicating, Reject> {
@@ -387,7 +394,7 @@ pub fn update_far(far: &mut r::Far, u: &p::UpdateFar) -> Result<(), Reject> {
             fw.destination = interface(d.0, IE_DESTINATION_INTERFACE).map_err(on)?;
         }
         if let Some(n) = &f.network_instance {
-            fw.network_instance = Some(n.0.clone());
+            fw.extra_mut().network_instance = Some(n.0.clone());
         }
         if let Some(o) = f.outer_header_creation {
             fw.outer_header_creation = Some(outer_header_creation(o).map_err(on)?);
@@ -396,10 +403,10 @@ pub fn update_far(far: &mut r::Far, u: &p::UpdateFar) -> Result<(), Reject> {
             fw.transport_level_marking = Some((t.tos_traffic_class, t.mask));
         }
         if let Some(x) = &f.forwarding_policy {
-            fw.forwarding_policy = Some(text(&x.identifier));
+            fw.extra_mut().forwarding_policy = Some(text(&x.identifier));
         }
         if let Some(ri) = &f.redirect_information {
-            fw.redirect = Some(redirect(ri).map_err(on)?);
+            fw.extra_mut().redirect = Some(redirect(ri).map_err(on)?);
         }
     }
     for d in u.update_duplicating_parameters.iter() {
@@ -423,12 +430,16 @@ pub fn update_far(far: &mut r::Far, u: &p::UpdateFar) -> Result<(), Reject> {
                 x.transport_level_marking = tlm.or(x.transport_level_marking);
                 x.forwarding_policy = policy.or(x.forwarding_policy.take());
             }
-            None => far.duplicating.push(r::Duplicating {
-                destination: dest,
-                outer_header_creation: ohc,
-                transport_level_marking: tlm,
-                forwarding_policy: policy,
-            }),
+            None => {
+                let mut all = std::mem::take(&mut far.duplicating).into_vec();
+                all.push(r::Duplicating {
+                    destination: dest,
+                    outer_header_creation: ohc,
+                    transport_level_marking: tlm,
+                    forwarding_policy: policy,
+                });
+                far.duplicating = all.into_boxed_slice();
+            }
         }
     }
     if let Some(b) = u.bar_id {

@@ -293,7 +293,11 @@ impl<D: Datapath> Agent<D> {
         s.urrs.reserve_exact(urrs.len());
         s.pdrs.reserve_exact(pdrs.len());
         for f in fars {
-            s.insert_far(convert::far(f)?).map_err(rule_error)?;
+            let mut far = convert::far(f)?;
+            if let Some(fw) = far.forwarding.as_mut() {
+                self.forwarding_extras.share(&mut fw.extra);
+            }
+            s.insert_far(far).map_err(rule_error)?;
         }
         for q in qers {
             s.insert_qer(convert::qer(q)).map_err(rule_error)?;
@@ -674,6 +678,9 @@ impl<D: Datapath> Agent<D> {
                 Reject::rule(RuleRef::Far(id), 10, "Update FAR for an unknown FAR")
             })?;
             convert::update_far(far, u)?;
+            if let Some(fw) = far.forwarding.as_mut() {
+                self.forwarding_extras.share(&mut fw.extra);
+            }
         }
         for u in m.update_qers.iter() {
             let id = QerId(u.qer_id.0);

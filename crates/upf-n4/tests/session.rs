@@ -97,6 +97,11 @@ fn established_rules_have_exact_capacities() {
         assert!(!a.pdi.sdf_filters.is_empty());
         assert!(a.pdi.sdf_filters.ptr_eq(&b.pdi.sdf_filters));
     }
+    // So are forwarding parameters' network instances.
+    let fw = |s: &upf_rules::Session, i: usize| s.fars[i].forwarding.clone().unwrap();
+    assert_eq!(fw(&dp, 0).network_instance(), Some("internet"));
+    assert!(fw(&dp, 0).extra.ptr_eq(&fw(&dp, 1).extra));
+    assert!(fw(&dp, 0).extra.ptr_eq(&fw(dp2, 0).extra));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use crate::ids::{BarId, FarId, Teid};
 use crate::pdr::Interface;
+use crate::shared::Shared;
 use compact_str::CompactString;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -56,10 +57,19 @@ pub enum Redirect {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Forwarding {
     pub destination: Interface,
-    pub network_instance: Option<CompactString>,
     pub outer_header_creation: Option<OuterHeaderCreation>,
     /// DSCP for the outer (or, without one, the IP) header: ToS value and mask (§8.2.12).
     pub transport_level_marking: Option<(u8, u8)>,
+    /// Network instance, forwarding policy, redirect: read through the accessors. Shared,
+    /// as most FARs of a UP function name the same few network instances.
+    #[serde(flatten)]
+    pub extra: Shared<ForwardingExtra>,
+}
+
+/// The parts of [`Forwarding`] that many FARs have alike, or few have at all.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct ForwardingExtra {
+    pub network_instance: Option<CompactString>,
     pub forwarding_policy: Option<CompactString>,
     pub redirect: Option<Redirect>,
 }
@@ -68,12 +78,27 @@ impl Forwarding {
     pub fn to(destination: Interface) -> Self {
         Self {
             destination,
-            network_instance: None,
             outer_header_creation: None,
             transport_level_marking: None,
-            forwarding_policy: None,
-            redirect: None,
+            extra: Shared::new(),
         }
+    }
+
+    pub fn network_instance(&self) -> Option<&str> {
+        self.extra.get()?.network_instance.as_deref()
+    }
+
+    pub fn forwarding_policy(&self) -> Option<&str> {
+        self.extra.get()?.forwarding_policy.as_deref()
+    }
+
+    pub fn redirect(&self) -> Option<&Redirect> {
+        self.extra.get()?.redirect.as_ref()
+    }
+
+    /// The extra parts to change (a copy of their own if they were shared).
+    pub fn extra_mut(&mut self) -> &mut ForwardingExtra {
+        self.extra.make_mut()
     }
 }
 
@@ -94,7 +119,8 @@ pub struct Far {
     /// Absent in a FAR that drops or buffers; SMFs also send FORW without it while the
     /// downlink tunnel is not known yet, which then behaves as a drop.
     pub forwarding: Option<Forwarding>,
-    pub duplicating: Vec<Duplicating>,
+    /// Rare; a boxed slice allocates nothing when empty.
+    pub duplicating: Box<[Duplicating]>,
     pub bar: Option<BarId>,
 }
 

@@ -19,13 +19,15 @@ mod shared;
 mod urr;
 
 pub use datapath::{Datapath, DatapathError, DatapathEvent, InstallFlags, Installed};
-pub use far::{ApplyAction, Bar, Duplicating, Far, Forwarding, OuterHeaderCreation, Redirect};
+pub use far::{
+    ApplyAction, Bar, Duplicating, Far, Forwarding, ForwardingExtra, OuterHeaderCreation, Redirect,
+};
 pub use ids::{BarId, FarId, PdrId, Precedence, QerId, Qfi, Seid, Teid, UrrId};
 pub use pdr::{FramedRoute, Interface, LocalFTeid, OuterHeaderRemoval, PacketMeta, Pdi, Pdr, UeIp};
 pub use qer::{Bitrate, Gate, PacketRate, Qer};
 pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};
-pub use shared::{Interner, SharedSlice};
+pub use shared::{Interner, Shared, SharedSlice};
 pub use urr::{
     MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UrrExtra, UsageReport,
     UsageTrigger, Volume, VolumeLimit,

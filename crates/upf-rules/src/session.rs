@@ -186,7 +186,7 @@ mod tests {
             id: FarId(id),
             action: ApplyAction::FORW,
             forwarding: None,
-            duplicating: Vec::new(),
+            duplicating: Box::default(),
             bar: None,
         }
     }

@@ -47,7 +47,7 @@ fn session(i: u32) -> Arc<Session> {
         id: FarId(1),
         action: ApplyAction::FORW,
         forwarding: Some(Forwarding::to(Interface::Core)),
-        duplicating: Vec::new(),
+        duplicating: Box::default(),
         bar: None,
     }];
     Arc::new(s)
