@@ -86,7 +86,7 @@ fn rules_heap(s: &Session) -> Vec<(&'static str, usize)> {
     let routes: usize = s
         .pdrs
         .iter()
-        .map(|p| p.pdi.framed_routes.capacity() * size_of::<upf_rules::FramedRoute>())
+        .map(|p| p.pdi.framed_routes.len() * size_of::<upf_rules::FramedRoute>())
         .sum();
     vec![
         ("Arc<Session>", 16 + size_of::<Session>()),

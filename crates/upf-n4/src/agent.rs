@@ -15,7 +15,7 @@ use upf_pfcp::header::RawMessage;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, ErrorKind, Header, Message, MessageError, Pdu};
-use upf_rules::{Datapath, ForwardingExtra, Interner, SdfFilter, Seid};
+use upf_rules::{Datapath, ForwardingExtra, Interner, PdiExtra, SdfFilter, Seid};
 
 /// A datagram to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +156,8 @@ pub struct Agent<D: Datapath> {
     pub(crate) sdf_filters: Interner<[SdfFilter]>,
     /// Likewise the network instances (and rarer parts) of FARs' forwarding parameters.
     pub(crate) forwarding_extras: Interner<ForwardingExtra>,
+    /// And those of PDIs.
+    pub(crate) pdi_extras: Interner<PdiExtra>,
     cache: ResponseCache,
     pub(crate) outstanding: Outstanding<Pending>,
     /// UP-initiated setup: when to (re)try each configured SMF not yet associated.
@@ -180,6 +182,7 @@ impl<D: Datapath> Agent<D> {
             seids: SeidAllocator::new(),
             sdf_filters: Interner::default(),
             forwarding_extras: Interner::default(),
+            pdi_extras: Interner::default(),
             cache: ResponseCache::new(cfg.limits.response_cache, cfg.response_ttl),
             outstanding: Outstanding::new(cfg.t1, cfg.n1),
             setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),

@@ -146,7 +146,13 @@ fn pdi(d: &p::Pdi) -> Result<(r::Pdi, PdiAsks), Reject> {
         }) => asks.teid = Some((choose_id, ipv4, ipv6)),
         None => {}
     }
-    pdi.network_instance = d.network_instance.as_ref().map(|n| n.0.clone());
+    let extra = r::PdiExtra {
+        network_instance: d.network_instance.as_ref().map(|n| n.0.clone()),
+        application_id: d.application_id.as_ref().map(|a| text(&a.0)),
+    };
+    if extra != r::PdiExtra::default() {
+        *pdi.extra_mut() = extra;
+    }
     // Several UE IP Address IEs may come (one per family); the S/D flag of the first decides.
     let mut ue = None::<r::UeIp>;
     for u in d.ue_ip_addresses.iter() {
@@ -170,29 +176,23 @@ fn pdi(d: &p::Pdi) -> Result<(r::Pdi, PdiAsks), Reject> {
         .map(sdf_filter)
         .collect::<Result<Vec<_>, _>>()?
         .into();
-    pdi.application_id = d.application_id.as_ref().map(|a| text(&a.0));
     pdi.qfis = d.qfis.iter().map(|q| r::Qfi(q.0)).collect();
-    for (routes, ie) in [
-        (
-            d.framed_routes
-                .iter()
-                .map(|x| x.0.as_str())
-                .collect::<Vec<_>>(),
-            IE_FRAMED_ROUTE,
-        ),
-        (
-            d.framed_ipv6_routes.iter().map(|x| x.0.as_str()).collect(),
-            IE_FRAMED_IPV6_ROUTE,
-        ),
-    ] {
-        pdi.framed_routes.reserve_exact(routes.len());
-        for t in routes {
-            pdi.framed_routes
-                .push(r::FramedRoute::parse(t).ok_or_else(|| {
-                    Reject::new(Cause::MANDATORY_IE_INCORRECT, "unreadable framed route").ie(ie)
-                })?);
-        }
-    }
+    let v4 = d
+        .framed_routes
+        .iter()
+        .map(|x| (x.0.as_str(), IE_FRAMED_ROUTE));
+    let v6 = d
+        .framed_ipv6_routes
+        .iter()
+        .map(|x| (x.0.as_str(), IE_FRAMED_IPV6_ROUTE));
+    pdi.framed_routes = v4
+        .chain(v6)
+        .map(|(t, ie)| {
+            r::FramedRoute::parse(t).ok_or_else(|| {
+                Reject::new(Cause::MANDATORY_IE_INCORRECT, "unreadable framed route").ie(ie)
+            })
+        })
+        .collect::<Result<_, _>>()?;
     Ok((pdi, asks))
 }
 

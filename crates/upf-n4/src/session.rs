@@ -324,7 +324,7 @@ impl<D: Datapath> Agent<D> {
                 ));
             }
             let (mut pdr, asks) = convert::pdr(c)?;
-            pdr.pdi.sdf_filters = self.sdf_filters.intern(&pdr.pdi.sdf_filters);
+            self.share_pdi(&mut pdr.pdi);
             if modification {
                 inherit_from_siblings(s, &mut pdr, &asks);
             }
@@ -335,6 +335,12 @@ impl<D: Datapath> Agent<D> {
             s.insert_pdr(pdr).map_err(rule_error)?;
         }
         Ok(())
+    }
+
+    /// Replaces the parts of a new PDI that other PDIs may have alike by the shared copies.
+    fn share_pdi(&mut self, pdi: &mut upf_rules::Pdi) {
+        pdi.sdf_filters = self.sdf_filters.intern(&pdi.sdf_filters);
+        self.pdi_extras.share(&mut pdi.extra);
     }
 
     /// Fills in what a PDI asked the UP function to choose (F-TEID, UE IP) and reserves the
@@ -405,7 +411,8 @@ impl<D: Datapath> Agent<D> {
             }
         }
         if asks.ue_v4 || asks.ue_v6 {
-            let ni = pdr.pdi.network_instance.clone();
+            let extra = pdr.pdi.extra.clone();
+            let ni = extra.get().and_then(|e| e.network_instance.as_deref());
             let ue = pdr.pdi.ue_ip.get_or_insert(upf_rules::UeIp {
                 ipv4: None,
                 ipv6: None,
@@ -417,7 +424,7 @@ impl<D: Datapath> Agent<D> {
                     None => {
                         let a = self
                             .ue_ips
-                            .allocate_v4(dnn, ni.as_deref())
+                            .allocate_v4(dnn, ni)
                             .map_err(|e| ue_reject(e, rule))?;
                         txn.ue.push(a.into());
                         ctx.ue_v4 = Some(a);
@@ -432,7 +439,7 @@ impl<D: Datapath> Agent<D> {
                     None => {
                         let p = self
                             .ue_ips
-                            .allocate_v6(dnn, ni.as_deref())
+                            .allocate_v6(dnn, ni)
                             .map_err(|e| ue_reject(e, rule))?;
                         txn.ue.push(p.0.into());
                         ctx.ue_v6 = Some(p);
@@ -662,7 +669,7 @@ impl<D: Datapath> Agent<D> {
                 Reject::rule(RuleRef::Pdr(id), 9, "Update PDR for an unknown PDR")
             })?;
             if let Some(asks) = convert::update_pdr(&mut pdr, u)? {
-                pdr.pdi.sdf_filters = self.sdf_filters.intern(&pdr.pdi.sdf_filters);
+                self.share_pdi(&mut pdr.pdi);
                 let dnn = s.dnn.clone();
                 if let Some(c) = self.resolve(ctx, txn, &mut pdr, asks, dnn.as_deref())? {
                     created.push(c);

@@ -97,7 +97,9 @@ fn established_rules_have_exact_capacities() {
         assert!(!a.pdi.sdf_filters.is_empty());
         assert!(a.pdi.sdf_filters.ptr_eq(&b.pdi.sdf_filters));
     }
-    // So are forwarding parameters' network instances.
+    // So are network instances, of PDIs and of forwarding parameters.
+    assert_eq!(dp.pdrs[0].pdi.network_instance(), Some("internet"));
+    assert!(dp.pdrs[0].pdi.extra.ptr_eq(&dp2.pdrs[1].pdi.extra));
     let fw = |s: &upf_rules::Session, i: usize| s.fars[i].forwarding.clone().unwrap();
     assert_eq!(fw(&dp, 0).network_instance(), Some("internet"));
     assert!(fw(&dp, 0).extra.ptr_eq(&fw(&dp, 1).extra));

@@ -23,7 +23,9 @@ pub use far::{
     ApplyAction, Bar, Duplicating, Far, Forwarding, ForwardingExtra, OuterHeaderCreation, Redirect,
 };
 pub use ids::{BarId, FarId, PdrId, Precedence, QerId, Qfi, Seid, Teid, UrrId};
-pub use pdr::{FramedRoute, Interface, LocalFTeid, OuterHeaderRemoval, PacketMeta, Pdi, Pdr, UeIp};
+pub use pdr::{
+    FramedRoute, Interface, LocalFTeid, OuterHeaderRemoval, PacketMeta, Pdi, PdiExtra, Pdr, UeIp,
+};
 pub use qer::{Bitrate, Gate, PacketRate, Qer};
 pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};

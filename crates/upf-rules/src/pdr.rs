@@ -2,7 +2,7 @@
 
 use crate::ids::{FarId, PdrId, Precedence, QerId, Qfi, Teid, UrrId};
 use crate::sdf::SdfFilter;
-use crate::shared::SharedSlice;
+use crate::shared::{Shared, SharedSlice};
 use compact_str::CompactString;
 use serde::Serialize;
 use smallvec::SmallVec;
@@ -138,15 +138,25 @@ pub enum OuterHeaderRemoval {
 pub struct Pdi {
     pub source: Interface,
     pub local_f_teid: Option<LocalFTeid>,
-    pub network_instance: Option<CompactString>,
     pub ue_ip: Option<UeIp>,
     /// Any one filter matching is enough; none means every packet (§5.2.1). Shared: sessions
     /// of one PCC rule carry the same filters, and the agent keeps one copy of each list.
     pub sdf_filters: SharedSlice<SdfFilter>,
-    pub application_id: Option<CompactString>,
     /// Any one QFI matching is enough; none means any QFI.
     pub qfis: SmallVec<[Qfi; 1]>,
-    pub framed_routes: Vec<FramedRoute>,
+    /// Rare; a boxed slice allocates nothing when empty.
+    pub framed_routes: Box<[FramedRoute]>,
+    /// Network instance and application id: read through the accessors. Shared, as the
+    /// PDIs of a UP function name a few network instances.
+    #[serde(flatten)]
+    pub extra: Shared<PdiExtra>,
+}
+
+/// The parts of a [`Pdi`] that many PDIs have alike, or few have at all.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct PdiExtra {
+    pub network_instance: Option<CompactString>,
+    pub application_id: Option<CompactString>,
 }
 
 impl Pdi {
@@ -155,13 +165,25 @@ impl Pdi {
         Self {
             source,
             local_f_teid: None,
-            network_instance: None,
             ue_ip: None,
             sdf_filters: SharedSlice::new(),
-            application_id: None,
             qfis: SmallVec::new(),
-            framed_routes: Vec::new(),
+            framed_routes: Box::default(),
+            extra: Shared::new(),
         }
+    }
+
+    pub fn network_instance(&self) -> Option<&str> {
+        self.extra.get()?.network_instance.as_deref()
+    }
+
+    pub fn application_id(&self) -> Option<&str> {
+        self.extra.get()?.application_id.as_deref()
+    }
+
+    /// The extra parts to change (a copy of their own if they were shared).
+    pub fn extra_mut(&mut self) -> &mut PdiExtra {
+        self.extra.make_mut()
     }
 }
 
