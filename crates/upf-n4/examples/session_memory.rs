@@ -204,7 +204,7 @@ fn measure(n: usize) {
         per(dp, n)
     );
     println!(
-        "    agent tables (sessions ctx, by_cp, SEID/TEID sets, allocators): {:.0} B",
+        "    agent tables (session contexts, by_cp, TEID set, allocators): {:.0} B",
         agent_rest / n as f64
     );
     println!(

@@ -7,6 +7,7 @@ use crate::config::{AllowedPeer, Config};
 use crate::reject::Reject;
 use crate::reliability::{Outstanding, ResponseCache};
 use crate::session::SessionCtx;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -96,6 +97,50 @@ impl Default for Stats {
     }
 }
 
+/// Our SEID by the CP F-SEID (CP address, CP SEID). Most CP SEIDs are unique on their own and
+/// key `first` (16 B an entry; the address is checked in the session's rules); one already
+/// there for another address keys `more`, with its address.
+#[derive(Debug, Default)]
+pub(crate) struct ByCpSeid {
+    first: HashMap<u64, Seid>,
+    more: HashMap<(IpAddr, u64), Seid>,
+}
+
+impl ByCpSeid {
+    /// `cp_addr_of` gives the CP address of one of our sessions.
+    pub fn get(
+        &self,
+        addr: IpAddr,
+        cp_seid: u64,
+        cp_addr_of: impl Fn(Seid) -> Option<IpAddr>,
+    ) -> Option<Seid> {
+        match self.first.get(&cp_seid) {
+            Some(&s) if cp_addr_of(s) == Some(addr) => Some(s),
+            _ => self.more.get(&(addr, cp_seid)).copied(),
+        }
+    }
+
+    /// Adds a session; none may be there for the same address and CP SEID.
+    pub fn insert(&mut self, addr: IpAddr, cp_seid: u64, seid: Seid) {
+        match self.first.entry(cp_seid) {
+            Entry::Vacant(e) => {
+                e.insert(seid);
+            }
+            Entry::Occupied(_) => {
+                self.more.insert((addr, cp_seid), seid);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, addr: IpAddr, cp_seid: u64, seid: Seid) {
+        if self.first.get(&cp_seid) == Some(&seid) {
+            self.first.remove(&cp_seid);
+        } else {
+            self.more.remove(&(addr, cp_seid));
+        }
+    }
+}
+
 /// A CP function as its sessions know it: shared by the sessions established through one
 /// association, rather than a copy each.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +193,7 @@ pub struct Agent<D: Datapath> {
     /// Boxed: a hash table holds up to twice its entries' size in empty slots.
     pub(crate) sessions: HashMap<Seid, Box<SessionCtx>>,
     /// (CP address, CP SEID) → our SEID, to spot a re-sent establishment (§6.3.2.x).
-    pub(crate) by_cp: HashMap<(IpAddr, u64), Seid>,
+    pub(crate) by_cp: ByCpSeid,
     pub(crate) seids: SeidAllocator,
     pub(crate) teids: TeidAllocator,
     pub(crate) ue_ips: UeIpPools,
@@ -189,7 +234,7 @@ impl<D: Datapath> Agent<D> {
             epoch: (now, ntp_now),
             assocs: HashMap::new(),
             sessions: HashMap::new(),
-            by_cp: HashMap::new(),
+            by_cp: ByCpSeid::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -937,4 +982,34 @@ fn find_ie<T: upf_pfcp::IeValue>(body: &[u8], ie_type: u16) -> Option<T> {
         .map_while(Result::ok)
         .find(|ie| ie.ie_type == ie_type && ie.enterprise_id.is_none())
         .and_then(|ie| T::decode(ie.value).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_cp_seid_tells_equal_cp_seids_of_two_addresses_apart() {
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        // Our sessions: 10 from a, 11 from b, both CP SEID 7.
+        let addr_of = |s: Seid| match s.0 {
+            10 => Some(a),
+            11 => Some(b),
+            _ => None,
+        };
+        let mut m = ByCpSeid::default();
+        m.insert(a, 7, Seid(10));
+        m.insert(b, 7, Seid(11));
+        assert_eq!(m.get(a, 7, addr_of), Some(Seid(10)));
+        assert_eq!(m.get(b, 7, addr_of), Some(Seid(11)));
+        assert_eq!(m.get(b, 8, addr_of), None);
+        m.remove(a, 7, Seid(10));
+        assert_eq!(m.get(a, 7, addr_of), None);
+        assert_eq!(m.get(b, 7, addr_of), Some(Seid(11)));
+        m.insert(a, 7, Seid(10)); // now the first for CP SEID 7
+        assert_eq!(m.get(a, 7, addr_of), Some(Seid(10)));
+        m.remove(b, 7, Seid(11));
+        m.remove(a, 7, Seid(10));
+        assert!(m.first.is_empty() && m.more.is_empty());
+    }
 }

@@ -404,11 +404,11 @@ fn overlaps(a: &Pool, b: &Pool) -> bool {
 }
 
 /// Local SEIDs: a counter from 1 (SEID 0 is what an establishment's header carries); freed
-/// ones are reused only after the 64-bit counter wraps, i.e. never in practice.
+/// ones are reused only after the 64-bit counter wraps, i.e. never in practice. Which SEIDs
+/// are in use is the session table's to say, not a set of its own here.
 #[derive(Debug, Default)]
 pub struct SeidAllocator {
     next: u64,
-    live: HashSet<u64>,
 }
 
 impl SeidAllocator {
@@ -416,17 +416,14 @@ impl SeidAllocator {
         Self::default()
     }
 
-    pub fn allocate(&mut self) -> Seid {
+    /// The next SEID that `in_use` does not claim.
+    pub fn allocate(&mut self, in_use: impl Fn(Seid) -> bool) -> Seid {
         loop {
             self.next = self.next.wrapping_add(1).max(1);
-            if self.live.insert(self.next) {
+            if !in_use(Seid(self.next)) {
                 return Seid(self.next);
             }
         }
-    }
-
-    pub fn free(&mut self, seid: Seid) {
-        self.live.remove(&seid.0);
     }
 }
 
@@ -553,11 +550,16 @@ mod tests {
     #[test]
     fn seids() {
         let mut s = SeidAllocator::new();
-        let a = s.allocate();
-        let b = s.allocate();
+        let a = s.allocate(|_| false);
+        let b = s.allocate(|_| false);
         assert!(a.0 != 0 && a != b);
-        s.free(a);
-        assert_ne!(s.allocate(), a);
+        assert_ne!(s.allocate(|_| false), a, "not reused when freed");
+        s.next = u64::MAX - 1;
+        assert_eq!(
+            s.allocate(|x| x == Seid(u64::MAX)),
+            a,
+            "wraps past used SEIDs and 0"
+        );
     }
 
     proptest! {

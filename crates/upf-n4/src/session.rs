@@ -152,7 +152,9 @@ impl<D: Datapath> Agent<D> {
         };
         // An establishment for a CP F-SEID we already hold: the SMF lost our response or
         // restarted the procedure; the old session is replaced.
-        if let Some(old) = self.by_cp.get(&(cp_addr, m.cp_f_seid.seid)).copied() {
+        let sessions = &self.sessions;
+        let cp_addr_of = |s: Seid| sessions.get(&s).map(|c| c.rules.cp_addr);
+        if let Some(old) = self.by_cp.get(cp_addr, m.cp_f_seid.seid, cp_addr_of) {
             self.delete_session(now, old, "replaced by a new establishment");
         }
         if self.sessions.len() >= self.cfg.limits.sessions {
@@ -167,7 +169,8 @@ impl<D: Datapath> Agent<D> {
             m.create_qers.len(),
             m.create_urrs.len(),
         )?;
-        let seid = self.seids.allocate();
+        let sessions = &self.sessions;
+        let seid = self.seids.allocate(|s| sessions.contains_key(&s));
         let mut s = Session::new(seid, Seid(m.cp_f_seid.seid), cp_addr);
         s.dnn = m.apn_dnn.as_ref().map(|d| d.0.clone());
         s.inactivity_timer_s = m
@@ -213,7 +216,7 @@ impl<D: Datapath> Agent<D> {
         match result {
             Ok(rules) => {
                 ctx.rules = rules;
-                self.by_cp.insert((cp_addr, m.cp_f_seid.seid), seid);
+                self.by_cp.insert(cp_addr, m.cp_f_seid.seid, seid);
                 self.sessions.insert(seid, Box::new(ctx));
                 self.event(Event::SessionEstablished { seid });
                 Ok(SessionEstablishmentResponse {
@@ -226,7 +229,6 @@ impl<D: Datapath> Agent<D> {
             }
             Err(r) => {
                 self.rollback(txn);
-                self.seids.free(seid);
                 Err(r)
             }
         }
@@ -805,8 +807,8 @@ impl<D: Datapath> Agent<D> {
         if let Some((a, _)) = ctx.ue_v6 {
             self.ue_ips.free(a.into());
         }
-        self.by_cp.remove(&(ctx.rules.cp_addr, ctx.rules.cp_seid.0));
-        self.seids.free(seid);
+        self.by_cp
+            .remove(ctx.rules.cp_addr, ctx.rules.cp_seid.0, seid);
         self.event(Event::SessionDeleted { seid, reason });
         (usage, Some(ctx))
     }
