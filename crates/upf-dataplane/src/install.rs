@@ -30,6 +30,7 @@ impl Pipeline {
             n9: &self.cfg.n9,
             buffer_packets: self.cfg.buffer_packets_per_far,
             share,
+            outer_ttl: self.cfg.outer_ttl,
         };
         let mut new = Compiled::compile(now, session, &env)?;
         let old_slot = self.by_seid.get(&new.seid).copied();

@@ -201,6 +201,11 @@ impl Pipeline {
 
     #[inline]
     fn gtp(&mut self, now: Instant, p: Packet, out: &mut Output) {
+        if let Some(g) = crate::fast::gpdu_v4(p.data()) {
+            if let Some(&slot) = self.teids.get(&g.teid) {
+                return self.gpdu(now, slot, g.teid, g.qfi, g.inner, p, out);
+            }
+        }
         let d = match decapsulate(p.data()) {
             Ok(d) => d,
             Err(e) => {
@@ -232,18 +237,34 @@ impl Pipeline {
             self.send_error_indication(now, &d, out);
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
-        let inner = (p.start() + d.inner.start, p.start() + d.inner.end);
-        let Some(flow) = p.data().get(d.inner.clone()).and_then(flow_of) else {
+        let qfi = d.gtpu.ext.psc.map(|c| c.qfi);
+        self.gpdu(now, slot, teid, qfi, d.inner, p, out);
+    }
+
+    /// A G-PDU for a known TEID: classify the inner packet and apply the rules.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn gpdu(
+        &mut self,
+        now: Instant,
+        slot: u32,
+        teid: u32,
+        qfi: Option<u8>,
+        inner: core::ops::Range<usize>,
+        p: Packet,
+        out: &mut Output,
+    ) {
+        let abs = (p.start() + inner.start, p.start() + inner.end);
+        let Some(flow) = p.data().get(inner).and_then(flow_of) else {
             return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
         };
-        let qfi = d.gtpu.ext.psc.map(|c| c.qfi);
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
         let Some(i) = Compiled::classify(&s.gtp_pdrs, Some(teid), qfi, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
-        self.apply(now, slot, true, i, p, inner, qfi, out);
+        self.apply(now, slot, true, i, p, abs, qfi, out);
     }
 
     #[inline]
@@ -526,6 +547,32 @@ fn emit(
         p.set_range(ds, de);
         return true;
     };
+    let inner_ecn = |p: &mut Packet| {
+        p.buffer_mut()
+            .get(ds..de)
+            .map_or(0, |ip| match ip.first().map(|v| v >> 4) {
+                Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
+                Some(6) => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
+                _ => 0,
+            })
+    };
+    // The common case: an IPv4 tunnel and a one-word container (no PPI).
+    if let (Some([plain, with_psc]), None) = (&t.templates, m.ppi) {
+        let (tmpl, octet) = match m.qfi {
+            None => (plain, 0),
+            Some(q) if t.to_access => (with_psc, (u8::from(m.rqi) << 6) | (q & 0x3f)),
+            Some(q) => (with_psc, q & 0x3f),
+        };
+        let ecn = inner_ecn(p);
+        *ident = ident.wrapping_add(1);
+        return match tmpl.write(p.buffer_mut(), ds, de, *ident, ecn, octet) {
+            Some(start) => {
+                p.set_range(start, de);
+                true
+            }
+            None => false,
+        };
+    }
     let psc = m.qfi.map(|q| {
         if t.to_access {
             PduSessionContainer {

@@ -2,6 +2,7 @@
 //! plain IP by UE address) and sorted by precedence, each carrying the slots of its FAR, QERs
 //! and URRs; the FAR/QER/URR state (buffers, meters, counters) lives beside them.
 
+use crate::fast::Template;
 use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
 use crate::meter::{TokenBucket, DEFAULT_WINDOW};
@@ -123,6 +124,8 @@ impl SlowMatch {
 pub(crate) struct Target {
     pub port: Port,
     pub encap: Option<Tunnel>,
+    /// For an IPv4 tunnel: its header without and with a PDU Session Container.
+    pub templates: Option<[Template; 2]>,
     /// Outer ToS/Traffic Class from Transport Level Marking.
     pub tos: Option<u8>,
     /// The UE side of this target (Access): downlink PSC; otherwise uplink PSC on N9.
@@ -227,6 +230,7 @@ pub(crate) struct CompileEnv<'a> {
     pub buffer_packets: usize,
     /// Number of workers the session is spread over: its bit rates are divided by it.
     pub share: u32,
+    pub outer_ttl: u8,
 }
 
 fn unsupported(what: &'static str) -> DatapathError {
@@ -495,9 +499,18 @@ fn target(
         // Access without a tunnel, CP-function, LI: nowhere to send on this data path.
         _ => return Ok(None),
     };
+    let dscp = tlm.map_or(0, |(tos, _)| tos >> 2);
+    let templates = encap.filter(|t| !t.dst.v6 && !t.src.v6).and_then(|t| {
+        let (src, dst) = (t.src.to_ip4(), t.dst.to_ip4());
+        Some([
+            Template::v4(src, dst, t.teid, dscp, env.outer_ttl, None)?,
+            Template::v4(src, dst, t.teid, dscp, env.outer_ttl, Some(to_access))?,
+        ])
+    });
     Ok(Some(Target {
         port,
         encap,
+        templates,
         tos: tlm.map(|(tos, _mask)| tos),
         to_access,
     }))
