@@ -91,6 +91,10 @@ impl Pipeline {
             match release {
                 Some(true) => self.requeue.extend(far.buffer.drain(..)),
                 Some(false) => {
+                    // Discarding the buffer (DROBU) ends the buffering period: the next
+                    // packet buffered is reported anew, or a UE whose paging failed would
+                    // never be paged again.
+                    far.notified = false;
                     for p in std::mem::take(&mut far.buffer) {
                         self.counters.buffered -= 1;
                         self.buffered_bytes -= p.len();
