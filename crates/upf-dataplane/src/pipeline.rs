@@ -255,6 +255,23 @@ impl Pipeline {
             }
             return drop_to(out, counters, p, DropReason::FarDrop);
         }
+        // Where it goes and the routed hop come before QER and URR: a packet dropped for
+        // want of a target or for its TTL must neither take MBR tokens nor be charged.
+        let Some(target) = far.target.as_ref() else {
+            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
+        };
+        let strip = pdr.strip == Strip::Gtpu;
+        let (ds, de) = if strip {
+            inner
+        } else {
+            (p.start(), p.start() + p.len())
+        };
+        // A routed hop when the packet enters or leaves N6.
+        if (target.port == Port::N6 || p.port == Port::N6)
+            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
+        {
+            return drop_to(out, counters, p, DropReason::TtlExpired);
+        }
         let len = inner.1 - inner.0;
         let uplink = pdr.from_ue;
         // QER: every QER of the PDR must let the packet through before any is charged.
@@ -301,26 +318,11 @@ impl Pipeline {
                 events.push_back(DatapathEvent::Usage(u.report(now, s.seid, t)));
             }
         }
-        let Some(target) = far.target.as_ref() else {
-            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
-        };
-        let strip = pdr.strip == Strip::Gtpu;
-        let (ds, de) = if strip {
-            inner
-        } else {
-            (p.start(), p.start() + p.len())
-        };
         let qfi = if target.to_access {
             mark_qfi.or(qfi_in)
         } else {
             qfi_in.or(mark_qfi)
         };
-        // A routed hop when the packet enters or leaves N6.
-        if (target.port == Port::N6 || p.port == Port::N6)
-            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
-        {
-            return drop_to(out, counters, p, DropReason::TtlExpired);
-        }
         let mark = Mark { qfi, rqi, ppi };
         for d in &far.dup {
             let mut c = out.free.pop().unwrap_or_else(|| Packet::new(d.port));
