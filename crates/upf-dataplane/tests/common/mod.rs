@@ -193,13 +193,15 @@ impl Rig {
         self.send(vec![p])
     }
 
-    pub fn advance(&mut self, d: Duration) -> Vec<Transmit> {
+    /// Moves the clock and runs the data path's and the agent's timers; returns the Session
+    /// Report Requests sent meanwhile (answered, as are heartbeats).
+    pub fn advance(&mut self, d: Duration) -> Vec<SessionReportRequest> {
         self.now += d;
         let now = self.now;
         self.dp().handle_timeout(now);
         self.agent.handle_datapath_events(now);
         self.agent.handle_timeout(now);
-        self.drain()
+        self.reports()
     }
 }
 
