@@ -159,7 +159,7 @@ impl Pipeline {
         }
         let teid = d.gtpu.teid;
         let Some(&slot) = self.teids.get(&teid) else {
-            self.send_error_indication(now, &d, out);
+            self.send_error_indication(now, p.port, &d, out);
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
         let inner = (p.start() + d.inner.start, p.start() + d.inner.end);
@@ -376,12 +376,20 @@ impl Pipeline {
 
     /// TS 29.281 §7.3.1: a G-PDU for an unknown TEID is answered with an Error Indication to
     /// its sender (rate-limited).
-    fn send_error_indication(&mut self, now: Instant, d: &Decapsulated, out: &mut Output) {
+    fn send_error_indication(
+        &mut self,
+        now: Instant,
+        port: Port,
+        d: &Decapsulated,
+        out: &mut Output,
+    ) {
         if !self.error_indications.allow(now) {
             self.counters.error_indications_suppressed += 1;
             return;
         }
-        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(Port::N3));
+        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(port));
+        // Back by the G-PDU's ingress port (a reused buffer keeps its last port).
+        e.port = port;
         let start = HEADROOM;
         let buf = e.buffer_mut().get_mut(start..).unwrap_or(&mut []);
         let n = if d.src_port == GTPU_PORT {
