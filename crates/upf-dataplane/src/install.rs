@@ -182,7 +182,6 @@ impl Pipeline {
             .is_some()
             {
                 p.port = port;
-                self.counters.created += 1;
                 self.pending.push(p);
             }
         }

@@ -107,6 +107,9 @@ impl Pipeline {
     /// Runs `rx` to completion; forwarded packets go to `out.tx` with their egress port set.
     pub fn process(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
         for p in self.pending.drain(..) {
+            // Counted as created when sent, not when queued: in between, an End Marker is
+            // neither sent nor buffered and `balanced()` would not hold.
+            self.counters.created += 1;
             self.counters.tx(p.port, p.len());
             out.tx.push(p);
         }
