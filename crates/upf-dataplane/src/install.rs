@@ -240,7 +240,12 @@ impl Pipeline {
             return;
         };
         let urr = s.urrs.iter().filter_map(|u| u.deadline()).min();
-        let idle = s.inactivity.map(|t| s.last_packet + t);
+        // Once reported, the idle deadline lies in the past: arming it again would make
+        // handle_timeout fire it forever (handle_timeout re-checks every period instead).
+        let idle = s
+            .inactivity
+            .filter(|_| !s.inactive_reported)
+            .map(|t| s.last_packet + t);
         let at = match (urr, idle) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
