@@ -224,6 +224,9 @@ impl Pipeline {
             return drop_to(out, counters, p, DropReason::UnknownUe);
         };
         s.last_packet = now;
+        // A packet ends a reported silence, so the next one is reported too (the timer
+        // may only look after that next silence has begun).
+        s.inactive_reported = false;
         let pdr = if gtp {
             &s.gtp_pdrs[pdr_index]
         } else {
