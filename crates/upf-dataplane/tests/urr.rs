@@ -222,3 +222,27 @@ fn periodic_reports_every_measurement_period() {
     assert_eq!(volumes(&u), ([500, 0, 500], [1, 0, 1]));
     assert_balanced(&mut r);
 }
+
+#[test]
+fn user_plane_inactivity_is_reported_once_per_silence() {
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    req.user_plane_inactivity_timer = Some(UserPlaneInactivityTimer(5));
+    let (_, resp) = r.establish(req);
+    let teid = local_teid(&resp);
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    // Five seconds after the last packet, not after the establishment.
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    let reps = r.advance(Duration::from_secs(1));
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert!(reps[0].report_type.contains(ReportType::UPIR));
+    // Still silent: no second report; traffic, then silence again: one more.
+    assert!(r.advance(Duration::from_secs(10)).is_empty());
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    let reps = r.advance(Duration::from_secs(2));
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert!(reps[0].report_type.contains(ReportType::UPIR));
+    assert_balanced(&mut r);
+}
