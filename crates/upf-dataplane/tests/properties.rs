@@ -518,6 +518,16 @@ fn busy_session() -> Session {
     });
     u.measurement_period_s = Some(1);
     s.insert_urr(u).unwrap();
+    // Time-based triggers and inactivity: the timers run between batches.
+    let mut u = Urr::new(UrrId(2));
+    u.triggers = ReportingTriggers::TIMTH.union(ReportingTriggers::TIMQU);
+    u.time_threshold_s = Some(1);
+    u.time_quota_s = Some(2);
+    s.insert_urr(u).unwrap();
+    if let Some(p) = s.pdr_mut(PdrId(1)) {
+        p.urrs.push(UrrId(2));
+    }
+    s.inactivity_timer_s = Some(1);
     s
 }
 
@@ -666,6 +676,12 @@ proptest! {
             // Buffers go back to the free list, as a driver would give them back.
             out.free.append(&mut out.tx);
             now += Duration::from_millis(300);
+            p.handle_timeout(now);
+            while p.poll_event().is_some() {}
+        }
+        // A silence: inactivity and the time-based triggers fire, once each.
+        for _ in 0..4 {
+            now += Duration::from_millis(700);
             p.handle_timeout(now);
             while p.poll_event().is_some() {}
         }
