@@ -246,3 +246,27 @@ fn user_plane_inactivity_is_reported_once_per_silence() {
     assert!(reps[0].report_type.contains(ReportType::UPIR));
     assert_balanced(&mut r);
 }
+
+#[test]
+fn start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported() {
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::START | ReportingTriggers::VOLQU, None);
+    urr.volume_quota = Some(Volume {
+        total: Some(500),
+        uplink: None,
+        downlink: None,
+    });
+    let (_, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(600))).len(), 1);
+    let u = one_usage(
+        &r.reports(),
+        UsageReportTrigger::START | UsageReportTrigger::VOLQU,
+    );
+    assert_eq!(volumes(&u), ([600, 600, 0], [1, 1, 0]));
+    // The quota is used up from that packet on.
+    assert!(r.send1(gpdu(teid, Some(9), &up(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    assert!(r.reports().is_empty());
+    assert_balanced(&mut r);
+}
