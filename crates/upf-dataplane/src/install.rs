@@ -92,6 +92,10 @@ impl Pipeline {
             match release {
                 Some(true) => self.requeue.extend(far.buffer.drain(..)),
                 Some(false) => {
+                    // Discarding the buffer (DROBU) ends the buffering period: the next
+                    // packet buffered is reported anew, or a UE whose paging failed would
+                    // never be paged again.
+                    far.notified = false;
                     for p in std::mem::take(&mut far.buffer) {
                         self.counters.buffered -= 1;
                         self.buffered_bytes -= p.len();
@@ -179,7 +183,6 @@ impl Pipeline {
             .is_some()
             {
                 p.port = port;
-                self.counters.created += 1;
                 self.pending.push(p);
             }
         }
@@ -238,7 +241,12 @@ impl Pipeline {
             return;
         };
         let urr = s.urrs.iter().filter_map(|u| u.deadline()).min();
-        let idle = s.inactivity.map(|t| s.last_packet + t);
+        // Once reported, the idle deadline lies in the past: arming it again would make
+        // handle_timeout fire it forever (handle_timeout re-checks every period instead).
+        let idle = s
+            .inactivity
+            .filter(|_| !s.inactive_reported)
+            .map(|t| s.last_packet + t);
         let at = match (urr, idle) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

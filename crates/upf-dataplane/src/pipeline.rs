@@ -110,6 +110,9 @@ impl Pipeline {
     /// Runs `rx` to completion; forwarded packets go to `out.tx` with their egress port set.
     pub fn process(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
         for p in self.pending.drain(..) {
+            // Counted as created when sent, not when queued: in between, an End Marker is
+            // neither sent nor buffered and `balanced()` would not hold.
+            self.counters.created += 1;
             self.counters.tx(p.port, p.len());
             out.tx.push(p);
         }
@@ -234,7 +237,7 @@ impl Pipeline {
         }
         let teid = d.gtpu.teid;
         let Some(&slot) = self.teids.get(&teid) else {
-            self.send_error_indication(now, &d, out);
+            self.send_error_indication(now, p.port, &d, out);
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
         let qfi = d.gtpu.ext.psc.map(|c| c.qfi);
@@ -312,6 +315,9 @@ impl Pipeline {
             return drop_to(out, counters, p, DropReason::UnknownUe);
         };
         s.last_packet = now;
+        // A packet ends a reported silence, so the next one is reported too (the timer
+        // may only look after that next silence has begun).
+        s.inactive_reported = false;
         let pdr = if gtp {
             &s.gtp_pdrs[pdr_index]
         } else {
@@ -345,6 +351,23 @@ impl Pipeline {
                 return;
             }
             return drop_to(out, counters, p, DropReason::FarDrop);
+        }
+        // Where it goes and the routed hop come before QER and URR: a packet dropped for
+        // want of a target or for its TTL must neither take MBR tokens nor be charged.
+        let Some(target) = far.target.as_ref() else {
+            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
+        };
+        let strip = pdr.strip == Strip::Gtpu;
+        let (ds, de) = if strip {
+            inner
+        } else {
+            (p.start(), p.start() + p.len())
+        };
+        // A routed hop when the packet enters or leaves N6.
+        if (target.port == Port::N6 || p.port == Port::N6)
+            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
+        {
+            return drop_to(out, counters, p, DropReason::TtlExpired);
         }
         let len = inner.1 - inner.0;
         let uplink = pdr.from_ue;
@@ -392,26 +415,11 @@ impl Pipeline {
                 events.push_back(DatapathEvent::Usage(u.report(now, s.seid, t)));
             }
         }
-        let Some(target) = far.target.as_ref() else {
-            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
-        };
-        let strip = pdr.strip == Strip::Gtpu;
-        let (ds, de) = if strip {
-            inner
-        } else {
-            (p.start(), p.start() + p.len())
-        };
         let qfi = if target.to_access {
             mark_qfi.or(qfi_in)
         } else {
             qfi_in.or(mark_qfi)
         };
-        // A routed hop when the packet enters or leaves N6.
-        if (target.port == Port::N6 || p.port == Port::N6)
-            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
-        {
-            return drop_to(out, counters, p, DropReason::TtlExpired);
-        }
         let mark = Mark { qfi, rqi, ppi };
         for d in &far.dup {
             let mut c = out.free.pop().unwrap_or_else(|| Packet::new(d.port));
@@ -465,12 +473,20 @@ impl Pipeline {
 
     /// TS 29.281 §7.3.1: a G-PDU for an unknown TEID is answered with an Error Indication to
     /// its sender (rate-limited).
-    fn send_error_indication(&mut self, now: Instant, d: &Decapsulated, out: &mut Output) {
+    fn send_error_indication(
+        &mut self,
+        now: Instant,
+        port: Port,
+        d: &Decapsulated,
+        out: &mut Output,
+    ) {
         if !self.error_indications.allow(now) {
             self.counters.error_indications_suppressed += 1;
             return;
         }
-        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(Port::N3));
+        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(port));
+        // Back by the G-PDU's ingress port (a reused buffer keeps its last port).
+        e.port = port;
         let start = HEADROOM;
         let buf = e.buffer_mut().get_mut(start..).unwrap_or(&mut []);
         let n = if d.src_port == GTPU_PORT {

@@ -81,20 +81,21 @@ impl UrrState {
             self.first_packet = Some(now);
         }
         self.last_packet = Some(now);
+        // START and a volume trigger may fire on the same packet: both go in the one
+        // report (the trigger is a set of flags); returning START alone left the quota
+        // unmarked, so the next packet went through and VOLQU came one packet late.
+        let mut t = UsageTrigger(0);
         if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
             self.start_reported = true;
-            return Some(UsageTrigger::START);
+            t = t.union(UsageTrigger::START);
         }
-        if let Some(q) = &self.quota {
-            if q.reached_by(&self.quota_used) {
-                self.exhausted = true;
-                return Some(UsageTrigger::VOLQU);
-            }
+        if self.quota.is_some_and(|q| q.reached_by(&self.quota_used)) {
+            self.exhausted = true;
+            t = t.union(UsageTrigger::VOLQU);
+        } else if self.threshold.is_some_and(|l| l.reached_by(&self.volume)) {
+            t = t.union(UsageTrigger::VOLTH);
         }
-        match &self.threshold {
-            Some(t) if t.reached_by(&self.volume) => Some(UsageTrigger::VOLTH),
-            _ => None,
-        }
+        (t.0 != 0).then_some(t)
     }
 
     /// The usage since the last report, restarting the measurement.

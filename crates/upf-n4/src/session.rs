@@ -566,6 +566,16 @@ impl<D: Datapath> Agent<D> {
         let mut created = List::new();
         let result = self.apply_modification(&mut s, &mut ctx, &mut txn, &mut created, m);
         let flags = m.pfcpsmreq_flags.unwrap_or_default();
+        // SNDEM belongs in the Update Forwarding Parameters of the FAR whose tunnel changes
+        // (TS 29.244 Table 7.5.4.3-2), where SMFs put it; the data path sends End Markers
+        // for every FAR whose tunnel changed, so one FAR asking is enough.
+        let sndem = flags.contains(PfcpSmReqFlags::SNDEM)
+            || m.update_fars.iter().any(|u| {
+                u.update_forwarding_parameters
+                    .as_ref()
+                    .and_then(|f| f.pfcpsm_req_flags)
+                    .is_some_and(|f| f.contains(PfcpSmReqFlags::SNDEM))
+            });
         let result = result
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
@@ -576,7 +586,7 @@ impl<D: Datapath> Agent<D> {
                         now,
                         rules.clone(),
                         InstallFlags {
-                            send_end_marker: flags.contains(PfcpSmReqFlags::SNDEM),
+                            send_end_marker: sndem,
                             drop_buffered: flags.contains(PfcpSmReqFlags::DROBU),
                         },
                     )

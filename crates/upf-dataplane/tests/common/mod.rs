@@ -27,10 +27,17 @@ pub struct Rig {
     pub seq: u32,
     pub cp_seid: u64,
     pub out: Output,
+    /// What the agent sent besides the responses `request` looked for (reports, heartbeats).
+    pub stash: Vec<Transmit>,
 }
 
 impl Rig {
     pub fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    /// A rig whose pipeline configuration `f` adjusts.
+    pub fn with(f: impl FnOnce(&mut PipelineConfig)) -> Self {
         let now = Instant::now();
         let mut cfg = Config::new(UPF.into());
         cfg.n3.ipv6 = Some(UPF6.parse().unwrap());
@@ -45,6 +52,8 @@ impl Rig {
             },
             ..Default::default()
         };
+        let mut pcfg = pcfg;
+        f(&mut pcfg);
         let mut r = Self {
             agent: Agent::new(cfg, Pipeline::new(now, pcfg), now, 3_900_000_000).unwrap(),
             now,
@@ -52,6 +61,7 @@ impl Rig {
             seq: 0,
             cp_seid: 0x100,
             out: Output::default(),
+            stash: Vec::new(),
         };
         let m = smf::association_setup(NodeId::Ipv4(SMF), 1);
         let p = r.request(None, m);
@@ -71,13 +81,60 @@ impl Rig {
         self.seq += 1;
         let bytes = smf::encode(seid, self.seq, m);
         self.agent.handle_datagram(self.now, self.smf, &bytes);
-        let out = self.drain();
-        let resp = out
-            .iter()
-            .map(|t| Pdu::decode(&t.payload).unwrap().0)
-            .find(|p| p.header.sequence == self.seq)
-            .expect("a response");
-        resp
+        let mut resp = None;
+        for t in self.drain() {
+            let p = Pdu::decode(&t.payload).unwrap().0;
+            if resp.is_none() && !p.message.is_request() && p.header.sequence == self.seq {
+                resp = Some(p);
+            } else {
+                self.stash.push(t);
+            }
+        }
+        resp.expect("a response")
+    }
+
+    /// Everything the agent sent unasked since the last call, decoded; Session Report
+    /// Requests and heartbeats are answered (accepted) as an SMF would.
+    pub fn smf_inbox(&mut self) -> Vec<Pdu> {
+        let mut all = std::mem::take(&mut self.stash);
+        all.extend(self.drain());
+        let mut v = Vec::new();
+        for t in all {
+            let pdu = Pdu::decode(&t.payload).unwrap().0;
+            let answer: Option<Message> = match &pdu.message {
+                Message::SessionReportRequest(_) => Some(
+                    SessionReportResponse {
+                        cause: Cause::REQUEST_ACCEPTED,
+                        ..Default::default()
+                    }
+                    .into(),
+                ),
+                Message::HeartbeatRequest(_) => Some(
+                    HeartbeatResponse {
+                        recovery_time_stamp: RecoveryTimeStamp(1),
+                    }
+                    .into(),
+                ),
+                _ => None,
+            };
+            if let Some(a) = answer {
+                let bytes = smf::encode(pdu.header.seid.map(|_| 0), pdu.header.sequence, a);
+                self.agent.handle_datagram(self.now, self.smf, &bytes);
+            }
+            v.push(pdu);
+        }
+        v
+    }
+
+    /// The Session Report Requests the agent sent since the last call (answered).
+    pub fn reports(&mut self) -> Vec<SessionReportRequest> {
+        self.smf_inbox()
+            .into_iter()
+            .filter_map(|p| match p.message {
+                Message::SessionReportRequest(m) => Some(m),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Establishes; returns the UP SEID, asserting acceptance.
@@ -136,13 +193,15 @@ impl Rig {
         self.send(vec![p])
     }
 
-    pub fn advance(&mut self, d: Duration) -> Vec<Transmit> {
+    /// Moves the clock and runs the data path's and the agent's timers; returns the Session
+    /// Report Requests sent meanwhile (answered, as are heartbeats).
+    pub fn advance(&mut self, d: Duration) -> Vec<SessionReportRequest> {
         self.now += d;
         let now = self.now;
         self.dp().handle_timeout(now);
         self.agent.handle_datapath_events(now);
         self.agent.handle_timeout(now);
-        self.drain()
+        self.reports()
     }
 }
 
@@ -285,4 +344,167 @@ pub fn simple_session(ue: Ipv4Addr, gnb_teid: u32) -> SessionEstablishmentReques
         pdn_type: Some(PdnType::IPV4),
         ..Default::default()
     }
+}
+
+/// IPv4 + TCP (20-octet header, no options) with `payload` zero octets.
+pub fn tcp4(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut v = udp4(src, dst, sport, dport, payload + 12, 0);
+    v[9] = ip_proto::TCP;
+    v[10..12].copy_from_slice(&[0, 0]);
+    let c = checksum::checksum(&v[..20]);
+    v[10..12].copy_from_slice(&c.to_be_bytes());
+    v[24..28].fill(0); // sequence number, not a UDP length
+    v[32] = 5 << 4; // data offset
+    v
+}
+
+/// Sets the IPv4 ToS (checksum fixed) or the IPv6 Traffic Class.
+pub fn with_tos(mut ip: Vec<u8>, tos: u8) -> Vec<u8> {
+    if ip[0] >> 4 == 4 {
+        ip[1] = tos;
+        fix_ipv4_checksum(&mut ip);
+    } else {
+        ip[0] = 0x60 | tos >> 4;
+        ip[1] = (tos << 4) | (ip[1] & 0x0f);
+    }
+    ip
+}
+
+/// Sets the IPv4 TTL (checksum fixed) or the IPv6 Hop Limit.
+pub fn with_ttl(mut ip: Vec<u8>, ttl: u8) -> Vec<u8> {
+    if ip[0] >> 4 == 4 {
+        ip[8] = ttl;
+        fix_ipv4_checksum(&mut ip);
+    } else {
+        ip[7] = ttl;
+    }
+    ip
+}
+
+pub fn fix_ipv4_checksum(ip: &mut [u8]) {
+    let hl = usize::from(ip[0] & 0x0f) * 4;
+    ip[10..12].fill(0);
+    let c = checksum::checksum(&ip[..hl]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// What a router makes of `ip`: TTL / Hop Limit one less (IPv4 checksum recomputed).
+pub fn routed(ip: &[u8]) -> Vec<u8> {
+    let mut v = ip.to_vec();
+    if v[0] >> 4 == 4 {
+        v[8] -= 1;
+        fix_ipv4_checksum(&mut v);
+    } else {
+        v[7] -= 1;
+    }
+    v
+}
+
+/// A G-PDU arriving on `port` from `src` to `dst` (either IP version) carrying `inner`.
+pub fn gpdu_over(
+    port: Port,
+    src: IpAddr,
+    dst: IpAddr,
+    teid: u32,
+    psc: Option<PduSessionContainer>,
+    inner: &[u8],
+) -> Packet {
+    let mut p = Packet::from_bytes(port, inner).unwrap();
+    let (s, l) = (p.start(), p.len());
+    let tunnel = GtpuTunnel {
+        teid,
+        src_port: 2152,
+        dst_port: 2152,
+        psc,
+        ttl: 64,
+        dscp: 0,
+        ecn: 0,
+    };
+    let start = match (src, dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => encapsulate_gtpu_v4(
+            p.buffer_mut(),
+            s,
+            l,
+            &EncapV4 {
+                src,
+                dst,
+                ident: 0,
+                dont_frag: false,
+                tunnel,
+            },
+        ),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => upf_wire::encap::encapsulate_gtpu_v6(
+            p.buffer_mut(),
+            s,
+            l,
+            &upf_wire::encap::EncapV6 {
+                src,
+                dst,
+                flow_label: 0,
+                tunnel,
+            },
+        ),
+        _ => panic!("mixed IP versions"),
+    }
+    .unwrap();
+    p.set_range(start, s + l);
+    p
+}
+
+/// IPv4 + UDP around `payload` (a GTP-U signalling message, say), checksums right.
+pub fn udp4_with(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = udp4(src, dst, sport, dport, payload.len(), 0);
+    v[28..].copy_from_slice(payload);
+    v
+}
+
+/// A GTP-U signalling message from the gNB on N3.
+pub fn gtp_from_gnb(msg: &[u8]) -> Packet {
+    Packet::from_bytes(Port::N3, &udp4_with(GNB, UPF, 2152, 2152, msg)).unwrap()
+}
+
+/// The outer headers of a GTP-U packet the pipeline sent, and its payload.
+pub fn open(p: &Packet) -> (upf_wire::encap::Decapsulated, Vec<u8>) {
+    let d = upf_wire::encap::decapsulate_verified(p.data()).expect("a GTP-U packet");
+    let inner = p.data()[d.inner.clone()].to_vec();
+    (d, inner)
+}
+
+/// The UDP source port of an IPv4 or IPv6 packet (the tests' sequence numbers).
+pub fn sport(ip: &[u8]) -> u16 {
+    let off = if ip[0] >> 4 == 4 { 20 } else { 40 };
+    u16::from_be_bytes([ip[off], ip[off + 1]])
+}
+
+/// Asserts the counter invariant, showing the counters if it does not hold.
+pub fn assert_balanced(r: &mut Rig) {
+    let c = r.dp().counters().clone();
+    assert!(c.balanced(), "unbalanced: {c:?}");
+}
+
+/// A session whose FAR `far` (1: uplink, 2: downlink) is changed by `f`.
+pub fn with_far(
+    mut req: SessionEstablishmentRequest,
+    far: u32,
+    f: impl FnOnce(&mut CreateFar),
+) -> SessionEstablishmentRequest {
+    f(req
+        .create_fars
+        .iter_mut()
+        .find(|x| x.far_id.0 == far)
+        .unwrap());
+    req
+}
+
+/// Update FAR setting only the Apply Action.
+pub fn set_action(id: u32, action: ApplyAction) -> UpdateFar {
+    UpdateFar {
+        far_id: FarId(id),
+        apply_action: Some(action),
+        ..Default::default()
+    }
+}
+
+pub fn actions(a: &[ApplyAction]) -> ApplyAction {
+    ApplyAction(a.iter().fold(0, |x, y| x | y.0))
 }

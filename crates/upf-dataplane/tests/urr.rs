@@ -1,0 +1,272 @@
+//! URRs through the real agent: exact volumes in the Session Deletion Response, volume
+//! threshold and quota reports (and the drops after the quota), periodic reports.
+
+mod common;
+use common::*;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use upf_dataplane::DropReason;
+use upf_n4::smf;
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::Cause;
+
+const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 12);
+
+/// An uplink / downlink packet of `size` octets of inner IP.
+fn up(size: usize) -> Vec<u8> {
+    udp4(UE, DN, 4000, 53, size - 28, 0)
+}
+
+fn down(size: usize) -> Vec<u8> {
+    udp4(DN, UE, 53, 4000, size - 28, 0)
+}
+
+fn with_urr(urr: CreateUrr) -> SessionEstablishmentRequest {
+    let mut req = simple_session(UE, 0xabcd);
+    req.create_urrs = [urr].into_iter().collect();
+    req
+}
+
+/// (total, uplink, downlink) octets and packets of a report.
+fn volumes(u: &UsageReport) -> ([u64; 3], [u64; 3]) {
+    let v = u.volume_measurement.expect("a volume measurement");
+    let g = |x: Option<u64>| x.expect("every volume field");
+    (
+        [g(v.total_volume), g(v.uplink_volume), g(v.downlink_volume)],
+        [
+            g(v.total_packets),
+            g(v.uplink_packets),
+            g(v.downlink_packets),
+        ],
+    )
+}
+
+/// The single usage report of a single Session Report Request, with its trigger.
+fn one_usage(reps: &[SessionReportRequest], trigger: UsageReportTrigger) -> UsageReport {
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert!(reps[0].report_type.contains(ReportType::USAR));
+    assert_eq!(reps[0].usage_reports.len(), 1);
+    let u = reps[0].usage_reports[0].clone();
+    assert_eq!(u.urr_id, UrrId(1));
+    assert_eq!(u.usage_report_trigger, trigger);
+    u
+}
+
+#[test]
+fn deletion_reports_exact_volumes_of_what_was_forwarded() {
+    let mut r = Rig::new();
+    let (seid, resp) = r.establish(simple_session(UE, 0xabcd));
+    let teid = local_teid(&resp);
+    let (ul, dl) = ([60, 200, 1400], [100, 576]);
+    let mut pkts: Vec<_> = ul.iter().map(|&s| gpdu(teid, Some(9), &up(s))).collect();
+    pkts.extend(dl.iter().map(|&s| n6(&down(s))));
+    assert_eq!(r.send(pkts).len(), 5);
+    r.now += Duration::from_secs(7);
+    // Not forwarded, so not counted: TTL expiry both ways.
+    let out = r.send(vec![
+        gpdu(teid, Some(9), &with_ttl(up(300), 1)),
+        n6(&with_ttl(down(300), 1)),
+    ]);
+    assert!(out.is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::TtlExpired), 2);
+    assert_balanced(&mut r);
+
+    let del = r.delete(seid);
+    assert_eq!(del.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(del.usage_reports.len(), 1);
+    let u = &del.usage_reports[0];
+    assert_eq!(u.urr_id, UrrId(1));
+    assert_eq!(u.usage_report_trigger, UsageReportTrigger::TERMR);
+    let (ul_b, dl_b): (u64, u64) = (
+        ul.iter().sum::<usize>() as u64,
+        dl.iter().sum::<usize>() as u64,
+    );
+    assert_eq!(volumes(u), ([ul_b + dl_b, ul_b, dl_b], [5, 3, 2]));
+    assert_eq!(u.duration_measurement, Some(DurationMeasurement(7)));
+    let (first, last) = (
+        u.time_of_first_packet.unwrap().0,
+        u.time_of_last_packet.unwrap().0,
+    );
+    assert_eq!(last - first, 0, "every counted packet came at the start");
+}
+
+#[test]
+fn mbr_and_usage_ignore_packets_dropped_for_ttl() {
+    // A packet dropped for its TTL takes no MBR tokens: with room for exactly two packets,
+    // two expired ones do not stop two good ones.
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    // 12 kbit/s with a 1 s window: a 12000-bit bucket, a 750-octet packet is 6000 bits.
+    let mut q = smf::create_qer(1, Some((12, 12)), Some(9));
+    q.averaging_window = Some(AveragingWindow(1000));
+    req.create_qers = [q].into_iter().collect();
+    let (_, resp) = r.establish(req);
+    let teid = local_teid(&resp);
+    let out = r.send(vec![
+        gpdu(teid, Some(9), &with_ttl(up(750), 1)),
+        gpdu(teid, Some(9), &with_ttl(up(750), 1)),
+        gpdu(teid, Some(9), &up(750)),
+        gpdu(teid, Some(9), &up(750)),
+        gpdu(teid, Some(9), &up(750)),
+    ]);
+    assert_eq!(out.len(), 2, "{out:?}");
+    let c = r.dp().counters().clone();
+    assert_eq!(c.dropped(DropReason::TtlExpired), 2);
+    assert_eq!(c.dropped(DropReason::MbrExceeded), 1);
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn volume_threshold_reports_each_time_it_is_reached() {
+    let mut r = Rig::new();
+    let urr = smf::create_urr(1, ReportingTriggers::VOLTH, Some(1000));
+    let (_, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    for round in 0..2 {
+        for i in 0..3 {
+            assert_eq!(r.send1(gpdu(teid, Some(9), &up(300))).len(), 1);
+            assert!(r.reports().is_empty(), "round {round}, packet {i}: not yet");
+        }
+        assert_eq!(r.send1(n6(&down(300))).len(), 1);
+        let u = one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+        assert_eq!(volumes(&u), ([1200, 900, 300], [4, 3, 1]), "round {round}");
+    }
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn volume_quota_reports_then_drops_until_a_new_grant() {
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::VOLQU, None);
+    urr.volume_quota = Some(Volume {
+        total: Some(1000),
+        uplink: None,
+        downlink: None,
+    });
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    // 900 octets: under the quota.
+    assert_eq!(
+        r.send((0..3).map(|_| gpdu(teid, Some(9), &up(300))).collect())
+            .len(),
+        3
+    );
+    assert!(r.reports().is_empty());
+    // The packet that reaches the quota goes, and is reported.
+    assert_eq!(r.send1(n6(&down(300))).len(), 1);
+    let u = one_usage(&r.reports(), UsageReportTrigger::VOLQU);
+    assert_eq!(volumes(&u).0, [1200, 900, 300]);
+    // Then nothing goes, either way, and nothing more is reported.
+    let out = r.send(vec![gpdu(teid, Some(9), &up(300)), n6(&down(300))]);
+    assert!(out.is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 2);
+    assert!(r.reports().is_empty());
+    assert_balanced(&mut r);
+
+    // A new grant.
+    let m = SessionModificationRequest {
+        update_urrs: [UpdateUrr {
+            urr_id: UrrId(1),
+            volume_quota: Some(Volume {
+                total: Some(5000),
+                uplink: None,
+                downlink: None,
+            }),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+    let out = r.send(vec![gpdu(teid, Some(9), &up(300)), n6(&down(300))]);
+    assert_eq!(out.len(), 2);
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 2);
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn periodic_reports_every_measurement_period() {
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::PERIO, None);
+    urr.measurement_period = Some(MeasurementPeriod(10));
+    let (_, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    assert_eq!(
+        r.send(vec![gpdu(teid, Some(9), &up(100)), n6(&down(200))])
+            .len(),
+        2
+    );
+    assert!(r.advance(Duration::from_secs(9)).is_empty());
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::PERIO,
+    );
+    assert_eq!(volumes(&u), ([300, 100, 200], [2, 1, 1]));
+    assert_eq!(u.duration_measurement, Some(DurationMeasurement(10)));
+    // A quiet period is reported too, empty.
+    assert!(r.advance(Duration::from_secs(5)).is_empty());
+    let u = one_usage(
+        &r.advance(Duration::from_secs(5)),
+        UsageReportTrigger::PERIO,
+    );
+    assert_eq!(volumes(&u), ([0; 3], [0; 3]));
+    // And the next one counts only its own traffic.
+    r.now += Duration::from_secs(3);
+    assert_eq!(r.send1(n6(&down(500))).len(), 1);
+    let u = one_usage(
+        &r.advance(Duration::from_secs(7)),
+        UsageReportTrigger::PERIO,
+    );
+    assert_eq!(volumes(&u), ([500, 0, 500], [1, 0, 1]));
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn user_plane_inactivity_is_reported_once_per_silence() {
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    req.user_plane_inactivity_timer = Some(UserPlaneInactivityTimer(5));
+    let (_, resp) = r.establish(req);
+    let teid = local_teid(&resp);
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    // Five seconds after the last packet, not after the establishment.
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    let reps = r.advance(Duration::from_secs(1));
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert!(reps[0].report_type.contains(ReportType::UPIR));
+    // Still silent: no second report; traffic, then silence again: one more.
+    assert!(r.advance(Duration::from_secs(10)).is_empty());
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    let reps = r.advance(Duration::from_secs(2));
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert!(reps[0].report_type.contains(ReportType::UPIR));
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported() {
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::START | ReportingTriggers::VOLQU, None);
+    urr.volume_quota = Some(Volume {
+        total: Some(500),
+        uplink: None,
+        downlink: None,
+    });
+    let (_, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(600))).len(), 1);
+    let u = one_usage(
+        &r.reports(),
+        UsageReportTrigger::START | UsageReportTrigger::VOLQU,
+    );
+    assert_eq!(volumes(&u), ([600, 600, 0], [1, 1, 0]));
+    // The quota is used up from that packet on.
+    assert!(r.send1(gpdu(teid, Some(9), &up(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    assert!(r.reports().is_empty());
+    assert_balanced(&mut r);
+}
