@@ -427,7 +427,10 @@ fn compile_pdr(
         .filter_map(|r| Prefix::new(r.network, r.prefix_len))
         .collect();
     let filters: Vec<Filter> = pdi.sdf_filters.iter().map(Filter::compile).collect();
-    let simple_ue = framed.is_empty() && ue.as_ref().is_none_or(|u| u.v6.is_none());
+    // Fast form: no UE address, or exactly one IPv4 address (a UE IP with neither version
+    // matches nothing, which the slow form says).
+    let simple_ue =
+        framed.is_empty() && ue.as_ref().is_none_or(|u| u.v6.is_none() && u.v4.is_some());
     let ue_v4 = ue.as_ref().and_then(|u| u.v4);
     let fast: Option<SmallVec<[FastFilter; 4]>> = simple_ue
         .then(|| {

@@ -167,9 +167,10 @@ fn session(pdrs: &[GenPdr]) -> Session {
             pdi.framed_routes = vec![
                 FramedRoute::parse("192.168.0.0/16").unwrap(),
                 FramedRoute::parse("2001:db8:1:3::/64").unwrap(),
-            ];
+            ]
+            .into();
         }
-        pdi.sdf_filters = g.filters.clone();
+        pdi.sdf_filters = g.filters.clone().into();
         pdi.qfis = g.qfis.iter().map(|&q| Qfi(q)).collect();
         s.insert_pdr(Pdr {
             id: PdrId(id),
@@ -192,7 +193,7 @@ fn session(pdrs: &[GenPdr]) -> Session {
             id: FarId(id.into()),
             action: ApplyAction::FORW,
             forwarding: Some(fw),
-            duplicating: Vec::new(),
+            duplicating: Box::default(),
             bar: None,
         })
         .unwrap();
@@ -464,7 +465,7 @@ fn busy_session() -> Session {
         id: FarId(id),
         action,
         forwarding: fw,
-        duplicating: dup,
+        duplicating: dup.into(),
         bar: None,
     };
     let mut to_n9 = Forwarding::to(Interface::Core);
