@@ -19,6 +19,9 @@ pub struct RuntimeConfig {
     pub pipeline: PipelineConfig,
     /// Packets per batch a worker takes from its queue.
     pub batch: usize,
+    /// Peak-rate UEs (seed 004): their sessions live on every worker (bit rates divided
+    /// between them) and their packets are steered per flow.
+    pub spread_ues: Vec<std::net::IpAddr>,
 }
 
 impl Default for RuntimeConfig {
@@ -28,6 +31,7 @@ impl Default for RuntimeConfig {
             cores: Vec::new(),
             pipeline: PipelineConfig::default(),
             batch: 256,
+            spread_ues: Vec::new(),
         }
     }
 }
@@ -57,6 +61,7 @@ pub struct Workers {
     output: Receiver<Vec<Packet>>,
     /// Workers each session was installed on.
     placement: upf_dataplane::FastMap<Seid, Vec<usize>>,
+    steering: steer::Steering,
 }
 
 struct Worker {
@@ -167,7 +172,12 @@ impl Workers {
             events,
             output,
             placement: Default::default(),
+            steering: steer::Steering::new(cfg.workers, cfg.spread_ues.iter().copied()),
         })
+    }
+
+    pub fn steering(&self) -> &steer::Steering {
+        &self.steering
     }
 
     pub fn len(&self) -> usize {
@@ -184,7 +194,7 @@ impl Workers {
         let n = self.inputs.len();
         let mut per: Vec<Vec<Packet>> = (0..n).map(|_| Vec::new()).collect();
         for p in packets {
-            per[steer::owner(&p, n)].push(p);
+            per[self.steering.worker(&p)].push(p);
         }
         for (i, b) in per.into_iter().enumerate() {
             if !b.is_empty() {
@@ -252,13 +262,9 @@ impl Datapath for Workers {
         session: Arc<Session>,
         flags: InstallFlags,
     ) -> Result<Installed, DatapathError> {
-        let n = self.inputs.len();
         // The owner by UE address; a session without one cannot be steered to a single worker
-        // and is installed on all, its bit rates split between them.
-        let owners: Vec<usize> = match session_ue(&session) {
-            Some(a) => vec![steer::worker_of(steer::ue_hash(a), n)],
-            None => (0..n).collect(),
-        };
+        // and, like a peak-rate UE's, is installed on all, its bit rates split between them.
+        let owners = self.steering.owners(session_ue(&session));
         let share = u32::try_from(owners.len()).unwrap_or(1);
         let old = self
             .placement

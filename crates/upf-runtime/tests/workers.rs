@@ -55,6 +55,11 @@ fn session(i: u32) -> Arc<Session> {
 
 /// A G-PDU from UE `i` whose inner IPv4 Identification carries `seq`.
 fn uplink(i: u32, seq: u16) -> Packet {
+    uplink_flow(i, seq, 0)
+}
+
+/// [`uplink`] from UDP source port `sport` (one flow per port).
+fn uplink_flow(i: u32, seq: u16, sport: u16) -> Packet {
     let mut ip = vec![0u8; 28];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&28u16.to_be_bytes());
@@ -65,6 +70,7 @@ fn uplink(i: u32, seq: u16) -> Packet {
     ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
     let c = checksum::checksum(&ip[..20]);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip[20..22].copy_from_slice(&sport.to_be_bytes());
     ip[24..26].copy_from_slice(&8u16.to_be_bytes());
     let mut p = Packet::from_bytes(Port::N3, &ip).unwrap();
     let (s, l) = (p.start(), p.len());
@@ -150,4 +156,55 @@ fn per_ue_order_is_kept_across_workers() {
         w.remove(Instant::now(), Seid(u64::from(i) + 1)).unwrap();
     }
     assert!(w.remove(Instant::now(), Seid(1)).is_err());
+}
+
+#[test]
+fn a_peak_rate_ue_is_spread_per_flow_over_both_workers() {
+    let cfg = RuntimeConfig {
+        workers: 2,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        spread_ues: vec![IpAddr::V4(ue(0))],
+        ..Default::default()
+    };
+    let mut w = Workers::start(&cfg).unwrap();
+    w.install(Instant::now(), session(0), InstallFlags::default())
+        .unwrap();
+    const FLOWS: u16 = 12;
+    const PER_FLOW: u16 = 20;
+    let batch = (0..PER_FLOW)
+        .flat_map(|k| (0..FLOWS).map(move |f| uplink_flow(0, k, 1000 + f)))
+        .collect();
+    w.steer(batch);
+    let total = usize::from(FLOWS * PER_FLOW);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < total && Instant::now() < deadline {
+        got.extend(w.collect(Duration::from_millis(200)));
+    }
+    assert_eq!(got.len(), total);
+    let mut per_flow: HashMap<u16, Vec<u16>> = HashMap::new();
+    for p in &got {
+        let d = p.data();
+        per_flow
+            .entry(u16::from_be_bytes([d[20], d[21]]))
+            .or_default()
+            .push(u16::from_be_bytes([d[4], d[5]]));
+    }
+    for (f, s) in &per_flow {
+        assert!(
+            s.windows(2).all(|w| w[0] < w[1]),
+            "flow {f} reordered: {s:?}"
+        );
+    }
+    let counters = w.counters();
+    assert!(
+        counters.iter().all(|c| c.sent() > 0 && c.balanced()),
+        "both workers carry the UE: {counters:?}"
+    );
 }
