@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
-mod fast;
+pub mod fast;
 mod filter;
 pub mod flow;
 mod install;
