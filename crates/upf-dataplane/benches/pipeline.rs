@@ -69,13 +69,25 @@ fn session(i: u32) -> Arc<Session> {
         is_destination: dst,
     };
     let filter: SharedSlice<SdfFilter> = vec![SdfFilter {
-        flow: Some(FlowDescription::parse("permit out 17 from 198.51.100.0/24 5000-5003 to assigned").unwrap()),
+        flow: Some(
+            FlowDescription::parse("permit out 17 from 198.51.100.0/24 5000-5003 to assigned")
+                .unwrap(),
+        ),
         ..Default::default()
     }]
     .into();
     let mut pdrs = Vec::new();
-    for (id, prec, access, filtered) in [(1, 10, true, true), (2, 255, true, false), (3, 10, false, true), (4, 255, false, false)] {
-        let mut pdi = Pdi::any(if access { Interface::Access } else { Interface::Core });
+    for (id, prec, access, filtered) in [
+        (1, 10, true, true),
+        (2, 255, true, false),
+        (3, 10, false, true),
+        (4, 255, false, false),
+    ] {
+        let mut pdi = Pdi::any(if access {
+            Interface::Access
+        } else {
+            Interface::Core
+        });
         if access {
             pdi.local_f_teid = Some(LocalFTeid {
                 teid: Teid(100 + i),
@@ -156,7 +168,9 @@ fn stages(c: &mut Criterion) {
     let g = gpdu(100, &inner);
     let mut grp = c.benchmark_group("stage");
     grp.bench_function("decap/fast", |b| b.iter(|| gpdu_v4(black_box(g.data()))));
-    grp.bench_function("decap/general", |b| b.iter(|| decapsulate(black_box(g.data()))));
+    grp.bench_function("decap/general", |b| {
+        b.iter(|| decapsulate(black_box(g.data())))
+    });
     grp.bench_function("inner_flow", |b| b.iter(|| flow_of(black_box(&inner))));
     let now = Instant::now();
     let mut bucket = TokenBucket::new(now, 1_000_000_000_000, Duration::from_millis(100));
@@ -204,14 +218,21 @@ fn batches(c: &mut Criterion) {
             .map(|k| {
                 let i = k.wrapping_mul(2_654_435_761) % sessions;
                 let dport = if k % 2 == 0 { 5001 } else { 443 };
-                gpdu(100 + i, &udp4(ue(i), Ipv4Addr::new(198, 51, 100, 1), 40000, dport, 64))
+                gpdu(
+                    100 + i,
+                    &udp4(ue(i), Ipv4Addr::new(198, 51, 100, 1), 40000, dport, 64),
+                )
             })
             .collect();
         let dl: Vec<Packet> = (0..256u32)
             .map(|k| {
                 let i = k.wrapping_mul(2_654_435_761) % sessions;
                 let sport = if k % 2 == 0 { 5001 } else { 443 };
-                Packet::from_bytes(Port::N6, &udp4(Ipv4Addr::new(198, 51, 100, 1), ue(i), sport, 40000, 64)).unwrap()
+                Packet::from_bytes(
+                    Port::N6,
+                    &udp4(Ipv4Addr::new(198, 51, 100, 1), ue(i), sport, 40000, 64),
+                )
+                .unwrap()
             })
             .collect();
         let mut out = Output::default();

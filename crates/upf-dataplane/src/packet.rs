@@ -86,6 +86,11 @@ impl Packet {
         self.buf.get(self.start..self.end).unwrap_or(&[])
     }
 
+    /// `buffer[start..end]`, empty when out of range.
+    pub fn data_at(&self, start: usize, end: usize) -> &[u8] {
+        self.buf.get(start..end).unwrap_or(&[])
+    }
+
     pub fn data_mut(&mut self) -> &mut [u8] {
         self.buf.get_mut(self.start..self.end).unwrap_or(&mut [])
     }

@@ -328,7 +328,43 @@ impl Pipeline {
         };
         let action = far.action;
         if !action.contains(ApplyAction::FORW) {
+            let q = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].qfi);
+            let ppi = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].ppi);
+            // DUPL applies whatever else the FAR does with the packet (e.g. DROP|DUPL for
+            // lawful interception of a blocked flow).
+            if action.contains(ApplyAction::DUPL) && !far.dup.is_empty() {
+                let (ds, de) = if pdr.strip == Strip::Gtpu {
+                    inner
+                } else {
+                    (p.start(), p.start() + p.len())
+                };
+                let mark = Mark {
+                    qfi: q.or(qfi_in),
+                    rqi: false,
+                    ppi: None,
+                };
+                duplicate(
+                    out,
+                    counters,
+                    p.data_at(ds, de),
+                    &far.dup,
+                    &mark,
+                    cfg.outer_ttl,
+                    ident,
+                );
+            }
             if action.contains(ApplyAction::BUFF) {
+                // The CP hears of downlink data even when nothing can be buffered for it
+                // (a Suggested Buffering Packets Count of 0, a full buffer).
+                if action.contains(ApplyAction::NOCP) && !far.notified {
+                    far.notified = true;
+                    events.push_back(DatapathEvent::DownlinkData {
+                        seid: s.seid,
+                        pdr: pdr.id,
+                        qfi: q.map(Qfi),
+                        ppi,
+                    });
+                }
                 if far.buffer.len() >= far.max_buffered
                     || *buffered_bytes + p.len() > cfg.buffer_bytes
                 {
@@ -337,17 +373,6 @@ impl Pipeline {
                 counters.buffered += 1;
                 *buffered_bytes += p.len();
                 far.buffer.push_back(p);
-                if action.contains(ApplyAction::NOCP) && !far.notified {
-                    far.notified = true;
-                    let q = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].qfi);
-                    let ppi = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].ppi);
-                    events.push_back(DatapathEvent::DownlinkData {
-                        seid: s.seid,
-                        pdr: pdr.id,
-                        qfi: q.map(Qfi),
-                        ppi,
-                    });
-                }
                 return;
             }
             return drop_to(out, counters, p, DropReason::FarDrop);
@@ -421,20 +446,15 @@ impl Pipeline {
             qfi_in.or(mark_qfi)
         };
         let mark = Mark { qfi, rqi, ppi };
-        for d in &far.dup {
-            let mut c = out.free.pop().unwrap_or_else(|| Packet::new(d.port));
-            let data = p.buffer_mut().get(ds..de).unwrap_or(&[]);
-            if c.load(d.port, data) {
-                let (cs, ce) = (c.start(), c.start() + c.len());
-                if emit(&mut c, cs, ce, d, &mark, cfg.outer_ttl, ident) {
-                    counters.created += 1;
-                    counters.tx(c.port, c.len());
-                    out.tx.push(c);
-                    continue;
-                }
-            }
-            out.free.push(c);
-        }
+        duplicate(
+            out,
+            counters,
+            p.buffer_mut().get(ds..de).unwrap_or(&[]),
+            &far.dup,
+            &mark,
+            cfg.outer_ttl,
+            ident,
+        );
         if !emit(&mut p, ds, de, target, &mark, cfg.outer_ttl, ident) {
             return drop_to(out, counters, p, DropReason::EncapFailed);
         }
@@ -545,6 +565,31 @@ struct Mark {
     qfi: Option<u8>,
     rqi: bool,
     ppi: Option<u8>,
+}
+
+/// Sends a copy of `data` (an IP packet) to each duplication target.
+fn duplicate(
+    out: &mut Output,
+    counters: &mut Counters,
+    data: &[u8],
+    dups: &[Target],
+    mark: &Mark,
+    ttl: u8,
+    ident: &mut u16,
+) {
+    for d in dups {
+        let mut c = out.free.pop().unwrap_or_else(|| Packet::new(d.port));
+        if c.load(d.port, data) {
+            let (cs, ce) = (c.start(), c.start() + c.len());
+            if emit(&mut c, cs, ce, d, mark, ttl, ident) {
+                counters.created += 1;
+                counters.tx(c.port, c.len());
+                out.tx.push(c);
+                continue;
+            }
+        }
+        out.free.push(c);
+    }
 }
 
 /// Encapsulates `p[ds..de]` for `t` (or just trims to it) and sets the egress port.

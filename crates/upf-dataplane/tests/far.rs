@@ -312,8 +312,6 @@ fn dupl_sends_a_copy_to_the_duplication_target() {
 }
 
 #[test]
-#[ignore = "DUPL without FORW (e.g. DROP|DUPL, or BUFF|DUPL) is accepted by the agent but the \
-            pipeline duplicates only forwarded packets"]
 fn dupl_without_forw_still_duplicates() {
     let mut r = Rig::new();
     let req = with_far(simple_session(UE, 0xabcd), 2, |f| {
@@ -324,5 +322,16 @@ fn dupl_without_forw_still_duplicates() {
     let out = r.send1(n6(&down(1)));
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].port, Port::N9);
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn no_buffer_room_still_reports_downlink_data() {
+    let mut r = Rig::new();
+    // Suggested Buffering Packets Count 0: nothing is held, but the SMF must still page.
+    r.establish(buffering(true, Some(0)));
+    assert!(r.send(vec![n6(&down(0))]).is_empty());
+    assert_one_dldr(&mut r);
+    assert_eq!(r.dp().counters().dropped(DropReason::BufferFull), 1);
     assert_balanced(&mut r);
 }
