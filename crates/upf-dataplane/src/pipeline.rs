@@ -19,6 +19,9 @@ use upf_wire::ext::PduSessionContainer;
 use upf_wire::gtpu::MessageType;
 use upf_wire::{gtpu_msg, ip_proto, ipv4, ipv6, udp};
 
+/// No session found by [`Pipeline::slot_hint`].
+const NO_HINT: u32 = u32::MAX;
+
 /// GTP-U's UDP port (TS 29.281 §4.4.2).
 pub const GTPU_PORT: u16 = 2152;
 
@@ -119,31 +122,19 @@ impl Pipeline {
         while let Some(p) = self.requeue.pop_front() {
             self.counters.buffered -= 1;
             self.buffered_bytes -= p.len();
-            self.handle(now, p, out);
+            self.handle(now, p, NO_HINT, out);
         }
-        // Look up and touch every packet's session first: the cache misses of independent
-        // packets then overlap instead of being paid one after another in `handle`.
-        // In stages, so that each stage's loads are independent of each other (one level of
-        // pointer per stage): the table lookups, then the session records, then what lies
-        // within and behind them.
+        // Every packet's session is looked up first, in a loop of independent lookups whose
+        // cache misses overlap; loading the sessions' rules the same way measured slower
+        // (docs/benchmarks.md), so that is left to the processing loop.
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
-        hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(u32::MAX)));
-        let mut sink = 0u64;
-        for &h in &hints {
-            if let Some(Some(s)) = self.slots.get(h as usize) {
-                sink = sink.wrapping_add(s.seid.0);
-            }
-        }
-        for &h in &hints {
-            sink = sink.wrapping_add(self.warm(h));
-        }
-        std::hint::black_box(sink);
-        self.hints = hints;
-        for p in rx.drain(..) {
+        hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(NO_HINT)));
+        for (p, &hint) in rx.drain(..).zip(&hints) {
             self.counters.rx(p.port, p.len());
-            self.handle(now, p, out);
+            self.handle(now, p, hint, out);
         }
+        self.hints = hints;
     }
 
     /// The session a packet probably belongs to, from fixed offsets only (IPv4 outer header
@@ -171,41 +162,24 @@ impl Pipeline {
         }
     }
 
-    /// Loads what processing a packet of this session will read (rules, meters, counters),
-    /// so that it is in cache by then.
-    #[inline(always)]
-    fn warm(&self, slot: u32) -> u64 {
-        let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
-            return 0;
-        };
-        let mut x = s.seid.0;
-        for p in s.gtp_pdrs.iter().chain(&s.ip_pdrs) {
-            x = x.wrapping_add(p.touch());
-        }
-        for f in &s.fars {
-            x = x.wrapping_add(u64::from(f.action.0));
-        }
-        for q in &s.qers {
-            x = x.wrapping_add(u64::from(q.gate_ul));
-        }
-        for u in &s.urrs {
-            x = x.wrapping_add(u64::from(u.exhausted));
-        }
-        x
-    }
-
-    #[inline]
-    fn handle(&mut self, now: Instant, p: Packet, out: &mut Output) {
+    /// `hint`: the slot [`Pipeline::slot_hint`] found, or [`NO_HINT`].
+    fn handle(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
         match p.port {
-            Port::N3 | Port::N9 => self.gtp(now, p, out),
-            Port::N6 => self.n6(now, p, out),
+            Port::N3 | Port::N9 => self.gtp(now, p, hint, out),
+            Port::N6 => self.n6(now, p, hint, out),
         }
     }
 
     #[inline]
-    fn gtp(&mut self, now: Instant, p: Packet, out: &mut Output) {
+    fn gtp(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
         if let Some(g) = crate::fast::gpdu_v4(p.data()) {
-            if let Some(&slot) = self.teids.get(&g.teid) {
+            // The hint was read from the same TEID octets.
+            let slot = if hint != NO_HINT {
+                Some(hint)
+            } else {
+                self.teids.get(&g.teid).copied()
+            };
+            if let Some(slot) = slot {
                 return self.gpdu(now, slot, g.teid, g.qfi, g.inner, p, out);
             }
         }
@@ -271,11 +245,17 @@ impl Pipeline {
     }
 
     #[inline]
-    fn n6(&mut self, now: Instant, p: Packet, out: &mut Output) {
+    fn n6(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
         let Some(flow) = flow_of(p.data()) else {
             return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
         };
-        let Some(slot) = self.ue.lookup(flow.dst) else {
+        // The hint was read from the same destination octets.
+        let slot = if hint != NO_HINT {
+            Some(hint)
+        } else {
+            self.ue.lookup(flow.dst)
+        };
+        let Some(slot) = slot else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
         };
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {

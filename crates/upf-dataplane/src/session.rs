@@ -67,16 +67,6 @@ struct SlowMatch {
 }
 
 impl CPdr {
-    /// A value read from each cache line matching will use (see `Pipeline::warm`).
-    #[inline(always)]
-    pub fn touch(&self) -> u64 {
-        self.qfis
-            ^ self
-                .fast
-                .first()
-                .map_or(0, |f| u64::from(f.matches(&Flow::default(), true)))
-    }
-
     #[inline]
     fn matches(&self, teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> bool {
         if self.teid.is_some() && self.teid != teid {
