@@ -9,6 +9,7 @@
 //! worker is a complete data path for the agent.
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod counters;
 pub mod fast;
 mod filter;
