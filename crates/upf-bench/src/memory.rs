@@ -6,7 +6,9 @@
 
 use crate::profile;
 use serde_json::json;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use upf_dataplane::acl::Acl;
 use upf_dataplane::{null_forward, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_rules::InstallFlags;
 use upf_wire::encap::{EncapV4, GtpuTunnel};
@@ -43,6 +45,9 @@ pub struct Args {
     /// (as DDIO keeps received frames in the LLC); the UEs they carry change every round.
     #[arg(long, default_value_t = 4096)]
     pool: usize,
+    /// Uplink ACL rules checked on every uplink packet (none of them matches the traffic).
+    #[arg(long, default_value_t = 1000)]
+    acl_rules: usize,
     /// Length of each worker's pre-drawn sequence of UEs (spread over all its sessions).
     #[arg(long, default_value_t = 1 << 20)]
     ue_sequence: usize,
@@ -97,12 +102,19 @@ impl Rng {
 /// One worker's result: sessions, null-forward and pipeline (packets, octets, elapsed), RSS.
 type Measured = (usize, (u64, u64, Duration), (u64, u64, Duration), u64);
 
-fn build_worker(a: &Args, w: usize, size: usize, now: Instant) -> Result<Worker, String> {
+fn build_worker(
+    a: &Args,
+    w: usize,
+    size: usize,
+    now: Instant,
+    acl: &Arc<Acl>,
+) -> Result<Worker, String> {
     let cfg = PipelineConfig {
         n3: upf_dataplane::LocalAddrs {
             v4: Some(profile::UPF_N3),
             v6: None,
         },
+        uplink_acl: acl.clone(),
         ..Default::default()
     };
     let mut pipeline = Pipeline::new(now, cfg);
@@ -254,11 +266,13 @@ pub fn run(a: &Args) -> Result<(), String> {
     if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
         return Err("--workers, --sessions and --batch must be positive".into());
     }
+    let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules)).map_err(|e| e.to_string())?);
+    let acl = &acl;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let now = Instant::now();
     eprintln!(
-        "upf-bench memory: profile {} with {} sessions on {} worker(s), batches of {}, {} s per measurement",
-        a.profile, a.sessions, a.workers, a.batch, a.seconds
+        "upf-bench memory: profile {} with {} sessions on {} worker(s), {} ACL rules, batches of {}, {} s per measurement",
+        a.profile, a.sessions, a.workers, a.acl_rules, a.batch, a.seconds
     );
     let mut rows = Vec::new();
     let mut memory_per_session = 0.0;
@@ -272,7 +286,7 @@ pub fn run(a: &Args) -> Result<(), String> {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
-                        let mut wk = build_worker(a, w, size, now)?;
+                        let mut wk = build_worker(a, w, size, now, acl)?;
                         let sessions = wk.pipeline.sessions();
                         let null = drive(&mut wk, a.seconds, true)?;
                         let full = drive(&mut wk, a.seconds, false)?;
@@ -331,6 +345,7 @@ pub fn run(a: &Args) -> Result<(), String> {
         "workers": a.workers,
         "batch": a.batch,
         "uplink_percent": a.uplink_percent,
+        "acl_rules": a.acl_rules,
         "mpps_per_core": min("mpps_per_core"),
         "null_forward_mpps_per_core": min("null_forward_mpps_per_core"),
         "memory_per_session_bytes": memory_per_session.round(),

@@ -213,3 +213,30 @@ pub fn s0_packet(i: u32, f: u16, uplink: bool, size: usize) -> Packet {
     p.set_range(start, s + l);
     p
 }
+
+/// `n` uplink-validation rules in the IPFilterRule form operators write: deny rules for
+/// destinations in 100.64.0.0/10 (never the profile's servers), with prefix lengths from /16
+/// to /32 and a third of them for one protocol and port, so that every packet is checked
+/// against all of them and passes.
+pub fn acl_rules(n: usize) -> String {
+    let mut text = String::new();
+    let mut x: u32 = 0x2545_f491;
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let len = 16 + x % 17;
+        let net = (0x6440_0000 | (x >> 10) & 0x003f_ffff) & (u32::MAX << (32 - len));
+        let a = Ipv4Addr::from(net);
+        let line = match i % 3 {
+            0 => format!(
+                "deny in udp from any to {a}/{len} {}\n",
+                1024 + (x >> 4) % 60000
+            ),
+            1 => format!("deny in tcp from any to {a}/{len}\n"),
+            _ => format!("deny in ip from any to {a}/{len}\n"),
+        };
+        text.push_str(&line);
+    }
+    text
+}

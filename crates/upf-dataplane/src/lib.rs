@@ -51,6 +51,8 @@ pub struct PipelineConfig {
     pub error_indications_per_s: u32,
     /// TTL / Hop Limit of the outer headers we write.
     pub outer_ttl: u8,
+    /// Uplink traffic validation: checked on every packet from a UE (shared, read-only).
+    pub uplink_acl: std::sync::Arc<acl::Acl>,
 }
 
 impl Default for PipelineConfig {
@@ -62,6 +64,7 @@ impl Default for PipelineConfig {
             buffer_bytes: 16 << 20,
             error_indications_per_s: 100,
             outer_ttl: 64,
+            uplink_acl: Default::default(),
         }
     }
 }

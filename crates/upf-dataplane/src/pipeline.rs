@@ -1,6 +1,7 @@
 //! One worker's pipeline: its tables, its sessions' state, and `process`, which runs a batch
 //! of packets to completion (decapsulate → classify → PDR → FAR → QER → URR → encapsulate).
 
+use crate::acl::AclAction;
 use crate::counters::{Counters, DropReason};
 use crate::flow::Addr;
 use crate::meter::RateLimit;
@@ -241,6 +242,9 @@ impl Pipeline {
         let Some(i) = Compiled::classify(&s.gtp_pdrs, Some(teid), qfi, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
+        if s.gtp_pdrs[i].from_ue && self.cfg.uplink_acl.check(&flow) == AclAction::Deny {
+            return drop_to(out, &mut self.counters, p, DropReason::AclDenied);
+        }
         self.apply(now, slot, true, i, p, abs, qfi, out);
     }
 

@@ -377,3 +377,37 @@ fn ipv6_ue_uplink_and_downlink() {
     assert_eq!(c.dropped(DropReason::TtlExpired), 1);
     assert_balanced(&mut r);
 }
+
+#[test]
+fn uplink_acl_denies_before_the_rules_apply() {
+    let acl = upf_dataplane::acl::Acl::load(
+        "# block DNS to anything but our resolver, and a bogon range\n\
+         permit in udp from any to 198.51.100.53 53\n\
+         deny in udp from any to any 53\n\
+         deny in ip from any to 192.0.2.128/25\n",
+    )
+    .unwrap();
+    let mut r = Rig::with(|c| c.uplink_acl = std::sync::Arc::new(acl));
+    let (seid, resp) = r.establish(simple_session(UE, 0xabcd));
+    let teid = local_teid(&resp);
+    let ok_dns = udp4(UE, "198.51.100.53".parse().unwrap(), 4000, 53, 10, 0);
+    let bad_dns = udp4(UE, DN, 4000, 53, 10, 0);
+    let bogon = udp4(UE, "192.0.2.200".parse().unwrap(), 4000, 80, 10, 0);
+    let web = udp4(UE, DN, 4000, 443, 10, 0);
+    let out = r.send(
+        [&ok_dns, &bad_dns, &bogon, &web]
+            .iter()
+            .map(|i| gpdu(teid, Some(9), i))
+            .collect(),
+    );
+    assert_eq!(out.len(), 2);
+    assert_eq!(r.dp().counters().dropped(DropReason::AclDenied), 2);
+    // Downlink is not validated.
+    assert_eq!(r.send1(n6(&udp4(DN, UE, 53, 4000, 10, 0))).len(), 1);
+    // Denied packets are not charged: the deletion report counts the two forwarded uplink
+    // packets and the downlink one.
+    let del = r.delete(seid);
+    let v = del.usage_reports[0].volume_measurement.unwrap();
+    assert_eq!(v.uplink_packets, Some(2));
+    assert!(r.dp().counters().balanced());
+}
