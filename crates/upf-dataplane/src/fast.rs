@@ -164,7 +164,12 @@ impl Template {
         let start = ds.checked_sub(hl)?;
         let total = u16::try_from(de.checked_sub(start)?).ok()?;
         let h = buf.get_mut(start..ds)?;
-        h.copy_from_slice(self.bytes.get(..hl)?);
+        // Fixed-size copies, which the compiler inlines (a variable one calls memcpy).
+        match h.len() {
+            44 => h.copy_from_slice(&self.bytes),
+            36 => h.copy_from_slice(self.bytes.first_chunk::<36>()?),
+            _ => h.copy_from_slice(self.bytes.get(..hl)?),
+        }
         h[1] |= ecn & 3;
         h[2..4].copy_from_slice(&total.to_be_bytes());
         h[4..6].copy_from_slice(&ident.to_be_bytes());

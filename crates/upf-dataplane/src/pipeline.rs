@@ -10,6 +10,7 @@ use crate::parse::{flow_of, route_hop};
 use crate::session::{Compiled, Strip, Target};
 use crate::tables::{FastMap, UeTable};
 use crate::PipelineConfig;
+use prefetch_index::prefetch_index;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
@@ -131,9 +132,19 @@ impl Pipeline {
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
         hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(NO_HINT)));
-        for (p, &hint) in rx.drain(..).zip(&hints) {
+        for (i, p) in rx.drain(..).enumerate() {
+            // Prefetch (not load: a load would stall retirement) the session records of the
+            // packets a few places ahead, in two steps: the first line of the record 8 ahead,
+            // and, for the one 4 ahead whose first line has arrived by now, the lines where
+            // its rule lists start.
+            if let Some(&h) = hints.get(i + 8) {
+                prefetch_index(&self.slots, h as usize);
+            }
+            if let Some(&h) = hints.get(i + 4) {
+                self.prefetch_rules(h);
+            }
             self.counters.rx(p.port, p.len());
-            self.handle(now, p, hint, out);
+            self.handle(now, p, hints[i], out);
         }
         self.hints = hints;
     }
@@ -160,6 +171,17 @@ impl Pipeline {
                 }
                 _ => None,
             },
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch_rules(&self, slot: u32) {
+        if let Some(Some(s)) = self.slots.get(slot as usize) {
+            prefetch_index(std::slice::from_ref(&s.gtp_pdrs), 0);
+            prefetch_index(std::slice::from_ref(&s.ip_pdrs), 0);
+            prefetch_index(std::slice::from_ref(&s.fars), 0);
+            prefetch_index(std::slice::from_ref(&s.qers), 0);
+            prefetch_index(std::slice::from_ref(&s.urrs), 0);
         }
     }
 
