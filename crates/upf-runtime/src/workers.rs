@@ -14,7 +14,8 @@ use upf_rules::{
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub workers: usize,
-    /// Cores to pin worker i to (`cores[i % len]`); empty: not pinned.
+    /// Cores to pin worker i to (`cores[i % len]`); empty: worker i on core i when the host
+    /// has a core per worker, unpinned otherwise.
     pub cores: Vec<usize>,
     pub pipeline: PipelineConfig,
     /// Packets per batch a worker takes from its queue.
@@ -151,9 +152,12 @@ impl Workers {
                 events: ev_tx.clone(),
                 output: out_tx.clone(),
             };
-            let core = (!cfg.cores.is_empty())
-                .then(|| cfg.cores[i % cfg.cores.len()])
-                .and_then(|c| cores.iter().find(|id| id.id == c).copied());
+            let core = if cfg.cores.is_empty() {
+                (cfg.workers <= cores.len()).then(|| cores[i])
+            } else {
+                let c = cfg.cores[i % cfg.cores.len()];
+                cores.iter().find(|id| id.id == c).copied()
+            };
             let t = std::thread::Builder::new()
                 .name(format!("upf-worker-{i}"))
                 .spawn(move || {
