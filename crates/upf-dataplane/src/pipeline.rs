@@ -21,6 +21,18 @@ use upf_wire::ext::PduSessionContainer;
 use upf_wire::gtpu::MessageType;
 use upf_wire::{gtpu_msg, ip_proto, ipv4, ipv6, udp};
 
+/// The length an IP header declares for its packet (IPv4 Total Length, IPv6 40 + Payload
+/// Length); `flow_of` has checked that it fits the buffer.
+#[inline(always)]
+fn ip_len(ip: &[u8]) -> usize {
+    let at = |i: usize| usize::from(u16::from_be_bytes([ip[i], ip[i + 1]]));
+    match ip.first().map(|v| v >> 4) {
+        Some(4) if ip.len() >= 4 => at(2),
+        Some(6) if ip.len() >= 6 => 40 + at(4),
+        _ => ip.len(),
+    }
+}
+
 /// No session found by [`Pipeline::slot_hint`].
 const NO_HINT: u32 = u32::MAX;
 
@@ -254,10 +266,16 @@ impl Pipeline {
         p: Packet,
         out: &mut Output,
     ) {
-        let abs = (p.start() + inner.start, p.start() + inner.end);
-        let Some(flow) = p.data().get(inner).and_then(flow_of) else {
+        let Some(ip) = p.data().get(inner.clone()) else {
             return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
         };
+        let Some(flow) = flow_of(ip) else {
+            return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
+        };
+        // The inner packet ends where its IP header says (a G-PDU may carry padding after it):
+        // that is what is forwarded and what URRs count.
+        let end = inner.start + ip_len(ip).min(ip.len());
+        let abs = (p.start() + inner.start, p.start() + end);
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };

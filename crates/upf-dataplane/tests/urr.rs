@@ -270,3 +270,19 @@ fn start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported() {
     assert!(r.reports().is_empty());
     assert_balanced(&mut r);
 }
+
+#[test]
+fn padding_after_the_inner_packet_is_neither_forwarded_nor_counted() {
+    let mut r = Rig::new();
+    let (seid, resp) = r.establish(simple_session(UE, 0xabcd));
+    let teid = local_teid(&resp);
+    let ip = up(100);
+    let mut padded = ip.clone();
+    padded.extend_from_slice(&[0xee; 12]);
+    let out = r.send1(gpdu(teid, Some(9), &padded));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].data().len(), ip.len());
+    let del = r.delete(seid);
+    assert_eq!(volumes(&del.usage_reports[0]), ([100, 100, 0], [1, 1, 0]));
+    assert_balanced(&mut r);
+}
