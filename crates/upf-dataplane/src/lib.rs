@@ -19,6 +19,7 @@ pub mod meter;
 pub mod packet;
 mod parse;
 pub mod pipeline;
+mod prefetch;
 mod session;
 mod tables;
 mod usage;

@@ -33,6 +33,9 @@ fn ip_len(ip: &[u8]) -> usize {
     }
 }
 
+/// Session slots beyond which `process` prefetches (their records no longer fit the caches).
+const PREFETCH_FROM_SESSIONS: usize = 4096;
+
 /// No session found by [`Pipeline::slot_hint`].
 const NO_HINT: u32 = u32::MAX;
 
@@ -144,16 +147,12 @@ impl Pipeline {
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
         hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(NO_HINT)));
+        // With few sessions their records stay in cache and the prefetch instructions only
+        // cost (~13 ns a packet at 1k sessions); past a few thousand they pay many times over.
+        let prefetch = self.slots.len() > PREFETCH_FROM_SESSIONS;
         for (i, p) in rx.drain(..).enumerate() {
-            // Prefetch (not load: a load would stall retirement) the session records of the
-            // packets a few places ahead, in two steps: the first line of the record 8 ahead,
-            // and, for the one 4 ahead whose first line has arrived by now, the lines where
-            // its rule lists start.
-            if let Some(&h) = hints.get(i + 8) {
-                prefetch_index(&self.slots, h as usize);
-            }
-            if let Some(&h) = hints.get(i + 4) {
-                self.prefetch_rules(h);
+            if prefetch {
+                self.prefetch_ahead(&hints, i);
             }
             self.counters.rx(p.port, p.len());
             self.handle(now, p, hints[i], out);
@@ -186,14 +185,27 @@ impl Pipeline {
         }
     }
 
+    /// Prefetches (not loads: a load would stall retirement) what the packets after the `i`th
+    /// will read, one pointer level per step, each step's addresses known from lines the
+    /// previous step fetched: the session record 16 ahead; its rule lists 12 ahead; the
+    /// fields of its rules 8 ahead; its SDF filters and FAR targets 4 ahead. (Longer
+    /// distances measured no better: the lines start to leave L1 before use.)
     #[inline(always)]
-    fn prefetch_rules(&self, slot: u32) {
-        if let Some(Some(s)) = self.slots.get(slot as usize) {
-            prefetch_index(std::slice::from_ref(&s.gtp_pdrs), 0);
-            prefetch_index(std::slice::from_ref(&s.ip_pdrs), 0);
-            prefetch_index(std::slice::from_ref(&s.fars), 0);
-            prefetch_index(std::slice::from_ref(&s.qers), 0);
-            prefetch_index(std::slice::from_ref(&s.urrs), 0);
+    fn prefetch_ahead(&self, hints: &[u32], i: usize) {
+        if let Some(&h) = hints.get(i + 16) {
+            prefetch_index(&self.slots, h as usize);
+        }
+        for (ahead, step) in [(12, 2u8), (8, 3), (4, 4)] {
+            if let Some(Some(s)) = hints
+                .get(i + ahead)
+                .and_then(|&h| self.slots.get(h as usize))
+            {
+                match step {
+                    2 => s.prefetch_lists(),
+                    3 => s.prefetch_rules(),
+                    _ => s.prefetch_filters(),
+                }
+            }
         }
     }
 

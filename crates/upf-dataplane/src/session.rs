@@ -67,6 +67,23 @@ struct SlowMatch {
 }
 
 impl CPdr {
+    #[inline(always)]
+    fn prefetch(&self) {
+        use crate::prefetch::{line, past};
+        line(&self.teid);
+        line(&self.qfis);
+        line(&self.ue_v4);
+        line(&self.slow);
+        line(&self.far);
+        line(&self.from_ue);
+        line(&self.qers);
+        past(&self.qers);
+        line(&self.urrs);
+        past(&self.urrs);
+        line(&self.fast);
+        past(&self.fast);
+    }
+
     #[inline]
     fn matches(&self, teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> bool {
         if self.teid.is_some() && self.teid != teid {
@@ -316,6 +333,67 @@ impl Compiled {
         self.last_packet = old.last_packet;
         self.inactive_reported = old.inactive_reported;
         (gone_urrs, orphans)
+    }
+
+    /// Prefetch step 2 of 4 (the record's first line arrived): the rule lists' first lines and
+    /// the lines holding their capacity words.
+    #[inline(always)]
+    pub fn prefetch_lists(&self) {
+        use crate::prefetch::{line, past};
+        line(&self.gtp_pdrs);
+        past(&self.gtp_pdrs);
+        line(&self.ip_pdrs);
+        past(&self.ip_pdrs);
+        line(&self.fars);
+        past(&self.fars);
+        line(&self.qers);
+        past(&self.qers);
+        line(&self.urrs);
+        past(&self.urrs);
+        line(&self.last_packet);
+    }
+
+    /// Prefetch step 3 of 4: the fields of the rules that processing reads.
+    #[inline(always)]
+    pub fn prefetch_rules(&self) {
+        use crate::prefetch::{line, past};
+        for p in self.gtp_pdrs.iter().chain(self.ip_pdrs.iter()).take(4) {
+            p.prefetch();
+        }
+        for f in self.fars.iter().take(2) {
+            line(&f.action);
+            line(&f.target);
+            past(&f.target);
+            line(&f.dup);
+        }
+        for q in self.qers.iter().take(3) {
+            line(&q.gate_ul);
+            line(&q.mbr_ul);
+            line(&q.mbr_dl);
+            line(&q.qfi);
+            line(&q.gbr);
+        }
+        for u in self.urrs.iter().take(2) {
+            u.prefetch();
+        }
+    }
+
+    /// Prefetch step 4 of 4: the SDF filters of the first PDRs and the FARs' targets.
+    #[inline(always)]
+    pub fn prefetch_filters(&self) {
+        use crate::prefetch::line;
+        for f in self.fars.iter().take(2) {
+            if let Some(t) = &f.target {
+                line(&t.encap);
+                line(&t.templates);
+                line(&t.port);
+            }
+        }
+        for p in self.gtp_pdrs.iter().chain(self.ip_pdrs.iter()).take(4) {
+            for k in (0..p.fast.len().min(4)).step_by(2) {
+                prefetch_index::prefetch_index(&*p.fast, k);
+            }
+        }
     }
 
     /// The index of the first PDR (by precedence) in `pdrs` that matches.

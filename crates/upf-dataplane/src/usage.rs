@@ -72,6 +72,20 @@ impl UrrState {
         self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
     }
 
+    /// Prefetches what [`UrrState::count`] reads and writes.
+    #[inline(always)]
+    pub fn prefetch(&self) {
+        use crate::prefetch::line;
+        line(&self.volume);
+        line(&self.quota_used);
+        line(&self.threshold);
+        line(&self.quota);
+        line(&self.first_packet);
+        line(&self.last_packet);
+        line(&self.triggers);
+        line(&self.exhausted);
+    }
+
     /// Counts one packet; returns the trigger to report, if one fired.
     #[inline]
     pub fn count(&mut self, now: Instant, bytes: u64, uplink: bool) -> Option<UsageTrigger> {
