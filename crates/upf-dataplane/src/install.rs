@@ -31,6 +31,7 @@ impl Pipeline {
             buffer_packets: self.cfg.buffer_packets_per_far,
             share,
             outer_ttl: self.cfg.outer_ttl,
+            clock: self.clock(now),
         };
         let mut new = Compiled::compile(now, session, &env)?;
         let old_slot = self.by_seid.get(&new.seid).copied();

@@ -16,13 +16,16 @@ pub struct TokenBucket {
     rate: u64,
     depth: u128,
     tokens: u128,
-    last: Instant,
+    /// The pipeline's clock (nanoseconds since its epoch) at the last refill.
+    last: u64,
 }
 
 const ONE: u128 = 1 << 40;
 
 impl TokenBucket {
-    pub fn new(now: Instant, bits_per_s: u64, window: Duration) -> Self {
+    /// `now`: the pipeline's clock, nanoseconds since its epoch (one subtraction per packet
+    /// instead of `Instant` arithmetic).
+    pub fn new(now: u64, bits_per_s: u64, window: Duration) -> Self {
         // Rounded up: a refill is never short of the configured rate.
         let rate = u64::try_from((u128::from(bits_per_s) << 40).div_ceil(1_000_000_000))
             .unwrap_or(u64::MAX);
@@ -39,10 +42,9 @@ impl TokenBucket {
 
     /// Refills for the time since the last call; never goes back in time.
     #[inline(always)]
-    fn refill(&mut self, now: Instant) {
+    fn refill(&mut self, now: u64) {
         if now > self.last {
-            let ns = u64::try_from(now.duration_since(self.last).as_nanos()).unwrap_or(u64::MAX);
-            let add = u128::from(ns) * u128::from(self.rate);
+            let add = u128::from(now - self.last) * u128::from(self.rate);
             self.tokens = self.tokens.saturating_add(add).min(self.depth);
             self.last = now;
         }
@@ -50,7 +52,7 @@ impl TokenBucket {
 
     /// Whether `bits` fit now (refilling first); does not take them.
     #[inline(always)]
-    pub fn conforms(&mut self, now: Instant, bits: u64) -> bool {
+    pub fn conforms(&mut self, now: u64, bits: u64) -> bool {
         self.refill(now);
         self.tokens >= u128::from(bits) * ONE
     }
@@ -72,21 +74,29 @@ impl TokenBucket {
 
 /// Events per second with a burst, for Error Indications and similar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit(TokenBucket);
+pub struct RateLimit {
+    bucket: TokenBucket,
+    epoch: Instant,
+}
 
 impl RateLimit {
     pub fn new(now: Instant, per_s: u32, burst: u32) -> Self {
-        let mut b = TokenBucket::new(now, u64::from(per_s), Duration::ZERO);
+        let mut b = TokenBucket::new(0, u64::from(per_s), Duration::ZERO);
         b.depth = u128::from(burst.max(1)) * ONE;
         b.tokens = b.depth;
-        Self(b)
+        Self {
+            bucket: b,
+            epoch: now,
+        }
     }
 
     /// Whether one more event is allowed now (and counts it).
     pub fn allow(&mut self, now: Instant) -> bool {
-        let ok = self.0.conforms(now, 1);
+        let ns =
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        let ok = self.bucket.conforms(ns, 1);
         if ok {
-            self.0.take(1);
+            self.bucket.take(1);
         }
         ok
     }
@@ -98,12 +108,12 @@ mod tests {
 
     #[test]
     fn bucket_holds_rate_after_burst() {
-        let t0 = Instant::now();
+        let t0 = 0u64;
         // 8 Mbit/s, 100 ms window: 800 kbit of burst.
         let mut b = TokenBucket::new(t0, 8_000_000, Duration::from_millis(100));
         let mut sent = 0u64;
         // Offer 1500-octet packets at 80 Mbit/s for 10 s of virtual time.
-        let step = Duration::from_micros(150);
+        let step = 150_000u64; // ns
         let mut now = t0;
         for _ in 0..(10_000_000 / 150) {
             if b.conforms(now, 12_000) {

@@ -73,6 +73,9 @@ pub struct Pipeline {
     pub(crate) ident: u16,
     /// Per-batch scratch: each packet's session slot, from [`Pipeline::slot_hint`].
     pub(crate) hints: Vec<u32>,
+    /// The meters' clock: `now` of the current batch as nanoseconds since `epoch`.
+    pub(crate) epoch: Instant,
+    pub(crate) clock_ns: u64,
 }
 
 fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) {
@@ -112,7 +115,14 @@ impl Pipeline {
             error_indications,
             ident: 0,
             hints: Vec::new(),
+            epoch: now,
+            clock_ns: 0,
         }
+    }
+
+    /// `now` as nanoseconds since this pipeline's epoch (the meters count in these).
+    pub(crate) fn clock(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     pub fn counters(&self) -> &Counters {
@@ -129,6 +139,7 @@ impl Pipeline {
 
     /// Runs `rx` to completion; forwarded packets go to `out.tx` with their egress port set.
     pub fn process(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
+        self.clock_ns = self.clock(now);
         for p in self.pending.drain(..) {
             // Counted as created when sent, not when queued: in between, an End Marker is
             // neither sent nor buffered and `balanced()` would not hold.
@@ -345,8 +356,10 @@ impl Pipeline {
             buffered_bytes,
             cfg,
             ident,
+            clock_ns,
             ..
         } = self;
+        let clock = *clock_ns;
         let Some(s) = slots.get_mut(slot as usize).and_then(Option::as_mut) else {
             return drop_to(out, counters, p, DropReason::UnknownUe);
         };
@@ -436,8 +449,13 @@ impl Pipeline {
         let bits = len as u64 * 8;
         let mut mark_qfi = None;
         let (mut rqi, mut ppi) = (false, None);
-        for &q in &pdr.qers {
-            let q = &mut s.qers[usize::from(q)];
+        // Slices once: each SmallVec access otherwise re-checks where its items live.
+        let (pdr_qers, pdr_urrs) = (&pdr.qers[..], &pdr.urrs[..]);
+        let (qers, urrs) = (&mut s.qers[..], &mut s.urrs[..]);
+        for &q in pdr_qers {
+            let Some(q) = qers.get_mut(usize::from(q)) else {
+                continue;
+            };
             let (gate, mbr) = if uplink {
                 (q.gate_ul, &mut q.mbr_ul)
             } else {
@@ -447,7 +465,7 @@ impl Pipeline {
                 return drop_to(out, counters, p, DropReason::GateClosed);
             }
             if let Some(b) = mbr {
-                if !b.conforms(now, bits) {
+                if !b.conforms(clock, bits) {
                     return drop_to(out, counters, p, DropReason::MbrExceeded);
                 }
             }
@@ -455,13 +473,16 @@ impl Pipeline {
             rqi |= q.rqi;
             ppi = ppi.or(q.ppi);
         }
-        for &u in &pdr.urrs {
-            if s.urrs[usize::from(u)].exhausted {
-                return drop_to(out, counters, p, DropReason::QuotaExhausted);
-            }
+        if pdr_urrs
+            .iter()
+            .any(|&u| urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+        {
+            return drop_to(out, counters, p, DropReason::QuotaExhausted);
         }
-        for &q in &pdr.qers {
-            let q = &mut s.qers[usize::from(q)];
+        for &q in pdr_qers {
+            let Some(q) = qers.get_mut(usize::from(q)) else {
+                continue;
+            };
             let mbr = if uplink { &mut q.mbr_ul } else { &mut q.mbr_dl };
             if let Some(b) = mbr {
                 b.take(bits);
@@ -470,8 +491,10 @@ impl Pipeline {
                 q.gbr_bytes += len as u64;
             }
         }
-        for &u in &pdr.urrs {
-            let u = &mut s.urrs[usize::from(u)];
+        for &u in pdr_urrs {
+            let Some(u) = urrs.get_mut(usize::from(u)) else {
+                continue;
+            };
             if let Some(t) = u.count(now, len as u64, uplink) {
                 events.push_back(DatapathEvent::Usage(u.report(now, s.seid, t)));
             }

@@ -175,7 +175,7 @@ pub(crate) struct QerState {
 }
 
 impl QerState {
-    fn new(now: Instant, q: &Qer, share: u32) -> Self {
+    fn new(now: u64, q: &Qer, share: u32) -> Self {
         let window = q
             .averaging_window_ms
             .map_or(DEFAULT_WINDOW, |ms| Duration::from_millis(ms.into()));
@@ -238,6 +238,8 @@ pub(crate) struct CompileEnv<'a> {
     /// Number of workers the session is spread over: its bit rates are divided by it.
     pub share: u32,
     pub outer_ttl: u8,
+    /// `now` on the pipeline's clock (nanoseconds since its epoch), for the meters.
+    pub clock: u64,
 }
 
 fn unsupported(what: &'static str) -> DatapathError {
@@ -283,7 +285,7 @@ impl Compiled {
             qers: s
                 .qers
                 .iter()
-                .map(|q| QerState::new(now, q, share))
+                .map(|q| QerState::new(env.clock, q, share))
                 .collect(),
             urrs: s.urrs.iter().map(|u| UrrState::new(now, u)).collect(),
             inactivity: s
