@@ -492,16 +492,7 @@ impl<D: Datapath> Agent<D> {
         if let Some(c) = response_cause(&message) {
             self.stats.causes_sent[usize::from(c.0)] += 1;
         }
-        let pdu = Pdu {
-            header: Header {
-                follow_on: false,
-                seid,
-                sequence: seq,
-                priority: None,
-            },
-            message,
-        };
-        let payload = pdu.to_bytes();
+        let payload = Pdu::new(seid, seq, message).to_bytes();
         self.cache.insert(now, peer, seq, payload.clone());
         self.transmits.push_back(Transmit {
             dest: peer,
@@ -523,16 +514,7 @@ impl<D: Datapath> Agent<D> {
             return;
         }
         let seq = self.outstanding.next_sequence();
-        let pdu = Pdu {
-            header: Header {
-                follow_on: false,
-                seid,
-                sequence: seq,
-                priority: None,
-            },
-            message,
-        };
-        let payload = pdu.to_bytes();
+        let payload = Pdu::new(seid, seq, message).to_bytes();
         self.outstanding.sent(now, dest, seq, payload.clone(), ctx);
         self.transmits.push_back(Transmit { dest, payload });
     }

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
-use upf_pfcp::{Header, List, Message, Pdu};
+use upf_pfcp::{List, Message, Pdu};
 
 /// How the UE address of a built session is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,14 +309,5 @@ pub fn association_setup(node: NodeId, recovery: u32) -> AssociationSetupRequest
 
 /// Encodes a message with the given SEID (for session messages) and sequence number.
 pub fn encode(seid: Option<u64>, sequence: u32, m: impl Into<Message>) -> Vec<u8> {
-    Pdu {
-        header: Header {
-            follow_on: false,
-            seid,
-            sequence,
-            priority: None,
-        },
-        message: m.into(),
-    }
-    .to_bytes()
+    Pdu::new(seid, sequence, m).to_bytes()
 }

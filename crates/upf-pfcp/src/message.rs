@@ -124,6 +124,20 @@ pub struct Pdu {
 }
 
 impl Pdu {
+    /// A single message (no follow-on, no priority): node messages have no SEID, session
+    /// messages `Some` (0 in an Establishment Request).
+    pub fn new(seid: Option<u64>, sequence: u32, message: impl Into<Message>) -> Self {
+        Self {
+            header: Header {
+                follow_on: false,
+                seid,
+                sequence,
+                priority: None,
+            },
+            message: message.into(),
+        }
+    }
+
     /// Decodes the first message in `buf` and returns it with the octets that follow it.
     /// A datagram may hold several messages (FO flag, TS 29.244 §7.2.2.1): use `decode_all`.
     pub fn decode(buf: &[u8]) -> Result<(Self, &[u8]), MessageError> {
