@@ -667,15 +667,12 @@ fn emit(
         p.set_range(ds, de);
         return true;
     };
-    let inner_ecn = |p: &mut Packet| {
-        p.buffer_mut()
-            .get(ds..de)
-            .map_or(0, |ip| match ip.first().map(|v| v >> 4) {
-                Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
-                Some(6) => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
-                _ => 0,
-            })
-    };
+    // RFC 6040 normal mode: the outer ECN copies the inner.
+    let ecn = p.data_at(ds, de).first().map_or(0, |&v| match v >> 4 {
+        4 => p.data_at(ds, de).get(1).copied().unwrap_or(0) & 3,
+        6 => ipv6::Packet::new_unchecked(p.data_at(ds, de)).traffic_class() & 3,
+        _ => 0,
+    });
     // The common case: an IPv4 tunnel and a one-word container (no PPI).
     if let (Some([plain, with_psc]), None) = (&t.templates, m.ppi) {
         let (tmpl, octet) = match m.qfi {
@@ -683,7 +680,6 @@ fn emit(
             Some(q) if t.to_access => (with_psc, (u8::from(m.rqi) << 6) | (q & 0x3f)),
             Some(q) => (with_psc, q & 0x3f),
         };
-        let ecn = inner_ecn(p);
         *ident = ident.wrapping_add(1);
         return match tmpl.write(p.buffer_mut(), ds, de, *ident, ecn, octet) {
             Some(start) => {
@@ -704,14 +700,6 @@ fn emit(
             PduSessionContainer::ul(q & 0x3f)
         }
     });
-    let inner_tos = p
-        .buffer_mut()
-        .get(ds..de)
-        .and_then(|ip| match ip.first()? >> 4 {
-            4 => ip.get(1).copied(),
-            6 => Some(ipv6::Packet::new_unchecked(ip).traffic_class()),
-            _ => None,
-        });
     let tunnel = GtpuTunnel {
         teid: tun.teid,
         src_port: GTPU_PORT,
@@ -719,8 +707,7 @@ fn emit(
         psc,
         ttl,
         dscp: t.tos.map_or(0, |tos| tos >> 2),
-        // RFC 6040 normal mode: the outer ECN copies the inner.
-        ecn: inner_tos.unwrap_or(0) & 3,
+        ecn,
     };
     let buf = p.buffer_mut();
     let start = if tun.dst.v6 {
