@@ -668,11 +668,12 @@ fn emit(
         return true;
     };
     // RFC 6040 normal mode: the outer ECN copies the inner.
-    let ecn = p.data_at(ds, de).first().map_or(0, |&v| match v >> 4 {
-        4 => p.data_at(ds, de).get(1).copied().unwrap_or(0) & 3,
-        6 => ipv6::Packet::new_unchecked(p.data_at(ds, de)).traffic_class() & 3,
+    let ip = p.data_at(ds, de);
+    let ecn = match ip.first().map(|v| v >> 4) {
+        Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
+        Some(6) => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
         _ => 0,
-    });
+    };
     // The common case: an IPv4 tunnel and a one-word container (no PPI).
     if let (Some([plain, with_psc]), None) = (&t.templates, m.ppi) {
         let (tmpl, octet) = match m.qfi {
