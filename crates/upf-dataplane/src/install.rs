@@ -3,7 +3,6 @@
 //! sees half a session; state of surviving rules (meters, counters, buffers) carries over.
 
 use crate::counters::DropReason;
-use crate::flow::Addr;
 use crate::packet::{Packet, HEADROOM};
 use crate::pipeline::Pipeline;
 use crate::session::{CompileEnv, Compiled};
@@ -304,11 +303,6 @@ impl Pipeline {
 
     pub fn poll_event(&mut self) -> Option<DatapathEvent> {
         self.events.pop_front()
-    }
-
-    /// Whether any session on this worker sends into the tunnel `(teid, peer)`.
-    pub fn sends_to(&self, teid: u32, peer: Addr) -> bool {
-        self.remote.contains_key(&(teid, peer))
     }
 
     /// Packets waiting in this worker's buffers.

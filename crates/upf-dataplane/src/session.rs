@@ -45,25 +45,19 @@ pub(crate) struct CPdr {
     ue_v4: Option<u32>,
     ue_is_destination: bool,
     fast: SmallVec<[FastFilter; 4]>,
-    slow: Option<Box<SlowMatch>>,
+    /// The full SDF filters, when the fast form cannot express this PDR (IPv6 UE prefixes,
+    /// framed routes, IPv6 prefixes, negation, port lists, SPI or flow label in a filter);
+    /// matching then also checks `ue` and `framed` in full.
+    slow: Option<Box<[Filter]>>,
     /// Packets matching come from the UE (uplink).
     pub from_ue: bool,
     pub strip: Strip,
     pub far: Option<u16>,
     pub qers: SmallVec<[u16; 2]>,
     pub urrs: SmallVec<[u16; 2]>,
-    /// The UE addresses and routes, for the downlink table (cold).
+    /// The UE addresses and routes: the downlink table's keys, and the slow form's match.
     ue: Option<UeMatch>,
     framed: Vec<Prefix>,
-}
-
-/// What the fast form cannot express: IPv6 UE prefixes, framed routes, and SDF filters with
-/// IPv6 prefixes, negation, several port ranges, SPI or flow label.
-#[derive(Debug, Clone)]
-struct SlowMatch {
-    ue: Option<UeMatch>,
-    framed: Vec<Prefix>,
-    filters: Vec<Filter>,
 }
 
 impl CPdr {
@@ -92,8 +86,8 @@ impl CPdr {
         if self.qfis != 0 && !qfi.is_some_and(|q| q < 64 && self.qfis & (1 << q) != 0) {
             return false;
         }
-        if let Some(slow) = &self.slow {
-            return slow.matches(f, self.from_ue);
+        if let Some(filters) = &self.slow {
+            return self.matches_slow(filters, f);
         }
         if let Some(ue) = self.ue_v4 {
             let a = if self.ue_is_destination { f.dst } else { f.src };
@@ -103,10 +97,9 @@ impl CPdr {
         }
         self.fast.is_empty() || self.fast.iter().any(|x| x.matches(f, self.from_ue))
     }
-}
 
-impl SlowMatch {
-    fn matches(&self, f: &Flow, from_ue: bool) -> bool {
+    /// The full matcher, as `upf_rules::Pdr::matches` decides.
+    fn matches_slow(&self, filters: &[Filter], f: &Flow) -> bool {
         let ue = match &self.ue {
             Some(ue) => {
                 let a = if ue.is_destination { f.dst } else { f.src };
@@ -122,7 +115,7 @@ impl SlowMatch {
             }
             None => None,
         };
-        self.filters.is_empty() || self.filters.iter().any(|x| x.matches(f, from_ue, ue))
+        filters.is_empty() || filters.iter().any(|x| x.matches(f, self.from_ue, ue))
     }
 }
 
@@ -513,14 +506,7 @@ fn compile_pdr(
         .flatten()
         // A PDR whose every filter is `deny` matches nothing; the slow form says so.
         .filter(|v: &SmallVec<_>| filters.is_empty() || !v.is_empty());
-    let slow = match fast {
-        Some(_) => None,
-        None => Some(Box::new(SlowMatch {
-            ue: ue.clone(),
-            framed: framed.clone(),
-            filters,
-        })),
-    };
+    let slow = fast.is_none().then(|| filters.into_boxed_slice());
     Ok(CPdr {
         id: p.id,
         teid: pdi.local_f_teid.map(|f| f.teid.0),
