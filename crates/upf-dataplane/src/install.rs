@@ -97,9 +97,7 @@ impl Pipeline {
                     // never be paged again.
                     far.notified = false;
                     for p in std::mem::take(&mut far.buffer) {
-                        self.counters.buffered -= 1;
-                        self.buffered_bytes -= p.len();
-                        self.counters.drop(DropReason::BufferDiscarded);
+                        self.discard(p);
                     }
                 }
                 None => {}
