@@ -1,0 +1,74 @@
+//! `upf-io`: where packets enter and leave the UPF. Every backend implements [`PacketIo`]: a
+//! worker takes a batch from each of its ports, runs it through its pipeline and hands each
+//! sent packet to the port it leaves by. Packets are [`Packet`] buffers (IP header first, with
+//! headroom for encapsulation); link-layer framing is the backend's business.
+//!
+//! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
+//! carries a `// SAFETY:` comment.
+
+pub mod link;
+pub mod mem;
+mod pool;
+
+pub use pool::Pool;
+pub use upf_dataplane::{Packet, Port};
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Counters every backend keeps (read off the fast path, e.g. on a metrics scrape).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoStats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Received frames that were not IP (or too big for a buffer) and were discarded.
+    pub rx_discarded: u64,
+    /// Packets handed to `tx_batch` that could not be sent (ring full, no route, no neighbour).
+    pub tx_dropped: u64,
+}
+
+impl IoStats {
+    pub fn add(&mut self, o: &IoStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_discarded += o.rx_discarded;
+        self.tx_dropped += o.tx_dropped;
+    }
+}
+
+/// One queue of one interface, owned by one worker.
+pub trait PacketIo: Send + std::fmt::Debug {
+    /// Appends up to `max` received packets to `batch`, each with `port` set to this queue's
+    /// port, taking buffers from `pool`. Never blocks; `Ok(0)` when nothing is waiting.
+    fn rx_batch(
+        &mut self,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize>;
+
+    /// Sends every packet of `batch` (draining it) and gives the buffers back to `pool`.
+    /// Packets that cannot be sent are counted in [`IoStats::tx_dropped`], not returned.
+    /// Returns how many were sent.
+    fn tx_batch(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> io::Result<usize>;
+
+    /// A descriptor that becomes readable when packets wait, for an idle worker to sleep on.
+    fn fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Pushes out anything queued for transmission (backends that batch TX); called by an idle
+    /// worker.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn stats(&self) -> IoStats;
+
+    /// What this queue is, for the start-up log: backend, interface, queue, mode.
+    fn describe(&self) -> String;
+}
