@@ -9,9 +9,11 @@
 pub mod link;
 pub mod mem;
 mod pool;
+mod wait;
 
 pub use pool::Pool;
 pub use upf_dataplane::{Packet, Port};
+pub use wait::wait_readable;
 
 use std::io;
 use std::os::fd::RawFd;

@@ -11,4 +11,4 @@
 pub mod steer;
 mod workers;
 
-pub use workers::{RuntimeConfig, Workers};
+pub use workers::{PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers};

@@ -5,7 +5,8 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig};
+use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
+use upf_io::{IoStats, PacketIo, Pool};
 use upf_rules::{
     Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
     UsageReport,
@@ -44,6 +45,38 @@ enum Control {
     Remove(Seid, Reply<Vec<UsageReport>>),
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
     Counters(SyncSender<Counters>),
+    Stats(SyncSender<WorkerStats>),
+}
+
+/// One worker's queue on one interface.
+#[derive(Debug)]
+pub struct PortQueue {
+    pub port: Port,
+    pub io: Box<dyn PacketIo>,
+}
+
+/// The queues a worker owns. `steered`: the backend delivers only this worker's UEs (fanout,
+/// XDP); otherwise the worker hands packets of other workers' UEs to them (one hand-off).
+#[derive(Debug, Default)]
+pub struct WorkerQueues {
+    pub queues: Vec<PortQueue>,
+    pub steered: bool,
+}
+
+/// What a worker reports when asked (off the fast path: between two batches).
+#[derive(Debug, Clone, Default)]
+pub struct WorkerStats {
+    pub counters: Counters,
+    pub sessions: usize,
+    /// Per queue: its port, what it is, its counters.
+    pub io: Vec<(Port, String, IoStats)>,
+    /// Packets this worker received and handed to their owning worker.
+    pub handed_off: u64,
+    /// Packets the pipeline sent by a port this worker has no queue for.
+    pub no_queue: u64,
+    /// Batches processed, and the packets in them (mean batch size = packets / batches).
+    pub batches: u64,
+    pub batch_packets: u64,
 }
 
 enum Input {
@@ -66,14 +99,164 @@ pub struct Workers {
 }
 
 struct Worker {
+    index: usize,
     pipeline: Pipeline,
     input: Receiver<Input>,
     events: Sender<DatapathEvent>,
     output: Sender<Vec<Packet>>,
+    /// Real I/O: this worker's queues (empty: packets come and go over channels).
+    queues: WorkerQueues,
+    /// Every worker's input, for handing off packets (I/O mode, unsteered backends).
+    peers: Vec<Sender<Input>>,
+    steering: steer::Steering,
+    batch: usize,
+    stats: WorkerStats,
 }
 
 impl Worker {
-    fn run(mut self) {
+    fn run(self) {
+        if self.queues.queues.is_empty() {
+            self.run_channels();
+        } else {
+            self.run_io();
+        }
+    }
+
+    /// The loop on real interfaces: take a batch from every queue, run it, send what it
+    /// produced by its egress port's queue; sleep on the queues' descriptors when idle.
+    fn run_io(mut self) {
+        let mut out = Output::default();
+        let mut pool = Pool::new(4 * self.batch.max(256));
+        let mut rx: Vec<Packet> = Vec::with_capacity(self.batch);
+        let mut keep: Vec<Packet> = Vec::with_capacity(self.batch);
+        let mut away: Vec<Vec<Packet>> = (0..self.peers.len()).map(|_| Vec::new()).collect();
+        let mut tx: Vec<Vec<Packet>> = (0..self.queues.queues.len()).map(|_| Vec::new()).collect();
+        let fds: Vec<_> = self
+            .queues
+            .queues
+            .iter()
+            .filter_map(|q| q.io.fd())
+            .collect();
+        let mut idle_rounds = 0u32;
+        loop {
+            // Control messages and packets handed over by other workers.
+            loop {
+                match self.input.try_recv() {
+                    Ok(Input::Packets(mut b)) => {
+                        self.process_io(&mut b, &mut out, &mut pool, &mut tx);
+                    }
+                    Ok(Input::Control(c)) => self.control(c),
+                    Ok(Input::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
+                        self.flush_all();
+                        return;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            let mut got = 0;
+            for qi in 0..self.queues.queues.len() {
+                rx.clear();
+                // Errors are counted by the backend; a queue that keeps failing stays idle.
+                let q = &mut self.queues.queues[qi].io;
+                let n = q.rx_batch(&mut pool, &mut rx, self.batch).unwrap_or(0);
+                if n == 0 {
+                    continue;
+                }
+                got += n;
+                if !self.queues.steered && self.peers.len() > 1 {
+                    self.hand_off(&mut rx, &mut keep, &mut away);
+                }
+                self.process_io(&mut rx, &mut out, &mut pool, &mut tx);
+            }
+            let now = Instant::now();
+            self.pipeline.handle_timeout(now);
+            while let Some(e) = self.pipeline.poll_event() {
+                let _ = self.events.send(e);
+            }
+            if got > 0 {
+                idle_rounds = 0;
+                continue;
+            }
+            // Idle: spin a little (packets come in bursts), then sleep on the queues, waking
+            // at least every millisecond for control messages and hand-offs.
+            idle_rounds += 1;
+            if idle_rounds > 64 {
+                self.flush_all();
+                let wait = self
+                    .pipeline
+                    .poll_timeout()
+                    .map_or(Duration::from_millis(1), |t| {
+                        t.saturating_duration_since(now)
+                    })
+                    .min(Duration::from_millis(1));
+                let _ = upf_io::wait_readable(&fds, wait);
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Moves the packets of other workers' UEs out of `rx` to their owners (`keep` is
+    /// scratch space, so that neither vector reallocates).
+    fn hand_off(&mut self, rx: &mut Vec<Packet>, keep: &mut Vec<Packet>, away: &mut [Vec<Packet>]) {
+        for p in rx.drain(..) {
+            match self.steering.worker(&p) {
+                w if w == self.index => keep.push(p),
+                w => away[w].push(p),
+            }
+        }
+        std::mem::swap(rx, keep);
+        for (w, b) in away.iter_mut().enumerate() {
+            if !b.is_empty() {
+                self.stats.handed_off += b.len() as u64;
+                let _ = self.peers[w].send(Input::Packets(std::mem::take(b)));
+            }
+        }
+    }
+
+    fn process_io(
+        &mut self,
+        rx: &mut Vec<Packet>,
+        out: &mut Output,
+        pool: &mut Pool,
+        tx: &mut [Vec<Packet>],
+    ) {
+        self.stats.batches += 1;
+        self.stats.batch_packets += rx.len() as u64;
+        self.pipeline.process(Instant::now(), rx, out);
+        pool.put_all(out.free.drain(..));
+        for p in out.tx.drain(..) {
+            match self.queue_for(p.port) {
+                Some(q) => tx[q].push(p),
+                None => {
+                    self.stats.no_queue += 1;
+                    pool.put(p);
+                }
+            }
+        }
+        for (q, b) in tx.iter_mut().enumerate() {
+            if !b.is_empty() {
+                // Send errors are counted by the backend as tx_dropped.
+                let _ = self.queues.queues[q].io.tx_batch(b, pool);
+                b.clear();
+            }
+        }
+    }
+
+    /// The queue a packet leaving by `port` goes to: N9 shares N3's interface unless it has
+    /// its own.
+    fn queue_for(&self, port: Port) -> Option<usize> {
+        let find = |p: Port| self.queues.queues.iter().position(|q| q.port == p);
+        find(port).or_else(|| (port == Port::N9).then(|| find(Port::N3)).flatten())
+    }
+
+    fn flush_all(&mut self) {
+        for q in &mut self.queues.queues {
+            let _ = q.io.flush();
+        }
+    }
+
+    fn run_channels(mut self) {
         let mut out = Output::default();
         loop {
             let now = Instant::now();
@@ -120,6 +303,18 @@ impl Worker {
             Control::Counters(r) => {
                 let _ = r.send(self.pipeline.counters().clone());
             }
+            Control::Stats(r) => {
+                let mut s = self.stats.clone();
+                s.counters = self.pipeline.counters().clone();
+                s.sessions = self.pipeline.sessions();
+                s.io = self
+                    .queues
+                    .queues
+                    .iter()
+                    .map(|q| (q.port, q.io.describe(), q.io.stats()))
+                    .collect();
+                let _ = r.send(s);
+            }
         }
     }
 }
@@ -135,22 +330,45 @@ fn session_ue(s: &Session) -> Option<std::net::IpAddr> {
 }
 
 impl Workers {
+    /// Workers fed over channels ([`Workers::steer`], [`Workers::deliver`]) whose output is
+    /// read with [`Workers::collect`]: the in-memory data path.
     pub fn start(cfg: &RuntimeConfig) -> Result<Self, String> {
+        Self::start_io(cfg, Vec::new())
+    }
+
+    /// Workers on real interfaces: worker i owns `queues[i]` (one entry per worker), or none
+    /// at all (channels only) when `queues` is empty.
+    pub fn start_io(cfg: &RuntimeConfig, queues: Vec<WorkerQueues>) -> Result<Self, String> {
         if cfg.workers == 0 {
             return Err("workers must be at least 1".into());
         }
+        if !queues.is_empty() && queues.len() != cfg.workers {
+            return Err(format!(
+                "{} workers but queues for {}",
+                cfg.workers,
+                queues.len()
+            ));
+        }
+        let mut queues = queues.into_iter();
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         let (ev_tx, events) = mpsc::channel();
         let (out_tx, output) = mpsc::channel();
-        let mut inputs = Vec::new();
+        let (inputs, receivers): (Vec<_>, Vec<_>) =
+            (0..cfg.workers).map(|_| mpsc::channel()).unzip();
+        let steering = steer::Steering::new(cfg.workers, cfg.spread_ues.iter().copied());
         let mut threads = Vec::new();
-        for i in 0..cfg.workers {
-            let (tx, rx) = mpsc::channel();
+        for (i, rx) in receivers.into_iter().enumerate() {
             let w = Worker {
+                index: i,
                 pipeline: Pipeline::new(Instant::now(), cfg.pipeline.clone()),
                 input: rx,
                 events: ev_tx.clone(),
                 output: out_tx.clone(),
+                queues: queues.next().unwrap_or_default(),
+                peers: inputs.clone(),
+                steering: steering.clone(),
+                batch: cfg.batch.max(1),
+                stats: WorkerStats::default(),
             };
             let core = if cfg.cores.is_empty() {
                 (cfg.workers <= cores.len()).then(|| cores[i])
@@ -167,7 +385,6 @@ impl Workers {
                     w.run();
                 })
                 .map_err(|e| format!("starting worker {i}: {e}"))?;
-            inputs.push(tx);
             threads.push(t);
         }
         Ok(Self {
@@ -176,7 +393,7 @@ impl Workers {
             events,
             output,
             placement: Default::default(),
-            steering: steer::Steering::new(cfg.workers, cfg.spread_ues.iter().copied()),
+            steering,
         })
     }
 
@@ -234,6 +451,18 @@ impl Workers {
                 let (tx, rx) = mpsc::sync_channel(1);
                 w.send(Input::Control(Control::Counters(tx))).ok()?;
                 rx.recv().ok()
+            })
+            .collect()
+    }
+
+    /// Every worker's statistics (counters, sessions, queues), in worker order.
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        self.inputs
+            .iter()
+            .filter_map(|w| {
+                let (tx, rx) = mpsc::sync_channel(1);
+                w.send(Input::Control(Control::Stats(tx))).ok()?;
+                rx.recv_timeout(Duration::from_secs(2)).ok()
             })
             .collect()
     }

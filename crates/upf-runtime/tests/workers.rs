@@ -208,3 +208,105 @@ fn a_peak_rate_ue_is_spread_per_flow_over_both_workers() {
         "both workers carry the UE: {counters:?}"
     );
 }
+
+/// Workers on (in-memory) interfaces: everything arrives on worker 0's N3 queue, as from a
+/// backend that cannot steer; each packet is handed once to its UE's owner, which sends it by
+/// its own N6 queue, in order per UE.
+#[test]
+fn unsteered_queues_hand_packets_to_the_owner() {
+    use upf_io::mem;
+    use upf_runtime::{PortQueue, WorkerQueues};
+    const UES: u32 = 32;
+    const PER_UE: u16 = 20;
+    let cfg = RuntimeConfig {
+        workers: 2,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut n3_peers = Vec::new();
+    let mut n6_peers = Vec::new();
+    let queues = (0..2)
+        .map(|_| {
+            let (n3, p3) = mem::pair(Port::N3);
+            let (n6, p6) = mem::pair(Port::N6);
+            n3_peers.push(p3);
+            n6_peers.push(p6);
+            WorkerQueues {
+                queues: vec![
+                    PortQueue {
+                        port: Port::N3,
+                        io: Box::new(n3),
+                    },
+                    PortQueue {
+                        port: Port::N6,
+                        io: Box::new(n6),
+                    },
+                ],
+                steered: false,
+            }
+        })
+        .collect();
+    let mut w = Workers::start_io(&cfg, queues).unwrap();
+    for i in 0..UES {
+        w.install(Instant::now(), session(i), InstallFlags::default())
+            .unwrap();
+    }
+    for k in 0..PER_UE {
+        for i in 0..UES {
+            n3_peers[0].inject(uplink(i, k).data());
+        }
+    }
+    let total = (UES * u32::from(PER_UE)) as usize;
+    let mut got: Vec<Vec<Vec<u8>>> = vec![Vec::new(), Vec::new()];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.iter().map(Vec::len).sum::<usize>() < total && Instant::now() < deadline {
+        for (g, p) in got.iter_mut().zip(&n6_peers) {
+            g.extend(p.take_sent());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(got.iter().map(Vec::len).sum::<usize>(), total);
+    let mut seqs: HashMap<[u8; 4], Vec<u16>> = HashMap::new();
+    for (worker, g) in got.iter().enumerate() {
+        assert!(!g.is_empty(), "worker {worker} sent nothing");
+        for d in g {
+            let src: [u8; 4] = d[12..16].try_into().unwrap();
+            let owner = upf_runtime::steer::worker_of(
+                upf_runtime::steer::ue_hash(IpAddr::V4(src.into())),
+                2,
+            );
+            assert_eq!(
+                owner, worker,
+                "UE {src:?} sent by a worker that does not own it"
+            );
+            seqs.entry(src)
+                .or_default()
+                .push(u16::from_be_bytes([d[4], d[5]]));
+        }
+    }
+    for (ue, s) in &seqs {
+        assert!(s.windows(2).all(|w| w[0] < w[1]), "UE {ue:?}: {s:?}");
+    }
+    let stats = w.stats();
+    assert_eq!(stats.len(), 2);
+    assert!(
+        stats[0].handed_off > 0 && stats[1].handed_off == 0,
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats[0].handed_off,
+        stats[1].counters.received(),
+        "what worker 0 handed off is what worker 1 received"
+    );
+    for s in &stats {
+        assert!(s.counters.balanced());
+        assert_eq!(s.io.len(), 2);
+    }
+    assert_eq!(stats[0].io[0].2.rx_packets, total as u64);
+}
