@@ -169,6 +169,7 @@ pub(crate) enum Pending {
     AssociationSetup(SocketAddr),
     SessionReport(Seid),
     NodeReport,
+    AssociationUpdate,
 }
 
 impl Pending {
@@ -178,6 +179,7 @@ impl Pending {
             Self::AssociationSetup(_) => 5,
             Self::SessionReport(_) => 56,
             Self::NodeReport => 12,
+            Self::AssociationUpdate => 7,
         }
     }
 }
@@ -261,6 +263,10 @@ impl<D: Datapath> Agent<D> {
     /// The rules of a session, as installed.
     pub fn session(&self, seid: Seid) -> Option<&upf_rules::Session> {
         self.sessions.get(&seid).map(|s| &*s.rules)
+    }
+    /// Every session's rules, in no particular order.
+    pub fn sessions(&self) -> impl Iterator<Item = &upf_rules::Session> {
+        self.sessions.values().map(|s| &*s.rules)
     }
     /// Our Recovery Time Stamp.
     pub fn recovery_time_stamp(&self) -> u32 {
@@ -372,7 +378,7 @@ impl<D: Datapath> Agent<D> {
                     e.1 = Some(retry);
                 }
             }
-            Pending::SessionReport(_) | Pending::NodeReport => {}
+            Pending::SessionReport(_) | Pending::NodeReport | Pending::AssociationUpdate => {}
         }
     }
 
@@ -665,7 +671,8 @@ impl<D: Datapath> Agent<D> {
             (Pending::SessionReport(seid), Message::SessionReportResponse(m)) => {
                 self.session_report_answered(now, seid, m);
             }
-            (Pending::NodeReport, Message::NodeReportResponse(_)) => {}
+            (Pending::NodeReport, Message::NodeReportResponse(_))
+            | (Pending::AssociationUpdate, Message::AssociationUpdateResponse(_)) => {}
             _ => {
                 self.stats.dropped += 1;
                 self.event(Event::Dropped {
@@ -727,6 +734,29 @@ impl<D: Datapath> Agent<D> {
             source_ip_address: None,
         };
         self.request(now, dest, None, m.into(), Pending::Heartbeat(node));
+    }
+
+    /// Before stopping: asks every associated CP function to release its association (TS
+    /// 29.244 §6.2.7: an Association Update Request carrying the PFCP Association Release
+    /// Request IE with SARR, and URSS so that the usage of its sessions is reported first).
+    pub fn release_all(&mut self, now: Instant) {
+        let m = AssociationUpdateRequest {
+            node_id: self.cfg.node_id.clone(),
+            pfcp_association_release_request: Some(AssociationReleaseFlags {
+                sarr: true,
+                urss: true,
+            }),
+            ..Default::default()
+        };
+        let dests: Vec<SocketAddr> = self.assocs.values().map(|a| a.addr).collect();
+        for d in dests {
+            self.request(now, d, None, m.clone().into(), Pending::AssociationUpdate);
+        }
+    }
+
+    /// Requests of ours still waiting for their response.
+    pub fn has_pending_requests(&self) -> bool {
+        !self.outstanding.is_empty()
     }
 
     fn allowed(&self, node: &NodeId, peer: SocketAddr) -> bool {

@@ -11,4 +11,4 @@
 pub mod steer;
 mod workers;
 
-pub use workers::{PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers};
+pub use workers::{PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS};

@@ -77,7 +77,14 @@ pub struct WorkerStats {
     /// Batches processed, and the packets in them (mean batch size = packets / batches).
     pub batches: u64,
     pub batch_packets: u64,
+    /// Time from a batch's start to its last packet handed to a queue, as a histogram:
+    /// `batch_time[i]` counts batches that took less than `2^i` µs (the last: any longer).
+    pub batch_time: [u64; BATCH_TIME_BUCKETS],
+    pub batch_time_ns_sum: u64,
 }
+
+/// Buckets of [`WorkerStats::batch_time`]: < 1 µs, < 2 µs, … < 2^14 µs (16 ms), longer.
+pub const BATCH_TIME_BUCKETS: usize = 16;
 
 enum Input {
     Packets(Vec<Packet>),
@@ -223,7 +230,8 @@ impl Worker {
     ) {
         self.stats.batches += 1;
         self.stats.batch_packets += rx.len() as u64;
-        self.pipeline.process(Instant::now(), rx, out);
+        let t0 = Instant::now();
+        self.pipeline.process(t0, rx, out);
         pool.put_all(out.free.drain(..));
         for p in out.tx.drain(..) {
             match self.queue_for(p.port) {
@@ -241,6 +249,10 @@ impl Worker {
                 b.clear();
             }
         }
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.batch_time_ns_sum += ns;
+        let bucket = (64 - (ns / 1000).leading_zeros()) as usize;
+        self.stats.batch_time[bucket.min(BATCH_TIME_BUCKETS - 1)] += 1;
     }
 
     /// The queue a packet leaving by `port` goes to: N9 shares N3's interface unless it has

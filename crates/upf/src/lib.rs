@@ -1,6 +1,11 @@
-//! The `upf` binary's library part: the decode tool and capture files, shared with its tests.
+//! The `upf` binary's library part: the daemon (config, interfaces, admin endpoint and
+//! metrics), the decode tool and capture files, shared with its tests.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod backends;
+pub mod config;
 pub mod decode;
+pub mod metrics;
 pub mod pcap;
 pub mod run;

@@ -21,14 +21,50 @@ enum Command {
     /// Decode PFCP (UDP 8805) and GTP-U (UDP 2152) from a pcap/pcapng file, or one message
     /// given as hex, and print one JSON object per packet.
     Decode(decode::Args),
-    /// Run the UPF: the N4 (PFCP) agent on --n4, with the in-memory data path.
+    /// Run the UPF: the N4 (PFCP) agent, the workers on the configured interfaces, the
+    /// metrics/admin endpoint. `upf run` alone: N4 on 127.0.0.1:8805, N3 on UDP
+    /// 127.0.0.1:2152, N6 on a TUN device (when root).
     Run(run::Args),
+    /// Ask a running UPF (its admin endpoint) for its state.
+    Show(ShowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ShowArgs {
+    /// sessions | session SEID | associations | workers | drops | counters | metrics
+    what: String,
+    /// The SEID, for `show session` (decimal or 0x-hex).
+    seid: Option<String>,
+    /// The UPF's admin address (admin.address in its config).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    admin: std::net::SocketAddr,
+}
+
+fn show(a: &ShowArgs) -> Result<String, String> {
+    let path = match (a.what.as_str(), &a.seid) {
+        ("session", Some(s)) => format!("/api/session/{s}"),
+        ("session", None) => return Err("show session SEID".into()),
+        ("metrics", _) => "/metrics".into(),
+        (w @ ("sessions" | "associations" | "workers" | "drops" | "counters"), _) => format!("/api/{w}"),
+        (w, _) => return Err(format!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics")),
+    };
+    upf::admin::show(a.admin, &path)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        Command::Show(a) => match show(&a) {
+            Ok(body) => {
+                print!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("upf show: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Run(args) => match run::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,66 +1,148 @@
-//! `upf run`: the N4 agent on a UDP socket (a thin tokio driver around the sans-IO agent),
-//! with the in-memory data path until a packet data path is configured.
+//! `upf run`: the daemon. The N4 agent on a UDP socket (a thin tokio driver around the sans-IO
+//! agent), the workers on the configured interfaces, and the admin endpoint (metrics and the
+//! API `upf show` reads), until SIGINT/SIGTERM.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use crate::admin;
+use crate::backends;
+use crate::config::{self, Backend, FileConfig, LogFormat};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
+use tracing::{error, info, warn};
 use upf_n4::alloc::UePoolConfig;
 use upf_n4::{Agent, AllowedPeer, Config, Event, TunnelAddrs};
-use upf_rules::mem::MemDatapath;
+use upf_runtime::{RuntimeConfig, Workers};
 
-/// Options of `upf run`.
+/// Options of `upf run`. Flags override the file's keys.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// N4 (PFCP) address to listen on, IP[:PORT] (port 8805 by default).
-    #[arg(long, default_value = "127.0.0.1:8805", value_parser = parse_n4)]
-    pub n4: SocketAddr,
-    /// N3 address put in chosen F-TEIDs (default: the N4 IP).
+    /// Configuration file (TOML; see upf.toml). Without it every key has its default.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// N4 (PFCP) address to listen on, IP[:PORT] (port 8805 by default). [n4.address]
+    #[arg(long)]
+    pub n4: Option<String>,
+    /// N3 GTP-U address (put in chosen F-TEIDs). [n3.addresses]
     #[arg(long)]
     pub n3: Option<IpAddr>,
+    /// UDP port of the N3 udp backend (0: any free port, for tests). [n3.port]
+    #[arg(long)]
+    pub n3_port: Option<u16>,
     /// N9 address put in chosen F-TEIDs of Core-side PDRs (default: the N3 address).
     #[arg(long)]
     pub n9: Option<IpAddr>,
-    /// UE IPv4 pool for CHV4, as NETWORK/LEN, optionally DNN=NETWORK/LEN (repeatable).
-    #[arg(long = "ue-pool", default_value = "10.60.0.0/16")]
+    /// N6 backend: tun, auto or none. [n6.backend]
+    #[arg(long)]
+    pub n6: Option<String>,
+    /// Worker threads. [workers.count]
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Admin/metrics HTTP address; "" turns it off. [admin.address]
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// UE IPv4 pool as [DNN=]A.B.C.D/LEN (repeatable). [[ue_pool]]
+    #[arg(long = "ue-pool")]
     pub ue_pools: Vec<String>,
-    /// An SMF to set up an association with (UP-initiated), IP[:PORT] (repeatable).
-    #[arg(long = "smf", value_parser = parse_n4)]
-    pub smfs: Vec<SocketAddr>,
-    /// Only these peer IP addresses may associate (repeatable; default: anyone).
+    /// An SMF to set up an association with (UP-initiated), IP[:PORT] (repeatable). [n4.smfs]
+    #[arg(long = "smf")]
+    pub smfs: Vec<String>,
+    /// Only these peer IP addresses may associate (repeatable). [n4.allow_peers]
     #[arg(long = "allow-peer")]
     pub allow_peers: Vec<IpAddr>,
-    /// Heartbeat interval in seconds.
-    #[arg(long, default_value_t = 10)]
-    pub heartbeat_interval: u64,
-    /// Retransmission timer T1 (ms) and count N1 of requests this UPF sends.
-    #[arg(long, default_value_t = 3000)]
-    pub t1_ms: u64,
-    #[arg(long, default_value_t = 3)]
-    pub n1: u32,
+    /// Heartbeat interval in seconds. [n4.heartbeat_interval_s]
+    #[arg(long)]
+    pub heartbeat_interval: Option<u64>,
+    /// Retransmission timer T1 (ms) and count N1. [n4.t1_ms, n4.n1]
+    #[arg(long)]
+    pub t1_ms: Option<u64>,
+    #[arg(long)]
+    pub n1: Option<u32>,
+    /// Log format: text or json. [log.format]
+    #[arg(long)]
+    pub log_format: Option<String>,
+    /// Validate the configuration, print it as understood, and exit.
+    #[arg(long)]
+    pub check: bool,
 }
 
-fn parse_n4(s: &str) -> Result<SocketAddr, String> {
-    s.parse::<SocketAddr>()
-        .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 8805)))
-        .map_err(|_| format!("{s:?} is not IP or IP:PORT"))
-}
-
-fn parse_pool(s: &str) -> Result<UePoolConfig, String> {
-    let (dnn, net) = match s.split_once('=') {
-        Some((d, n)) => (Some(d.to_string()), n),
-        None => (None, s),
+/// The file (or defaults) with the flags applied, validated.
+pub fn file_config(args: &Args) -> Result<FileConfig, String> {
+    let mut c = match &args.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
     };
-    let bad = || format!("--ue-pool {s:?}: expected [DNN=]A.B.C.D/LEN");
-    let (a, l) = net.split_once('/').ok_or_else(bad)?;
-    let addr: Ipv4Addr = a.parse().map_err(|_| bad())?;
-    let len: u8 = l.parse().map_err(|_| bad())?;
-    Ok(UePoolConfig {
-        name: dnn.clone(),
-        dnn,
-        network_instance: None,
-        ipv4: Some((addr, len)),
-        ipv6: None,
-    })
+    if let Some(a) = &args.n4 {
+        c.n4.address = a.clone();
+    }
+    if let Some(a) = args.n3 {
+        c.n3.addresses = vec![a];
+    }
+    if let Some(p) = args.n3_port {
+        c.n3.port = p;
+    }
+    if let Some(a) = args.n9 {
+        let mut n9 = c.n9.take().unwrap_or_else(|| config::Interface {
+            backend: Some(Backend::None),
+            ..Default::default()
+        });
+        n9.addresses = vec![a];
+        c.n9 = Some(n9);
+    }
+    if let Some(b) = &args.n6 {
+        c.n6.backend = Some(match b.as_str() {
+            "tun" => Backend::Tun,
+            "auto" => Backend::Auto,
+            "none" => Backend::None,
+            "af_packet" => Backend::AfPacket,
+            "af_xdp" => Backend::AfXdp,
+            _ => return Err(format!("--n6 {b:?}: expected tun, auto, none, af_packet or af_xdp")),
+        });
+    }
+    if let Some(n) = args.workers {
+        c.workers.count = n;
+    }
+    if let Some(a) = &args.admin {
+        c.admin.address = a.clone();
+    }
+    if !args.ue_pools.is_empty() {
+        c.ue_pools = args
+            .ue_pools
+            .iter()
+            .map(|s| {
+                let (dnn, net) = match s.split_once('=') {
+                    Some((d, n)) => (Some(d.to_string()), n),
+                    None => (None, s.as_str()),
+                };
+                config::UePool {
+                    dnn,
+                    ipv4: Some(net.to_string()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+    }
+    c.n4.smfs.extend(args.smfs.iter().cloned());
+    c.n4.allow_peers.extend(args.allow_peers.iter().copied());
+    if let Some(h) = args.heartbeat_interval {
+        c.n4.heartbeat_interval_s = h;
+    }
+    if let Some(t) = args.t1_ms {
+        c.n4.t1_ms = t;
+    }
+    if let Some(n) = args.n1 {
+        c.n4.n1 = n;
+    }
+    if let Some(f) = &args.log_format {
+        c.log.format = match f.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            _ => return Err(format!("--log-format {f:?}: expected text or json")),
+        };
+    }
+    c.validate()?;
+    Ok(c)
 }
 
 /// NTP seconds now (RFC 5905 era 0: seconds since 1900).
@@ -71,76 +153,223 @@ fn ntp_now() -> u32 {
     ((unix + 2_208_988_800) & 0xffff_ffff) as u32
 }
 
-pub fn config(args: &Args) -> Result<Config, String> {
-    let mut cfg = Config::new(args.n4.ip());
-    if let Some(n3) = args.n3 {
-        cfg.n3 = TunnelAddrs::from_ip(n3);
+/// The agent's configuration from the file's.
+pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
+    let n4 = config::socket_addr(&c.n4.address, 8805).ok_or("n4.address")?;
+    let mut cfg = Config::new(n4.ip());
+    if let Some(id) = &c.n4.node_id {
+        cfg.node_id = match id.parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => upf_pfcp::ie::NodeId::Ipv4(a),
+            Ok(IpAddr::V6(a)) => upf_pfcp::ie::NodeId::Ipv6(a),
+            Err(_) => upf_pfcp::ie::NodeId::Fqdn(id.as_str().into()),
+        };
     }
-    cfg.n9 = args.n9.map(TunnelAddrs::from_ip);
-    cfg.ue_pools = args
-        .ue_pools
+    cfg.n3 = tunnel_addrs(&c.n3_addresses());
+    cfg.n9 = c.n9.as_ref().filter(|i| !i.addresses.is_empty()).map(|i| tunnel_addrs(&i.addresses));
+    if !c.ue_pools.is_empty() {
+        cfg.ue_pools = c
+            .ue_pools
+            .iter()
+            .map(|p| UePoolConfig {
+                name: p.dnn.clone(),
+                dnn: p.dnn.clone(),
+                network_instance: p.network_instance.clone(),
+                ipv4: p.ipv4.as_deref().and_then(config::ipv4_net),
+                ipv6: p
+                    .ipv6
+                    .as_deref()
+                    .and_then(config::ipv6_net)
+                    .map(|(a, l)| (a, l, p.ipv6_ue_prefix_len.unwrap_or(64))),
+            })
+            .collect();
+    }
+    cfg.smfs = c
+        .n4
+        .smfs
         .iter()
-        .map(|p| parse_pool(p))
-        .collect::<Result<_, _>>()?;
-    cfg.smfs = args.smfs.clone();
-    cfg.allowed_peers = args
-        .allow_peers
-        .iter()
-        .map(|&a| AllowedPeer::Addr(a))
+        .filter_map(|s| config::socket_addr(s, 8805))
         .collect();
-    cfg.heartbeat_interval = Duration::from_secs(args.heartbeat_interval.max(1));
-    cfg.t1 = Duration::from_millis(args.t1_ms.max(10));
-    cfg.n1 = args.n1;
+    cfg.allowed_peers = c.n4.allow_peers.iter().map(|&a| AllowedPeer::Addr(a)).collect();
+    cfg.heartbeat_interval = Duration::from_secs(c.n4.heartbeat_interval_s.max(1));
+    cfg.t1 = Duration::from_millis(c.n4.t1_ms.max(10));
+    cfg.n1 = c.n4.n1;
+    cfg.limits.sessions = c.limits.sessions;
+    cfg.limits.associations = c.limits.associations;
     Ok(cfg)
 }
 
-/// Runs until SIGINT/SIGTERM. Errors are start-up errors (bad config, address in use).
+fn tunnel_addrs(a: &[IpAddr]) -> TunnelAddrs {
+    let mut t = TunnelAddrs::default();
+    for ip in a {
+        match ip {
+            IpAddr::V4(v) if t.ipv4.is_none() => t.ipv4 = Some(*v),
+            IpAddr::V6(v) if t.ipv6.is_none() => t.ipv6 = Some(*v),
+            _ => {}
+        }
+    }
+    t
+}
+
+/// The workers' configuration from the file's.
+pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
+    let mut acl_text = c.acl.uplink_rules.join("\n");
+    if let Some(f) = &c.acl.uplink_file {
+        let t = std::fs::read_to_string(f).map_err(|e| format!("acl.uplink_file {}: {e}", f.display()))?;
+        acl_text.push('\n');
+        acl_text.push_str(&t);
+    }
+    let acl = upf_dataplane::acl::Acl::load(&acl_text).map_err(|e| format!("acl: {e}"))?;
+    let local = |a: &[IpAddr]| {
+        let t = tunnel_addrs(a);
+        upf_dataplane::LocalAddrs { v4: t.ipv4, v6: t.ipv6 }
+    };
+    let n3 = local(&c.n3_addresses());
+    let n9 = c.n9.as_ref().filter(|i| !i.addresses.is_empty()).map_or(n3, |i| local(&i.addresses));
+    Ok(RuntimeConfig {
+        workers: c.workers.count,
+        cores: c.workers.cores.clone(),
+        batch: c.workers.batch,
+        spread_ues: c.workers.spread_ues.clone(),
+        pipeline: upf_dataplane::PipelineConfig {
+            n3,
+            n9,
+            buffer_packets_per_far: c.limits.buffer_packets_per_far,
+            buffer_bytes: c.limits.buffer_bytes_per_worker,
+            error_indications_per_s: c.limits.error_indications_per_s,
+            outer_ttl: 64,
+            uplink_acl: Arc::new(acl),
+        },
+    })
+}
+
+fn init_logging(c: &FileConfig) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&c.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second initialisation (tests) keeps the first.
+    let _ = match c.log.format {
+        LogFormat::Json => b.json().try_init(),
+        LogFormat::Text => b.try_init(),
+    };
+}
+
+/// Runs until SIGINT/SIGTERM. Errors are start-up errors (bad config, address in use, an
+/// interface the host cannot give), each saying what to change.
 pub fn run(args: &Args) -> Result<(), String> {
-    let cfg = config(args)?;
+    let c = file_config(args)?;
+    if args.check {
+        println!("{c:#?}");
+        return Ok(());
+    }
+    init_logging(&c);
+    let agent_cfg = agent_config(&c)?;
+    let rt_cfg = runtime_config(&c)?;
+    let opened = backends::open(&c, &rt_cfg)?;
+    for line in &opened.report {
+        info!(target: "upf", "{line}");
+    }
+    let workers = Workers::start_io(&rt_cfg, opened.queues)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
-    rt.block_on(serve(args.n4, cfg))
+    let result = rt.block_on(serve(&c, agent_cfg, workers));
+    // Routes and devices set up for the run go away with it.
+    drop(opened.cleanup);
+    result
 }
 
-async fn serve(addr: SocketAddr, cfg: Config) -> Result<(), String> {
+async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), String> {
+    let addr = config::socket_addr(&c.n4.address, 8805).ok_or("n4.address")?;
     let sock = UdpSocket::bind(addr)
         .await
-        .map_err(|e| format!("N4 bind {addr}: {e}"))?;
-    let mut agent = Agent::new(cfg, MemDatapath::default(), Instant::now(), ntp_now())?;
-    eprintln!("upf: N4 listening on {addr} (data path: in-memory, no packets forwarded)");
+        .map_err(|e| format!("n4.address {addr}: {e}"))?;
+    let started = Instant::now();
+    let mut agent = Agent::new(cfg, workers, started, ntp_now())?;
+    let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
+    if !c.admin.address.is_empty() {
+        let a = config::socket_addr(&c.admin.address, 9464).ok_or("admin.address")?;
+        let l = tokio::net::TcpListener::bind(a)
+            .await
+            .map_err(|e| format!("admin.address {a}: {e}"))?;
+        info!(target: "upf", "admin: http://{} (/metrics, /api/…)", l.local_addr().unwrap_or(a));
+        tokio::spawn(admin::serve(l, admin_tx));
+    }
+    info!(target: "upf", "N4 listening on {}", sock.local_addr().unwrap_or(addr));
     let mut buf = vec![0u8; 65_536];
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("signal: {e}"))?;
     loop {
         while let Some(t) = agent.poll_transmit() {
             if let Err(e) = sock.send_to(&t.payload, t.dest).await {
-                eprintln!("upf: N4 send to {}: {e}", t.dest);
+                warn!(target: "upf::n4", "send to {}: {e}", t.dest);
             }
         }
         while let Some(e) = agent.poll_event() {
             log_event(&e);
         }
-        // Data-path events are polled at least every 100 ms.
-        let tick = Instant::now() + Duration::from_millis(100);
+        // Data-path events (usage reports, downlink data) are polled at least every 20 ms.
+        let tick = Instant::now() + Duration::from_millis(20);
         let deadline = agent.poll_timeout().map_or(tick, |t| t.min(tick));
         tokio::select! {
             r = sock.recv_from(&mut buf) => match r {
                 Ok((n, peer)) => agent.handle_datagram(Instant::now(), peer, &buf[..n]),
-                Err(e) => eprintln!("upf: N4 receive: {e}"),
+                Err(e) => warn!(target: "upf::n4", "receive: {e}"),
             },
+            Some(req) = admin_rx.recv() => {
+                let st = admin::State { agent: &agent, uptime_s: started.elapsed().as_secs() };
+                let _ = req.reply.send(admin::answer(&req.path, &st));
+            }
             () = tokio::time::sleep_until(deadline.into()) => agent.handle_timeout(Instant::now()),
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
         }
     }
-    eprintln!(
-        "upf: stopping with {} associations, {} sessions",
+    shutdown(&mut agent, &sock).await;
+    Ok(())
+}
+
+/// Graceful stop: tell every associated SMF (Association Release), flush what is queued,
+/// report the final counters, then the workers stop when `agent` (and with it the data path)
+/// is dropped.
+async fn shutdown(agent: &mut Agent<Workers>, sock: &UdpSocket) {
+    let peers: Vec<SocketAddr> = agent.associations().map(|(_, a)| a).collect();
+    info!(
+        target: "upf",
+        "stopping: {} associations, {} sessions",
         agent.association_count(),
         agent.session_count()
     );
-    Ok(())
+    agent.release_all(Instant::now());
+    let until = Instant::now() + Duration::from_millis(500);
+    let mut buf = vec![0u8; 65_536];
+    // Send our requests and give the peers a moment to answer them (best effort).
+    while Instant::now() < until {
+        while let Some(t) = agent.poll_transmit() {
+            let _ = sock.send_to(&t.payload, t.dest).await;
+        }
+        if !agent.has_pending_requests() {
+            break;
+        }
+        if let Ok(Ok((n, peer))) =
+            tokio::time::timeout(Duration::from_millis(50), sock.recv_from(&mut buf)).await
+        {
+            agent.handle_datagram(Instant::now(), peer, &buf[..n]);
+        }
+    }
+    let mut total = upf_dataplane::Counters::default();
+    for w in agent.datapath().stats() {
+        total.add(&w.counters);
+    }
+    info!(
+        target: "upf",
+        "stopped; told {} peers; packets received {}, sent {}, dropped {}, buffered {}",
+        peers.len(),
+        total.received(),
+        total.sent(),
+        total.dropped_total(),
+        total.buffered
+    );
 }
 
 fn log_event(e: &Event) {
@@ -149,10 +378,30 @@ fn log_event(e: &Event) {
             message_type,
             peer,
             reject,
-        } => eprintln!(
-            "upf: {} from {peer} rejected: {reject}",
+        } => warn!(
+            target: "upf::n4",
+            %peer,
+            "{} rejected: {reject}",
             upf_pfcp::message_name(*message_type)
         ),
-        other => eprintln!("upf: {other:?}"),
+        Event::SessionEstablished { seid } => {
+            info!(target: "upf::n4", seid = format!("{:#x}", seid.0), "session established")
+        }
+        Event::SessionDeleted { seid, reason } => {
+            info!(target: "upf::n4", seid = format!("{:#x}", seid.0), reason, "session deleted")
+        }
+        Event::AssociationUp { node, peer } => {
+            info!(target: "upf::n4", %peer, node = %node, "association up")
+        }
+        Event::AssociationDown { node, reason } => {
+            warn!(target: "upf::n4", node = %node, reason, "association down")
+        }
+        Event::RequestGivenUp { message_type, peer } => error!(
+            target: "upf::n4",
+            %peer,
+            "{} unanswered after N1 retransmissions",
+            upf_pfcp::message_name(*message_type)
+        ),
+        other => info!(target: "upf::n4", "{other:?}"),
     }
 }

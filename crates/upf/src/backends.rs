@@ -1,0 +1,154 @@
+//! Opens the configured interfaces: one queue per worker on each of N3, N9 and N6, and says
+//! at start-up what each one is. A host that cannot do what the config asks gets an error
+//! naming the key and the reason, never a panic.
+
+use crate::config::{Backend, FileConfig, Interface};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::Command;
+use upf_io::udp::{UdpConfig, UdpIo};
+use upf_io::{PacketIo, Port};
+use upf_runtime::{PortQueue, RuntimeConfig, WorkerQueues};
+
+/// What [`open`] made: the workers' queues, a start-up report, and what must live as long
+/// as the run (and be undone after it).
+#[derive(Debug)]
+pub struct Opened {
+    pub queues: Vec<WorkerQueues>,
+    pub report: Vec<String>,
+    pub cleanup: Cleanup,
+}
+
+/// Undoes host changes made at start-up (routes), in reverse order, when dropped.
+#[derive(Debug, Default)]
+pub struct Cleanup {
+    undo: Vec<Vec<String>>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for cmd in self.undo.drain(..).rev() {
+            let _ = Command::new(&cmd[0]).args(&cmd[1..]).output();
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("running `ip {}`: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}`: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
+    let n = rt.workers;
+    let mut queues: Vec<WorkerQueues> = (0..n).map(|_| WorkerQueues::default()).collect();
+    let mut report = Vec::new();
+    let mut cleanup = Cleanup::default();
+    let mut steered = true;
+
+    // N3 (and N9 when it has its own interface): GTP-U.
+    let n3_addrs = c.n3_addresses();
+    for (port, key, iface, addrs) in [
+        (Port::N3, "n3", Some(&c.n3), n3_addrs.clone()),
+        (Port::N9, "n9", c.n9.as_ref(), c.n9.as_ref().map(|i| i.addresses.clone()).unwrap_or_default()),
+    ] {
+        let Some(iface) = iface else { continue };
+        let backend = iface.gtpu_backend();
+        if port == Port::N9 && (backend == Backend::None || addrs.is_empty()) {
+            continue; // N9 shares N3's queues.
+        }
+        match backend {
+            Backend::Udp => {
+                steered = false;
+                let bind = SocketAddr::new(addrs.first().copied().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), iface.port);
+                // An ephemeral port (tests) is chosen by the first socket; the others join it.
+                let mut bind_at = bind;
+                for (i, q) in queues.iter_mut().enumerate() {
+                    let mut u = UdpConfig::new(bind_at, port);
+                    u.reuse_port = n > 1;
+                    u.batch = rt.batch.min(64);
+                    let io = UdpIo::open(&u).map_err(|e| format!("{key}: udp on {bind}: {e}"))?;
+                    if let Ok(a) = io.local_addr() {
+                        bind_at = a;
+                    }
+                    push(q, i, port, io, iface)?;
+                }
+            }
+            b => return Err(format!("{key}.backend: {b:?} is not available in this build yet")),
+        }
+    }
+
+    // N6: plain IP.
+    let mut b6 = c.n6.n6_backend();
+    if b6 == Backend::Auto {
+        b6 = if upf_io::tun::available() { Backend::Tun } else {
+            report.push("n6: no TUN device can be created here (not root, or no /dev/net/tun): running without N6; set n6.backend to say which".into());
+            Backend::None
+        };
+    }
+    match b6 {
+        Backend::None => report.push("n6: none (uplink packets to the data network are dropped)".into()),
+        Backend::Tun => {
+            let name = c.n6.interface.clone().unwrap_or_else(|| "upf0".into());
+            for (i, q) in queues.iter_mut().enumerate() {
+                let io = upf_io::tun::TunIo::open(&name, Port::N6).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
+                push(q, i, Port::N6, io, &c.n6)?;
+            }
+            ip(&["link", "set", "dev", &name, "up"]).map_err(|e| format!("n6: {e}"))?;
+            if c.n6.route_ue_pools {
+                for p in &c.ue_pools_or_default() {
+                    ip(&["route", "replace", p, "dev", &name]).map_err(|e| format!("n6.route_ue_pools: {e}"))?;
+                    cleanup.undo.push(vec!["ip".into(), "route".into(), "del".into(), p.clone(), "dev".into(), name.clone()]);
+                    report.push(format!("n6: route {p} into {name}"));
+                }
+            }
+        }
+        b => return Err(format!("n6.backend: {b:?} is not available in this build yet")),
+    }
+    for (i, q) in queues.iter_mut().enumerate() {
+        q.steered = steered;
+        for pq in &q.queues {
+            report.push(format!("worker {i}: {}", pq.io.describe()));
+        }
+    }
+    if !steered && n > 1 {
+        report.push("steering: in software (the backend cannot steer by UE): at most one hand-off per packet".into());
+    }
+    Ok(Opened { queues, report, cleanup })
+}
+
+fn push(q: &mut WorkerQueues, worker: usize, port: Port, io: impl PacketIo + 'static, iface: &Interface) -> Result<(), String> {
+    let io: Box<dyn PacketIo> = match &iface.pcap {
+        Some(path) => {
+            // One capture per worker queue: NAME.wN.pcap.
+            let path = path.with_extension(format!("w{worker}.pcap"));
+            Box::new(upf_io::pcap::Capture::create(io, &path).map_err(|e| format!("{}.pcap {}: {e}", port.name(), path.display()))?)
+        }
+        None => Box::new(io),
+    };
+    q.queues.push(PortQueue { port, io });
+    Ok(())
+}
+
+impl FileConfig {
+    /// The UE pools' IPv4/IPv6 networks as `ip route` prefixes (the agent's default pool when
+    /// none is configured).
+    pub fn ue_pools_or_default(&self) -> Vec<String> {
+        if self.ue_pools.is_empty() {
+            return vec!["10.60.0.0/16".into(), "2001:db8:60::/48".into()];
+        }
+        self.ue_pools
+            .iter()
+            .flat_map(|p| p.ipv4.iter().chain(p.ipv6.iter()).cloned())
+            .collect()
+    }
+}

@@ -1,0 +1,379 @@
+//! `upf.toml`: everything `upf run` is told, validated up front with messages that name the
+//! offending key. Every key has a default, so an empty file (or none) is a UPF on loopback:
+//! N4 on 127.0.0.1:8805, N3 as a UDP socket on 127.0.0.1:2152, N6 a TUN device when the
+//! process may create one. `upf.toml` at the repository root is the documented sample.
+
+use serde::Deserialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    pub n4: N4,
+    pub n3: Interface,
+    pub n9: Option<Interface>,
+    pub n6: Interface,
+    pub workers: WorkersCfg,
+    #[serde(rename = "ue_pool")]
+    pub ue_pools: Vec<UePool>,
+    pub limits: LimitsCfg,
+    pub acl: AclCfg,
+    pub admin: Admin,
+    pub log: Log,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct N4 {
+    /// IP[:PORT] the PFCP agent listens on (port 8805 if omitted).
+    pub address: String,
+    /// Node ID sent to SMFs (an IP address or an FQDN); default: the N4 address.
+    pub node_id: Option<String>,
+    /// SMFs to set up an association with (UP-initiated), IP[:PORT].
+    pub smfs: Vec<String>,
+    /// Only these peer addresses may associate; empty: anyone.
+    pub allow_peers: Vec<IpAddr>,
+    pub heartbeat_interval_s: u64,
+    /// Retransmission timer T1 and count N1 for requests this UPF sends.
+    pub t1_ms: u64,
+    pub n1: u32,
+}
+
+impl Default for N4 {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1:8805".into(),
+            node_id: None,
+            smfs: Vec::new(),
+            allow_peers: Vec::new(),
+            heartbeat_interval_s: 10,
+            t1_ms: 3000,
+            n1: 3,
+        }
+    }
+}
+
+/// How packets of one interface are sent and received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// N3/N9: a UDP socket on the GTP-U port (no privileges needed).
+    Udp,
+    /// N6: a TUN device (the host's IP stack is the data network).
+    Tun,
+    /// An Ethernet interface through a TPACKET_V3 ring, workers in a fanout group.
+    AfPacket,
+    /// An Ethernet interface through AF_XDP sockets and an XDP program.
+    AfXdp,
+    /// N6 only: TUN when the process may create it, otherwise no N6 (said at start-up).
+    Auto,
+    /// The interface is not used.
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Interface {
+    /// Default: udp on N3/N9, auto on N6.
+    pub backend: Option<Backend>,
+    /// Linux interface name: the Ethernet interface (af_packet, af_xdp) or TUN name (tun).
+    pub interface: Option<String>,
+    /// N3/N9: this UPF's GTP-U addresses (put in F-TEIDs, and where GTP-U is accepted).
+    pub addresses: Vec<IpAddr>,
+    /// N3/N9 with the udp backend: UDP port (2152 in any real deployment).
+    pub port: u16,
+    /// N6 on TUN: route every UE pool into the device (so the host's replies reach UEs).
+    pub route_ue_pools: bool,
+    /// Capture everything this interface receives and sends to this pcap file.
+    pub pcap: Option<PathBuf>,
+}
+
+impl Default for Interface {
+    fn default() -> Self {
+        Self {
+            backend: None,
+            interface: None,
+            addresses: Vec::new(),
+            port: upf_dataplane::GTPU_PORT,
+            route_ue_pools: true,
+            pcap: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersCfg {
+    pub count: usize,
+    /// Cores to pin worker i to (`cores[i % len]`); empty: worker i on core i when there are
+    /// enough cores.
+    pub cores: Vec<usize>,
+    /// Packets a worker takes from a queue at a time.
+    pub batch: usize,
+    /// Peak-rate UEs whose flows are spread over every worker (seed 004).
+    pub spread_ues: Vec<IpAddr>,
+}
+
+impl Default for WorkersCfg {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            cores: Vec::new(),
+            batch: 64,
+            spread_ues: Vec::new(),
+        }
+    }
+}
+
+/// A UE address pool the UPF allocates from (CHV4/CHV6), per DNN and network instance.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct UePool {
+    pub dnn: Option<String>,
+    pub network_instance: Option<String>,
+    /// A.B.C.D/LEN
+    pub ipv4: Option<String>,
+    /// PREFIX/LEN, each UE getting a /64 (or `ipv6_ue_prefix_len`).
+    pub ipv6: Option<String>,
+    pub ipv6_ue_prefix_len: Option<u8>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsCfg {
+    pub sessions: usize,
+    pub associations: usize,
+    pub buffer_packets_per_far: usize,
+    pub buffer_bytes_per_worker: usize,
+    pub error_indications_per_s: u32,
+}
+
+impl Default for LimitsCfg {
+    fn default() -> Self {
+        let l = upf_n4::Limits::default();
+        let p = upf_dataplane::PipelineConfig::default();
+        Self {
+            sessions: l.sessions,
+            associations: l.associations,
+            buffer_packets_per_far: p.buffer_packets_per_far,
+            buffer_bytes_per_worker: p.buffer_bytes,
+            error_indications_per_s: p.error_indications_per_s,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AclCfg {
+    /// Uplink traffic validation rules, IPFilterRule text, one per line, first match wins
+    /// (`deny out ip from any to 10.0.0.0/8`); unmatched packets pass.
+    pub uplink_rules: Vec<String>,
+    /// Same, read from a file.
+    pub uplink_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admin {
+    /// HTTP address of `/metrics` (Prometheus) and `/api/…` (what `upf show` reads);
+    /// empty: off.
+    pub address: String,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1:9464".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    pub format: LogFormat,
+    /// error, warn, info, debug or trace (or a tracing filter such as `upf=debug`).
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+impl Interface {
+    pub fn gtpu_backend(&self) -> Backend {
+        self.backend.unwrap_or(Backend::Udp)
+    }
+
+    pub fn n6_backend(&self) -> Backend {
+        self.backend.unwrap_or(Backend::Auto)
+    }
+}
+
+/// Parses `IP[:PORT]` with a default port.
+pub fn socket_addr(s: &str, default_port: u16) -> Option<SocketAddr> {
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, default_port)))
+}
+
+pub fn ipv4_net(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (a, l) = s.split_once('/')?;
+    let len: u8 = l.parse().ok()?;
+    (len <= 32).then_some((a.parse().ok()?, len))
+}
+
+pub fn ipv6_net(s: &str) -> Option<(Ipv6Addr, u8)> {
+    let (a, l) = s.split_once('/')?;
+    let len: u8 = l.parse().ok()?;
+    (len <= 128).then_some((a.parse().ok()?, len))
+}
+
+impl FileConfig {
+    /// Reads and validates a file; errors name the file and the key.
+    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("config {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let c: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks what types alone cannot; every message starts with the key at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        socket_addr(&self.n4.address, 8805)
+            .ok_or_else(|| format!("n4.address: {:?} is not IP or IP:PORT", self.n4.address))?;
+        for (i, s) in self.n4.smfs.iter().enumerate() {
+            socket_addr(s, 8805).ok_or_else(|| format!("n4.smfs[{i}]: {s:?} is not IP or IP:PORT"))?;
+        }
+        if self.n4.heartbeat_interval_s == 0 {
+            return Err("n4.heartbeat_interval_s: must be at least 1".into());
+        }
+        if self.n4.t1_ms < 10 {
+            return Err("n4.t1_ms: must be at least 10".into());
+        }
+        for (name, i) in [("n3", Some(&self.n3)), ("n9", self.n9.as_ref())] {
+            let Some(i) = i else { continue };
+            match i.gtpu_backend() {
+                Backend::Udp | Backend::AfPacket | Backend::AfXdp => {}
+                Backend::None if name == "n9" => {}
+                b => return Err(format!("{name}.backend: {b:?} cannot carry GTP-U (udp, af_packet or af_xdp)")),
+            }
+            if matches!(i.gtpu_backend(), Backend::AfPacket | Backend::AfXdp) && i.interface.is_none() {
+                return Err(format!("{name}.interface: required by backend {:?}", i.gtpu_backend()));
+            }
+            if i.port == 0 {
+                return Err(format!("{name}.port: must not be 0"));
+            }
+        }
+        match self.n6.n6_backend() {
+            Backend::Udp => return Err("n6.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)".into()),
+            Backend::AfPacket | Backend::AfXdp if self.n6.interface.is_none() => {
+                return Err(format!("n6.interface: required by backend {:?}", self.n6.n6_backend()))
+            }
+            _ => {}
+        }
+        if self.workers.count == 0 || self.workers.count > 256 {
+            return Err(format!("workers.count: {} is not within 1..=256", self.workers.count));
+        }
+        if !(1..=1024).contains(&self.workers.batch) {
+            return Err(format!("workers.batch: {} is not within 1..=1024", self.workers.batch));
+        }
+        for (i, p) in self.ue_pools.iter().enumerate() {
+            if p.ipv4.is_none() && p.ipv6.is_none() {
+                return Err(format!("ue_pool[{i}]: needs ipv4 or ipv6"));
+            }
+            if let Some(v4) = &p.ipv4 {
+                ipv4_net(v4).ok_or_else(|| format!("ue_pool[{i}].ipv4: {v4:?} is not A.B.C.D/LEN"))?;
+            }
+            if let Some(v6) = &p.ipv6 {
+                ipv6_net(v6).ok_or_else(|| format!("ue_pool[{i}].ipv6: {v6:?} is not PREFIX/LEN"))?;
+            }
+            if let Some(l) = p.ipv6_ue_prefix_len {
+                if !(1..=128).contains(&l) {
+                    return Err(format!("ue_pool[{i}].ipv6_ue_prefix_len: {l} is not within 1..=128"));
+                }
+            }
+        }
+        if self.limits.sessions == 0 {
+            return Err("limits.sessions: must be at least 1".into());
+        }
+        if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
+            return Err(format!("admin.address: {:?} is not IP or IP:PORT", self.admin.address));
+        }
+        for (i, r) in self.acl.uplink_rules.iter().enumerate() {
+            upf_dataplane::acl::Acl::load(r).map_err(|e| format!("acl.uplink_rules[{i}]: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// This UPF's N3 addresses: configured, else the N4 address.
+    pub fn n3_addresses(&self) -> Vec<IpAddr> {
+        if self.n3.addresses.is_empty() {
+            socket_addr(&self.n4.address, 8805).map(|a| vec![a.ip()]).unwrap_or_default()
+        } else {
+            self.n3.addresses.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_sample_is_valid_and_says_the_defaults() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../upf.toml")).unwrap();
+        let c = FileConfig::parse(&text).unwrap();
+        let d = FileConfig::default();
+        assert_eq!(c.n4.address, d.n4.address);
+        assert_eq!(c.n3.gtpu_backend(), d.n3.gtpu_backend());
+        assert_eq!(c.n6.n6_backend(), Backend::Auto);
+        assert_eq!(d.n6.n6_backend(), Backend::Auto);
+        assert_eq!(c.workers.batch, d.workers.batch);
+        assert_eq!(c.limits.sessions, d.limits.sessions);
+        assert_eq!(c.admin.address, d.admin.address);
+        assert!(FileConfig::parse("").is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (text, key) in [
+            ("[n4]\naddress = \"nowhere\"", "n4.address"),
+            ("[n4]\nadress = \"1.2.3.4\"", "adress"),
+            ("[n3]\nbackend = \"af_xdp\"", "n3.interface"),
+            ("[n3]\nbackend = \"tun\"", "n3.backend"),
+            ("[n3]\nbackend = \"carrier-pigeon\"", "backend"),
+            ("[n6]\nbackend = \"udp\"", "n6.backend"),
+            ("[workers]\ncount = 0", "workers.count"),
+            ("[workers]\nbatch = 5000", "workers.batch"),
+            ("[[ue_pool]]\nipv4 = \"10.0.0.0/33\"", "ue_pool[0].ipv4"),
+            ("[[ue_pool]]\ndnn = \"x\"", "ue_pool[0]"),
+            ("[acl]\nuplink_rules = [\"allow everything\"]", "acl.uplink_rules[0]"),
+            ("[admin]\naddress = \"x\"", "admin.address"),
+            ("[n4]\nt1_ms = 1", "n4.t1_ms"),
+            ("[log]\nformat = \"xml\"", "format"),
+        ] {
+            let e = FileConfig::parse(text).unwrap_err();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+    }
+}
