@@ -9,6 +9,8 @@
 pub mod link;
 pub mod mem;
 mod pool;
+mod sys;
+pub mod udp;
 
 pub use pool::Pool;
 pub use upf_dataplane::{Packet, Port};
