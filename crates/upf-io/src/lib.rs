@@ -9,6 +9,8 @@
 pub mod link;
 pub mod mem;
 mod pool;
+mod sys;
+pub mod udp;
 mod wait;
 
 pub use pool::Pool;
