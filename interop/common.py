@@ -173,7 +173,10 @@ class Agent:
 
     def start(self, timeout=10.0):
         self.port = free_udp_port(self.HOST)
-        cmd = [os.path.abspath(self.ctx.upf), "run", "--n4", f"{self.HOST}:{self.port}"]
+        # The N4 agent is what is checked here: N3 on any free UDP port, no N6 device, the admin
+        # endpoint on any free port, so that nothing collides with another UPF on the host.
+        cmd = [os.path.abspath(self.ctx.upf), "run", "--n4", f"{self.HOST}:{self.port}",
+               "--n3-port", "0", "--n6", "none", "--admin", f"{self.HOST}:0"]
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=err, cwd=self.ctx.tmp)

@@ -11,4 +11,6 @@
 pub mod steer;
 mod workers;
 
-pub use workers::{PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS};
+pub use workers::{
+    PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS,
+};

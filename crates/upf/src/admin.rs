@@ -63,7 +63,9 @@ async fn connection(mut s: TcpStream, to_main: mpsc::Sender<Request>) -> std::io
     let mut buf = vec![0u8; 4096];
     let mut n = 0;
     // The request line and headers; a body is never needed.
-    while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") && !buf[..n].windows(2).any(|w| w == b"\n\n") {
+    while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n")
+        && !buf[..n].windows(2).any(|w| w == b"\n\n")
+    {
         if n == buf.len() {
             return Ok(());
         }
@@ -75,7 +77,10 @@ async fn connection(mut s: TcpStream, to_main: mpsc::Sender<Request>) -> std::io
     }
     let head = String::from_utf8_lossy(&buf[..n]);
     let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
-    let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or("/"));
+    let (method, path) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or("/"),
+    );
     let resp = if method != "GET" {
         Response {
             status: 405,
@@ -84,7 +89,14 @@ async fn connection(mut s: TcpStream, to_main: mpsc::Sender<Request>) -> std::io
         }
     } else {
         let (tx, rx) = oneshot::channel();
-        if to_main.send(Request { path: path.to_string(), reply: tx }).await.is_err() {
+        if to_main
+            .send(Request {
+                path: path.to_string(),
+                reply: tx,
+            })
+            .await
+            .is_err()
+        {
             return Ok(());
         }
         match rx.await {
@@ -109,6 +121,7 @@ async fn connection(mut s: TcpStream, to_main: mpsc::Sender<Request>) -> std::io
 }
 
 /// What the main loop knows, to answer with.
+#[allow(missing_debug_implementations)] // borrows the agent, which has no Debug
 pub struct State<'a> {
     pub agent: &'a Agent<Workers>,
     pub uptime_s: u64,
@@ -203,7 +216,11 @@ fn sessions<D: Datapath>(agent: &Agent<D>) -> Value {
 }
 
 fn ports(f: impl Fn(usize) -> u64) -> Value {
-    Port::ALL.iter().map(|p| (p.name().to_string(), json!(f(p.index())))).collect::<serde_json::Map<_, _>>().into()
+    Port::ALL
+        .iter()
+        .map(|p| (p.name().to_string(), json!(f(p.index()))))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 fn worker(i: usize, w: &WorkerStats) -> Value {
@@ -229,7 +246,12 @@ fn worker(i: usize, w: &WorkerStats) -> Value {
 fn drops(ws: &[WorkerStats]) -> Value {
     DropReason::ALL
         .iter()
-        .map(|&r| (r.name().to_string(), json!(ws.iter().map(|w| w.counters.dropped(r)).sum::<u64>())))
+        .map(|&r| {
+            (
+                r.name().to_string(),
+                json!(ws.iter().map(|w| w.counters.dropped(r)).sum::<u64>()),
+            )
+        })
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
@@ -261,11 +283,18 @@ pub fn show(admin: SocketAddr, path: &str) -> Result<String, String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2))
         .map_err(|e| format!("admin endpoint {admin}: {e} (is `upf run` running, with admin.address = \"{admin}\"?)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
     let mut r = String::new();
     s.read_to_string(&mut r).map_err(|e| e.to_string())?;
-    let (head, body) = r.split_once("\r\n\r\n").ok_or("admin endpoint: malformed answer")?;
+    let (head, body) = r
+        .split_once("\r\n\r\n")
+        .ok_or("admin endpoint: malformed answer")?;
     if !head.starts_with("HTTP/1.1 200") {
         return Err(body.trim().to_string());
     }

@@ -59,7 +59,14 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
     let n3_addrs = c.n3_addresses();
     for (port, key, iface, addrs) in [
         (Port::N3, "n3", Some(&c.n3), n3_addrs.clone()),
-        (Port::N9, "n9", c.n9.as_ref(), c.n9.as_ref().map(|i| i.addresses.clone()).unwrap_or_default()),
+        (
+            Port::N9,
+            "n9",
+            c.n9.as_ref(),
+            c.n9.as_ref()
+                .map(|i| i.addresses.clone())
+                .unwrap_or_default(),
+        ),
     ] {
         let Some(iface) = iface else { continue };
         let backend = iface.gtpu_backend();
@@ -69,7 +76,13 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
         match backend {
             Backend::Udp => {
                 steered = false;
-                let bind = SocketAddr::new(addrs.first().copied().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), iface.port);
+                let bind = SocketAddr::new(
+                    addrs
+                        .first()
+                        .copied()
+                        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+                    iface.port,
+                );
                 // An ephemeral port (tests) is chosen by the first socket; the others join it.
                 let mut bind_at = bind;
                 for (i, q) in queues.iter_mut().enumerate() {
@@ -77,42 +90,60 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
                     u.reuse_port = n > 1;
                     u.batch = rt.batch.min(64);
                     let io = UdpIo::open(&u).map_err(|e| format!("{key}: udp on {bind}: {e}"))?;
-                    if let Ok(a) = io.local_addr() {
-                        bind_at = a;
-                    }
+                    bind_at = io.local_addr();
                     push(q, i, port, io, iface)?;
                 }
             }
-            b => return Err(format!("{key}.backend: {b:?} is not available in this build yet")),
+            b => {
+                return Err(format!(
+                    "{key}.backend: {b:?} is not available in this build yet"
+                ))
+            }
         }
     }
 
     // N6: plain IP.
     let mut b6 = c.n6.n6_backend();
     if b6 == Backend::Auto {
-        b6 = if upf_io::tun::available() { Backend::Tun } else {
+        b6 = if tun_available() {
+            Backend::Tun
+        } else {
             report.push("n6: no TUN device can be created here (not root, or no /dev/net/tun): running without N6; set n6.backend to say which".into());
             Backend::None
         };
     }
     match b6 {
-        Backend::None => report.push("n6: none (uplink packets to the data network are dropped)".into()),
+        Backend::None => {
+            report.push("n6: none (uplink packets to the data network are dropped)".into())
+        }
         Backend::Tun => {
             let name = c.n6.interface.clone().unwrap_or_else(|| "upf0".into());
             for (i, q) in queues.iter_mut().enumerate() {
-                let io = upf_io::tun::TunIo::open(&name, Port::N6).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
+                let io = open_tun(&name).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
                 push(q, i, Port::N6, io, &c.n6)?;
             }
             ip(&["link", "set", "dev", &name, "up"]).map_err(|e| format!("n6: {e}"))?;
             if c.n6.route_ue_pools {
                 for p in &c.ue_pools_or_default() {
-                    ip(&["route", "replace", p, "dev", &name]).map_err(|e| format!("n6.route_ue_pools: {e}"))?;
-                    cleanup.undo.push(vec!["ip".into(), "route".into(), "del".into(), p.clone(), "dev".into(), name.clone()]);
+                    ip(&["route", "replace", p, "dev", &name])
+                        .map_err(|e| format!("n6.route_ue_pools: {e}"))?;
+                    cleanup.undo.push(vec![
+                        "ip".into(),
+                        "route".into(),
+                        "del".into(),
+                        p.clone(),
+                        "dev".into(),
+                        name.clone(),
+                    ]);
                     report.push(format!("n6: route {p} into {name}"));
                 }
             }
         }
-        b => return Err(format!("n6.backend: {b:?} is not available in this build yet")),
+        b => {
+            return Err(format!(
+                "n6.backend: {b:?} is not available in this build yet"
+            ))
+        }
     }
     for (i, q) in queues.iter_mut().enumerate() {
         q.steered = steered;
@@ -123,15 +154,29 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
     if !steered && n > 1 {
         report.push("steering: in software (the backend cannot steer by UE): at most one hand-off per packet".into());
     }
-    Ok(Opened { queues, report, cleanup })
+    Ok(Opened {
+        queues,
+        report,
+        cleanup,
+    })
 }
 
-fn push(q: &mut WorkerQueues, worker: usize, port: Port, io: impl PacketIo + 'static, iface: &Interface) -> Result<(), String> {
+fn push(
+    q: &mut WorkerQueues,
+    worker: usize,
+    port: Port,
+    io: impl PacketIo + 'static,
+    iface: &Interface,
+) -> Result<(), String> {
     let io: Box<dyn PacketIo> = match &iface.pcap {
         Some(path) => {
             // One capture per worker queue: NAME.wN.pcap.
             let path = path.with_extension(format!("w{worker}.pcap"));
-            Box::new(upf_io::pcap::Capture::create(io, &path).map_err(|e| format!("{}.pcap {}: {e}", port.name(), path.display()))?)
+            return Err(format!(
+                "{}.pcap {}: not available yet",
+                port.name(),
+                path.display()
+            ));
         }
         None => Box::new(io),
     };
@@ -151,4 +196,12 @@ impl FileConfig {
             .flat_map(|p| p.ipv4.iter().chain(p.ipv6.iter()).cloned())
             .collect()
     }
+}
+
+// TEMPORARY until the TUN backend lands.
+fn tun_available() -> bool {
+    false
+}
+fn open_tun(_: &str) -> std::io::Result<upf_io::mem::MemIo> {
+    Err(std::io::Error::other("TUN backend not built yet"))
 }

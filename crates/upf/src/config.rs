@@ -81,7 +81,8 @@ pub struct Interface {
     pub interface: Option<String>,
     /// N3/N9: this UPF's GTP-U addresses (put in F-TEIDs, and where GTP-U is accepted).
     pub addresses: Vec<IpAddr>,
-    /// N3/N9 with the udp backend: UDP port (2152 in any real deployment).
+    /// N3/N9 with the udp backend: UDP port (2152 in any real deployment; 0: any free port,
+    /// for tests).
     pub port: u16,
     /// N6 on TUN: route every UE pool into the device (so the host's replies reach UEs).
     pub route_ue_pools: bool,
@@ -226,9 +227,11 @@ impl Interface {
 
 /// Parses `IP[:PORT]` with a default port.
 pub fn socket_addr(s: &str, default_port: u16) -> Option<SocketAddr> {
-    s.parse::<SocketAddr>()
-        .ok()
-        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, default_port)))
+    s.parse::<SocketAddr>().ok().or_else(|| {
+        s.parse::<IpAddr>()
+            .ok()
+            .map(|ip| SocketAddr::new(ip, default_port))
+    })
 }
 
 pub fn ipv4_net(s: &str) -> Option<(Ipv4Addr, u8)> {
@@ -246,8 +249,8 @@ pub fn ipv6_net(s: &str) -> Option<(Ipv6Addr, u8)> {
 impl FileConfig {
     /// Reads and validates a file; errors name the file and the key.
     pub fn load(path: &std::path::Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("config {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("config {}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
     }
 
@@ -262,7 +265,8 @@ impl FileConfig {
         socket_addr(&self.n4.address, 8805)
             .ok_or_else(|| format!("n4.address: {:?} is not IP or IP:PORT", self.n4.address))?;
         for (i, s) in self.n4.smfs.iter().enumerate() {
-            socket_addr(s, 8805).ok_or_else(|| format!("n4.smfs[{i}]: {s:?} is not IP or IP:PORT"))?;
+            socket_addr(s, 8805)
+                .ok_or_else(|| format!("n4.smfs[{i}]: {s:?} is not IP or IP:PORT"))?;
         }
         if self.n4.heartbeat_interval_s == 0 {
             return Err("n4.heartbeat_interval_s: must be at least 1".into());
@@ -275,41 +279,65 @@ impl FileConfig {
             match i.gtpu_backend() {
                 Backend::Udp | Backend::AfPacket | Backend::AfXdp => {}
                 Backend::None if name == "n9" => {}
-                b => return Err(format!("{name}.backend: {b:?} cannot carry GTP-U (udp, af_packet or af_xdp)")),
+                b => {
+                    return Err(format!(
+                        "{name}.backend: {b:?} cannot carry GTP-U (udp, af_packet or af_xdp)"
+                    ))
+                }
             }
-            if matches!(i.gtpu_backend(), Backend::AfPacket | Backend::AfXdp) && i.interface.is_none() {
-                return Err(format!("{name}.interface: required by backend {:?}", i.gtpu_backend()));
-            }
-            if i.port == 0 {
-                return Err(format!("{name}.port: must not be 0"));
+            if matches!(i.gtpu_backend(), Backend::AfPacket | Backend::AfXdp)
+                && i.interface.is_none()
+            {
+                return Err(format!(
+                    "{name}.interface: required by backend {:?}",
+                    i.gtpu_backend()
+                ));
             }
         }
         match self.n6.n6_backend() {
-            Backend::Udp => return Err("n6.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)".into()),
+            Backend::Udp => {
+                return Err(
+                    "n6.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)"
+                        .into(),
+                )
+            }
             Backend::AfPacket | Backend::AfXdp if self.n6.interface.is_none() => {
-                return Err(format!("n6.interface: required by backend {:?}", self.n6.n6_backend()))
+                return Err(format!(
+                    "n6.interface: required by backend {:?}",
+                    self.n6.n6_backend()
+                ))
             }
             _ => {}
         }
         if self.workers.count == 0 || self.workers.count > 256 {
-            return Err(format!("workers.count: {} is not within 1..=256", self.workers.count));
+            return Err(format!(
+                "workers.count: {} is not within 1..=256",
+                self.workers.count
+            ));
         }
         if !(1..=1024).contains(&self.workers.batch) {
-            return Err(format!("workers.batch: {} is not within 1..=1024", self.workers.batch));
+            return Err(format!(
+                "workers.batch: {} is not within 1..=1024",
+                self.workers.batch
+            ));
         }
         for (i, p) in self.ue_pools.iter().enumerate() {
             if p.ipv4.is_none() && p.ipv6.is_none() {
                 return Err(format!("ue_pool[{i}]: needs ipv4 or ipv6"));
             }
             if let Some(v4) = &p.ipv4 {
-                ipv4_net(v4).ok_or_else(|| format!("ue_pool[{i}].ipv4: {v4:?} is not A.B.C.D/LEN"))?;
+                ipv4_net(v4)
+                    .ok_or_else(|| format!("ue_pool[{i}].ipv4: {v4:?} is not A.B.C.D/LEN"))?;
             }
             if let Some(v6) = &p.ipv6 {
-                ipv6_net(v6).ok_or_else(|| format!("ue_pool[{i}].ipv6: {v6:?} is not PREFIX/LEN"))?;
+                ipv6_net(v6)
+                    .ok_or_else(|| format!("ue_pool[{i}].ipv6: {v6:?} is not PREFIX/LEN"))?;
             }
             if let Some(l) = p.ipv6_ue_prefix_len {
                 if !(1..=128).contains(&l) {
-                    return Err(format!("ue_pool[{i}].ipv6_ue_prefix_len: {l} is not within 1..=128"));
+                    return Err(format!(
+                        "ue_pool[{i}].ipv6_ue_prefix_len: {l} is not within 1..=128"
+                    ));
                 }
             }
         }
@@ -317,7 +345,10 @@ impl FileConfig {
             return Err("limits.sessions: must be at least 1".into());
         }
         if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
-            return Err(format!("admin.address: {:?} is not IP or IP:PORT", self.admin.address));
+            return Err(format!(
+                "admin.address: {:?} is not IP or IP:PORT",
+                self.admin.address
+            ));
         }
         for (i, r) in self.acl.uplink_rules.iter().enumerate() {
             upf_dataplane::acl::Acl::load(r).map_err(|e| format!("acl.uplink_rules[{i}]: {e}"))?;
@@ -328,7 +359,9 @@ impl FileConfig {
     /// This UPF's N3 addresses: configured, else the N4 address.
     pub fn n3_addresses(&self) -> Vec<IpAddr> {
         if self.n3.addresses.is_empty() {
-            socket_addr(&self.n4.address, 8805).map(|a| vec![a.ip()]).unwrap_or_default()
+            socket_addr(&self.n4.address, 8805)
+                .map(|a| vec![a.ip()])
+                .unwrap_or_default()
         } else {
             self.n3.addresses.clone()
         }
@@ -341,7 +374,8 @@ mod tests {
 
     #[test]
     fn the_shipped_sample_is_valid_and_says_the_defaults() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../upf.toml")).unwrap();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../upf.toml"))
+            .unwrap();
         let c = FileConfig::parse(&text).unwrap();
         let d = FileConfig::default();
         assert_eq!(c.n4.address, d.n4.address);
@@ -367,7 +401,10 @@ mod tests {
             ("[workers]\nbatch = 5000", "workers.batch"),
             ("[[ue_pool]]\nipv4 = \"10.0.0.0/33\"", "ue_pool[0].ipv4"),
             ("[[ue_pool]]\ndnn = \"x\"", "ue_pool[0]"),
-            ("[acl]\nuplink_rules = [\"allow everything\"]", "acl.uplink_rules[0]"),
+            (
+                "[acl]\nuplink_rules = [\"allow everything\"]",
+                "acl.uplink_rules[0]",
+            ),
             ("[admin]\naddress = \"x\"", "admin.address"),
             ("[n4]\nt1_ms = 1", "n4.t1_ms"),
             ("[log]\nformat = \"xml\"", "format"),

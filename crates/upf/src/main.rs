@@ -24,7 +24,7 @@ enum Command {
     /// Run the UPF: the N4 (PFCP) agent, the workers on the configured interfaces, the
     /// metrics/admin endpoint. `upf run` alone: N4 on 127.0.0.1:8805, N3 on UDP
     /// 127.0.0.1:2152, N6 on a TUN device (when root).
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Ask a running UPF (its admin endpoint) for its state.
     Show(ShowArgs),
 }

@@ -48,7 +48,11 @@ fn escape(s: &str) -> String {
 
 pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
     let mut o = Out(String::with_capacity(16 << 10));
-    o.help("upf_uptime_seconds", "gauge", "Seconds since the UPF started.");
+    o.help(
+        "upf_uptime_seconds",
+        "gauge",
+        "Seconds since the UPF started.",
+    );
     o.line("upf_uptime_seconds", &[], c.uptime_s);
 
     let per_port = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&WorkerStats, usize) -> u64| {
@@ -60,16 +64,44 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             }
         }
     };
-    per_port(&mut o, "upf_packets_received_total", "Packets the pipeline received, by ingress port.", &|s, i| s.counters.rx_packets[i]);
-    per_port(&mut o, "upf_bytes_received_total", "Octets the pipeline received, by ingress port.", &|s, i| s.counters.rx_bytes[i]);
-    per_port(&mut o, "upf_packets_sent_total", "Packets the pipeline sent, by egress port.", &|s, i| s.counters.tx_packets[i]);
-    per_port(&mut o, "upf_bytes_sent_total", "Octets the pipeline sent, by egress port.", &|s, i| s.counters.tx_bytes[i]);
+    per_port(
+        &mut o,
+        "upf_packets_received_total",
+        "Packets the pipeline received, by ingress port.",
+        &|s, i| s.counters.rx_packets[i],
+    );
+    per_port(
+        &mut o,
+        "upf_bytes_received_total",
+        "Octets the pipeline received, by ingress port.",
+        &|s, i| s.counters.rx_bytes[i],
+    );
+    per_port(
+        &mut o,
+        "upf_packets_sent_total",
+        "Packets the pipeline sent, by egress port.",
+        &|s, i| s.counters.tx_packets[i],
+    );
+    per_port(
+        &mut o,
+        "upf_bytes_sent_total",
+        "Octets the pipeline sent, by egress port.",
+        &|s, i| s.counters.tx_bytes[i],
+    );
 
-    o.help("upf_packets_dropped_total", "counter", "Packets dropped, by reason (every drop has one).");
+    o.help(
+        "upf_packets_dropped_total",
+        "counter",
+        "Packets dropped, by reason (every drop has one).",
+    );
     for (w, s) in workers.iter().enumerate() {
         let w = w.to_string();
         for &r in DropReason::ALL {
-            o.line("upf_packets_dropped_total", &[("worker", &w), ("reason", r.name())], s.counters.dropped(r));
+            o.line(
+                "upf_packets_dropped_total",
+                &[("worker", &w), ("reason", r.name())],
+                s.counters.dropped(r),
+            );
         }
     }
     let gauge = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&WorkerStats) -> u64| {
@@ -84,16 +116,60 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             o.line(name, &[("worker", &w.to_string())], f(s));
         }
     };
-    gauge(&mut o, "upf_packets_buffered", "Downlink packets held in buffers (idle UEs, BUFF FARs).", &|s| s.counters.buffered);
-    gauge(&mut o, "upf_worker_sessions", "Sessions installed on the worker.", &|s| s.sessions as u64);
-    counter(&mut o, "upf_packets_created_total", "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.", &|s| s.counters.created);
-    counter(&mut o, "upf_error_indications_suppressed_total", "Error Indications not sent because of their rate limit.", &|s| s.counters.error_indications_suppressed);
-    counter(&mut o, "upf_packets_handed_off_total", "Packets a worker received for another worker's UE and handed over.", &|s| s.handed_off);
-    counter(&mut o, "upf_packets_no_queue_total", "Packets sent by a port the worker has no queue for.", &|s| s.no_queue);
-    counter(&mut o, "upf_batches_total", "Batches the worker processed.", &|s| s.batches);
-    counter(&mut o, "upf_batch_packets_total", "Packets in those batches.", &|s| s.batch_packets);
+    gauge(
+        &mut o,
+        "upf_packets_buffered",
+        "Downlink packets held in buffers (idle UEs, BUFF FARs).",
+        &|s| s.counters.buffered,
+    );
+    gauge(
+        &mut o,
+        "upf_worker_sessions",
+        "Sessions installed on the worker.",
+        &|s| s.sessions as u64,
+    );
+    counter(
+        &mut o,
+        "upf_packets_created_total",
+        "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.",
+        &|s| s.counters.created,
+    );
+    counter(
+        &mut o,
+        "upf_error_indications_suppressed_total",
+        "Error Indications not sent because of their rate limit.",
+        &|s| s.counters.error_indications_suppressed,
+    );
+    counter(
+        &mut o,
+        "upf_packets_handed_off_total",
+        "Packets a worker received for another worker's UE and handed over.",
+        &|s| s.handed_off,
+    );
+    counter(
+        &mut o,
+        "upf_packets_no_queue_total",
+        "Packets sent by a port the worker has no queue for.",
+        &|s| s.no_queue,
+    );
+    counter(
+        &mut o,
+        "upf_batches_total",
+        "Batches the worker processed.",
+        &|s| s.batches,
+    );
+    counter(
+        &mut o,
+        "upf_batch_packets_total",
+        "Packets in those batches.",
+        &|s| s.batch_packets,
+    );
 
-    o.help("upf_batch_duration_seconds", "histogram", "Time from a batch's start to its packets handed to the interfaces.");
+    o.help(
+        "upf_batch_duration_seconds",
+        "histogram",
+        "Time from a batch's start to its packets handed to the interfaces.",
+    );
     for (w, s) in workers.iter().enumerate() {
         let w = w.to_string();
         let mut cum = 0;
@@ -104,10 +180,22 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             } else {
                 format!("{}", (1u64 << i) as f64 * 1e-6)
             };
-            o.line("upf_batch_duration_seconds_bucket", &[("worker", &w), ("le", &le)], cum);
+            o.line(
+                "upf_batch_duration_seconds_bucket",
+                &[("worker", &w), ("le", &le)],
+                cum,
+            );
         }
-        o.line("upf_batch_duration_seconds_sum", &[("worker", &w)], s.batch_time_ns_sum as f64 * 1e-9);
-        o.line("upf_batch_duration_seconds_count", &[("worker", &w)], s.batches);
+        o.line(
+            "upf_batch_duration_seconds_sum",
+            &[("worker", &w)],
+            s.batch_time_ns_sum as f64 * 1e-9,
+        );
+        o.line(
+            "upf_batch_duration_seconds_count",
+            &[("worker", &w)],
+            s.batches,
+        );
     }
 
     let io = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&upf_io::IoStats) -> u64| {
@@ -115,39 +203,99 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
         for (w, s) in workers.iter().enumerate() {
             let w = w.to_string();
             for (port, what, st) in &s.io {
-                o.line(name, &[("worker", &w), ("port", port.name()), ("queue", what)], f(st));
+                o.line(
+                    name,
+                    &[("worker", &w), ("port", port.name()), ("queue", what)],
+                    f(st),
+                );
             }
         }
     };
-    io(&mut o, "upf_io_received_packets_total", "Packets the interface queue received.", &|s| s.rx_packets);
-    io(&mut o, "upf_io_sent_packets_total", "Packets the interface queue sent.", &|s| s.tx_packets);
-    io(&mut o, "upf_io_rx_discarded_total", "Frames the queue received and discarded (not IP, too big).", &|s| s.rx_discarded);
-    io(&mut o, "upf_io_tx_dropped_total", "Packets the queue could not send (ring full, no neighbour).", &|s| s.tx_dropped);
+    io(
+        &mut o,
+        "upf_io_received_packets_total",
+        "Packets the interface queue received.",
+        &|s| s.rx_packets,
+    );
+    io(
+        &mut o,
+        "upf_io_sent_packets_total",
+        "Packets the interface queue sent.",
+        &|s| s.tx_packets,
+    );
+    io(
+        &mut o,
+        "upf_io_rx_discarded_total",
+        "Frames the queue received and discarded (not IP, too big).",
+        &|s| s.rx_discarded,
+    );
+    io(
+        &mut o,
+        "upf_io_tx_dropped_total",
+        "Packets the queue could not send (ring full, no neighbour).",
+        &|s| s.tx_dropped,
+    );
 
     o.help("upf_pfcp_sessions", "gauge", "PFCP sessions.");
     o.line("upf_pfcp_sessions", &[], c.sessions);
     o.help("upf_pfcp_associations", "gauge", "PFCP associations.");
     o.line("upf_pfcp_associations", &[], c.associations);
-    o.help("upf_pfcp_messages_received_total", "counter", "PFCP messages received, by type.");
+    o.help(
+        "upf_pfcp_messages_received_total",
+        "counter",
+        "PFCP messages received, by type.",
+    );
     for (t, &n) in c.pfcp.received.iter().enumerate() {
         if n > 0 {
             let t = u8::try_from(t).unwrap_or(0);
-            o.line("upf_pfcp_messages_received_total", &[("type", upf_pfcp::message_name(t))], n);
+            o.line(
+                "upf_pfcp_messages_received_total",
+                &[("type", upf_pfcp::message_name(t))],
+                n,
+            );
         }
     }
-    o.help("upf_pfcp_responses_sent_total", "counter", "PFCP responses sent, by cause.");
+    o.help(
+        "upf_pfcp_responses_sent_total",
+        "counter",
+        "PFCP responses sent, by cause.",
+    );
     for (v, &n) in c.pfcp.causes_sent.iter().enumerate() {
         if n > 0 {
             let cause = upf_pfcp::Cause(u8::try_from(v).unwrap_or(0));
-            o.line("upf_pfcp_responses_sent_total", &[("cause", &format!("{v}")), ("name", cause.name())], n);
+            o.line(
+                "upf_pfcp_responses_sent_total",
+                &[("cause", &format!("{v}")), ("name", cause.name())],
+                n,
+            );
         }
     }
     for (name, help, v) in [
-        ("upf_pfcp_retransmissions_answered_total", "Retransmitted requests answered from the response cache.", c.pfcp.retransmissions_answered),
-        ("upf_pfcp_retransmissions_sent_total", "Requests of ours sent again (T1 expired).", c.pfcp.retransmissions_sent),
-        ("upf_pfcp_requests_given_up_total", "Requests of ours unanswered after N1 retransmissions.", c.pfcp.requests_given_up),
-        ("upf_pfcp_dropped_total", "PFCP datagrams dropped without an answer.", c.pfcp.dropped),
-        ("upf_pfcp_reports_dropped_total", "Session reports dropped (too many awaiting a response).", c.pfcp.reports_dropped),
+        (
+            "upf_pfcp_retransmissions_answered_total",
+            "Retransmitted requests answered from the response cache.",
+            c.pfcp.retransmissions_answered,
+        ),
+        (
+            "upf_pfcp_retransmissions_sent_total",
+            "Requests of ours sent again (T1 expired).",
+            c.pfcp.retransmissions_sent,
+        ),
+        (
+            "upf_pfcp_requests_given_up_total",
+            "Requests of ours unanswered after N1 retransmissions.",
+            c.pfcp.requests_given_up,
+        ),
+        (
+            "upf_pfcp_dropped_total",
+            "PFCP datagrams dropped without an answer.",
+            c.pfcp.dropped,
+        ),
+        (
+            "upf_pfcp_reports_dropped_total",
+            "Session reports dropped (too many awaiting a response).",
+            c.pfcp.reports_dropped,
+        ),
     ] {
         o.help(name, "counter", help);
         o.line(name, &[], v);
@@ -167,24 +315,53 @@ mod tests {
         w.batches = 3;
         w.batch_time[0] = 1;
         w.batch_time[2] = 2;
-        w.io.push((Port::N3, "n3: udp \"x\"".into(), upf_io::IoStats { rx_packets: 7, ..Default::default() }));
+        w.io.push((
+            Port::N3,
+            "n3: udp \"x\"".into(),
+            upf_io::IoStats {
+                rx_packets: 7,
+                ..Default::default()
+            },
+        ));
         let mut pfcp = Stats::default();
         pfcp.received[5] = 1;
         pfcp.causes_sent[1] = 1;
-        let t = render(&[w.clone(), w], &ControlView { sessions: 1, associations: 1, pfcp, uptime_s: 5 });
-        assert!(t.contains("upf_packets_received_total{worker=\"1\",port=\"n3\"} 7\n"), "{t}");
+        let t = render(
+            &[w.clone(), w],
+            &ControlView {
+                sessions: 1,
+                associations: 1,
+                pfcp,
+                uptime_s: 5,
+            },
+        );
+        assert!(
+            t.contains("upf_packets_received_total{worker=\"1\",port=\"n3\"} 7\n"),
+            "{t}"
+        );
         assert!(t.contains("upf_packets_dropped_total{worker=\"0\",reason=\"unknown_teid\"} 2\n"));
-        assert!(t.contains("upf_batch_duration_seconds_bucket{worker=\"0\",le=\"0.000004\"} 3\n"), "{t}");
+        assert!(
+            t.contains("upf_batch_duration_seconds_bucket{worker=\"0\",le=\"0.000004\"} 3\n"),
+            "{t}"
+        );
         assert!(t.contains("upf_batch_duration_seconds_bucket{worker=\"0\",le=\"+Inf\"} 3\n"));
         assert!(t.contains("queue=\"n3: udp \\\"x\\\"\""));
-        assert!(t.contains("upf_pfcp_responses_sent_total{cause=\"1\",name=\"Request accepted (success)\"} 1"));
+        assert!(t.contains(
+            "upf_pfcp_responses_sent_total{cause=\"1\",name=\"Request accepted (success)\"} 1"
+        ));
         // Every sample line is NAME{labels} VALUE or NAME VALUE; every family has HELP and TYPE.
         for l in t.lines().filter(|l| !l.starts_with('#')) {
             let v = l.rsplit(' ').next().unwrap();
             assert!(v.parse::<f64>().is_ok(), "{l}");
             let name = l.split(['{', ' ']).next().unwrap();
-            let family = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
-            assert!(t.contains(&format!("# TYPE {family} ")) || t.contains(&format!("# TYPE {name} ")), "{name}");
+            let family = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                t.contains(&format!("# TYPE {family} ")) || t.contains(&format!("# TYPE {name} ")),
+                "{name}"
+            );
         }
     }
 }

@@ -97,7 +97,11 @@ pub fn file_config(args: &Args) -> Result<FileConfig, String> {
             "none" => Backend::None,
             "af_packet" => Backend::AfPacket,
             "af_xdp" => Backend::AfXdp,
-            _ => return Err(format!("--n6 {b:?}: expected tun, auto, none, af_packet or af_xdp")),
+            _ => {
+                return Err(format!(
+                    "--n6 {b:?}: expected tun, auto, none, af_packet or af_xdp"
+                ))
+            }
         });
     }
     if let Some(n) = args.workers {
@@ -165,7 +169,10 @@ pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
         };
     }
     cfg.n3 = tunnel_addrs(&c.n3_addresses());
-    cfg.n9 = c.n9.as_ref().filter(|i| !i.addresses.is_empty()).map(|i| tunnel_addrs(&i.addresses));
+    cfg.n9 =
+        c.n9.as_ref()
+            .filter(|i| !i.addresses.is_empty())
+            .map(|i| tunnel_addrs(&i.addresses));
     if !c.ue_pools.is_empty() {
         cfg.ue_pools = c
             .ue_pools
@@ -183,13 +190,16 @@ pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
             })
             .collect();
     }
-    cfg.smfs = c
-        .n4
-        .smfs
-        .iter()
-        .filter_map(|s| config::socket_addr(s, 8805))
-        .collect();
-    cfg.allowed_peers = c.n4.allow_peers.iter().map(|&a| AllowedPeer::Addr(a)).collect();
+    cfg.smfs =
+        c.n4.smfs
+            .iter()
+            .filter_map(|s| config::socket_addr(s, 8805))
+            .collect();
+    cfg.allowed_peers =
+        c.n4.allow_peers
+            .iter()
+            .map(|&a| AllowedPeer::Addr(a))
+            .collect();
     cfg.heartbeat_interval = Duration::from_secs(c.n4.heartbeat_interval_s.max(1));
     cfg.t1 = Duration::from_millis(c.n4.t1_ms.max(10));
     cfg.n1 = c.n4.n1;
@@ -214,17 +224,24 @@ fn tunnel_addrs(a: &[IpAddr]) -> TunnelAddrs {
 pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
     let mut acl_text = c.acl.uplink_rules.join("\n");
     if let Some(f) = &c.acl.uplink_file {
-        let t = std::fs::read_to_string(f).map_err(|e| format!("acl.uplink_file {}: {e}", f.display()))?;
+        let t = std::fs::read_to_string(f)
+            .map_err(|e| format!("acl.uplink_file {}: {e}", f.display()))?;
         acl_text.push('\n');
         acl_text.push_str(&t);
     }
     let acl = upf_dataplane::acl::Acl::load(&acl_text).map_err(|e| format!("acl: {e}"))?;
     let local = |a: &[IpAddr]| {
         let t = tunnel_addrs(a);
-        upf_dataplane::LocalAddrs { v4: t.ipv4, v6: t.ipv6 }
+        upf_dataplane::LocalAddrs {
+            v4: t.ipv4,
+            v6: t.ipv6,
+        }
     };
     let n3 = local(&c.n3_addresses());
-    let n9 = c.n9.as_ref().filter(|i| !i.addresses.is_empty()).map_or(n3, |i| local(&i.addresses));
+    let n9 =
+        c.n9.as_ref()
+            .filter(|i| !i.addresses.is_empty())
+            .map_or(n3, |i| local(&i.addresses));
     Ok(RuntimeConfig {
         workers: c.workers.count,
         cores: c.workers.cores.clone(),
@@ -245,7 +262,11 @@ pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
 fn init_logging(c: &FileConfig) {
     let filter = tracing_subscriber::EnvFilter::try_new(&c.log.level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     // A second initialisation (tests) keeps the first.
     let _ = match c.log.format {
         LogFormat::Json => b.json().try_init(),

@@ -85,6 +85,16 @@ pub enum NodeId {
     Fqdn(#[cfg_attr(test, proptest(strategy = "dns_name_strategy()"))] CompactString),
 }
 
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ipv4(a) => a.fmt(f),
+            Self::Ipv6(a) => a.fmt(f),
+            Self::Fqdn(n) => f.write_str(n),
+        }
+    }
+}
+
 /// The unspecified IPv4 address: the state of a message's Node ID before it is decoded.
 impl Default for NodeId {
     fn default() -> Self {
