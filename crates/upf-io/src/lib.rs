@@ -10,6 +10,7 @@ pub mod link;
 pub mod mem;
 mod pool;
 mod sys;
+pub mod tun;
 pub mod udp;
 
 pub use pool::Pool;
