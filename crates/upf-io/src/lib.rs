@@ -8,6 +8,7 @@
 
 pub mod link;
 pub mod mem;
+pub mod pcap;
 mod pool;
 mod sys;
 pub mod tun;
