@@ -6,6 +6,7 @@
 //! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
 //! carries a `// SAFETY:` comment.
 
+pub mod fault;
 pub mod link;
 pub mod mem;
 pub mod pcap;
