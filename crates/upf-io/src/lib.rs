@@ -6,10 +6,13 @@
 //! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
 //! carries a `// SAFETY:` comment.
 
+pub mod fault;
 pub mod link;
 pub mod mem;
+pub mod pcap;
 mod pool;
 mod sys;
+pub mod tun;
 pub mod udp;
 mod wait;
 
