@@ -3,6 +3,10 @@
 //! sent packet to the port it leaves by. Packets are [`Packet`] buffers (IP header first, with
 //! headroom for encapsulation); link-layer framing is the backend's business.
 //!
+//! Backends: [`mem`] (in-memory queues), [`udp`] (N3/N9 on a UDP socket, no privileges),
+//! [`tun`] (N6 on a multi-queue TUN device). Decorators: [`pcap::Capture`] (write a pcap file)
+//! and [`fault::Faults`] (seeded drop/duplicate/reorder, for tests).
+//!
 //! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
 //! carries a `// SAFETY:` comment.
 

@@ -230,6 +230,12 @@ mod tests {
         let e = TunIo::open_at(Path::new("/nonexistent/tun"), "upft0", Port::N6).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("modprobe tun"), "{e}");
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 && Path::new(TUN_DEVICE).exists() {
+            // Without privileges: refused with a hint, not a panic.
+            let e = TunIo::open("upfnp0", Port::N6).unwrap_err();
+            assert!(e.to_string().contains("CAP_NET_ADMIN"), "{e}");
+        }
     }
 
     /// Runs `ip` with `args`; panics (failing the test) on failure.

@@ -14,6 +14,10 @@
 //!
 //! Several workers may each own a socket on the same address with `SO_REUSEPORT`
 //! ([`UdpConfig::reuse_port`]); the kernel spreads peers over them by flow hash.
+//!
+//! Byte counters count packets as the pipeline sees them (synthesized headers included).
+//! IPv6 extension headers in front of the UDP header of a sent packet are not followed (such
+//! packets are dropped); neither are IPv4 fragments.
 
 use crate::sys::{self, Ctrl};
 use crate::{IoStats, PacketIo, Pool};
@@ -879,6 +883,7 @@ impl PacketIo for UdpIo {
         while done < msgs.len() {
             match self.send(done, msgs.len() - done) {
                 Ok(k) if k > 0 => {
+                    let k = k.min(msgs.len() - done);
                     for m in &msgs[done..done + k] {
                         sent += m.count;
                         self.stats.tx_packets += m.count as u64;
