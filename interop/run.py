@@ -21,8 +21,8 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODULES = ["pfcp", "gtpu", "n4_scapy", "n4_go"]
-REQUIRED = {"pfcp", "n4_scapy", "n4_go"}
+MODULES = ["pfcp", "gtpu", "n4_scapy", "n4_go", "dp_scapy"]
+REQUIRED = {"pfcp", "n4_scapy", "n4_go", "dp_scapy"}
 
 
 def load_checks(ctx):
@@ -63,7 +63,10 @@ def run_one(ctx, name, fn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upf", required=True, help="path to the upf binary")
+    ap.add_argument("--only", action="append", help="run only this module (repeatable)")
     args = ap.parse_args()
+    if args.only:
+        MODULES[:] = [m for m in MODULES if m in args.only]
     sys.path.insert(0, HERE)
     from common import Context
 

@@ -5,6 +5,8 @@
 use crate::config::{Backend, FileConfig, Interface};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command;
+use upf_io::pcap::{Capture, Direction};
+use upf_io::tun::TunIo;
 use upf_io::udp::{UdpConfig, UdpIo};
 use upf_io::{PacketIo, Port};
 use upf_runtime::{PortQueue, RuntimeConfig, WorkerQueues};
@@ -103,13 +105,17 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
     }
 
     // N6: plain IP.
+    let tun_name = c.n6.interface.clone().unwrap_or_else(|| "upf0".into());
     let mut b6 = c.n6.n6_backend();
     if b6 == Backend::Auto {
-        b6 = if tun_available() {
-            Backend::Tun
-        } else {
-            report.push("n6: no TUN device can be created here (not root, or no /dev/net/tun): running without N6; set n6.backend to say which".into());
-            Backend::None
+        b6 = match TunIo::open(&tun_name, Port::N6) {
+            Ok(_) => Backend::Tun,
+            Err(e) => {
+                report.push(format!(
+                    "n6: no TUN device here ({e}): running without N6; set n6.backend to choose"
+                ));
+                Backend::None
+            }
         };
     }
     match b6 {
@@ -117,11 +123,15 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
             report.push("n6: none (uplink packets to the data network are dropped)".into())
         }
         Backend::Tun => {
-            let name = c.n6.interface.clone().unwrap_or_else(|| "upf0".into());
+            let name = tun_name;
             for (i, q) in queues.iter_mut().enumerate() {
-                let io = open_tun(&name).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
+                let io =
+                    TunIo::open(&name, Port::N6).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
                 push(q, i, Port::N6, io, &c.n6)?;
             }
+            // No IPv6 link-local address: the host would otherwise send router solicitations
+            // and MLD reports into the data path (best effort: older kernels lack it).
+            let _ = ip(&["link", "set", "dev", &name, "addrgenmode", "none"]);
             ip(&["link", "set", "dev", &name, "up"]).map_err(|e| format!("n6: {e}"))?;
             if c.n6.route_ue_pools {
                 for p in &c.ue_pools_or_default() {
@@ -172,11 +182,9 @@ fn push(
         Some(path) => {
             // One capture per worker queue: NAME.wN.pcap.
             let path = path.with_extension(format!("w{worker}.pcap"));
-            return Err(format!(
-                "{}.pcap {}: not available yet",
-                port.name(),
-                path.display()
-            ));
+            let cap = Capture::create(io, &path, Direction::Both)
+                .map_err(|e| format!("{}.pcap {}: {e}", port.name(), path.display()))?;
+            Box::new(cap)
         }
         None => Box::new(io),
     };
@@ -196,12 +204,4 @@ impl FileConfig {
             .flat_map(|p| p.ipv4.iter().chain(p.ipv6.iter()).cloned())
             .collect()
     }
-}
-
-// TEMPORARY until the TUN backend lands.
-fn tun_available() -> bool {
-    false
-}
-fn open_tun(_: &str) -> std::io::Result<upf_io::mem::MemIo> {
-    Err(std::io::Error::other("TUN backend not built yet"))
 }
