@@ -112,7 +112,7 @@ fn hundred_sessions_established_modified_deleted() {
     assert_eq!(smf.heartbeat().unwrap(), a.recovery_time_stamp);
 
     let specs = specs(100, |i| {
-        UeAddr::Static(Ipv4Addr::new(10, 60, 1, 1 + i as u8))
+        UeAddr::Static(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 60, 1, 1)) + i))
     });
     let sessions: Vec<_> = smf
         .establish_many(&specs)
@@ -226,9 +226,9 @@ fn chv4_and_given_teids() {
     let mut smf = upf.smf();
     smf.associate().unwrap();
     let mut specs = specs(50, |_| UeAddr::Choose);
-    for (i, s) in specs.iter_mut().enumerate().skip(25) {
+    for (i, s) in (0u32..).zip(specs.iter_mut()).skip(25) {
         // Given uplink F-TEIDs (the SMF manages them).
-        s.ul_f_teid = Some((0x7000_0000 + i as u32, LO));
+        s.ul_f_teid = Some((0x7000_0000 + i, LO));
         s.qos = None;
     }
     let sessions: Vec<_> = smf
