@@ -1,0 +1,19 @@
+//! `upf-loadgen`: the other side of the UPF, for end-to-end tests and load.
+//!
+//! - [`smf`]: an SMF emulator, a PFCP client over UDP (association, sessions with uplink and
+//!   downlink tunnels, QER, URR; modification, deletion, release), requests in flight in a
+//!   window, retransmission after T1 up to N1 times.
+//! - [`gnb`]: a gNB/UE emulator: a TUN device holding the UE addresses on one side, GTP-U over
+//!   UDP port 2152 on the other.
+//! - [`in_netns`]: runs a closure on a thread inside a named network namespace, to create the
+//!   TUN and the sockets there.
+//!
+//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (TUNSETIFF, setns, poll),
+//! whose every block has a `// SAFETY:` comment.
+
+pub mod gnb;
+mod netns;
+pub mod smf;
+mod sys;
+
+pub use netns::{in_netns, netns_path, NETNS_DIR};

@@ -1,0 +1,103 @@
+//! The three system calls std does not wrap: attaching a TUN device (`ioctl(TUNSETIFF)`),
+//! entering a network namespace (`setns`) and waiting for a descriptor with a timeout
+//! (`poll`). The only module of the crate with `unsafe`; every block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
+
+/// `TUNSETIFF` = `_IOW('T', 202, int)` (linux/if_tun.h).
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TUN: libc::c_short = 0x0001;
+const IFF_NO_PI: libc::c_short = 0x1000;
+
+/// `struct ifreq` as TUNSETIFF reads and writes it: the name, then the flags in the union.
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Opens /dev/net/tun (non-blocking) and attaches it to the TUN device `name` (IFF_TUN | IFF_NO_PI: every
+/// read and write is one bare IP packet), creating the device if it does not exist. The
+/// device lives in the network namespace of the calling thread. Returns the descriptor and
+/// the name the kernel gave (the same unless `name` held a `%d`).
+pub fn open_tun(name: &str) -> io::Result<(File, String)> {
+    let ok = |c: char| c.is_ascii_graphic() && c != '/';
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || !name.chars().all(ok) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {name:?}"),
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open("/dev/net/tun")?;
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: IFF_TUN | IFF_NO_PI,
+        _pad: [0; 22],
+    };
+    for (d, s) in req.name.iter_mut().zip(name.bytes()) {
+        *d = libc::c_char::try_from(s).unwrap_or(0);
+    }
+    // SAFETY: the descriptor is open for the duration of the call (borrowed from `file`);
+    // TUNSETIFF reads and writes a `struct ifreq`, and `req` is a properly aligned #[repr(C)]
+    // value of at least that size (16-octet name + 24-octet union = 40 octets) that outlives
+    // the call. The name is NUL-terminated: it is shorter than IFNAMSIZ and zero-filled.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReq) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let end = req
+        .name
+        .iter()
+        .position(|&c| c == 0)
+        .unwrap_or(req.name.len());
+    let given: String = req.name[..end]
+        .iter()
+        .map(|&c| char::from(u8::try_from(c).unwrap_or(b'?')))
+        .collect();
+    Ok((file, given))
+}
+
+/// Moves the calling thread into the network namespace of `ns` (a file under
+/// /var/run/netns or /proc/PID/ns/net).
+pub fn setns_net(ns: &File) -> io::Result<()> {
+    // SAFETY: setns only reads the descriptor number, which stays open for the call (borrowed
+    // from `ns`); it changes the namespace of this thread only, which Rust does not track.
+    let r = unsafe { libc::setns(ns.as_fd().as_raw_fd(), libc::CLONE_NEWNET) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` passes; true if readable. EINTR reads as "not
+/// yet" so that the caller re-checks its stop flag.
+pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `p` is one valid pollfd that outlives the call and nfds is 1; the descriptor is
+    // borrowed, so it stays open while poll looks at it.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(r > 0 && p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+}
