@@ -8,6 +8,7 @@
 
 pub mod link;
 pub mod mem;
+mod netlink;
 mod pool;
 
 pub use pool::Pool;
