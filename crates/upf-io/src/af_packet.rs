@@ -1,7 +1,7 @@
 //! The AF_PACKET backend: one socket on one interface, owned by one worker.
 //!
 //! - **Receive**: a TPACKET_V3 ring mapped into the process (`block_count` blocks of
-//!   `block_size` octets, 4 × 1 MiB by default). A block handed to user space is walked packet
+//!   `block_size` octets, 32 × 128 KiB by default). A block handed to user space is walked packet
 //!   by packet and given back to the kernel once consumed (a batch may end in the middle of a
 //!   block; the next one continues there). Each frame loses its Ethernet header (and one
 //!   802.1Q/802.1ad tag), non-IP frames and frames for other hosts are discarded
@@ -87,8 +87,13 @@ impl AfPacketConfig {
         Self {
             interface: interface.to_string(),
             port,
-            block_size: 1 << 20,
-            block_count: 4,
+            // 4 MiB in all, as 32 blocks rather than 4 × 1 MiB: a block is handed over when
+            // full or after `block_timeout_ms`, so at moderate rates each block holds only about
+            // a millisecond of traffic, and the ring rides out a stall of the worker of about
+            // `block_count` milliseconds whatever the block size (measured here: 4 × 1 MiB lost
+            // 10-30 % of 0.1 Mpps on a loaded machine, 32 × 128 KiB nothing).
+            block_size: 128 << 10,
+            block_count: 32,
             block_timeout_ms: 1,
             fanout: None,
         }

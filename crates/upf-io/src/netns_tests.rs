@@ -466,3 +466,98 @@ fn fanout_pins_ues_to_their_worker() {
     }
     assert!(per[0] > 10 && per[1] > 10, "{per:?}");
 }
+
+/// Rough rates on this machine (not a benchmark harness): `cargo test -p upf-io --release --
+/// --ignored --nocapture measure_rates`. Receive is bounded by the generator (a plain AF_PACKET
+/// socket sending 64-frame sendmmsg batches on the other CPU); transmit is sendmmsg of
+/// 256-packet batches to a resolved neighbour, the peer's kernel dropping them.
+#[test]
+#[ignore]
+fn measure_rates() {
+    if !root() {
+        return;
+    }
+    let v = Veth::new();
+    v.addresses();
+    let gen = in_ns(&v.b, || RawSock::open(&v.b_if));
+    let mut io = in_ns(&v.a, || {
+        AfPacketIo::open(AfPacketConfig::new(&v.a_if, Port::N6)).unwrap()
+    });
+    let a_mac = io.next_hops().link().mac;
+    let ip = ipv4([10, 200, 0, 2], [10, 200, 0, 1], 17, &udp(9, 9, &[0; 18]));
+    let mut frame = eth(0x0800, false);
+    frame[..6].copy_from_slice(&a_mac);
+    frame.extend_from_slice(&ip);
+    let secs = 2.0;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let sent = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut iov = vec![
+                libc::iovec {
+                    iov_base: frame.as_ptr() as *mut _,
+                    iov_len: frame.len()
+                };
+                64
+            ];
+            // SAFETY: zeroed mmsghdr is valid; fields set below.
+            let mut msgs: Vec<libc::mmsghdr> =
+                (0..64).map(|_| unsafe { std::mem::zeroed() }).collect();
+            for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: msgs point at iov, which points at frame; all outlive the call.
+                let r = unsafe { libc::sendmmsg(gen.fd.as_raw_fd(), msgs.as_mut_ptr(), 64, 0) };
+                if r > 0 {
+                    n += r as u64;
+                }
+            }
+            n
+        });
+        let mut pool = Pool::new(1024);
+        let mut b = Vec::with_capacity(256);
+        let t = Instant::now();
+        while t.elapsed().as_secs_f64() < secs {
+            io.rx_batch(&mut pool, &mut b, 256).unwrap();
+            pool.put_all(b.drain(..));
+        }
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap()
+    });
+    let s = io.stats();
+    eprintln!(
+        "rx: {:.3} Mpps received, generator sent {:.3} Mpps, ring drops {}",
+        s.rx_packets as f64 / secs / 1e6,
+        sent as f64 / secs / 1e6,
+        io.ring_drops()
+    );
+    // TX to the resolved peer.
+    let out = ipv4([10, 200, 0, 1], [10, 200, 0, 2], 17, &udp(9, 9, &[0; 18]));
+    let mut pool = Pool::new(1024);
+    for _ in 0..100 {
+        let mut b = vec![Packet::from_bytes(Port::N6, &out).unwrap()];
+        if io.tx_batch(&mut b, &mut pool).unwrap() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = io.stats();
+    let t = Instant::now();
+    let mut b = Vec::with_capacity(256);
+    while t.elapsed().as_secs_f64() < secs {
+        for _ in 0..256 {
+            let mut p = pool.get(Port::N6);
+            p.load(Port::N6, &out);
+            b.push(p);
+        }
+        io.tx_batch(&mut b, &mut pool).unwrap();
+    }
+    let s = io.stats();
+    eprintln!(
+        "tx: {:.3} Mpps sent, {} dropped",
+        (s.tx_packets - before.tx_packets) as f64 / secs / 1e6,
+        s.tx_dropped - before.tx_dropped
+    );
+}
