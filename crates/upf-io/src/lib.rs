@@ -10,9 +10,14 @@
 //! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
 //! carries a `// SAFETY:` comment.
 
+pub mod af_packet;
+pub mod fanout;
 pub mod fault;
 pub mod link;
 pub mod mem;
+mod netlink;
+#[cfg(test)]
+mod netns_tests;
 pub mod pcap;
 mod pool;
 mod sys;

@@ -3,9 +3,11 @@
 //! next hop of a packet, taken from the kernel's routing and neighbour tables (never
 //! configured by hand).
 
+use crate::netlink;
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// An Ethernet interface of this host.
@@ -18,16 +20,47 @@ pub struct Link {
 }
 
 impl Link {
-    /// Looks `name` up; a clear error when there is no such interface.
+    /// Looks `name` up in the network namespace of the calling thread (ioctls on a socket,
+    /// not /sys, which shows the namespace it was mounted in); a clear error when there is no
+    /// such interface.
     pub fn by_name(name: &str) -> io::Result<Link> {
-        let base = format!("/sys/class/net/{name}");
-        let read = |f: &str| {
-            std::fs::read_to_string(format!("{base}/{f}"))
-                .map_err(|e| io::Error::new(e.kind(), format!("interface {name:?}: {f}: {e}")))
+        let err = |what: &str, e: io::Error| {
+            io::Error::new(e.kind(), format!("interface {name:?}: {what}: {e}"))
         };
-        let ifindex = read("ifindex")?.trim().parse().map_err(invalid)?;
-        let mtu = read("mtu")?.trim().parse().map_err(invalid)?;
-        let mac = parse_mac(read("address")?.trim()).ok_or_else(|| invalid("address"))?;
+        if name.is_empty() || name.len() >= 16 || name.contains('\0') {
+            return Err(invalid(format!("interface name {name:?}")));
+        }
+        // SAFETY: plain socket(2); the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(err("socket", io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ask = |req: libc::c_ulong| -> io::Result<[u8; 24]> {
+            let mut ifr = IfReq {
+                name: [0; 16],
+                data: [0; 24],
+            };
+            ifr.name[..name.len()].copy_from_slice(name.as_bytes());
+            // SAFETY: ifr is a struct ifreq (name, then the 24-octet union) that the kernel
+            // reads and writes during the call.
+            let r = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, &raw mut ifr) };
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(ifr.data)
+            }
+        };
+        let i32_of = |d: [u8; 24]| i32::from_ne_bytes([d[0], d[1], d[2], d[3]]);
+        let ifindex = ask(SIOCGIFINDEX).map_err(|e| err("index", e))?;
+        let ifindex = u32::try_from(i32_of(ifindex)).map_err(invalid)?;
+        let mtu = ask(SIOCGIFMTU).map_err(|e| err("mtu", e))?;
+        let mtu = u32::try_from(i32_of(mtu)).map_err(invalid)?;
+        // struct sockaddr: family (2 octets), then the address.
+        let hw = ask(SIOCGIFHWADDR).map_err(|e| err("address", e))?;
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&hw[2..8]);
         Ok(Link {
             name: name.to_string(),
             ifindex,
@@ -35,6 +68,17 @@ impl Link {
             mtu,
         })
     }
+}
+
+const SIOCGIFMTU: libc::c_ulong = 0x8921;
+const SIOCGIFHWADDR: libc::c_ulong = 0x8927;
+const SIOCGIFINDEX: libc::c_ulong = 0x8933;
+
+/// struct ifreq: the name, then a union of at most 24 octets (struct ifmap).
+#[repr(C, align(8))]
+struct IfReq {
+    name: [u8; 16],
+    data: [u8; 24],
 }
 
 fn invalid(e: impl std::fmt::Display) -> io::Error {
@@ -51,20 +95,52 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 }
 
 /// Next-hop MAC addresses out of one interface, cached and refreshed from the kernel.
+///
+/// A lookup asks the kernel over rtnetlink: RTM_GETROUTE for the destination out of this
+/// interface (gateway, or on-link), then RTM_GETNEIGH for that next hop on the interface.
+/// When the neighbour is unknown (or INCOMPLETE/FAILED) the kernel is made to resolve it by
+/// sending an empty UDP datagram to the next hop's discard port (9) from a socket bound to the
+/// interface (SO_BINDTODEVICE): the kernel's own ARP/ND runs, and a later call finds the entry.
+/// Resolved entries are used for `ttl`; failed lookups are not repeated for `retry`, so a dead
+/// next hop costs a few system calls per `retry`, not per packet. A cache hit touches only the
+/// HashMap.
 #[derive(Debug)]
 pub struct NextHops {
     link: Link,
     cache: HashMap<IpAddr, ([u8; 6], Instant)>,
+    /// Destinations whose lookup failed recently, and when.
+    misses: HashMap<IpAddr, Instant>,
     /// How long a resolved entry is used before it is looked up again.
     ttl: Duration,
+    /// How long after a failed lookup the next one is tried.
+    retry: Duration,
+    nl: Option<netlink::Socket>,
+    /// UDP sockets bound to the interface that trigger resolution (IPv4, IPv6).
+    kick4: Option<OwnedFd>,
+    kick6: Option<OwnedFd>,
+    /// Resolutions asked of the kernel so far (for tests and the log).
+    pub kicks: u64,
 }
+
+/// Destinations cached at most; beyond, the cache starts over (N6 egress has one entry per
+/// remote destination, and the table must stay bounded).
+const MAX_CACHED: usize = 65_536;
 
 impl NextHops {
     pub fn new(link: Link) -> Self {
+        let link_name = link.name.clone();
         Self {
             link,
             cache: HashMap::new(),
+            misses: HashMap::new(),
             ttl: Duration::from_secs(5),
+            retry: Duration::from_millis(20),
+            // Opened now, so that they live in the network namespace of the interface (the
+            // caller's), whichever thread looks up later.
+            nl: netlink::Socket::open().ok(),
+            kick4: bound_udp(libc::AF_INET, &link_name).ok(),
+            kick6: bound_udp(libc::AF_INET6, &link_name).ok(),
+            kicks: 0,
         }
     }
 
@@ -76,27 +152,148 @@ impl NextHops {
     /// drops the packet and counts it; resolution is asked of the kernel meanwhile).
     pub fn mac_for(&mut self, dst: IpAddr, now: Instant) -> Option<[u8; 6]> {
         if let Some(&(mac, t)) = self.cache.get(&dst) {
-            if now.duration_since(t) < self.ttl {
+            if now.saturating_duration_since(t) < self.ttl {
                 return Some(mac);
             }
         }
-        let mac = self.lookup(dst)?;
-        self.cache.insert(dst, (mac, now));
-        Some(mac)
+        self.mac_for_slow(dst, now)
     }
 
-    /// First version: IPv4 on-link neighbours from /proc/net/arp.
-    fn lookup(&self, dst: IpAddr) -> Option<[u8; 6]> {
-        let IpAddr::V4(d) = dst else { return None };
-        let arp = std::fs::read_to_string("/proc/net/arp").ok()?;
-        arp.lines().skip(1).find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (ip, mac, dev) = (f.first()?, f.get(3)?, f.get(5)?);
-            (ip.parse::<Ipv4Addr>().ok()? == d && *dev == self.link.name)
-                .then(|| parse_mac(mac))
-                .flatten()
-                .filter(|m| *m != [0; 6])
-        })
+    #[cold]
+    fn mac_for_slow(&mut self, dst: IpAddr, now: Instant) -> Option<[u8; 6]> {
+        if let Some(&t) = self.misses.get(&dst) {
+            if now.saturating_duration_since(t) < self.retry {
+                return None;
+            }
+        }
+        match self.lookup(dst) {
+            Some(mac) => {
+                if self.cache.len() >= MAX_CACHED {
+                    self.cache.clear();
+                }
+                self.cache.insert(dst, (mac, now));
+                self.misses.remove(&dst);
+                Some(mac)
+            }
+            None => {
+                self.cache.remove(&dst);
+                if self.misses.len() >= MAX_CACHED {
+                    self.misses.clear();
+                }
+                self.misses.insert(dst, now);
+                None
+            }
+        }
+    }
+
+    /// Route, then neighbour; asks the kernel to resolve a missing or stale neighbour.
+    fn lookup(&mut self, dst: IpAddr) -> Option<[u8; 6]> {
+        let ifindex = self.link.ifindex;
+        if self.nl.is_none() {
+            self.nl = netlink::Socket::open().ok();
+        }
+        let nl = self.nl.as_mut()?;
+        let route = nl.route(dst, ifindex).ok()?;
+        if route.rtype != netlink::RTN_UNICAST || route.oif.is_some_and(|o| o != ifindex) {
+            return None;
+        }
+        let hop = route.gateway.unwrap_or(dst);
+        let neigh = nl.neigh(hop, ifindex).ok()?;
+        let mac = neigh.and_then(|n| n.usable_mac());
+        // Unknown, INCOMPLETE or FAILED: resolve. STALE: used, but make the kernel confirm it
+        // (it never sees our traffic, so it would not otherwise).
+        if mac.is_none() || neigh.is_some_and(|n| n.state & netlink::NUD_STALE != 0) {
+            self.kick(hop);
+        }
+        mac
+    }
+
+    /// Makes the kernel resolve `hop` on this interface: an empty UDP datagram to its discard
+    /// port from a socket bound to the interface queues behind the kernel's ARP/ND.
+    fn kick(&mut self, hop: IpAddr) {
+        self.kicks += 1;
+        let (slot, fam) = match hop {
+            IpAddr::V4(_) => (&mut self.kick4, libc::AF_INET),
+            IpAddr::V6(_) => (&mut self.kick6, libc::AF_INET6),
+        };
+        if slot.is_none() {
+            *slot = bound_udp(fam, &self.link.name).ok();
+        }
+        let Some(fd) = slot.as_ref() else { return };
+        let (sa, len) = sockaddr(hop, 9, self.link.ifindex);
+        // SAFETY: sa is a sockaddr_storage holding a sockaddr_in/in6 of length len; a
+        // zero-length datagram reads no buffer.
+        unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                (&raw const sa).cast(),
+                len,
+            );
+        }
+    }
+}
+
+/// A non-blocking UDP socket of family `fam` bound to interface `name` (needs CAP_NET_RAW,
+/// which an AF_PACKET backend has anyway).
+fn bound_udp(fam: libc::c_int, name: &str) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2); the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            fam,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: name's bytes are valid for the length passed (no terminator needed).
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            name.as_ptr().cast(),
+            libc::socklen_t::try_from(name.len()).unwrap_or(0),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// A socket address for `ip:port` (scope `ifindex` for IPv6) and its length.
+pub(crate) fn sockaddr(
+    ip: IpAddr,
+    port: u16,
+    ifindex: u32,
+) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match ip {
+        IpAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2);
+            sin.sin_port = port.to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+            (ss, netlink::socklen_of::<libc::sockaddr_in>())
+        }
+        IpAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::sa_family_t::try_from(libc::AF_INET6).unwrap_or(10);
+            sin6.sin6_port = port.to_be();
+            sin6.sin6_addr.s6_addr = a.octets();
+            sin6.sin6_scope_id = ifindex;
+            (ss, netlink::socklen_of::<libc::sockaddr_in6>())
+        }
     }
 }
 
