@@ -6,6 +6,7 @@
 //! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
 //! carries a `// SAFETY:` comment.
 
+pub mod af_xdp;
 pub mod link;
 pub mod mem;
 mod pool;
