@@ -550,7 +550,10 @@ impl XskIo {
             if self.xsk.tx.free() == self.umem.frames / 2 {
                 break;
             }
-            if !self.xsk.kick()? {
+            // With XDP_USE_NEED_WAKEUP the kernel says when it needs the kick; copy mode
+            // always does (it sends from the kick).
+            let wanted = self.xsk.tx.needs_wakeup() || !self.zero_copy;
+            if !wanted || !self.xsk.kick()? {
                 break;
             }
         }

@@ -164,6 +164,7 @@ pub fn context(e: io::Error, what: &str) -> io::Error {
         }
         Some(libc::EAFNOSUPPORT) => " (this kernel has no AF_XDP: CONFIG_XDP_SOCKETS)",
         Some(libc::ENODEV) => " (no such interface)",
+        Some(libc::EBUSY) => " (another XDP program is attached, or the queue has a socket)",
         _ => "",
     };
     io::Error::new(e.kind(), format!("{what}: {e}{hint}"))

@@ -799,3 +799,95 @@ fn veth_n6_plain_ip_rx() {
     drop(iface);
     assert!(!v.xdp_attached());
 }
+
+/// Rough rates on a veth pair (2 vCPUs shared by sender and receiver; noisy):
+/// `cargo test --release -p upf-io veth_rates -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn veth_rates() {
+    if !root("veth_rates") {
+        return;
+    }
+    let v = Veth::new("r");
+    let peer = v.peer_socket();
+    let pmac = v.peer_mac();
+    let (local, remote) = (v.ip(1), v.ip(2));
+    let iface = XdpInterface::open(&v.a, XdpConfig::new(Port::N3, 2)).unwrap();
+    let mac = iface.link().mac;
+    let mut io = iface.socket(0).unwrap();
+    let mut pool = Pool::new(1024);
+    sh(&[
+        "ip",
+        "neigh",
+        "replace",
+        &Ipv4Addr::from(remote).to_string(),
+        "lladdr",
+        &pmac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+        "dev",
+        &v.a,
+        "nud",
+        "permanent",
+    ]);
+
+    // TX: 64-packet batches for 1 s.
+    let pkt = ipv4(local, remote, 17, 0, &udp(2152, 7777, &[0; 64]));
+    let t = Instant::now();
+    let mut batch = Vec::with_capacity(64);
+    while t.elapsed() < Duration::from_secs(1) {
+        for _ in 0..64 {
+            let mut p = pool.get(Port::N3);
+            p.load(Port::N3, &pkt);
+            batch.push(p);
+        }
+        io.tx_batch(&mut batch, &mut pool).unwrap();
+    }
+    let s = io.stats();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "AF_XDP TX: {:.0} kpps sent, {} dropped (ring full) in {secs:.2} s",
+        s.tx_packets as f64 / secs / 1e3,
+        s.tx_dropped
+    );
+
+    // RX: the peer sends G-PDUs as fast as AF_PACKET goes, for 1 s.
+    let inner = ipv4([10, 60, 0, 1], [8, 8, 8, 8], 17, 0, &udp(1, 2, &[0; 36]));
+    let frame = eth(
+        mac,
+        pmac,
+        None,
+        0x0800,
+        &ipv4(remote, local, 17, 0, &udp(2152, GTPU, &gpdu_psc(7, &inner))),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let sender = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: frame is a live buffer of the length passed.
+            if unsafe { libc::send(peer.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) } > 0 {
+                n += 1;
+            }
+        }
+        n
+    });
+    let t = Instant::now();
+    let mut got = Vec::with_capacity(64);
+    let mut rx = 0u64;
+    while t.elapsed() < Duration::from_secs(1) {
+        rx += io.rx_batch(&mut pool, &mut got, 64).unwrap() as u64;
+        pool.put_all(got.drain(..));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "AF_XDP RX: {:.0} kpps received of {:.0} kpps sent by AF_PACKET; kernel: {:?}",
+        rx as f64 / secs / 1e3,
+        sent as f64 / secs / 1e3,
+        io.kernel_stats().unwrap()
+    );
+}
