@@ -11,6 +11,7 @@
 //! carries a `// SAFETY:` comment.
 
 pub mod af_packet;
+pub mod af_xdp;
 pub mod fanout;
 pub mod fault;
 pub mod link;

@@ -1,0 +1,308 @@
+//! Kernel ABI of AF_XDP (`linux/if_xdp.h`) and of the `bpf(2)` system call (`linux/bpf.h`),
+//! declared here rather than taken from a binding crate, and thin wrappers that turn errno
+//! into `io::Error`s that say what was being done.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+pub const AF_XDP: libc::c_int = 44;
+pub const SOL_XDP: libc::c_int = 283;
+
+pub const XDP_MMAP_OFFSETS: libc::c_int = 1;
+pub const XDP_RX_RING: libc::c_int = 2;
+pub const XDP_TX_RING: libc::c_int = 3;
+pub const XDP_UMEM_REG: libc::c_int = 4;
+pub const XDP_UMEM_FILL_RING: libc::c_int = 5;
+pub const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
+pub const XDP_STATISTICS: libc::c_int = 7;
+
+pub const XDP_COPY: u16 = 1 << 1;
+pub const XDP_ZEROCOPY: u16 = 1 << 2;
+pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+pub const XDP_RING_NEED_WAKEUP: u32 = 1;
+
+pub const XDP_PGOFF_RX_RING: libc::off_t = 0;
+pub const XDP_PGOFF_TX_RING: libc::off_t = 0x8000_0000;
+pub const XDP_UMEM_PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
+pub const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct XdpRingOffset {
+    pub producer: u64,
+    pub consumer: u64,
+    pub desc: u64,
+    pub flags: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct XdpMmapOffsets {
+    pub rx: XdpRingOffset,
+    pub tx: XdpRingOffset,
+    pub fr: XdpRingOffset,
+    pub cr: XdpRingOffset,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct XdpUmemReg {
+    pub addr: u64,
+    pub len: u64,
+    pub chunk_size: u32,
+    pub headroom: u32,
+    pub flags: u32,
+    pub tx_metadata_len: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SockaddrXdp {
+    pub family: u16,
+    pub flags: u16,
+    pub ifindex: u32,
+    pub queue_id: u32,
+    pub shared_umem_fd: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct XdpDesc {
+    pub addr: u64,
+    pub len: u32,
+    pub options: u32,
+}
+
+/// Kernel-side counters of one socket (`XDP_STATISTICS`).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct XdpStatistics {
+    /// Dropped for other reasons than an invalid descriptor (e.g. no frame in the fill ring).
+    pub rx_dropped: u64,
+    pub rx_invalid_descs: u64,
+    pub tx_invalid_descs: u64,
+    /// The RX ring was full.
+    pub rx_ring_full: u64,
+    pub rx_fill_ring_empty_descs: u64,
+    pub tx_ring_empty_descs: u64,
+}
+
+// bpf(2) commands, map and program types, attach types, helpers.
+pub const BPF_MAP_CREATE: libc::c_long = 0;
+pub const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+pub const BPF_PROG_LOAD: libc::c_long = 5;
+pub const BPF_PROG_TEST_RUN: libc::c_long = 10;
+pub const BPF_LINK_CREATE: libc::c_long = 28;
+pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub const BPF_PROG_TYPE_XDP: u32 = 6;
+pub const BPF_XDP: u32 = 37;
+pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// `union bpf_attr`, as zeroed 8-octet words written at the documented offsets (large enough
+/// for every command used here; the kernel checks that the tail it does not know is zero).
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy)]
+pub struct BpfAttr([u8; 128]);
+
+impl BpfAttr {
+    pub fn new() -> Self {
+        Self([0; 128])
+    }
+    pub fn u32(&mut self, off: usize, v: u32) -> &mut Self {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub fn u64(&mut self, off: usize, v: u64) -> &mut Self {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub fn bytes(&mut self, off: usize, v: &[u8]) -> &mut Self {
+        self.0[off..off + v.len()].copy_from_slice(v);
+        self
+    }
+    pub fn get_u32(&self, off: usize) -> u32 {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&self.0[off..off + 4]);
+        u32::from_ne_bytes(b)
+    }
+}
+
+/// Calls `bpf(cmd, attr)`; the result (an fd or 0) or the errno.
+pub fn bpf(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<libc::c_long> {
+    // SAFETY: attr is a valid, writable, 8-aligned buffer of the size passed; the kernel reads
+    // and writes at most that many octets. Pointers inside it (set by the callers) point to
+    // live buffers of the lengths written beside them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut BpfAttr,
+            std::mem::size_of::<BpfAttr>(),
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `bpf()` for a command that returns a new descriptor.
+pub fn bpf_fd(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
+    let r = bpf(cmd, attr)?;
+    let fd = RawFd::try_from(r).map_err(|_| io::Error::other("bpf(): descriptor out of range"))?;
+    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds what was being done (and a hint for the common causes) to an OS error.
+pub fn context(e: io::Error, what: &str) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            " (needs root: CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF)"
+        }
+        Some(libc::EAFNOSUPPORT) => " (this kernel has no AF_XDP: CONFIG_XDP_SOCKETS)",
+        Some(libc::ENODEV) => " (no such interface)",
+        Some(libc::EBUSY) => " (another XDP program is attached, or the queue has a socket)",
+        _ => "",
+    };
+    io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
+}
+
+pub fn setsockopt<T>(fd: &OwnedFd, name: libc::c_int, v: &T, what: &str) -> io::Result<()> {
+    // SAFETY: v points to a live T of the length passed; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            SOL_XDP,
+            name,
+            (v as *const T).cast(),
+            socklen::<T>(),
+        )
+    };
+    if r < 0 {
+        return Err(context(io::Error::last_os_error(), what));
+    }
+    Ok(())
+}
+
+/// Reads an XDP socket option of type `T` (plain old data: integers only).
+pub fn getsockopt<T: Default>(fd: &OwnedFd, name: libc::c_int, what: &str) -> io::Result<T> {
+    let mut v = T::default();
+    let mut len = socklen::<T>();
+    // SAFETY: v is a live, writable T and len its size; the kernel writes at most len octets
+    // of integers (any bit pattern is a valid T for the types used here).
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            SOL_XDP,
+            name,
+            (&mut v as *mut T).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(context(io::Error::last_os_error(), what));
+    }
+    Ok(v)
+}
+
+fn socklen<T>() -> libc::socklen_t {
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(0)
+}
+
+/// An mmap'd region, unmapped on drop.
+#[derive(Debug)]
+pub struct Mmap {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; access is synchronised by its
+// owner (one worker thread), and the shared ring words are accessed through atomics.
+unsafe impl Send for Mmap {}
+
+impl Mmap {
+    /// Anonymous private memory (the UMEM), populated.
+    pub fn anonymous(len: usize) -> io::Result<Mmap> {
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(context(io::Error::last_os_error(), "mmap UMEM"));
+        }
+        Ok(Mmap { ptr: p.cast(), len })
+    }
+
+    /// A ring of an XDP socket, shared with the kernel.
+    pub fn ring(fd: &OwnedFd, len: usize, pgoff: libc::off_t, what: &str) -> io::Result<Mmap> {
+        // SAFETY: maps the socket's ring at the offset the kernel defines for it; the kernel
+        // checks the length against the ring it allocated.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                pgoff,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(context(io::Error::last_os_error(), what));
+        }
+        Ok(Mmap { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned; nothing refers to the region after
+        // its owner is dropped.
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// A new AF_XDP socket.
+pub fn xdp_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; the descriptor returned is owned by nobody else.
+    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(context(io::Error::last_os_error(), "socket(AF_XDP)"));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub fn bind_xdp(fd: &OwnedFd, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
+    let sa = SockaddrXdp {
+        family: AF_XDP as u16,
+        flags,
+        ifindex,
+        queue_id: queue,
+        shared_umem_fd: 0,
+    };
+    // SAFETY: sa is a valid sockaddr_xdp of the length passed.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const SockaddrXdp).cast(),
+            socklen::<SockaddrXdp>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

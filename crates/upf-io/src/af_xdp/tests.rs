@@ -1,0 +1,893 @@
+//! Tests of the AF_XDP backend. Those that load programs or open sockets need root and skip
+//! (printing why) without it; the veth tests build their own network namespace.
+
+use super::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::process::Command;
+use std::time::Duration;
+
+fn root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let r = unsafe { libc::geteuid() } == 0;
+    if !r {
+        println!("{test}: skipped (needs root for BPF and AF_XDP)");
+    }
+    r
+}
+
+/// xorshift64*, deterministic.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn csum(b: &[u8]) -> u16 {
+    let mut s: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
+    h[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    h[6..8].copy_from_slice(&frag.to_be_bytes());
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
+fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(payload);
+    h
+}
+
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// A G-PDU with a PDU Session Container (uplink, QFI 9) around `inner`.
+fn gpdu_psc(teid: u32, inner: &[u8]) -> Vec<u8> {
+    let mut g = vec![0x34, 255];
+    g.extend_from_slice(&((4 + 4 + inner.len()) as u16).to_be_bytes());
+    g.extend_from_slice(&teid.to_be_bytes());
+    g.extend_from_slice(&[0, 0, 0, 0x85]);
+    g.extend_from_slice(&[1, 0x10, 9, 0]);
+    g.extend_from_slice(inner);
+    g
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    if let Some(v) = vlan {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&v.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+const L4: [u8; 4] = [10, 0, 0, 1];
+const L6: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// A frame from the families the program distinguishes, often malformed.
+fn random_frame(r: &mut Rng) -> Vec<u8> {
+    let inner = match r.below(4) {
+        0 => ipv4(
+            r.bytes(4).try_into().unwrap(),
+            [8, 8, 8, 8],
+            17,
+            0,
+            &udp(1, 2, &r.bytes(10)),
+        ),
+        1 => ipv6(r.bytes(16).try_into().unwrap(), L6, 6, &r.bytes(20)),
+        2 => {
+            let n = r.below(30) as usize;
+            r.bytes(n)
+        }
+        _ => {
+            let n = r.below(50) as usize;
+            let mut v = r.bytes(n);
+            if let Some(b) = v.first_mut() {
+                *b = 0x45;
+            }
+            v
+        }
+    };
+    // GTP-U header: flags, type, extensions.
+    let flags = match r.below(8) {
+        0 => r.next() as u8,
+        1 => 0x30,
+        2 => 0x32,
+        3 => 0x31,
+        _ => 0x34,
+    };
+    let mtype = match r.below(10) {
+        0 => 1,
+        1 => 26,
+        2 => 254,
+        _ => 255,
+    };
+    let mut g = vec![flags, mtype, 0, 0, 0, 0, 0, 1];
+    if flags & 7 != 0 {
+        let max = if r.chance(10) { 12 } else { 4 };
+        let nexts = r.below(max) as usize;
+        g.extend_from_slice(&[0, 0, 0, if nexts > 0 { 0x85 } else { 0 }]);
+        for i in 0..nexts {
+            let l = if r.chance(5) {
+                0
+            } else {
+                1 + r.below(3) as usize
+            };
+            let mut e = vec![l as u8];
+            e.extend(r.bytes((4 * l).saturating_sub(2)));
+            e.push(if i + 1 == nexts && !r.chance(5) {
+                0
+            } else {
+                0x85
+            });
+            g.extend(e);
+        }
+    }
+    g.extend_from_slice(&inner);
+    let dport = if r.chance(85) { GTPU } else { 2153 };
+    let l4 = udp(2152, dport, &g);
+    let v4dst = match r.below(6) {
+        0 => r.bytes(4).try_into().unwrap(),
+        1 => [224, 0, 0, 5],
+        2 => [255, 255, 255, 255],
+        _ => L4,
+    };
+    let mut v6dst: [u8; 16] = match r.below(6) {
+        0 => r.bytes(16).try_into().unwrap(),
+        1 => [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 1],
+        2 => [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8],
+        _ => L6,
+    };
+    if r.chance(5) {
+        v6dst[0] = 0xfe;
+        v6dst[1] = 0xc0;
+    }
+    let proto = match r.below(10) {
+        0 => 6,
+        1 => 58,
+        _ => 17,
+    };
+    let (ethertype, l3) = match r.below(10) {
+        0 => (0x0806, r.bytes(28)),
+        1..=5 => {
+            let frag = match r.below(10) {
+                0 => 0x2000,
+                1 => 0x0010,
+                2 => 0x4000,
+                _ => 0,
+            };
+            let mut p = ipv4([192, 0, 2, 1], v4dst, proto, frag, &l4);
+            if r.chance(5) {
+                p[0] = 0x44 + r.below(3) as u8 * 0x10; // bad IHL or version
+            }
+            (0x0800, p)
+        }
+        _ => {
+            let payload = if proto == 58 {
+                let mut p = vec![128 + r.below(12) as u8];
+                p.extend(r.bytes(20));
+                p
+            } else {
+                l4
+            };
+            (
+                0x86dd,
+                ipv6(
+                    [0x20, 1, 0xd, 0xb8, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                    v6dst,
+                    proto,
+                    &payload,
+                ),
+            )
+        }
+    };
+    let vlan = r.chance(20).then_some(100);
+    let mut f = eth([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], vlan, ethertype, &l3);
+    if r.chance(15) {
+        let keep = 14 + r.below((f.len() - 13) as u64) as usize;
+        f.truncate(keep);
+    }
+    f
+}
+
+const GTPU: u16 = prog::GTPU_PORT;
+
+#[test]
+fn reference_steers_like_the_runtime() {
+    // steer::worker_of(steer::ue_hash(10.60.0.7), 4), written out.
+    let k = u64::from(u32::from(Ipv4Addr::new(10, 60, 0, 7)));
+    let h = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32;
+    let w = ((u64::from(h) * 4) >> 32) as u32;
+    let inner = ipv4([10, 60, 0, 7], [8, 8, 8, 8], 17, 0, &udp(1, 2, b"x"));
+    let f = eth(
+        [0; 6],
+        [0; 6],
+        None,
+        0x0800,
+        &ipv4(
+            [192, 0, 2, 1],
+            L4,
+            17,
+            0,
+            &udp(1, GTPU, &gpdu_psc(1, &inner)),
+        ),
+    );
+    let filter = Filter::new(true, vec![IpAddr::from(L4)], 4);
+    assert_eq!(xdp_worker(&f, &filter), Some(w));
+    // Not to a local address, or not GTP-U: the kernel's.
+    let other = Filter::new(true, vec![IpAddr::from([10, 0, 0, 2])], 4);
+    assert_eq!(xdp_worker(&f, &other), None);
+    // IPv6 UE: by the upper 64 bits.
+    let a6 = Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 3, 4, 5, 6);
+    let inner6 = ipv6(a6.octets(), L6, 17, &udp(1, 2, b"y"));
+    let f6 = eth(
+        [0; 6],
+        [0; 6],
+        Some(7),
+        0x0800,
+        &ipv4(
+            [192, 0, 2, 1],
+            L4,
+            17,
+            0,
+            &udp(1, GTPU, &gpdu_psc(1, &inner6)),
+        ),
+    );
+    let k6 = (u128::from(a6) >> 64) as u64;
+    assert_eq!(xdp_worker(&f6, &filter), Some(worker_of_key(k6, 4)));
+    // N6: by destination; ARP and multicast pass.
+    let n6 = Filter::new(false, vec![IpAddr::from(L4)], 3);
+    let d = eth(
+        [0; 6],
+        [0; 6],
+        None,
+        0x0800,
+        &ipv4([8, 8, 8, 8], [10, 60, 0, 7], 17, 0, &udp(1, 2, b"z")),
+    );
+    assert_eq!(xdp_worker(&d, &n6), Some(worker_of_key(k, 3)));
+    assert_eq!(
+        xdp_worker(&eth([0; 6], [0; 6], None, 0x0806, &[0; 28]), &n6),
+        None
+    );
+    let m = eth(
+        [0; 6],
+        [0; 6],
+        None,
+        0x0800,
+        &ipv4([8, 8, 8, 8], [224, 0, 0, 1], 17, 0, &udp(1, 2, b"z")),
+    );
+    assert_eq!(xdp_worker(&m, &n6), None);
+}
+
+#[test]
+fn ethernet_framing_helpers() {
+    let ip = ipv4([1, 2, 3, 4], [5, 6, 7, 8], 17, 0, &udp(1, 2, b"ab"));
+    let mut f = eth([0; 6], [0; 6], Some(5), 0x0800, &ip);
+    f.extend_from_slice(&[0; 10]); // padding
+    let off = ip_offset(&f).unwrap();
+    assert_eq!(off, 18);
+    assert_eq!(ip_trim(&f[off..]), &ip[..]);
+    assert_eq!(ip_dst(&ip), Some(IpAddr::from([5, 6, 7, 8])));
+    assert_eq!(
+        ip_offset(&eth([0; 6], [0; 6], None, 0x0806, &[0; 28])),
+        None
+    );
+}
+
+#[test]
+fn errors_are_clear() {
+    let e = XdpInterface::open("no-such-if0", XdpConfig::new(Port::N3, 1)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+    assert!(capabilities("no-such-if0").is_err());
+}
+
+#[test]
+fn program_agrees_with_reference() {
+    if !root("program_agrees_with_reference") {
+        return;
+    }
+    // The redirect succeeds only into a bound socket: bind one to lo's queue 0 (no program is
+    // attached to lo, so its traffic is untouched).
+    let lo = Link::by_name("lo").unwrap();
+    let umem = Umem::new(64, 2048).unwrap();
+    let xsk = Xsk::bind(&umem, lo.ifindex, 0, sys::XDP_COPY).unwrap();
+    let map = bpf::create_xskmap(1).unwrap();
+    bpf::map_update_u32(&map, 0, xsk.fd.as_raw_fd() as u32).unwrap();
+    let filters = [
+        Filter::new(true, vec![IpAddr::from(L4), IpAddr::from(L6)], 2),
+        Filter::new(true, vec![IpAddr::from(L4), IpAddr::from([10, 0, 0, 9])], 3),
+        Filter::new(false, vec![IpAddr::from(L4), IpAddr::from(L6)], 4),
+        Filter::new(false, vec![], 1),
+    ];
+    let mut r = Rng(0x5eed_1234_abcd_0001);
+    let (mut redirected, mut passed) = (0, 0);
+    let mut seen = [false; 4];
+    for filter in &filters {
+        let prog = bpf::load_xdp(&prog::program(filter, &map).unwrap(), "upf_test").unwrap();
+        for _ in 0..500 {
+            let f = random_frame(&mut r);
+            let (ret, out) = bpf::test_run(&prog, &f).unwrap();
+            match xdp_worker(&f, filter) {
+                None => {
+                    assert_eq!(ret, 2, "XDP_PASS expected for {f:02x?} ({filter:?})");
+                    assert_eq!(out, f);
+                    passed += 1;
+                }
+                Some(w) => {
+                    assert_eq!(ret, 4, "XDP_REDIRECT expected for {f:02x?} ({filter:?})");
+                    assert_eq!(out.len(), f.len() + prog::META_LEN, "metadata");
+                    assert_eq!(out[..4], prog::META_MAGIC.to_ne_bytes());
+                    assert_eq!(
+                        out[4..8],
+                        w.to_ne_bytes(),
+                        "worker of {f:02x?} ({filter:?})"
+                    );
+                    assert_eq!(out[8..], f[..]);
+                    redirected += 1;
+                    seen[w as usize] = true;
+                }
+            }
+        }
+    }
+    println!("program_agrees_with_reference: {redirected} redirected, {passed} passed");
+    assert!(redirected > 300 && passed > 300);
+    assert!(seen.iter().all(|&s| s), "every worker seen");
+}
+
+#[test]
+fn program_loads_for_every_filter_shape() {
+    if !root("program_loads_for_every_filter_shape") {
+        return;
+    }
+    let map = bpf::create_xskmap(1).unwrap();
+    for gtpu in [true, false] {
+        for local in [
+            vec![],
+            vec![IpAddr::from(L4)],
+            vec![IpAddr::from(L6)],
+            vec![IpAddr::from(L4), IpAddr::from(L6)],
+        ] {
+            let f = Filter::new(gtpu, local, 5);
+            if let Err(e) = bpf::load_xdp(&prog::program(&f, &map).unwrap(), "upf_test") {
+                panic!("{f:?}: {e}");
+            }
+        }
+    }
+}
+
+fn sh(args: &[&str]) -> String {
+    let o = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run ip");
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A veth pair: `a` in this namespace (the UPF's side), `b` in a namespace of its own (the
+/// peer's). Removed on drop, also when the test fails.
+struct Veth {
+    ns: String,
+    a: String,
+    b: String,
+    net: u8,
+}
+
+impl Veth {
+    fn new(tag: &str) -> Veth {
+        let id = std::process::id();
+        let net = (id % 200) as u8 + 20;
+        let v = Veth {
+            ns: format!("upfx-{tag}-{id}"),
+            a: format!("xa{tag}{}", id % 100_000),
+            b: format!("xb{tag}{}", id % 100_000),
+            net,
+        };
+        sh(&["ip", "netns", "add", &v.ns]);
+        sh(&[
+            "ip", "link", "add", &v.a, "type", "veth", "peer", "name", &v.b, "netns", &v.ns,
+        ]);
+        sh(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("10.213.{net}.1/24"),
+            "dev",
+            &v.a,
+        ]);
+        sh(&["ip", "link", "set", &v.a, "up"]);
+        sh(&[
+            "ip",
+            "-n",
+            &v.ns,
+            "addr",
+            "add",
+            &format!("10.213.{net}.2/24"),
+            "dev",
+            &v.b,
+        ]);
+        sh(&["ip", "-n", &v.ns, "link", "set", &v.b, "up"]);
+        sh(&["ip", "-n", &v.ns, "link", "set", "lo", "up"]);
+        v
+    }
+
+    fn peer_mac(&self) -> [u8; 6] {
+        let out = sh(&["ip", "-n", &self.ns, "-br", "link", "show", &self.b]);
+        let f = out.split_whitespace().nth(2).unwrap_or("");
+        crate::link::parse_mac(f).unwrap_or_else(|| panic!("peer MAC in {out:?}"))
+    }
+
+    fn ip(&self, host: u8) -> [u8; 4] {
+        [10, 213, self.net, host]
+    }
+
+    /// An AF_PACKET socket on `b`, opened inside the namespace.
+    fn peer_socket(&self) -> OwnedFd {
+        let (ns, b) = (self.ns.clone(), self.b.clone());
+        std::thread::spawn(move || {
+            let nsf = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+            // SAFETY: setns on this (short-lived) thread only; the fd is a namespace file.
+            let r = unsafe { libc::setns(nsf.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
+            let proto = (libc::ETH_P_ALL as u16).to_be();
+            // SAFETY: plain socket call; we own the result.
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_PACKET,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    i32::from(proto),
+                )
+            };
+            assert!(fd >= 0, "AF_PACKET: {}", io::Error::last_os_error());
+            // SAFETY: fd is fresh and ours.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let name = std::ffi::CString::new(b).unwrap();
+            // SAFETY: a NUL-terminated name.
+            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+            assert!(ifindex > 0);
+            // SAFETY: sockaddr_ll is plain data; zero is a valid start.
+            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = proto;
+            sll.sll_ifindex = ifindex as i32;
+            // SAFETY: sll is a valid sockaddr_ll of the length passed.
+            let r = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sll as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                )
+            };
+            assert_eq!(r, 0, "bind: {}", io::Error::last_os_error());
+            fd
+        })
+        .join()
+        .unwrap()
+    }
+
+    fn xdp_attached(&self) -> bool {
+        let out = sh(&["ip", "link", "show", "dev", &self.a]);
+        out.contains("prog/xdp") || out.contains(" xdp")
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+    }
+}
+
+use std::os::fd::FromRawFd;
+
+fn send_frame(fd: &OwnedFd, f: &[u8]) {
+    // SAFETY: f is a live buffer of the length passed.
+    let r = unsafe { libc::send(fd.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
+    assert_eq!(r, f.len() as isize, "send: {}", io::Error::last_os_error());
+}
+
+/// Frames arriving on the peer's socket until `done` says so or `limit` passes.
+fn recv_frames(fd: &OwnedFd, limit: Duration, mut done: impl FnMut(&[u8]) -> bool) -> bool {
+    let end = Instant::now() + limit;
+    let mut buf = [0u8; 2048];
+    while Instant::now() < end {
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
+            continue;
+        }
+        // SAFETY: buf is writable for its length.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 && done(&buf[..n as usize]) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Receives until `want` packets arrived or 3 s passed.
+fn rx_until(io: &mut XskIo, pool: &mut Pool, want: usize) -> (Vec<Packet>, Vec<u32>) {
+    let end = Instant::now() + Duration::from_secs(3);
+    let (mut got, mut workers) = (Vec::new(), Vec::new());
+    while got.len() < want && Instant::now() < end {
+        let mut p = libc::pollfd {
+            fd: io.fd().unwrap(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 20) };
+        io.rx_batch(pool, &mut got, 64).unwrap();
+        workers.extend_from_slice(io.last_workers());
+    }
+    (got, workers)
+}
+
+#[test]
+fn veth_n3_gtpu_rx_arp_and_tx() {
+    if !root("veth_n3_gtpu_rx_arp_and_tx") {
+        return;
+    }
+    let v = Veth::new("3");
+    let peer = v.peer_socket();
+    let pmac = v.peer_mac();
+    let (local, remote) = (v.ip(1), v.ip(2));
+    let caps = capabilities(&v.a).unwrap();
+    println!("capabilities of {}: {caps:?}", v.a);
+    let iface = XdpInterface::open(
+        &v.a,
+        XdpConfig {
+            frames: 512,
+            ..XdpConfig::new(Port::N3, 2)
+        },
+    )
+    .unwrap();
+    assert!(v.xdp_attached());
+    let mac = iface.link().mac;
+    let mut io = iface.socket(0).unwrap();
+    println!("{}", io.describe());
+    let mut pool = Pool::new(256);
+
+    // 40 G-PDUs with a PDU Session Container, from 40 UEs; 5 plain UDP datagrams to our
+    // address (not GTP-U: the kernel's); an ARP request (the kernel must answer it).
+    let mut expect = std::collections::HashMap::new();
+    for i in 0..40u8 {
+        let ue = [10, 60, 1, i];
+        let inner = ipv4(ue, [8, 8, 4, 4], 17, 0, &udp(1000, 53, &[i; 20]));
+        let f = eth(
+            mac,
+            pmac,
+            None,
+            0x0800,
+            &ipv4(
+                remote,
+                local,
+                17,
+                0,
+                &udp(2152, GTPU, &gpdu_psc(0x100 + u32::from(i), &inner)),
+            ),
+        );
+        expect.insert(i, worker_of_key(u64::from(u32::from_be_bytes(ue)), 2));
+        send_frame(&peer, &f);
+    }
+    for i in 0..5u8 {
+        send_frame(
+            &peer,
+            &eth(
+                mac,
+                pmac,
+                None,
+                0x0800,
+                &ipv4(remote, local, 17, 0, &udp(1000, 9, &[i; 8])),
+            ),
+        );
+    }
+    let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    arp.extend_from_slice(&pmac);
+    arp.extend_from_slice(&remote);
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&local);
+    send_frame(&peer, &eth([0xff; 6], pmac, None, 0x0806, &arp));
+
+    let (got, workers) = rx_until(&mut io, &mut pool, 45);
+    assert_eq!(got.len(), 40, "only the G-PDUs reach the socket");
+    let mut per_worker = [0; 2];
+    for (p, w) in got.iter().zip(&workers) {
+        assert_eq!(p.port, Port::N3);
+        let d = p.data();
+        assert_eq!(
+            d.len(),
+            20 + 8 + 16 + 20 + 8 + 20,
+            "Ethernet stripped, no padding"
+        );
+        assert_eq!(&d[16..20], &local);
+        let ue_last = d[20 + 8 + 16 + 15];
+        assert_eq!(Some(w), expect.get(&ue_last), "worker of UE .{ue_last}");
+        per_worker[*w as usize] += 1;
+    }
+    assert!(per_worker[0] > 0 && per_worker[1] > 0, "{per_worker:?}");
+    let arp_reply = recv_frames(&peer, Duration::from_secs(2), |f| {
+        f.len() >= 42 && f[12..14] == [8, 6] && f[20..22] == [0, 2] && f[28..32] == local
+    });
+    assert!(
+        arp_reply,
+        "the kernel answered ARP with the program attached"
+    );
+    assert_eq!(io.stats().rx_packets, 40);
+
+    // TX: to the peer (neighbour known) and to an unresolved address.
+    sh(&[
+        "ip",
+        "neigh",
+        "replace",
+        &Ipv4Addr::from(remote).to_string(),
+        "lladdr",
+        &pmac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+        "dev",
+        &v.a,
+        "nud",
+        "permanent",
+    ]);
+    let mut batch = Vec::new();
+    for i in 0..100u8 {
+        let payload = [b"upf-xdp-tx".as_slice(), &[i]].concat();
+        batch.push(
+            Packet::from_bytes(
+                Port::N3,
+                &ipv4(local, remote, 17, 0, &udp(2152, 7777, &payload)),
+            )
+            .unwrap(),
+        );
+    }
+    batch.push(
+        Packet::from_bytes(
+            Port::N3,
+            &ipv4(local, v.ip(99), 17, 0, &udp(2152, 7777, b"nobody")),
+        )
+        .unwrap(),
+    );
+    let sent = io.tx_batch(&mut batch, &mut pool).unwrap();
+    assert_eq!(sent, 100);
+    io.flush().unwrap();
+    assert_eq!(io.stats().tx_dropped, 1);
+    let mut seen = [false; 100];
+    recv_frames(&peer, Duration::from_secs(3), |f| {
+        if f.len() >= 14 + 20 + 8 + 11
+            && f[0..6] == pmac
+            && f[6..12] == mac
+            && f[12..14] == [8, 0]
+            && &f[42..52] == b"upf-xdp-tx"
+        {
+            seen[usize::from(f[52])] = true;
+        }
+        seen.iter().all(|&s| s)
+    });
+    let arrived = seen.iter().filter(|&&s| s).count();
+    assert_eq!(arrived, 100, "frames sent by AF_XDP seen at the peer");
+
+    drop(io);
+    drop(iface);
+    assert!(!v.xdp_attached(), "program detached with the last socket");
+}
+
+#[test]
+fn veth_n6_plain_ip_rx() {
+    if !root("veth_n6_plain_ip_rx") {
+        return;
+    }
+    let v = Veth::new("6");
+    let peer = v.peer_socket();
+    let pmac = v.peer_mac();
+    let local = v.ip(1);
+    let iface = XdpInterface::open(
+        &v.a,
+        XdpConfig {
+            frames: 256,
+            ..XdpConfig::new(Port::N6, 3)
+        },
+    )
+    .unwrap();
+    let mac = iface.link().mac;
+    let mut io = iface.socket(0).unwrap();
+    let mut pool = Pool::new(256);
+    let mut want = Vec::new();
+    for i in 0..30u8 {
+        let ue = [198, 51, 100, i];
+        send_frame(
+            &peer,
+            &eth(
+                mac,
+                pmac,
+                None,
+                0x0800,
+                &ipv4([203, 0, 113, 9], ue, 17, 0, &udp(80, 4000, &[i; 5])),
+            ),
+        );
+        want.push(worker_of_key(u64::from(u32::from_be_bytes(ue)), 3));
+        let ue6 = Ipv6Addr::new(0x2001, 0xdb8, 0x77, u16::from(i), 0, 0, 0, 1);
+        send_frame(
+            &peer,
+            &eth(
+                mac,
+                pmac,
+                Some(42),
+                0x86dd,
+                &ipv6(L6, ue6.octets(), 17, &udp(80, 4000, &[i; 5])),
+            ),
+        );
+        want.push(worker_of_key((u128::from(ue6) >> 64) as u64, 3));
+    }
+    // Addressed to the host: the kernel's.
+    send_frame(
+        &peer,
+        &eth(
+            mac,
+            pmac,
+            None,
+            0x0800,
+            &ipv4(v.ip(2), local, 17, 0, &udp(80, 9, b"host")),
+        ),
+    );
+    let (got, workers) = rx_until(&mut io, &mut pool, 61);
+    assert_eq!(got.len(), 60);
+    assert_eq!(workers, want);
+    for p in &got {
+        assert_eq!(p.port, Port::N6);
+        assert!(matches!(p.data()[0] >> 4, 4 | 6));
+    }
+    drop(io);
+    drop(iface);
+    assert!(!v.xdp_attached());
+}
+
+/// Rough rates on a veth pair (2 vCPUs shared by sender and receiver; noisy):
+/// `cargo test --release -p upf-io veth_rates -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn veth_rates() {
+    if !root("veth_rates") {
+        return;
+    }
+    let v = Veth::new("r");
+    let peer = v.peer_socket();
+    let pmac = v.peer_mac();
+    let (local, remote) = (v.ip(1), v.ip(2));
+    let iface = XdpInterface::open(&v.a, XdpConfig::new(Port::N3, 2)).unwrap();
+    let mac = iface.link().mac;
+    let mut io = iface.socket(0).unwrap();
+    let mut pool = Pool::new(1024);
+    sh(&[
+        "ip",
+        "neigh",
+        "replace",
+        &Ipv4Addr::from(remote).to_string(),
+        "lladdr",
+        &pmac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+        "dev",
+        &v.a,
+        "nud",
+        "permanent",
+    ]);
+
+    // TX: 64-packet batches for 1 s.
+    let pkt = ipv4(local, remote, 17, 0, &udp(2152, 7777, &[0; 64]));
+    let t = Instant::now();
+    let mut batch = Vec::with_capacity(64);
+    while t.elapsed() < Duration::from_secs(1) {
+        for _ in 0..64 {
+            let mut p = pool.get(Port::N3);
+            p.load(Port::N3, &pkt);
+            batch.push(p);
+        }
+        io.tx_batch(&mut batch, &mut pool).unwrap();
+    }
+    let s = io.stats();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "AF_XDP TX: {:.0} kpps sent, {} dropped (ring full) in {secs:.2} s",
+        s.tx_packets as f64 / secs / 1e3,
+        s.tx_dropped
+    );
+
+    // RX: the peer sends G-PDUs as fast as AF_PACKET goes, for 1 s.
+    let inner = ipv4([10, 60, 0, 1], [8, 8, 8, 8], 17, 0, &udp(1, 2, &[0; 36]));
+    let frame = eth(
+        mac,
+        pmac,
+        None,
+        0x0800,
+        &ipv4(remote, local, 17, 0, &udp(2152, GTPU, &gpdu_psc(7, &inner))),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let sender = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: frame is a live buffer of the length passed.
+            if unsafe { libc::send(peer.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) } > 0 {
+                n += 1;
+            }
+        }
+        n
+    });
+    let t = Instant::now();
+    let mut got = Vec::with_capacity(64);
+    let mut rx = 0u64;
+    while t.elapsed() < Duration::from_secs(1) {
+        rx += io.rx_batch(&mut pool, &mut got, 64).unwrap() as u64;
+        pool.put_all(got.drain(..));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "AF_XDP RX: {:.0} kpps received of {:.0} kpps sent by AF_PACKET; kernel: {:?}",
+        rx as f64 / secs / 1e3,
+        sent as f64 / secs / 1e3,
+        io.kernel_stats().unwrap()
+    );
+}
