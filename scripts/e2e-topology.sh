@@ -89,7 +89,10 @@ up() {
     veth "$UPF_NS" n6-upf 192.168.6.1/24 "$DN_NS" n6-dn 192.168.6.2/24
 
     in_ns "$UE_NS" ip tuntap add dev "$TUN" mode tun
-    in_ns "$UE_NS" ip link set "$TUN" up
+    # The UE's MTU leaves room for the GTP-U encapsulation (outer IPv4 20 + UDP 8 + GTP-U 8 +
+    # PDU Session Container 8 = 44 octets, 56 with options) on the 1500-octet N3 link, as the
+    # network tells real UEs: outer fragments are not reassembled on the UPF's fast path.
+    in_ns "$UE_NS" ip link set "$TUN" mtu 1400 up
     in_ns "$UE_NS" ip route add default dev "$TUN"
     # The DN answers the UEs through the UPF.
     in_ns "$DN_NS" ip route add "$UE_POOL" via 192.168.6.1

@@ -25,7 +25,13 @@ impl Link {
     /// such interface.
     pub fn by_name(name: &str) -> io::Result<Link> {
         let err = |what: &str, e: io::Error| {
-            io::Error::new(e.kind(), format!("interface {name:?}: {what}: {e}"))
+            // ENODEV says "no such interface": NotFound, like a missing file.
+            let kind = if e.raw_os_error() == Some(libc::ENODEV) {
+                io::ErrorKind::NotFound
+            } else {
+                e.kind()
+            };
+            io::Error::new(kind, format!("interface {name:?}: {what}: {e}"))
         };
         if name.is_empty() || name.len() >= 16 || name.contains('\0') {
             return Err(invalid(format!("interface name {name:?}")));

@@ -5,6 +5,8 @@
 use crate::config::{Backend, FileConfig, Interface};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command;
+use upf_io::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
+use upf_io::af_xdp::{XdpConfig, XdpInterface};
 use upf_io::pcap::{Capture, Direction};
 use upf_io::tun::TunIo;
 use upf_io::udp::{UdpConfig, UdpIo};
@@ -20,10 +22,12 @@ pub struct Opened {
     pub cleanup: Cleanup,
 }
 
-/// Undoes host changes made at start-up (routes), in reverse order, when dropped.
+/// Undoes host changes made at start-up (routes), in reverse order, when dropped, and holds
+/// what must live as long as the run (sockets that keep the kernel quiet, XDP attachments).
 #[derive(Debug, Default)]
 pub struct Cleanup {
     undo: Vec<Vec<String>>,
+    held: Vec<Box<dyn std::fmt::Debug + Send>>,
 }
 
 impl Drop for Cleanup {
@@ -96,11 +100,28 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
                     push(q, i, port, io, iface)?;
                 }
             }
-            b => {
-                return Err(format!(
-                    "{key}.backend: {b:?} is not available in this build yet"
-                ))
+            Backend::AfPacket | Backend::AfXdp => {
+                let name = iface.interface.as_deref().unwrap_or_default();
+                let held = ethernet(
+                    &mut queues,
+                    port,
+                    key,
+                    name,
+                    backend,
+                    iface,
+                    &mut report,
+                    &mut steered,
+                )?;
+                cleanup.held.extend(held);
+                // The kernel sees GTP-U too (AF_PACKET gets copies): a socket holding the port
+                // keeps it from answering with ICMP port unreachable.
+                for a in &addrs {
+                    if let Ok(s) = std::net::UdpSocket::bind(SocketAddr::new(*a, iface.port)) {
+                        cleanup.held.push(Box::new(s));
+                    }
+                }
             }
+            b => return Err(format!("{key}.backend: {b:?} cannot carry GTP-U")),
         }
     }
 
@@ -124,6 +145,10 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
         }
         Backend::Tun => {
             let name = tun_name;
+            // The kernel spreads a multi-queue TUN's packets by flow, not by UE.
+            if n > 1 {
+                steered = false;
+            }
             for (i, q) in queues.iter_mut().enumerate() {
                 let io =
                     TunIo::open(&name, Port::N6).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
@@ -149,11 +174,21 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
                 }
             }
         }
-        b => {
-            return Err(format!(
-                "n6.backend: {b:?} is not available in this build yet"
-            ))
+        Backend::AfPacket | Backend::AfXdp => {
+            let name = c.n6.interface.as_deref().unwrap_or_default();
+            let held = ethernet(
+                &mut queues,
+                Port::N6,
+                "n6",
+                name,
+                b6,
+                &c.n6,
+                &mut report,
+                &mut steered,
+            )?;
+            cleanup.held.extend(held);
         }
+        b => return Err(format!("n6.backend: {b:?} cannot carry N6")),
     }
     for (i, q) in queues.iter_mut().enumerate() {
         q.steered = steered;
@@ -169,6 +204,79 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
         report,
         cleanup,
     })
+}
+
+/// One queue per worker on an Ethernet interface. AF_PACKET: every worker's socket joins one
+/// fanout group whose eBPF program picks the UE's owner (software hand-off if it cannot load).
+/// AF_XDP: one socket per NIC queue, worker i on queue i; the program passes the kernel what
+/// is not the UPF's (ARP, ND, PFCP), and packets arriving on another worker's queue are
+/// handed over in software.
+#[allow(clippy::too_many_arguments)]
+fn ethernet(
+    queues: &mut [WorkerQueues],
+    port: Port,
+    key: &str,
+    name: &str,
+    backend: Backend,
+    iface: &Interface,
+    report: &mut Vec<String>,
+    steered: &mut bool,
+) -> Result<Option<Box<dyn std::fmt::Debug + Send>>, String> {
+    let n = queues.len();
+    match backend {
+        Backend::AfPacket => {
+            // Fanout group ids are per network namespace: one per process and port.
+            let pid = u16::try_from(std::process::id() & 0x3fff).unwrap_or(0);
+            let group = (pid << 2) | u16::try_from(port.index()).unwrap_or(0);
+            for (i, q) in queues.iter_mut().enumerate() {
+                let mut cfg = AfPacketConfig::new(name, port);
+                if n > 1 {
+                    cfg.fanout = Some(Fanout {
+                        group,
+                        worker: i,
+                        workers: n,
+                    });
+                }
+                let io = AfPacketIo::open(cfg)
+                    .map_err(|e| format!("{key}: af_packet on {name:?}: {e}"))?;
+                if n > 1 && *io.fanout_mode() != FanoutMode::Ebpf {
+                    *steered = false;
+                }
+                push(q, i, port, io, iface)?;
+            }
+            Ok(None)
+        }
+        Backend::AfXdp => {
+            let mut cfg = XdpConfig::new(port, u32::try_from(n).unwrap_or(1));
+            cfg.local = iface.addresses.clone();
+            let xi = XdpInterface::open(name, cfg)
+                .map_err(|e| format!("{key}: af_xdp on {name:?}: {e}"))?;
+            let nq = usize::try_from(xi.queues()).unwrap_or(1);
+            if nq < n {
+                return Err(format!(
+                    "{key}: af_xdp on {name:?}: the interface has {nq} queue(s) and workers.count is {n}; \
+                     each worker needs a queue of its own (ethtool -L {name} combined {n}; a veth: \
+                     numrxqueues/numtxqueues {n} when it is created)"
+                ));
+            }
+            report.push(format!(
+                "{key}: XDP program on {name} ({}), {nq} queue(s)",
+                if xi.native() { "native" } else { "generic" }
+            ));
+            // Frames on a queue belong to its socket: the owner may be another worker.
+            if n > 1 {
+                *steered = false;
+            }
+            for (i, q) in queues.iter_mut().enumerate() {
+                let io = xi
+                    .socket(u32::try_from(i).unwrap_or(0))
+                    .map_err(|e| format!("{key}: af_xdp queue {i} of {name:?}: {e}"))?;
+                push(q, i, port, io, iface)?;
+            }
+            Ok(Some(Box::new(xi)))
+        }
+        _ => Ok(None),
+    }
 }
 
 fn push(
