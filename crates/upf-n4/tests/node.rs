@@ -255,3 +255,52 @@ fn up_initiated_association_retried_then_established() {
         .map(decode)
         .any(|p| matches!(p.message, Message::AssociationSetupRequest(_))));
 }
+
+/// Before stopping, the UPF asks each SMF to release the association (Association Update
+/// Request with the PFCP Association Release Request IE, SARR and URSS); the SMF's Association
+/// Release Request then releases it, with its sessions.
+#[test]
+fn release_all_asks_each_smf_to_release() {
+    let mut s = Smf::associated();
+    let _seid = s.establish_ok();
+    s.drain();
+    let now = s.now;
+    s.agent.release_all(now);
+    assert!(s.agent.has_pending_requests());
+    let out = s.drain();
+    assert_eq!(out.len(), 1);
+    let req = decode(&out[0]);
+    let Message::AssociationUpdateRequest(m) = &req.message else {
+        panic!("{:?}", req.message);
+    };
+    assert_eq!(
+        m.pfcp_association_release_request,
+        Some(AssociationReleaseFlags {
+            sarr: true,
+            urss: true
+        })
+    );
+    // The SMF answers, then releases.
+    let rsp = upf_pfcp::Pdu::new(
+        None,
+        req.header.sequence,
+        AssociationUpdateResponse {
+            node_id: NodeId::Ipv4(SMF_IP),
+            cause: Cause::REQUEST_ACCEPTED,
+            ..Default::default()
+        },
+    );
+    s.send_bytes(&rsp.to_bytes());
+    assert!(!s.agent.has_pending_requests());
+    let r = s.request(
+        None,
+        AssociationReleaseRequest {
+            node_id: NodeId::Ipv4(SMF_IP),
+        },
+    );
+    assert!(
+        matches!(r.message, Message::AssociationReleaseResponse(ref m) if m.cause == Cause::REQUEST_ACCEPTED)
+    );
+    assert_eq!(s.agent.session_count(), 0);
+    assert_eq!(s.agent.association_count(), 0);
+}

@@ -12,5 +12,5 @@ pub mod steer;
 mod workers;
 
 pub use workers::{
-    PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS,
+    BatchStats, PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS,
 };

@@ -74,17 +74,35 @@ pub struct WorkerStats {
     pub handed_off: u64,
     /// Packets the pipeline sent by a port this worker has no queue for.
     pub no_queue: u64,
-    /// Batches processed, and the packets in them (mean batch size = packets / batches).
-    pub batches: u64,
-    pub batch_packets: u64,
-    /// Time from a batch's start to its last packet handed to a queue, as a histogram:
-    /// `batch_time[i]` counts batches that took less than `2^i` µs (the last: any longer).
-    pub batch_time: [u64; BATCH_TIME_BUCKETS],
-    pub batch_time_ns_sum: u64,
+    pub batch: BatchStats,
 }
 
-/// Buckets of [`WorkerStats::batch_time`]: < 1 µs, < 2 µs, … < 2^14 µs (16 ms), longer.
+/// Buckets of [`BatchStats::time`]: < 1 µs, < 2 µs, … < 2^14 µs (16 ms), longer.
 pub const BATCH_TIME_BUCKETS: usize = 16;
+
+/// What a worker counts per batch for metrics: plain integers, a few instructions a batch
+/// (measured with `upf-bench memory --metrics`, docs/benchmarks.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batches processed, and the packets in them (mean batch size = packets / batches).
+    pub batches: u64,
+    pub packets: u64,
+    /// Time from a batch's start to its last packet handed to a queue, as a histogram:
+    /// `time[i]` counts batches that took less than `2^i` µs (the last: any longer).
+    pub time: [u64; BATCH_TIME_BUCKETS],
+    pub time_ns_sum: u64,
+}
+
+impl BatchStats {
+    #[inline]
+    pub fn record(&mut self, packets: usize, ns: u64) {
+        self.batches += 1;
+        self.packets += packets as u64;
+        self.time_ns_sum += ns;
+        let bucket = (64 - (ns / 1000).leading_zeros()) as usize;
+        self.time[bucket.min(BATCH_TIME_BUCKETS - 1)] += 1;
+    }
+}
 
 enum Input {
     Packets(Vec<Packet>),
@@ -228,8 +246,7 @@ impl Worker {
         pool: &mut Pool,
         tx: &mut [Vec<Packet>],
     ) {
-        self.stats.batches += 1;
-        self.stats.batch_packets += rx.len() as u64;
+        let packets = rx.len();
         let t0 = Instant::now();
         self.pipeline.process(t0, rx, out);
         pool.put_all(out.free.drain(..));
@@ -250,9 +267,7 @@ impl Worker {
             }
         }
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.stats.batch_time_ns_sum += ns;
-        let bucket = (64 - (ns / 1000).leading_zeros()) as usize;
-        self.stats.batch_time[bucket.min(BATCH_TIME_BUCKETS - 1)] += 1;
+        self.stats.batch.record(packets, ns);
     }
 
     /// The queue a packet leaving by `port` goes to: N9 shares N3's interface unless it has

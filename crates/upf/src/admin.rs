@@ -232,9 +232,9 @@ fn worker(i: usize, w: &WorkerStats) -> Value {
         "dropped": w.counters.dropped_total(),
         "buffered": w.counters.buffered,
         "handed_off": w.handed_off,
-        "batches": w.batches,
-        "mean_batch": if w.batches == 0 { 0.0 } else { w.batch_packets as f64 / w.batches as f64 },
-        "mean_batch_us": if w.batches == 0 { 0.0 } else { w.batch_time_ns_sum as f64 / w.batches as f64 / 1e3 },
+        "batches": w.batch.batches,
+        "mean_batch": if w.batch.batches == 0 { 0.0 } else { w.batch.packets as f64 / w.batch.batches as f64 },
+        "mean_batch_us": if w.batch.batches == 0 { 0.0 } else { w.batch.time_ns_sum as f64 / w.batch.batches as f64 / 1e3 },
         "queues": w.io.iter().map(|(port, what, s)| json!({
             "port": port.name(), "queue": what,
             "rx_packets": s.rx_packets, "tx_packets": s.tx_packets,

@@ -156,13 +156,13 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
         &mut o,
         "upf_batches_total",
         "Batches the worker processed.",
-        &|s| s.batches,
+        &|s| s.batch.batches,
     );
     counter(
         &mut o,
         "upf_batch_packets_total",
         "Packets in those batches.",
-        &|s| s.batch_packets,
+        &|s| s.batch.packets,
     );
 
     o.help(
@@ -173,7 +173,7 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
     for (w, s) in workers.iter().enumerate() {
         let w = w.to_string();
         let mut cum = 0;
-        for (i, n) in s.batch_time.iter().enumerate() {
+        for (i, n) in s.batch.time.iter().enumerate() {
             cum += n;
             let le = if i + 1 == BATCH_TIME_BUCKETS {
                 "+Inf".to_string()
@@ -189,12 +189,12 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
         o.line(
             "upf_batch_duration_seconds_sum",
             &[("worker", &w)],
-            s.batch_time_ns_sum as f64 * 1e-9,
+            s.batch.time_ns_sum as f64 * 1e-9,
         );
         o.line(
             "upf_batch_duration_seconds_count",
             &[("worker", &w)],
-            s.batches,
+            s.batch.batches,
         );
     }
 
@@ -312,9 +312,9 @@ mod tests {
         let mut w = WorkerStats::default();
         w.counters.rx_packets[Port::N3.index()] = 7;
         w.counters.dropped[DropReason::UnknownTeid as usize] = 2;
-        w.batches = 3;
-        w.batch_time[0] = 1;
-        w.batch_time[2] = 2;
+        w.batch.batches = 3;
+        w.batch.time[0] = 1;
+        w.batch.time[2] = 2;
         w.io.push((
             Port::N3,
             "n3: udp \"x\"".into(),
