@@ -41,6 +41,8 @@ const DEFAULT_TTL: u8 = 64;
 const GSO_MAX_SEGS: usize = 64;
 /// At most this many payload octets per `UDP_SEGMENT` send (below the 64 KiB UDP limit).
 const GSO_MAX_BYTES: usize = 60_000;
+/// Requested socket receive and send buffer, octets.
+const SOCKET_BUFFER: libc::c_int = 8 << 20;
 /// Size of a receive buffer in GRO mode (a coalesced message is at most 64 KiB).
 const GRO_BUF: usize = 65_536;
 /// Receive buffers in GRO mode (each may hold up to 64 datagrams).
@@ -373,6 +375,17 @@ impl UdpIo {
             sys::setsockopt_int(s, libc::IPPROTO_IP, libc::IP_RECVTTL, on)?;
         }
         let gro = cfg.gro && sys::setsockopt_int(s, libc::SOL_UDP, libc::UDP_GRO, on).is_ok();
+        // Socket buffers that ride out a worker's scheduling hiccup at line rate (the default
+        // ~200 KiB holds ~150 full-size datagrams); beyond net.core.rmem_max only with
+        // CAP_NET_ADMIN (the *FORCE options), else whatever the kernel allows.
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            if sys::setsockopt_int(s, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
+                let _ = sys::setsockopt_int(s, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+            }
+        }
         let (ss, len) = sys::to_raw(&cfg.bind);
         // SAFETY: `ss` holds a socket address of `len` octets and lives across the call.
         if let Err(e) = sys::cvt(unsafe { libc::bind(s, (&raw const ss).cast(), len) }) {
