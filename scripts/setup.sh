@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what building and testing upf needs on a fresh Debian machine (idempotent):
 # the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark, scapy and Go
-# (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks.
+# (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks, and iproute2
+# and ethtool for `upf demo` and the end-to-end topology.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 apt_pkgs=()
 command -v tshark >/dev/null || apt_pkgs+=(tshark)
+command -v ip >/dev/null || apt_pkgs+=(iproute2)
+command -v ethtool >/dev/null || apt_pkgs+=(ethtool)
 command -v python3 >/dev/null || apt_pkgs+=(python3 python3-pip)
 command -v cc >/dev/null || apt_pkgs+=(build-essential)
 # Go: the tarball's /usr/local/go, else Debian's (bookworm: 1.19, enough for go-pfcp v0.0.24).
