@@ -2,7 +2,7 @@
 # Installs what building and testing upf needs on a fresh Debian machine (idempotent):
 # the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark, scapy and Go
 # (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks, iproute2,
-# iperf3, ping and ethtool for the end-to-end tests in network namespaces.
+# iperf3, ping and ethtool for `upf demo` and the end-to-end tests in network namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive

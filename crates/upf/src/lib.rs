@@ -1,11 +1,12 @@
 //! The `upf` binary's library part: the daemon (config, interfaces, admin endpoint and
-//! metrics), the decode tool and capture files, shared with its tests.
+//! metrics), the one-command demo, the decode tool and capture files, shared with its tests.
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod backends;
 pub mod config;
 pub mod decode;
+pub mod demo;
 pub mod metrics;
 pub mod pcap;
 pub mod run;

@@ -1,9 +1,11 @@
-//! `upf`: the 5G User Plane Function. Subcommands: `run` (the UPF), `decode` (captures and hex to JSON).
+//! `upf`: the 5G User Plane Function. Subcommands: `demo` (the UPF between an emulated gNB, SMF
+//! and data network, with traffic), `run` (the UPF), `show` (its state), `decode` (captures and
+//! hex to JSON).
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use upf::{decode, run};
+use upf::{decode, demo, run};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -18,6 +20,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The UPF on this machine in one command (root): three network namespaces (gNB + SMF,
+    /// UPF, data network), `upf run` in the middle, sessions through the built-in SMF
+    /// emulator, GTP-U traffic both ways with live rates, drops and round-trip times, a
+    /// summary, and everything removed again (also on Ctrl-C).
+    Demo(demo::Args),
     /// Decode PFCP (UDP 8805) and GTP-U (UDP 2152) from a pcap/pcapng file, or one message
     /// given as hex, and print one JSON object per packet.
     Decode(decode::Args),
@@ -55,6 +62,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        Command::Demo(args) => match demo::run(&args) {
+            Ok(demo::Outcome::Completed) => ExitCode::SUCCESS,
+            Ok(demo::Outcome::Interrupted) => ExitCode::from(130),
+            Err(e) => {
+                eprintln!("upf demo: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Show(a) => match show(&a) {
             Ok(body) => {
                 print!("{body}");

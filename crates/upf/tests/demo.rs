@@ -1,0 +1,93 @@
+//! `upf demo` end to end (root only; skipped otherwise): a short run with few sessions at a
+//! low rate must exit 0, report packets received at both ends (the DN for uplink, the gNB for
+//! downlink), and leave no `upfdemo-*` namespace behind.
+
+use std::process::Command;
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn demo_namespaces() -> Vec<String> {
+    std::fs::read_dir("/var/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("upfdemo-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The first number after `label` on the summary line that has it ("1,234" → 1234).
+fn number_after(out: &str, label: &str) -> Option<u64> {
+    let line = out.lines().find(|l| l.contains(label))?;
+    let rest = &line[line.find(label)? + label.len()..];
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+#[test]
+fn demo_runs_traffic_both_ways_and_cleans_up() {
+    if !is_root() {
+        eprintln!("skipped: `upf demo` needs root");
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("skipped: no `ip` (iproute2)");
+        return;
+    }
+    assert!(
+        demo_namespaces().is_empty(),
+        "upfdemo-* namespaces exist before the test (another demo running?): {:?}",
+        demo_namespaces()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_upf"))
+        .args([
+            "demo",
+            "--sessions",
+            "50",
+            "--seconds",
+            "3",
+            "--rate",
+            "2000",
+        ])
+        .output()
+        .expect("run upf demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let left = demo_namespaces();
+    assert!(
+        out.status.success(),
+        "upf demo: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    assert!(stdout.contains("Summary: 50 sessions"), "{stdout}");
+    let sent = number_after(&stdout, "gNB sent").unwrap_or(0);
+    let uplink = number_after(&stdout, "DN received").unwrap_or(0);
+    let downlink = number_after(&stdout, "gNB received").unwrap_or(0);
+    // 3 s at 2000 pps: about 6000 each way; most of them must make it.
+    assert!(sent > 3000, "gNB sent {sent}\n{stdout}");
+    assert!(
+        uplink > sent / 2,
+        "DN received {uplink} of {sent}\n{stdout}"
+    );
+    assert!(
+        downlink > sent / 2,
+        "gNB received {downlink} of {sent}\n{stdout}"
+    );
+    assert!(stdout.contains("latency    round trip p50"), "{stdout}");
+}
