@@ -131,16 +131,16 @@ fn build_worker(
     let ues: Vec<u32> = (0..a.sessions)
         .filter(|i| *i as usize % a.workers == w)
         .collect();
-    for &i in &ues {
-        pipeline
-            .install_shared(now, t.session(i), InstallFlags::default(), 1)
-            .map_err(|e| format!("installing session {i}: {e}"))?;
-    }
     // A peak-rate UE is spread over every worker (the runtime divides its rates).
     if let Some((i, s)) = t.peak() {
         pipeline
             .install_shared(now, s, InstallFlags::default(), 1)
             .map_err(|e| format!("installing the peak session {i}: {e}"))?;
+    }
+    for &i in &ues {
+        pipeline
+            .install_shared(now, t.session(i), InstallFlags::default(), 1)
+            .map_err(|e| format!("installing session {i}: {e}"))?;
     }
     let mut rng = Rng(0x9e37_79b9 + w as u64);
     let mut batches = Vec::new();
