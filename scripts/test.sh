@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: format, lints, unit/property/scenario tests,
 # cross-checks against scapy, tshark and go-pfcp (the N4 agent run as `upf run --n4`), and a
-# short fuzz run of every target.
+# short fuzz run of every target, and the benchmark harness's smoke run.
 # FUZZ_SECONDS (default 20) bounds each fuzz target's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,11 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
+step "bench smoke"
+# Every profile's quick variant in memory through the harness (run, results.json, table,
+# plots); written under target/, nothing recorded in the repository.
+cargo run --quiet -p upf-bench -- --quick --out target/bench-smoke > target/bench-smoke.log
+tail -1 target/bench-smoke.log
 step "interop: scapy, tshark and go-pfcp (codecs; the N4 agent as \`upf run\`)"
 cargo build --quiet --bin upf
 python3 interop/run.py --upf target/debug/upf

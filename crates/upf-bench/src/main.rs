@@ -1,29 +1,92 @@
-//! `upf-bench`: the benchmark harness. `memory` runs a profile's pre-built packets through the
-//! real pipeline on N workers with no I/O (the per-core ceiling) beside a null-forward loop in
-//! the same run, and ends with one JSON line.
+//! `upf-bench`: the benchmark harness.
+//!
+//! - `memory` runs a profile's pre-built packets through the real pipeline on N workers with
+//!   no I/O (the per-core ceiling) beside a null-forward loop in the same run, and ends with
+//!   one JSON line.
+//! - `run` measures a profile's sweep (each point a `memory` child), writes `results.json`,
+//!   `table.md` and PNG plots; `report` re-renders them; `ab` compares two builds in one
+//!   sitting; `--quick` runs every profile's quick variant (CI's smoke test).
 
+mod ab;
+mod harness;
 mod memory;
 mod profile;
+mod report;
+mod spec;
+
+#[cfg(test)]
+mod tests;
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(about = "UPF benchmark harness")]
+#[command(
+    about = "UPF benchmark harness",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    /// Every profile's quick variant in memory (a few seconds); exits 0 if the harness works.
+    #[arg(long)]
+    quick: bool,
+    /// With --quick: where its results go (default: a directory under the system's temp dir).
+    #[arg(long)]
+    out: Option<PathBuf>,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// In-memory topology: pre-built batches through the real pipeline, no I/O.
+    /// In-memory topology: pre-built batches through the real pipeline, no I/O; one JSON line.
     Memory(memory::Args),
+    /// A profile's sweep: results.json, table.md and PNG plots.
+    Run(harness::RunArgs),
+    /// Re-render table.md and plots from results.json (a file, or a directory of them).
+    Report {
+        /// results.json, its directory, or a directory of such directories.
+        path: PathBuf,
+    },
+    /// Two builds, same profile, alternated in one sitting: medians and B/A.
+    Ab(ab::AbArgs),
+}
+
+fn quick_all(out: Option<PathBuf>, command: &[String]) -> Result<(), String> {
+    let out = out.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("upf-bench-quick-{}", std::process::id()))
+    });
+    let args = harness::RunArgs::parse_quick(out);
+    let all = harness::run(&args, command)?;
+    let runs: usize = all.iter().map(|r| r.runs.len()).sum();
+    println!(
+        "bench smoke: {} profiles, {runs} points measured, 0 failed",
+        all.len()
+    );
+    Ok(())
 }
 
 fn main() {
+    let command: Vec<String> = std::env::args().collect();
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Memory(a) => memory::run(&a),
+        None if cli.quick => quick_all(cli.out, &command),
+        None => Err("give a subcommand (memory, run, report, ab) or --quick; see --help".into()),
+        Some(Cmd::Memory(a)) => memory::run(&a),
+        Some(Cmd::Run(a)) => harness::run(&a, &command).map(|_| ()),
+        Some(Cmd::Report { path }) => report::report(&path),
+        Some(Cmd::Ab(a)) => ab::run(&a).and_then(|r| {
+            println!("{}", ab::table(&r));
+            if let Some(dir) = &a.run.out {
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                let f = dir.join("ab.json");
+                let json = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+                std::fs::write(&f, json).map_err(|e| format!("{}: {e}", f.display()))?;
+                std::fs::write(dir.join("ab.md"), ab::table(&r))
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                println!("written: {}", f.display());
+            }
+            Ok(())
+        }),
     };
     if let Err(e) = r {
         eprintln!("upf-bench: {e}");

@@ -15,9 +15,18 @@ use upf_wire::encap::{EncapV4, GtpuTunnel};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Traffic profile (s0).
+    /// Traffic profile: a name (`profiles/NAME.toml`, else the built-in copy) or a path.
+    /// Its sessions' shape (bearers, flows, QERs, URR, peak UE) and its mixes come from the
+    /// file; the counts and rates below are taken as given.
     #[arg(long, default_value = "s0")]
     profile: String,
+    /// Measure this packet mix of the profile (`[[mixes]]`) instead of `--sizes` and
+    /// `--uplink-percent`.
+    #[arg(long)]
+    mix: Option<String>,
+    /// SDF filters per PDR on the profile's first bearer that has them.
+    #[arg(long)]
+    sdf_filters: Option<u16>,
     /// Sessions (UEs) in all, spread over the workers.
     #[arg(long, default_value_t = 100_000)]
     sessions: u32,
@@ -104,6 +113,7 @@ type Measured = (usize, (u64, u64, Duration), (u64, u64, Duration), u64);
 
 fn build_worker(
     a: &Args,
+    t: &profile::Workload,
     w: usize,
     size: usize,
     now: Instant,
@@ -121,9 +131,15 @@ fn build_worker(
     let ues: Vec<u32> = (0..a.sessions)
         .filter(|i| *i as usize % a.workers == w)
         .collect();
+    // A peak-rate UE is spread over every worker (the runtime divides its rates).
+    if let Some((i, s)) = t.peak() {
+        pipeline
+            .install_shared(now, s, InstallFlags::default(), 1)
+            .map_err(|e| format!("installing the peak session {i}: {e}"))?;
+    }
     for &i in &ues {
         pipeline
-            .install_shared(now, profile::s0_session(i), InstallFlags::default(), 1)
+            .install_shared(now, t.session(i), InstallFlags::default(), 1)
             .map_err(|e| format!("installing session {i}: {e}"))?;
     }
     let mut rng = Rng(0x9e37_79b9 + w as u64);
@@ -135,10 +151,7 @@ fn build_worker(
         let mut o = Vec::with_capacity(a.batch);
         for _ in 0..a.batch {
             let ue = rng.pick(&ues);
-            let flow =
-                u16::try_from(rng.below(2 * u64::from(profile::FLOWS_PER_BEARER))).unwrap_or(0);
-            let uplink = (rng.below(10_000) as f64) < a.uplink_percent * 100.0;
-            let p = profile::s0_packet(ue, flow, uplink, size);
+            let (p, uplink) = t.packet(&mut |n| rng.below(n), ue, size, a.uplink_percent);
             let ip = if uplink { p.start() + 44 } else { p.start() };
             let d = p.data();
             let off = ip - p.start();
@@ -154,7 +167,9 @@ fn build_worker(
         batches.push(b);
         origs.push(o);
     }
-    let seq = (0..a.ue_sequence.max(1)).map(|_| rng.pick(&ues)).collect();
+    let seq = (0..a.ue_sequence.max(1))
+        .map(|_| t.draw_ue(&mut |n| rng.below(n), &ues))
+        .collect();
     Ok(Worker {
         pipeline,
         batches,
@@ -259,10 +274,22 @@ fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<(u64, u64, Duration), 
     Ok((packets, octets_per_round * rounds, start.elapsed()))
 }
 
+/// `upf-bench memory`: measures and prints one JSON line.
 pub fn run(a: &Args) -> Result<(), String> {
-    if a.profile != "s0" {
-        return Err(format!("unknown profile {:?} (known: s0)", a.profile));
-    }
+    println!("{}", measure(a)?);
+    Ok(())
+}
+
+/// Measures every size (or the mix) of `a`; returns the summary `memory` prints.
+pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
+    let (prof, _) = crate::spec::load(&a.profile)?;
+    let t = &profile::Workload::new(&prof, a.mix.as_deref(), a.sessions, a.sdf_filters)?;
+    let mix = t.mix().map(|(n, mean)| (n.to_string(), mean));
+    let sizes = if mix.is_some() {
+        vec![0]
+    } else {
+        a.sizes.clone()
+    };
     if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
         return Err("--workers, --sessions and --batch must be positive".into());
     }
@@ -276,7 +303,7 @@ pub fn run(a: &Args) -> Result<(), String> {
     );
     let mut rows = Vec::new();
     let mut memory_per_session = 0.0;
-    for (k, &size) in a.sizes.iter().enumerate() {
+    for (k, &size) in sizes.iter().enumerate() {
         let rss0 = rss_bytes();
         let results = std::thread::scope(|sc| {
             let handles: Vec<_> = (0..a.workers)
@@ -286,7 +313,7 @@ pub fn run(a: &Args) -> Result<(), String> {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
-                        let mut wk = build_worker(a, w, size, now, acl)?;
+                        let mut wk = build_worker(a, t, w, size, now, acl)?;
                         let sessions = wk.pipeline.sessions();
                         let null = drive(&mut wk, a.seconds, true)?;
                         let full = drive(&mut wk, a.seconds, false)?;
@@ -318,7 +345,8 @@ pub fn run(a: &Args) -> Result<(), String> {
         let per_core = pps / a.workers as f64 / 1e6;
         let null_per_core = null_pps / a.workers as f64 / 1e6;
         let row = json!({
-            "size": size,
+            "size": mix.as_ref().map_or(size as f64, |m| m.1),
+            "mix": mix.as_ref().map(|m| m.0.clone()),
             "mpps_per_core": per_core,
             "gbps_per_core": bps / a.workers as f64 / 1e9,
             "ns_per_packet": 1e3 / per_core,
@@ -326,7 +354,8 @@ pub fn run(a: &Args) -> Result<(), String> {
             "ratio_to_null": per_core / null_per_core,
         });
         eprintln!(
-            "  {size:>5} B: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}",
+            "  {:>5}: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}",
+            mix.as_ref().map_or(format!("{size} B"), |m| m.0.clone()),
             1e3 / per_core,
             bps / a.workers as f64 / 1e9,
             per_core / null_per_core
@@ -339,8 +368,11 @@ pub fn run(a: &Args) -> Result<(), String> {
             .fold(f64::INFINITY, f64::min)
     };
     let summary = json!({
-        "profile": a.profile,
+        "profile": prof.name,
         "topology": "memory",
+        "mix": mix.as_ref().map(|m| m.0.clone()),
+        "sdf_filters": a.sdf_filters,
+        "peak_ue": t.peak().map(|p| p.0),
         "sessions": a.sessions,
         "workers": a.workers,
         "batch": a.batch,
@@ -350,7 +382,7 @@ pub fn run(a: &Args) -> Result<(), String> {
         "null_forward_mpps_per_core": min("null_forward_mpps_per_core"),
         "memory_per_session_bytes": memory_per_session.round(),
         "sizes": rows,
+        "notes": prof.memory_notes(),
     });
-    println!("{summary}");
-    Ok(())
+    Ok(summary)
 }
