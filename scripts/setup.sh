@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing upf needs on a fresh Debian machine (idempotent):
 # the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark, scapy and Go
-# (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks.
+# (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks, iproute2,
+# iputils-ping, iperf3, procps and ethtool for the end-to-end suite (scripts/e2e.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -10,6 +11,12 @@ apt_pkgs=()
 command -v tshark >/dev/null || apt_pkgs+=(tshark)
 command -v python3 >/dev/null || apt_pkgs+=(python3 python3-pip)
 command -v cc >/dev/null || apt_pkgs+=(build-essential)
+# The end-to-end suite (crates/upf/tests/e2e.rs, scripts/e2e.sh; runs as root).
+command -v ip >/dev/null || apt_pkgs+=(iproute2)
+command -v ping >/dev/null || apt_pkgs+=(iputils-ping)
+command -v iperf3 >/dev/null || apt_pkgs+=(iperf3)
+command -v sysctl >/dev/null || apt_pkgs+=(procps)
+command -v ethtool >/dev/null || apt_pkgs+=(ethtool)
 # Go: the tarball's /usr/local/go, else Debian's (bookworm: 1.19, enough for go-pfcp v0.0.24).
 go_bin=$(command -v go || ls /usr/local/go/bin/go /usr/lib/go-1.*/bin/go 2>/dev/null | tail -n 1 || true)
 [[ -n $go_bin ]] || apt_pkgs+=(golang-go)
