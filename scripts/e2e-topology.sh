@@ -33,7 +33,8 @@
 #   scripts/e2e-topology.sh down
 #
 # Environment: UE_NS, UPF_NS, DN_NS (namespace names: ue, upf, dn), UE_POOL (10.60.0.0/16),
-# TUN (uetun). Needs iproute2; ethtool optional.
+# TUN (uetun), VETH_QUEUES (1: the RX/TX queues of every veth; AF_XDP needs one per worker).
+# Needs iproute2; ethtool optional.
 set -euo pipefail
 
 UE_NS=${UE_NS:-ue}
@@ -41,6 +42,7 @@ UPF_NS=${UPF_NS:-upf}
 DN_NS=${DN_NS:-dn}
 UE_POOL=${UE_POOL:-10.60.0.0/16}
 TUN=${TUN:-uetun}
+VETH_QUEUES=${VETH_QUEUES:-1}
 
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
@@ -66,7 +68,11 @@ down() {
 
 veth() {
     # veth NS_A DEV_A ADDR_A NS_B DEV_B ADDR_B
-    ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
+    local q=()
+    if [ "$VETH_QUEUES" -gt 1 ]; then
+        q=(numtxqueues "$VETH_QUEUES" numrxqueues "$VETH_QUEUES")
+    fi
+    ip link add "$2" netns "$1" "${q[@]}" type veth peer name "$5" netns "$4" "${q[@]}"
     in_ns "$1" ip addr add "$3" dev "$2"
     in_ns "$4" ip addr add "$6" dev "$5"
     in_ns "$1" ip link set "$2" up

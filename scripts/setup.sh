@@ -2,7 +2,7 @@
 # Installs what building and testing upf needs on a fresh Debian machine (idempotent):
 # the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark, scapy and Go
 # (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks, iproute2,
-# iperf3, ping and ethtool for `upf demo` and the end-to-end tests in network namespaces.
+# iputils-ping, iperf3, procps and ethtool for `upf demo` and the end-to-end suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -11,11 +11,13 @@ apt_pkgs=()
 command -v tshark >/dev/null || apt_pkgs+=(tshark)
 command -v python3 >/dev/null || apt_pkgs+=(python3 python3-pip)
 command -v cc >/dev/null || apt_pkgs+=(build-essential)
-# The daemon's end-to-end tests: namespaces, veths and TUN (iproute2), real traffic (iperf3,
-# ping), offload settings on the veths (ethtool).
+# `upf demo` and the end-to-end suite (crates/upf/tests/e2e.rs, scripts/e2e.sh; root):
+# namespaces, veths and TUN (iproute2), real traffic (iperf3, ping), sysctl (procps), veth
+# offload settings (ethtool).
 command -v ip >/dev/null || apt_pkgs+=(iproute2)
-command -v iperf3 >/dev/null || apt_pkgs+=(iperf3)
 command -v ping >/dev/null || apt_pkgs+=(iputils-ping)
+command -v iperf3 >/dev/null || apt_pkgs+=(iperf3)
+command -v sysctl >/dev/null || apt_pkgs+=(procps)
 command -v ethtool >/dev/null || apt_pkgs+=(ethtool)
 # Go: the tarball's /usr/local/go, else Debian's (bookworm: 1.19, enough for go-pfcp v0.0.24).
 go_bin=$(command -v go || ls /usr/local/go/bin/go /usr/lib/go-1.*/bin/go 2>/dev/null | tail -n 1 || true)

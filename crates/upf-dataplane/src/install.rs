@@ -255,6 +255,13 @@ impl Pipeline {
         }
     }
 
+    /// Whether packets wait for the next [`Pipeline::process`] call (buffered packets a FAR
+    /// change released, End Markers): a driver with nothing received calls it with an empty
+    /// batch so that they go out now, not with the next received packet.
+    pub fn has_queued(&self) -> bool {
+        !self.requeue.is_empty() || !self.pending.is_empty()
+    }
+
     /// When [`Pipeline::handle_timeout`] next has something to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse((at, _, _))| *at)

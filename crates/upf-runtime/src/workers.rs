@@ -173,7 +173,15 @@ impl Worker {
                     Ok(Input::Packets(mut b)) => {
                         self.process_io(&mut b, &mut out, &mut pool, &mut tx);
                     }
-                    Ok(Input::Control(c)) => self.control(c),
+                    Ok(Input::Control(c)) => {
+                        self.control(c);
+                        // A FAR that stopped buffering released its packets (or a tunnel
+                        // change made End Markers): out now, not with the next packet.
+                        if self.pipeline.has_queued() {
+                            rx.clear();
+                            self.process_io(&mut rx, &mut out, &mut pool, &mut tx);
+                        }
+                    }
                     Ok(Input::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
                         self.flush_all();
                         return;
@@ -306,7 +314,19 @@ impl Worker {
                     }
                     out.free.clear();
                 }
-                Ok(Input::Control(c)) => self.control(c),
+                Ok(Input::Control(c)) => {
+                    self.control(c);
+                    if self.pipeline.has_queued() {
+                        self.pipeline
+                            .process(Instant::now(), &mut Vec::new(), &mut out);
+                        if !out.tx.is_empty()
+                            && self.output.send(std::mem::take(&mut out.tx)).is_err()
+                        {
+                            return;
+                        }
+                        out.free.clear();
+                    }
+                }
                 Ok(Input::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }

@@ -310,3 +310,68 @@ fn unsteered_queues_hand_packets_to_the_owner() {
     }
     assert_eq!(stats[0].io[0].2.rx_packets, total as u64);
 }
+
+/// Packets a FAR buffered go out as soon as the FAR forwards again, on a worker that receives
+/// nothing more (they used to wait for the next received packet).
+#[test]
+fn released_buffer_goes_out_without_further_traffic() {
+    use upf_io::mem;
+    use upf_runtime::{PortQueue, WorkerQueues};
+    const K: u16 = 10;
+    let cfg = RuntimeConfig {
+        workers: 1,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (n3, p3) = mem::pair(Port::N3);
+    let (n6, p6) = mem::pair(Port::N6);
+    let queues = vec![WorkerQueues {
+        queues: vec![
+            PortQueue {
+                port: Port::N3,
+                io: Box::new(n3),
+            },
+            PortQueue {
+                port: Port::N6,
+                io: Box::new(n6),
+            },
+        ],
+        steered: true,
+    }];
+    let mut w = Workers::start_io(&cfg, queues).unwrap();
+    let forwarding = session(0);
+    let mut buffering = (*forwarding).clone();
+    buffering.fars[0].action = ApplyAction::BUFF;
+    w.install(Instant::now(), Arc::new(buffering), InstallFlags::default())
+        .unwrap();
+    for k in 0..K {
+        p3.inject(uplink(0, k).data());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.counters()[0].buffered < u64::from(K) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(w.counters()[0].buffered, u64::from(K));
+    assert!(p6.take_sent().is_empty());
+    w.install(Instant::now(), forwarding, InstallFlags::default())
+        .unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < usize::from(K) && Instant::now() < deadline {
+        got.extend(p6.take_sent());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seqs: Vec<u16> = got
+        .iter()
+        .map(|d| u16::from_be_bytes([d[4], d[5]]))
+        .collect();
+    assert_eq!(seqs, (0..K).collect::<Vec<_>>());
+    assert_eq!(w.counters()[0].buffered, 0);
+    assert!(w.counters()[0].balanced());
+}
