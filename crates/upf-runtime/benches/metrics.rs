@@ -2,7 +2,8 @@
 //! and `BatchStats::record`), and answering a scrape (cloning its counters between batches).
 //! Compare with a batch's processing time from `upf-bench memory` (docs/benchmarks.md).
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
 use std::time::Instant;
 use upf_dataplane::Counters;
 use upf_runtime::{BatchStats, WorkerStats};
