@@ -315,6 +315,10 @@ pub fn run(a: &Args) -> Result<(), String> {
         };
         let (null_pps, _) = rate(|r| r.1);
         let (pps, bps) = rate(|r| r.2);
+        // Packets each loop processed (all workers): per-packet figures from a whole-run
+        // profile (callgrind, cachegrind) divide by these.
+        let null_packets: u64 = results.iter().map(|r| r.1 .0).sum();
+        let packets: u64 = results.iter().map(|r| r.2 .0).sum();
         let per_core = pps / a.workers as f64 / 1e6;
         let null_per_core = null_pps / a.workers as f64 / 1e6;
         let row = json!({
@@ -324,6 +328,8 @@ pub fn run(a: &Args) -> Result<(), String> {
             "ns_per_packet": 1e3 / per_core,
             "null_forward_mpps_per_core": null_per_core,
             "ratio_to_null": per_core / null_per_core,
+            "packets": packets,
+            "null_forward_packets": null_packets,
         });
         eprintln!(
             "  {size:>5} B: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}",
