@@ -69,7 +69,13 @@ const _: () = assert!(size_of::<HotPdr>() == 16);
 
 impl HotPdr {
     #[inline(always)]
-    fn matches(&self, filters: &[[FastFilter; 2]; FILTER_LINES], teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
+    fn matches(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow,
+    ) -> bool {
         if self.flags & HAS_TEID != 0 && self.teid != teid {
             return false;
         }
@@ -78,12 +84,19 @@ impl HotPdr {
         }
         let from_ue = self.flags & FROM_UE != 0;
         if self.flags & HAS_UE != 0 {
-            let a = if self.flags & UE_IS_DST != 0 { f.dst } else { f.src };
+            let a = if self.flags & UE_IS_DST != 0 {
+                f.dst
+            } else {
+                f.src
+            };
             if a.v6 || a.bits != u128::from(self.ue_v4) {
                 return false;
             }
         }
-        let (first, n) = (usize::from(self.filters >> 4), usize::from(self.filters & 15));
+        let (first, n) = (
+            usize::from(self.filters >> 4),
+            usize::from(self.filters & 15),
+        );
         n == 0
             || (first..first + n).any(|k| {
                 filters
@@ -238,16 +251,16 @@ impl Half {
         line(&self.head);
         let (nf, na, nq, nu) = unshape(shape);
         for k in 0..nf {
-            prefetch_index::prefetch_index(&self.filters, k);
+            prefetch_index::prefetch_index(self.filters.as_slice(), k);
         }
         for k in 0..na {
-            prefetch_index::prefetch_index(&self.fars, k);
+            prefetch_index::prefetch_index(self.fars.as_slice(), k);
         }
         for k in 0..nq {
-            prefetch_index::prefetch_index(&self.qers, k);
+            prefetch_index::prefetch_index(self.qers.as_slice(), k);
         }
         for k in 0..nu {
-            prefetch_index::prefetch_index(&self.urrs, k);
+            prefetch_index::prefetch_index(self.urrs.as_slice(), k);
         }
     }
 }
@@ -278,6 +291,9 @@ fn unshape(s: u16) -> (usize, usize, usize, usize) {
     let f = |k: u16| usize::from((s >> k) & 7);
     (f(0), f(3), f(6), f(9))
 }
+
+/// A built half, the (QER slot, uplink) pairs whose buckets it owns, and its shape.
+type Built = (Half, Vec<(u16, bool)>, u16);
 
 /// Builds one half from a PDR list; `None` if it does not fit.
 struct HalfBuilder {
@@ -381,7 +397,7 @@ impl HalfBuilder {
         })
     }
 
-    fn build(mut self, pdrs: &[CPdr], s: &Compiled) -> Option<(Half, Vec<(u16, bool)>, u16)> {
+    fn build(mut self, pdrs: &[CPdr], s: &Compiled) -> Option<Built> {
         if pdrs.len() > PDRS {
             return None;
         }

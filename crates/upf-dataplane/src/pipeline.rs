@@ -70,6 +70,7 @@ pub struct Pipeline {
     /// `now` of this batch is exactly `epoch + clock_ns`: hot records may count in clock
     /// time (otherwise packets of hot sessions take the general path after a sync).
     pub(crate) hot_ok: bool,
+    pub(crate) hot_enabled: bool,
     /// Hot sessions served cold in this batch (see `hot_ok`), made hot again after it.
     pub(crate) rehot: Vec<u32>,
     pub(crate) generations: Vec<u32>,
@@ -121,6 +122,7 @@ impl Pipeline {
             shapes: Vec::new(),
             cold: 0,
             hot_ok: true,
+            hot_enabled: true,
             rehot: Vec::new(),
             generations: Vec::new(),
             free_slots: Vec::new(),
@@ -157,6 +159,23 @@ impl Pipeline {
 
     pub fn config(&self) -> &PipelineConfig {
         &self.cfg
+    }
+
+    /// Sessions installed in the general (cold) form only: their rules do not fit a hot
+    /// record ([`crate::hot`]).
+    pub fn cold_sessions(&self) -> usize {
+        self.cold
+    }
+
+    /// Whether sessions get hot records (on by default). Off, every session takes the general
+    /// path: for tests that hold the two paths to the same answers, and for A/B measurements.
+    pub fn set_hot_records(&mut self, on: bool) {
+        self.hot_enabled = on;
+        for slot in 0..self.slots.len() {
+            let slot = u32::try_from(slot).unwrap_or(u32::MAX);
+            self.sync_slot(slot);
+            self.build_hot(slot);
+        }
     }
 
     /// Runs `rx` to completion; forwarded packets go to `out.tx` with their egress port set.
@@ -634,6 +653,7 @@ impl Pipeline {
         let i = slot as usize;
         let was_cold = self.shapes[i][0] == COLD;
         let (h, shape) = match &self.slots[i] {
+            Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2]),
             Some(s) => Hot::build(s),
             None => (Hot::default(), [EMPTY; 2]),
         };
