@@ -107,7 +107,7 @@ impl HotPdr {
 }
 
 /// The head line of a half: the PDRs of its list, by precedence.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 pub(crate) struct Head {
     /// The pipeline's clock + 1 at the last packet since the last sync; 0: none.
@@ -115,7 +115,11 @@ pub(crate) struct Head {
     /// This half serves packets (the session is hot).
     pub hot: bool,
     pub npdrs: u8,
+    /// Each FAR's flags and egress port, so that a FAR without a tunnel needs no line of
+    /// its own.
+    pub far_flags: [u8; FARS],
     pub pdrs: [HotPdr; PDRS],
+    pub far_port: [Port; FARS],
 }
 
 /// A FAR that forwards to one target (plain, or an IPv4 GTP-U tunnel by header template), or
@@ -134,6 +138,19 @@ pub(crate) const FAR_FORW: u8 = 1;
 pub(crate) const FAR_TARGET: u8 = 2;
 pub(crate) const FAR_ENCAP: u8 = 4;
 pub(crate) const FAR_TO_ACCESS: u8 = 8;
+
+impl Default for Head {
+    fn default() -> Self {
+        Self {
+            last: 0,
+            hot: false,
+            npdrs: 0,
+            far_flags: [0; FARS],
+            pdrs: [HotPdr::default(); PDRS],
+            far_port: [Port::N6; FARS],
+        }
+    }
+}
 
 impl Default for HotFar {
     fn default() -> Self {
@@ -253,8 +270,10 @@ impl Half {
         for k in 0..nf {
             prefetch_index::prefetch_index(self.filters.as_slice(), k);
         }
-        for k in 0..na {
-            prefetch_index::prefetch_index(self.fars.as_slice(), k);
+        for k in 0..FARS {
+            if na & (1 << k) != 0 {
+                prefetch_index::prefetch_index(self.fars.as_slice(), k);
+            }
         }
         for k in 0..nq {
             prefetch_index::prefetch_index(self.qers.as_slice(), k);
@@ -280,8 +299,8 @@ pub(crate) const EMPTY: u16 = 0;
 /// Set in a hot half's shape.
 pub(crate) const HOT: u16 = 0x8000;
 
-/// The lines of a half in use: a hot bit, then 3 bits each for the numbers of filter lines,
-/// FARs, (QER, direction) lines and URRs.
+/// The lines of a half in use: a hot bit, then 3 bits each for the number of filter lines,
+/// the FAR lines to read (a bit each), the numbers of (QER, direction) lines and URRs.
 fn make_shape(nf: usize, na: usize, nq: usize, nu: usize) -> u16 {
     let b = |n: usize| u16::try_from(n & 7).unwrap_or(0);
     HOT | b(nf) | (b(na) << 3) | (b(nq) << 6) | (b(nu) << 9)
@@ -409,8 +428,16 @@ impl HalfBuilder {
         for (k, f) in self.filters.iter().enumerate() {
             self.half.filters[k / 2][k % 2] = *f;
         }
+        // Only FARs with a tunnel have a line to read (their header template).
+        let mut far_lines = 0;
         for (k, &f) in self.fars.iter().enumerate() {
-            self.half.fars[k] = hot_far(s.fars.get(usize::from(f))?)?;
+            let far = hot_far(s.fars.get(usize::from(f))?)?;
+            self.half.head.far_flags[k] = far.flags;
+            self.half.head.far_port[k] = far.port;
+            if far.flags & FAR_ENCAP != 0 {
+                far_lines |= 1 << k;
+            }
+            self.half.fars[k] = far;
         }
         for (k, &(q, uplink)) in self.qers.iter().enumerate() {
             let c = s.qers.get(usize::from(q))?;
@@ -440,7 +467,7 @@ impl HalfBuilder {
         }
         let shape = make_shape(
             self.filters.len().div_ceil(2),
-            self.fars.len(),
+            far_lines,
             self.qers.len(),
             self.urrs.len(),
         );

@@ -693,13 +693,16 @@ impl Pipeline {
         let h = &mut record.halves[half];
         h.head.last = clock1;
         let pdr = h.head.pdrs[pdr_index];
-        let Some(far) = h.fars.get(usize::from(pdr.far)) else {
+        let far = usize::from(pdr.far);
+        let (Some(&far_flags), Some(&far_port)) =
+            (h.head.far_flags.get(far), h.head.far_port.get(far))
+        else {
             return drop_to(out, counters, p, DropReason::FarDrop);
         };
-        if far.flags & FAR_FORW == 0 {
+        if far_flags & FAR_FORW == 0 {
             return drop_to(out, counters, p, DropReason::FarDrop);
         }
-        if far.flags & FAR_TARGET == 0 {
+        if far_flags & FAR_TARGET == 0 {
             return drop_to(out, counters, p, DropReason::NoForwardingTarget);
         }
         let (ds, de) = if pdr.flags & STRIP != 0 {
@@ -707,7 +710,7 @@ impl Pipeline {
         } else {
             (p.start(), p.start() + p.len())
         };
-        if (far.port == Port::N6 || p.port == Port::N6)
+        if (far_port == Port::N6 || p.port == Port::N6)
             && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
         {
             return drop_to(out, counters, p, DropReason::TtlExpired);
@@ -757,14 +760,14 @@ impl Pipeline {
                 }
             }
         }
-        let to_access = far.flags & FAR_TO_ACCESS != 0;
+        let to_access = far_flags & FAR_TO_ACCESS != 0;
         let qfi = if to_access {
             mark_qfi.or(qfi_in)
         } else {
             qfi_in.or(mark_qfi)
         };
-        p.port = far.port;
-        let sent = if far.flags & FAR_ENCAP != 0 {
+        p.port = far_port;
+        let sent = if let Some(far) = h.fars.get(far).filter(|_| far_flags & FAR_ENCAP != 0) {
             let ip = p.data_at(ds, de);
             let ecn = match ip.first().map(|v| v >> 4) {
                 Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
