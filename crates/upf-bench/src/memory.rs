@@ -51,6 +51,9 @@ pub struct Args {
     /// Length of each worker's pre-drawn sequence of UEs (spread over all its sessions).
     #[arg(long, default_value_t = 1 << 20)]
     ue_sequence: usize,
+    /// Every session on the general path (no hot records): an A/B switch within one binary.
+    #[arg(long)]
+    cold: bool,
 }
 
 /// Where each pooled packet must be put back to.
@@ -125,6 +128,16 @@ fn build_worker(
         pipeline
             .install_shared(now, profile::s0_session(i), InstallFlags::default(), 1)
             .map_err(|e| format!("installing session {i}: {e}"))?;
+    }
+    if a.cold {
+        pipeline.set_hot_records(false);
+    }
+    if pipeline.cold_sessions() > 0 {
+        eprintln!(
+            "  worker {w}: {} of {} sessions on the general path",
+            pipeline.cold_sessions(),
+            pipeline.sessions()
+        );
     }
     let mut rng = Rng(0x9e37_79b9 + w as u64);
     let mut batches = Vec::new();
