@@ -9,7 +9,7 @@ use crate::meter::RateLimit;
 use crate::packet::{Packet, Port, HEADROOM};
 use crate::parse::{flow_of, route_hop};
 use crate::session::{Compiled, Strip, Target};
-use crate::tables::{FastMap, UeTable};
+use crate::tables::{FastMap, IntMap, UeTable};
 use crate::PipelineConfig;
 use prefetch_index::prefetch_index;
 use std::cmp::Reverse;
@@ -46,6 +46,9 @@ const HINT_IP: u32 = 1 << 31;
 /// How many packets ahead the lines of a hot record are prefetched.
 const HOT_AHEAD: usize = 8;
 
+/// How many packets ahead the session tables' buckets are prefetched while looking up hints.
+const HINT_AHEAD: usize = 8;
+
 /// GTP-U's UDP port (TS 29.281 §4.4.2).
 pub const GTPU_PORT: u16 = 2152;
 
@@ -76,7 +79,7 @@ pub struct Pipeline {
     pub(crate) generations: Vec<u32>,
     pub(crate) free_slots: Vec<u32>,
     pub(crate) by_seid: FastMap<Seid, u32>,
-    pub(crate) teids: FastMap<u32, u32>,
+    pub(crate) teids: IntMap,
     pub(crate) ue: UeTable,
     pub(crate) remote: FastMap<(u32, Addr), u32>,
     pub(crate) counters: Counters,
@@ -127,7 +130,7 @@ impl Pipeline {
             generations: Vec::new(),
             free_slots: Vec::new(),
             by_seid: FastMap::default(),
-            teids: FastMap::default(),
+            teids: IntMap::default(),
             ue: UeTable::default(),
             remote: FastMap::default(),
             counters: Counters::default(),
@@ -199,10 +202,28 @@ impl Pipeline {
         // (docs/benchmarks.md), so that is left to the processing loop.
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
-        hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(NO_HINT)));
+        let prefetch = self.slots.len() > PREFETCH_FROM_SESSIONS;
+        for (j, p) in rx.iter().enumerate() {
+            if prefetch {
+                // The table bucket a few packets on (a load would hold up retirement).
+                if let Some(q) = rx.get(j + HINT_AHEAD) {
+                    self.prefetch_hint(q);
+                }
+            }
+            let h = self.slot_hint(p).unwrap_or(NO_HINT);
+            if prefetch && h != NO_HINT {
+                prefetch_index(&self.shapes, (h & !HINT_IP) as usize);
+            }
+            hints.push(h);
+        }
         // With few sessions their records stay in cache and the prefetch instructions only
         // cost (~13 ns a packet at 1k sessions); past a few thousand they pay many times over.
-        let prefetch = self.slots.len() > PREFETCH_FROM_SESSIONS;
+        if prefetch {
+            // The first packets' lines (the loop below prefetches HOT_AHEAD packets on).
+            for h in hints.iter().take(HOT_AHEAD) {
+                self.prefetch_hot(*h);
+            }
+        }
         for (i, p) in rx.drain(..).enumerate() {
             if prefetch {
                 self.prefetch_ahead(&hints, i);
@@ -214,6 +235,38 @@ impl Pipeline {
         while let Some(slot) = self.rehot.pop() {
             self.sync_slot(slot);
             self.build_hot(slot);
+        }
+    }
+
+    /// Prefetches what [`Pipeline::slot_hint`] will read for `p` first.
+    #[inline(always)]
+    fn prefetch_hint(&self, p: &Packet) {
+        let d = p.data();
+        match p.port {
+            Port::N3 | Port::N9 => {
+                if let Some(t) = d.get(32..36) {
+                    self.teids
+                        .prefetch(u32::from_be_bytes([t[0], t[1], t[2], t[3]]));
+                }
+            }
+            Port::N6 => {
+                if let Some(a) = d.get(16..20) {
+                    self.ue
+                        .prefetch_v4(u32::from_be_bytes([a[0], a[1], a[2], a[3]]));
+                }
+            }
+        }
+    }
+
+    /// Prefetches the lines of a hot record that the packet with hint `h` will read.
+    #[inline(always)]
+    fn prefetch_hot(&self, h: u32) {
+        let slot = (h & !HINT_IP) as usize;
+        let half = usize::from(h & HINT_IP != 0);
+        if let Some(&shape) = self.shapes.get(slot).map(|s| &s[half]) {
+            if shape & HOT != 0 {
+                self.hot[slot].halves[half].prefetch(shape);
+            }
         }
     }
 
@@ -248,25 +301,16 @@ impl Pipeline {
 
     /// Prefetches (not loads: a load would stall retirement) what the packets after the `i`th
     /// will read. A hot session's lines are known from its slot: they are prefetched in one
-    /// step, [`HOT_AHEAD`] packets ahead (the shape word saying which lines are in use 16
-    /// ahead). A cold session's are reached one pointer level per step, each step's
+    /// step, [`HOT_AHEAD`] packets ahead (the shape word saying which lines are in use was
+    /// prefetched when the hints were looked up). A cold session's are reached one pointer level per step, each step's
     /// addresses known from lines the previous step fetched: the session record 16 ahead;
     /// its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF filters and FAR
     /// targets 4 ahead. (Longer distances measured no better: the lines start to leave L1
     /// before use.)
     #[inline(always)]
     fn prefetch_ahead(&self, hints: &[u32], i: usize) {
-        if let Some(&h) = hints.get(i + 16) {
-            prefetch_index(&self.shapes, (h & !HINT_IP) as usize);
-        }
         if let Some(&h) = hints.get(i + HOT_AHEAD) {
-            let slot = (h & !HINT_IP) as usize;
-            let half = usize::from(h & HINT_IP != 0);
-            if let Some(&shape) = self.shapes.get(slot).map(|s| &s[half]) {
-                if shape & HOT != 0 {
-                    self.hot[slot].halves[half].prefetch(shape);
-                }
-            }
+            self.prefetch_hot(h);
         }
         if self.cold == 0 {
             return;
