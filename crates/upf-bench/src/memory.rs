@@ -60,6 +60,9 @@ pub struct Args {
     /// Length of each worker's pre-drawn sequence of UEs (spread over all its sessions).
     #[arg(long, default_value_t = 1 << 20)]
     ue_sequence: usize,
+    /// Every session on the general path (no hot records): an A/B switch within one binary.
+    #[arg(long)]
+    cold: bool,
 }
 
 /// Where each pooled packet must be put back to.
@@ -141,6 +144,16 @@ fn build_worker(
         pipeline
             .install_shared(now, t.session(i), InstallFlags::default(), 1)
             .map_err(|e| format!("installing session {i}: {e}"))?;
+    }
+    if a.cold {
+        pipeline.set_hot_records(false);
+    }
+    if pipeline.cold_sessions() > 0 {
+        eprintln!(
+            "  worker {w}: {} of {} sessions on the general path",
+            pipeline.cold_sessions(),
+            pipeline.sessions()
+        );
     }
     let mut rng = Rng(0x9e37_79b9 + w as u64);
     let mut batches = Vec::new();
@@ -342,6 +355,10 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         };
         let (null_pps, _) = rate(|r| r.1);
         let (pps, bps) = rate(|r| r.2);
+        // Packets each loop processed (all workers): per-packet figures from a whole-run
+        // profile (callgrind, cachegrind) divide by these.
+        let null_packets: u64 = results.iter().map(|r| r.1 .0).sum();
+        let packets: u64 = results.iter().map(|r| r.2 .0).sum();
         let per_core = pps / a.workers as f64 / 1e6;
         let null_per_core = null_pps / a.workers as f64 / 1e6;
         let row = json!({
@@ -352,6 +369,8 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             "ns_per_packet": 1e3 / per_core,
             "null_forward_mpps_per_core": null_per_core,
             "ratio_to_null": per_core / null_per_core,
+            "packets": packets,
+            "null_forward_packets": null_packets,
         });
         eprintln!(
             "  {:>5}: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}",

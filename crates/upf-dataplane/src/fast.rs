@@ -104,6 +104,36 @@ pub struct Template {
 }
 
 impl Template {
+    /// No header (a placeholder in fixed-size records).
+    pub const EMPTY: Template = Template {
+        bytes: [0; 44],
+        len: 0,
+        psc: false,
+    };
+
+    /// The same tunnel's header without a PDU Session Container: the first 36 octets with
+    /// the E flag cleared (lengths and checksum are written per packet).
+    pub fn without_psc(&self) -> Template {
+        if !self.psc {
+            return *self;
+        }
+        let mut bytes = [0u8; 44];
+        bytes[..36].copy_from_slice(&self.bytes[..36]);
+        bytes[28] &= !0x04;
+        // What the encoder writes for an empty payload (each is rewritten per packet).
+        bytes[2..4].copy_from_slice(&36u16.to_be_bytes());
+        bytes[24..26].copy_from_slice(&16u16.to_be_bytes());
+        bytes[30..32].fill(0);
+        bytes[10..12].fill(0);
+        let c = checksum::checksum(&bytes[..20]);
+        bytes[10..12].copy_from_slice(&c.to_be_bytes());
+        Template {
+            bytes,
+            len: 36,
+            psc: false,
+        }
+    }
+
     /// `psc`: with a PDU Session Container (downlink type when `downlink`); its QFI octet is
     /// written per packet.
     pub fn v4(
@@ -242,6 +272,26 @@ mod tests {
             ..PduSessionContainer::dl(5)
         };
         assert!(gpdu_v4(&gpdu(1, Some(ppi), &inner)).is_none());
+    }
+
+    #[test]
+    fn template_without_psc_is_the_plain_one() {
+        for (dscp, ttl) in [(0, 64), (10, 3)] {
+            let t = |psc| {
+                Template::v4(
+                    Ipv4Addr::new(192, 0, 2, 1),
+                    Ipv4Addr::new(192, 0, 2, 100),
+                    0xabcd,
+                    dscp,
+                    ttl,
+                    psc,
+                )
+                .unwrap()
+            };
+            for dl in [true, false] {
+                assert_eq!(t(Some(dl)).without_psc(), t(None));
+            }
+        }
     }
 
     #[test]

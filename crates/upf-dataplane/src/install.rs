@@ -53,6 +53,8 @@ impl Pipeline {
         let mut installed = Installed::default();
         let slot = match old_slot {
             Some(slot) => {
+                // What the hot record counted belongs to the old session's state first.
+                self.sync_slot(slot);
                 let mut old = self.slots[slot as usize]
                     .take()
                     .ok_or(DatapathError::Internal("session slot empty".into()))?;
@@ -75,6 +77,8 @@ impl Pipeline {
                 Some(s) => s,
                 None => {
                     self.slots.push(None);
+                    self.hot.push(crate::hot::Hot::default());
+                    self.shapes.push([crate::hot::EMPTY; 2]);
                     self.generations.push(0);
                     u32::try_from(self.slots.len() - 1)
                         .map_err(|_| DatapathError::NoResources("sessions"))?
@@ -105,6 +109,7 @@ impl Pipeline {
         }
         self.index(slot, &new, &prefixes);
         self.slots[slot as usize] = Some(new);
+        self.build_hot(slot);
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
         self.schedule(slot);
         Ok(installed)
@@ -198,9 +203,11 @@ impl Pipeline {
             .get(&seid)
             .copied()
             .ok_or(DatapathError::UnknownSession(seid))?;
+        self.sync_slot(slot);
         let mut s = self.slots[slot as usize]
             .take()
             .ok_or(DatapathError::UnknownSession(seid))?;
+        self.build_hot(slot);
         self.unindex(slot, &s);
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
         self.free_slots.push(slot);
@@ -222,16 +229,22 @@ impl Pipeline {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
-        let s = self
+        let slot = *self
             .by_seid
             .get(&seid)
-            .and_then(|&slot| self.slots[slot as usize].as_mut())
             .ok_or(DatapathError::UnknownSession(seid))?;
-        Ok(s.urrs
+        self.sync_slot(slot);
+        let s = self.slots[slot as usize]
+            .as_mut()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let reports = s
+            .urrs
             .iter_mut()
             .filter(|u| urrs.is_empty() || urrs.contains(&u.id))
             .map(|u| u.report(now, seid, UsageTrigger::IMMER))
-            .collect())
+            .collect();
+        self.build_hot(slot);
+        Ok(reports)
     }
 
     fn schedule(&mut self, slot: u32) {
@@ -277,6 +290,7 @@ impl Pipeline {
             if self.generations.get(slot as usize) != Some(&generation) {
                 continue;
             }
+            self.sync_slot(slot);
             let Some(s) = self.slots[slot as usize].as_mut() else {
                 continue;
             };
@@ -298,6 +312,7 @@ impl Pipeline {
             // Lazy: an entry may fire early (traffic moved a deadline); reschedule.
             self.generations[slot as usize] = generation.wrapping_add(1);
             let inactive = s.inactive_reported.then_some(s.inactivity).flatten();
+            self.build_hot(slot);
             self.schedule(slot);
             if let Some(t) = inactive {
                 let g = self.generations[slot as usize];

@@ -14,6 +14,7 @@ pub mod counters;
 pub mod fast;
 mod filter;
 pub mod flow;
+mod hot;
 mod install;
 pub mod meter;
 pub mod packet;

@@ -4,16 +4,17 @@
 use crate::acl::AclAction;
 use crate::counters::{Counters, DropReason};
 use crate::flow::Addr;
+use crate::hot::{Hot, COLD, EMPTY, HOT};
 use crate::meter::RateLimit;
 use crate::packet::{Packet, Port, HEADROOM};
 use crate::parse::{flow_of, route_hop};
 use crate::session::{Compiled, Strip, Target};
-use crate::tables::{FastMap, UeTable};
+use crate::tables::{FastMap, IntMap, UeTable};
 use crate::PipelineConfig;
 use prefetch_index::prefetch_index;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid, Teid};
 use upf_wire::encap::{decapsulate, encapsulate_gtpu_v4, encapsulate_gtpu_v6, EncapV4, EncapV6};
 use upf_wire::encap::{Decapsulated, GtpuTunnel};
@@ -39,6 +40,15 @@ const PREFETCH_FROM_SESSIONS: usize = 4096;
 /// No session found by [`Pipeline::slot_hint`].
 const NO_HINT: u32 = u32::MAX;
 
+/// Set in a hint for a packet looked up by UE address (the IP PDRs' half of a hot record).
+const HINT_IP: u32 = 1 << 31;
+
+/// How many packets ahead the lines of a hot record are prefetched.
+const HOT_AHEAD: usize = 8;
+
+/// How many packets ahead the session tables' buckets are prefetched while looking up hints.
+const HINT_AHEAD: usize = 8;
+
 /// GTP-U's UDP port (TS 29.281 §4.4.2).
 pub const GTPU_PORT: u16 = 2152;
 
@@ -55,10 +65,21 @@ pub struct Output {
 pub struct Pipeline {
     pub(crate) cfg: PipelineConfig,
     pub(crate) slots: Vec<Option<Compiled>>,
+    /// Per slot: the hot record ([`crate::hot`]), and which of its lines are in use.
+    pub(crate) hot: Vec<Hot>,
+    pub(crate) shapes: Vec<[u16; 2]>,
+    /// Sessions installed cold (prefetched by reference, in steps).
+    pub(crate) cold: usize,
+    /// `now` of this batch is exactly `epoch + clock_ns`: hot records may count in clock
+    /// time (otherwise packets of hot sessions take the general path after a sync).
+    pub(crate) hot_ok: bool,
+    pub(crate) hot_enabled: bool,
+    /// Hot sessions served cold in this batch (see `hot_ok`), made hot again after it.
+    pub(crate) rehot: Vec<u32>,
     pub(crate) generations: Vec<u32>,
     pub(crate) free_slots: Vec<u32>,
     pub(crate) by_seid: FastMap<Seid, u32>,
-    pub(crate) teids: FastMap<u32, u32>,
+    pub(crate) teids: IntMap,
     pub(crate) ue: UeTable,
     pub(crate) remote: FastMap<(u32, Addr), u32>,
     pub(crate) counters: Counters,
@@ -100,10 +121,16 @@ impl Pipeline {
         Self {
             cfg,
             slots: Vec::new(),
+            hot: Vec::new(),
+            shapes: Vec::new(),
+            cold: 0,
+            hot_ok: true,
+            hot_enabled: true,
+            rehot: Vec::new(),
             generations: Vec::new(),
             free_slots: Vec::new(),
             by_seid: FastMap::default(),
-            teids: FastMap::default(),
+            teids: IntMap::default(),
             ue: UeTable::default(),
             remote: FastMap::default(),
             counters: Counters::default(),
@@ -137,9 +164,27 @@ impl Pipeline {
         &self.cfg
     }
 
+    /// Sessions installed in the general (cold) form only: their rules do not fit a hot
+    /// record ([`crate::hot`]).
+    pub fn cold_sessions(&self) -> usize {
+        self.cold
+    }
+
+    /// Whether sessions get hot records (on by default). Off, every session takes the general
+    /// path: for tests that hold the two paths to the same answers, and for A/B measurements.
+    pub fn set_hot_records(&mut self, on: bool) {
+        self.hot_enabled = on;
+        for slot in 0..self.slots.len() {
+            let slot = u32::try_from(slot).unwrap_or(u32::MAX);
+            self.sync_slot(slot);
+            self.build_hot(slot);
+        }
+    }
+
     /// Runs `rx` to completion; forwarded packets go to `out.tx` with their egress port set.
     pub fn process(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
         self.clock_ns = self.clock(now);
+        self.hot_ok = self.epoch.checked_add(Duration::from_nanos(self.clock_ns)) == Some(now);
         for p in self.pending.drain(..) {
             // Counted as created when sent, not when queued: in between, an End Marker is
             // neither sent nor buffered and `balanced()` would not hold.
@@ -157,10 +202,28 @@ impl Pipeline {
         // (docs/benchmarks.md), so that is left to the processing loop.
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
-        hints.extend(rx.iter().map(|p| self.slot_hint(p).unwrap_or(NO_HINT)));
+        let prefetch = self.slots.len() > PREFETCH_FROM_SESSIONS;
+        for (j, p) in rx.iter().enumerate() {
+            if prefetch {
+                // The table bucket a few packets on (a load would hold up retirement).
+                if let Some(q) = rx.get(j + HINT_AHEAD) {
+                    self.prefetch_hint(q);
+                }
+            }
+            let h = self.slot_hint(p).unwrap_or(NO_HINT);
+            if prefetch && h != NO_HINT {
+                prefetch_index(&self.shapes, (h & !HINT_IP) as usize);
+            }
+            hints.push(h);
+        }
         // With few sessions their records stay in cache and the prefetch instructions only
         // cost (~13 ns a packet at 1k sessions); past a few thousand they pay many times over.
-        let prefetch = self.slots.len() > PREFETCH_FROM_SESSIONS;
+        if prefetch {
+            // The first packets' lines (the loop below prefetches HOT_AHEAD packets on).
+            for h in hints.iter().take(HOT_AHEAD) {
+                self.prefetch_hot(*h);
+            }
+        }
         for (i, p) in rx.drain(..).enumerate() {
             if prefetch {
                 self.prefetch_ahead(&hints, i);
@@ -169,6 +232,42 @@ impl Pipeline {
             self.handle(now, p, hints[i], out);
         }
         self.hints = hints;
+        while let Some(slot) = self.rehot.pop() {
+            self.sync_slot(slot);
+            self.build_hot(slot);
+        }
+    }
+
+    /// Prefetches what [`Pipeline::slot_hint`] will read for `p` first.
+    #[inline(always)]
+    fn prefetch_hint(&self, p: &Packet) {
+        let d = p.data();
+        match p.port {
+            Port::N3 | Port::N9 => {
+                if let Some(t) = d.get(32..36) {
+                    self.teids
+                        .prefetch(u32::from_be_bytes([t[0], t[1], t[2], t[3]]));
+                }
+            }
+            Port::N6 => {
+                if let Some(a) = d.get(16..20) {
+                    self.ue
+                        .prefetch_v4(u32::from_be_bytes([a[0], a[1], a[2], a[3]]));
+                }
+            }
+        }
+    }
+
+    /// Prefetches the lines of a hot record that the packet with hint `h` will read.
+    #[inline(always)]
+    fn prefetch_hot(&self, h: u32) {
+        let slot = (h & !HINT_IP) as usize;
+        let half = usize::from(h & HINT_IP != 0);
+        if let Some(&shape) = self.shapes.get(slot).map(|s| &s[half]) {
+            if shape & HOT != 0 {
+                self.hot[slot].halves[half].prefetch(shape);
+            }
+        }
     }
 
     /// The session a packet probably belongs to, from fixed offsets only (IPv4 outer header
@@ -185,11 +284,15 @@ impl Pipeline {
                 self.teids
                     .get(&u32::from_be_bytes([t[0], t[1], t[2], t[3]]))
                     .copied()
+                    .filter(|&s| s < HINT_IP)
             }
             Port::N6 => match d.first()? >> 4 {
                 4 => {
                     let a = d.get(16..20)?;
-                    self.ue.lookup(Addr::v4([a[0], a[1], a[2], a[3]].into()))
+                    self.ue
+                        .lookup(Addr::v4([a[0], a[1], a[2], a[3]].into()))
+                        .filter(|&s| s < HINT_IP)
+                        .map(|s| s | HINT_IP)
                 }
                 _ => None,
             },
@@ -197,19 +300,33 @@ impl Pipeline {
     }
 
     /// Prefetches (not loads: a load would stall retirement) what the packets after the `i`th
-    /// will read, one pointer level per step, each step's addresses known from lines the
-    /// previous step fetched: the session record 16 ahead; its rule lists 12 ahead; the
-    /// fields of its rules 8 ahead; its SDF filters and FAR targets 4 ahead. (Longer
-    /// distances measured no better: the lines start to leave L1 before use.)
+    /// will read. A hot session's lines are known from its slot: they are prefetched in one
+    /// step, [`HOT_AHEAD`] packets ahead (the shape word saying which lines are in use was
+    /// prefetched when the hints were looked up). A cold session's are reached one pointer level per step, each step's
+    /// addresses known from lines the previous step fetched: the session record 16 ahead;
+    /// its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF filters and FAR
+    /// targets 4 ahead. (Longer distances measured no better: the lines start to leave L1
+    /// before use.)
     #[inline(always)]
     fn prefetch_ahead(&self, hints: &[u32], i: usize) {
-        if let Some(&h) = hints.get(i + 16) {
-            prefetch_index(&self.slots, h as usize);
+        if let Some(&h) = hints.get(i + HOT_AHEAD) {
+            self.prefetch_hot(h);
+        }
+        if self.cold == 0 {
+            return;
+        }
+        let cold = |h: u32| {
+            let slot = (h & !HINT_IP) as usize;
+            self.shapes.get(slot).is_some_and(|s| s[0] == COLD)
+        };
+        if let Some(&h) = hints.get(i + 16).filter(|&&h| cold(h)) {
+            prefetch_index(&self.slots, (h & !HINT_IP) as usize);
         }
         for (ahead, step) in [(12, 2u8), (8, 3), (4, 4)] {
             if let Some(Some(s)) = hints
                 .get(i + ahead)
-                .and_then(|&h| self.slots.get(h as usize))
+                .filter(|&&h| cold(h))
+                .and_then(|&h| self.slots.get((h & !HINT_IP) as usize))
             {
                 match step {
                     2 => s.prefetch_lists(),
@@ -222,6 +339,11 @@ impl Pipeline {
 
     /// `hint`: the slot [`Pipeline::slot_hint`] found, or [`NO_HINT`].
     fn handle(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
+        let hint = if hint == NO_HINT {
+            hint
+        } else {
+            hint & !HINT_IP
+        };
         match p.port {
             Port::N3 | Port::N9 => self.gtp(now, p, hint, out),
             Port::N6 => self.n6(now, p, hint, out),
@@ -299,6 +421,18 @@ impl Pipeline {
         // that is what is forwarded and what URRs count.
         let end = inner.start + ip_len(ip).min(ip.len());
         let abs = (p.start() + inner.start, p.start() + end);
+        if self.is_hot(slot, 0) {
+            let half = &self.hot[slot as usize].halves[0];
+            let Some(i) = half.classify(teid, qfi, &flow) else {
+                return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
+            };
+            if half.head.pdrs[i].flags & crate::hot::FROM_UE != 0
+                && self.cfg.uplink_acl.check(&flow) == AclAction::Deny
+            {
+                return drop_to(out, &mut self.counters, p, DropReason::AclDenied);
+            }
+            return self.apply_hot(now, slot, 0, i, p, abs, qfi, out);
+        }
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
@@ -325,6 +459,13 @@ impl Pipeline {
         let Some(slot) = slot else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
         };
+        if self.is_hot(slot, 1) {
+            let Some(i) = self.hot[slot as usize].halves[1].classify(0, None, &flow) else {
+                return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
+            };
+            let inner = (p.start(), p.start() + p.len());
+            return self.apply_hot(now, slot, 1, i, p, inner, None, out);
+        }
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
         };
@@ -519,6 +660,207 @@ impl Pipeline {
         }
         counters.tx(p.port, p.len());
         out.tx.push(p);
+    }
+
+    /// Whether packets of `slot` looked up through `half` take the hot path. When this
+    /// batch's clock is not exact, a hot session is synced and served cold until the batch
+    /// ends.
+    #[inline(always)]
+    fn is_hot(&mut self, slot: u32, half: usize) -> bool {
+        let hot = self
+            .hot
+            .get(slot as usize)
+            .is_some_and(|h| h.halves[half].head.hot);
+        if hot && !self.hot_ok {
+            self.sync_slot(slot);
+            for h in &mut self.hot[slot as usize].halves {
+                h.head.hot = false;
+            }
+            self.rehot.push(slot);
+            return false;
+        }
+        hot
+    }
+
+    /// Moves what the hot record of `slot` owns into its compiled session.
+    pub(crate) fn sync_slot(&mut self, slot: u32) {
+        if let (Some(h), Some(Some(s))) = (
+            self.hot.get_mut(slot as usize),
+            self.slots.get_mut(slot as usize),
+        ) {
+            h.sync(s, self.epoch);
+        }
+    }
+
+    /// Builds the hot record of `slot` anew from its compiled session (which must be synced).
+    pub(crate) fn build_hot(&mut self, slot: u32) {
+        let i = slot as usize;
+        let was_cold = self.shapes[i][0] == COLD;
+        let (h, shape) = match &self.slots[i] {
+            Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2]),
+            Some(s) => Hot::build(s),
+            None => (Hot::default(), [EMPTY; 2]),
+        };
+        self.hot[i] = h;
+        self.shapes[i] = shape;
+        self.cold = self.cold + usize::from(shape[0] == COLD) - usize::from(was_cold);
+    }
+
+    /// The FAR, QER and URR lines of a hot session's matched PDR, then out: what
+    /// [`Pipeline::apply`] does for the sessions [`crate::hot`] can hold.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn apply_hot(
+        &mut self,
+        now: Instant,
+        slot: u32,
+        half: usize,
+        pdr_index: usize,
+        mut p: Packet,
+        inner: (usize, usize),
+        qfi_in: Option<u8>,
+        out: &mut Output,
+    ) {
+        use crate::hot::*;
+        let clock = self.clock_ns;
+        let clock1 = clock + 1;
+        let Self {
+            hot,
+            slots,
+            counters,
+            events,
+            ident,
+            epoch,
+            ..
+        } = self;
+        let record = &mut hot[slot as usize];
+        let h = &mut record.halves[half];
+        h.head.last = clock1;
+        let pdr = h.head.pdrs[pdr_index];
+        let far = usize::from(pdr.far);
+        let (Some(&far_flags), Some(&far_port)) =
+            (h.head.far_flags.get(far), h.head.far_port.get(far))
+        else {
+            return drop_to(out, counters, p, DropReason::FarDrop);
+        };
+        if far_flags & FAR_FORW == 0 {
+            return drop_to(out, counters, p, DropReason::FarDrop);
+        }
+        if far_flags & FAR_TARGET == 0 {
+            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
+        }
+        let (ds, de) = if pdr.flags & STRIP != 0 {
+            inner
+        } else {
+            (p.start(), p.start() + p.len())
+        };
+        if (far_port == Port::N6 || p.port == Port::N6)
+            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
+        {
+            return drop_to(out, counters, p, DropReason::TtlExpired);
+        }
+        let len = (inner.1 - inner.0) as u64;
+        let uplink = pdr.flags & FROM_UE != 0;
+        let bits = len * 8;
+        let (mut mark_qfi, mut rqi) = (None, false);
+        for &q in &pdr.qers {
+            let Some(q) = h.qers.get_mut(usize::from(q)) else {
+                continue;
+            };
+            if q.flags & QER_OPEN == 0 {
+                return drop_to(out, counters, p, DropReason::GateClosed);
+            }
+            if q.flags & QER_MBR != 0 && !q.bucket.conforms(clock, bits) {
+                return drop_to(out, counters, p, DropReason::MbrExceeded);
+            }
+            if mark_qfi.is_none() && q.qfi != NONE {
+                mark_qfi = Some(q.qfi);
+            }
+            rqi |= q.flags & QER_RQI != 0;
+        }
+        if pdr
+            .urrs
+            .iter()
+            .any(|&u| h.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+        {
+            return drop_to(out, counters, p, DropReason::QuotaExhausted);
+        }
+        for &q in &pdr.qers {
+            let Some(q) = h.qers.get_mut(usize::from(q)) else {
+                continue;
+            };
+            if q.flags & QER_MBR != 0 {
+                q.bucket.take(bits);
+            }
+            if q.flags & QER_GBR != 0 {
+                q.gbr_pending += len;
+            }
+        }
+        let mut check = [NONE; 2];
+        for (k, &u) in pdr.urrs.iter().enumerate() {
+            if let Some(u) = h.urrs.get_mut(usize::from(u)) {
+                if !u.count(clock1, len, uplink) {
+                    check[k] = u.urr;
+                }
+            }
+        }
+        let to_access = far_flags & FAR_TO_ACCESS != 0;
+        let qfi = if to_access {
+            mark_qfi.or(qfi_in)
+        } else {
+            qfi_in.or(mark_qfi)
+        };
+        p.port = far_port;
+        let sent = if let Some(far) = h.fars.get(far).filter(|_| far_flags & FAR_ENCAP != 0) {
+            let ip = p.data_at(ds, de);
+            let ecn = match ip.first().map(|v| v >> 4) {
+                Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
+                Some(6) => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
+                _ => 0,
+            };
+            *ident = ident.wrapping_add(1);
+            let written = match qfi {
+                None => far
+                    .template
+                    .without_psc()
+                    .write(p.buffer_mut(), ds, de, *ident, ecn, 0),
+                Some(q) => {
+                    let octet = if to_access {
+                        (u8::from(rqi) << 6) | (q & 0x3f)
+                    } else {
+                        q & 0x3f
+                    };
+                    far.template
+                        .write(p.buffer_mut(), ds, de, *ident, ecn, octet)
+                }
+            };
+            written.map(|start| p.set_range(start, de)).is_some()
+        } else {
+            p.set_range(ds, de);
+            true
+        };
+        if sent {
+            counters.tx(p.port, p.len());
+            out.tx.push(p);
+        } else {
+            drop_to(out, counters, p, DropReason::EncapFailed);
+        }
+        // A URR whose budget ran out: the exact check, and its report if one fired.
+        for u in check {
+            if u == NONE {
+                continue;
+            }
+            let Some(Some(s)) = slots.get_mut(slot as usize) else {
+                continue;
+            };
+            if let Some(t) = record.check_urr(s, *epoch, u) {
+                let seid = s.seid;
+                if let Some(c) = s.urrs.get_mut(usize::from(u)) {
+                    events.push_back(DatapathEvent::Usage(c.report(now, seid, t)));
+                }
+                record.set_urr_limits(s);
+            }
+        }
     }
 
     fn echo(&mut self, mut p: Packet, d: &Decapsulated, out: &mut Output) {

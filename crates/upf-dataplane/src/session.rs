@@ -61,6 +61,23 @@ pub(crate) struct CPdr {
 }
 
 impl CPdr {
+    /// The fast form decides (no slow filters) and the UE address, if any, is one IPv4 one.
+    pub fn fast_form(&self) -> bool {
+        self.slow.is_none() && self.framed.is_empty()
+    }
+    pub fn qfis(&self) -> u64 {
+        self.qfis
+    }
+    pub fn fast_filters(&self) -> &[FastFilter] {
+        &self.fast
+    }
+    pub fn ue_v4(&self) -> Option<u32> {
+        self.ue_v4
+    }
+    pub fn ue_is_destination(&self) -> bool {
+        self.ue_is_destination
+    }
+
     #[inline(always)]
     fn prefetch(&self) {
         use crate::prefetch::{line, past};

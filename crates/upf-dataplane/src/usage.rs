@@ -95,6 +95,29 @@ impl UrrState {
             self.first_packet = Some(now);
         }
         self.last_packet = Some(now);
+        self.check()
+    }
+
+    /// Adds what a hot record counted since its last sync: (octets, packets) each way, and
+    /// the times of its first and last packet.
+    pub fn add_pending(&mut self, ul: (u64, u64), dl: (u64, u64), first: Instant, last: Instant) {
+        for v in [&mut self.volume, &mut self.quota_used] {
+            v.add(&Volume {
+                total_bytes: ul.0 + dl.0,
+                uplink_bytes: ul.0,
+                downlink_bytes: dl.0,
+                total_packets: ul.1 + dl.1,
+                uplink_packets: ul.1,
+                downlink_packets: dl.1,
+            });
+        }
+        // Everything synced before was counted earlier than this.
+        self.first_packet = Some(self.first_packet.map_or(first, |f| f.min(first)));
+        self.last_packet = Some(self.last_packet.map_or(last, |l| l.max(last)));
+    }
+
+    /// The triggers what was counted so far fires (START, then quota or threshold).
+    pub fn check(&mut self) -> Option<UsageTrigger> {
         // START and a volume trigger may fire on the same packet: both go in the one
         // report (the trigger is a set of flags); returning START alone left the quota
         // unmarked, so the next packet went through and VOLQU came one packet late.
@@ -110,6 +133,31 @@ impl UrrState {
             t = t.union(UsageTrigger::VOLTH);
         }
         (t.0 != 0).then_some(t)
+    }
+
+    /// Octets that may still be counted with no trigger possibly firing: 0 while START is
+    /// due, else the least distance to a volume threshold or quota.
+    pub fn budget(&self) -> u64 {
+        if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
+            return 0;
+        }
+        let mut left = u64::MAX;
+        for (limit, used) in [
+            (&self.threshold, &self.volume),
+            (&self.quota, &self.quota_used),
+        ] {
+            let Some(l) = limit else { continue };
+            for (t, u) in [
+                (l.total, used.total_bytes),
+                (l.uplink, used.uplink_bytes),
+                (l.downlink, used.downlink_bytes),
+            ] {
+                if let Some(t) = t {
+                    left = left.min(t.saturating_sub(u));
+                }
+            }
+        }
+        left
     }
 
     /// The usage since the last report, restarting the measurement.

@@ -703,3 +703,148 @@ proptest! {
         prop_assert_eq!(c.buffered, 0);
     }
 }
+
+// ---- hot records against the general path --------------------------------------------------
+
+/// `session(pdrs)` with policing and charging: a session QER with a tight MBR on every PDR, a
+/// per-PDR QER (gate closed on PDR 3, QFI marking) and URRs with low thresholds, a quota and
+/// START, so that the hot records' budgets run out and their exact checks fire.
+fn charged_session(pdrs: &[GenPdr], mbr_kbps: u64, quota: u64) -> Session {
+    let mut s = session(pdrs);
+    let mut ambr = Qer::open(QerId(100));
+    ambr.mbr = Some(Bitrate {
+        uplink_kbps: mbr_kbps,
+        downlink_kbps: mbr_kbps,
+    });
+    s.qers.push(ambr);
+    let mut u1 = Urr::new(UrrId(1));
+    u1.triggers = ReportingTriggers::VOLTH
+        .union(ReportingTriggers::VOLQU)
+        .union(ReportingTriggers::START);
+    u1.volume_threshold = Some(VolumeLimit {
+        total: Some(700),
+        ..Default::default()
+    });
+    u1.volume_quota = Some(VolumeLimit {
+        uplink: Some(quota),
+        ..Default::default()
+    });
+    let mut u2 = Urr::new(UrrId(2));
+    u2.triggers = ReportingTriggers::VOLTH;
+    u2.volume_threshold = Some(VolumeLimit {
+        downlink: Some(300),
+        ..Default::default()
+    });
+    s.urrs.push(u1);
+    s.urrs.push(u2);
+    for (i, p) in s.pdrs.iter_mut().enumerate() {
+        let id = u32::try_from(i + 1).unwrap();
+        let mut q = Qer::open(QerId(id));
+        q.qfi = Some(Qfi(u8::try_from(id).unwrap()));
+        q.rqi = id % 2 == 0;
+        if id == 3 {
+            q.gate_uplink = Gate::Closed;
+        }
+        q.gbr = Some(Bitrate {
+            uplink_kbps: 1,
+            downlink_kbps: 1,
+        });
+        s.qers.push(q);
+        p.qers = [QerId(100), QerId(id)].into_iter().collect();
+        p.urrs = if id % 2 == 0 {
+            [UrrId(1), UrrId(2)].into_iter().collect()
+        } else {
+            [UrrId(1)].into_iter().collect()
+        };
+    }
+    s
+}
+
+#[test]
+fn a_plain_session_gets_a_hot_record() {
+    let t0 = Instant::now();
+    let pdr = |teid: Option<u32>, dst: bool| GenPdr {
+        teid,
+        ue: Some((true, None, dst)),
+        framed: false,
+        filters: vec![],
+        qfis: vec![],
+        precedence: 10,
+    };
+    let s = charged_session(&[pdr(Some(1), false), pdr(None, true)], 64, 2000);
+    let mut p = pipeline(t0);
+    p.install(t0, Arc::new(s), InstallFlags::default()).unwrap();
+    assert_eq!(p.cold_sessions(), 0);
+    p.set_hot_records(false);
+    assert_eq!(p.cold_sessions(), 1);
+    p.set_hot_records(true);
+    assert_eq!(p.cold_sessions(), 0);
+}
+
+/// A PDR of the shapes a hot record holds, most of the time (IPv4 UE address or none, no
+/// framed routes, at most one QFI; the filters may still need the general matcher).
+fn gen_hot_pdr() -> impl Strategy<Value = GenPdr> {
+    (gen_pdr(), prop::bool::weighted(0.8)).prop_map(|(mut g, simple)| {
+        if simple {
+            if let Some(u) = &mut g.ue {
+                u.0 = true;
+                u.1 = None;
+            }
+            g.framed = false;
+            g.qfis.truncate(1);
+        }
+        g
+    })
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    #[test]
+    fn hot_records_answer_as_the_general_path_does(
+        pdrs in prop::collection::vec(gen_hot_pdr(), 1..5),
+        pkts in prop::collection::vec((gen_pkt(), 0u64..3_000_000), 1..40),
+        mbr_kbps in select(vec![8u64, 64, 1_000_000]),
+        quota in select(vec![200u64, 2_000, 1 << 40]),
+        query_at in 0usize..40,
+    ) {
+        let t0 = Instant::now();
+        let s = Arc::new(charged_session(&pdrs, mbr_kbps, quota));
+        let mut hot = pipeline(t0);
+        let mut cold = pipeline(t0);
+        cold.set_hot_records(false);
+        hot.install(t0, s.clone(), InstallFlags::default()).unwrap();
+        cold.install(t0, s, InstallFlags::default()).unwrap();
+        prop_assert_eq!(cold.cold_sessions(), 1);
+        let (mut oh, mut oc) = (Output::default(), Output::default());
+        let mut now = t0;
+        let events = |p: &mut Pipeline| {
+            std::iter::from_fn(|| p.poll_event()).map(|e| format!("{e:?}")).collect::<Vec<_>>()
+        };
+        for (k, (g, dt)) in pkts.iter().enumerate() {
+            now += Duration::from_nanos(*dt);
+            let pkt = match g {
+                GenPkt::Gtp { teid, qfi, inner } => gpdu(*teid, *qfi, &inner.bytes()),
+                GenPkt::N6(inner) => n6(&inner.bytes()),
+            };
+            hot.process(now, &mut vec![pkt.clone()], &mut oh);
+            cold.process(now, &mut vec![pkt], &mut oc);
+            let sent = |o: &Output| o.tx.iter().map(|p| (p.port, p.data().to_vec())).collect::<Vec<_>>();
+            prop_assert_eq!(sent(&oh), sent(&oc), "packet {}: {:?}", k, g);
+            prop_assert_eq!(oh.free.len(), oc.free.len());
+            oh.tx.clear();
+            oc.tx.clear();
+            oh.free.clear();
+            oc.free.clear();
+            prop_assert_eq!(format!("{:?}", hot.counters()), format!("{:?}", cold.counters()));
+            prop_assert_eq!(events(&mut hot), events(&mut cold), "packet {}", k);
+            if k == query_at {
+                let q = |p: &mut Pipeline| format!("{:?}", p.query(now, Seid(1), &[]));
+                prop_assert_eq!(q(&mut hot), q(&mut cold));
+            }
+        }
+        now += Duration::from_secs(1);
+        let end = |p: &mut Pipeline| format!("{:?}", p.remove(now, Seid(1)));
+        prop_assert_eq!(end(&mut hot), end(&mut cold));
+    }
+}

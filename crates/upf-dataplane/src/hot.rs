@@ -1,0 +1,618 @@
+//! The hot record of a session: what processing a packet reads and writes, in a fixed layout
+//! of 64-octet lines of plain integers, one record per session slot in a plain `Vec`, so that
+//! the lines a packet will touch are known from its slot alone and prefetched in one step.
+//!
+//! A record has two halves, one per PDR list (GTP-U PDRs found by TEID, IP PDRs found by UE
+//! address); a packet reads only its list's half: the head line (the PDRs' match keys), the
+//! SDF filter lines, the FAR line (its header template), one line per (QER, direction) with
+//! the token bucket, and one line per URR with the volume counted since the last sync.
+//!
+//! Sessions that do not fit the shape (more rules than the lines hold, slow SDF filters, IPv6
+//! UE prefixes, framed routes, buffering or duplicating FARs, IPv6 tunnels, PPI) are marked
+//! cold and take the general path over [`Compiled`].
+//!
+//! Where the state lives: the compiled session is the source of truth. While a session is
+//! hot, its QER buckets are *owned* by the hot record (copied back by [`Hot::sync`]) and the
+//! URR volumes counted since the last sync are *pending* in the hot record (added to the
+//! URR by [`Hot::sync`], which zeroes them). Every reader of the compiled state (usage
+//! reports, queries, timers, modification) syncs first, and the hot record is rebuilt from
+//! the compiled session afterwards ([`Hot::build`]). A URR line also holds a *budget*: the
+//! octets its half may count before some threshold, quota or START trigger could fire; the
+//! packet that exhausts it takes the exact check of [`UrrState`] after a sync.
+
+use crate::fast::Template;
+use crate::filter::FastFilter;
+use crate::flow::Flow;
+use crate::meter::TokenBucket;
+use crate::packet::Port;
+use crate::session::{CPdr, Compiled, Strip};
+use std::time::{Duration, Instant};
+use upf_rules::ApplyAction;
+
+/// An absent slot (FAR, QER, URR) in a line.
+pub(crate) const NONE: u8 = u8::MAX;
+/// A PDR without a QFI condition.
+const QFI_ANY: u8 = u8::MAX;
+
+/// PDRs per list held in the head line.
+pub(crate) const PDRS: usize = 3;
+/// SDF filter lines per half (two filters a line).
+pub(crate) const FILTER_LINES: usize = 2;
+pub(crate) const FARS: usize = 2;
+/// (QER, direction) lines per half.
+pub(crate) const QERS: usize = 3;
+pub(crate) const URRS: usize = 2;
+
+// HotPdr.flags
+const HAS_TEID: u8 = 1;
+const HAS_UE: u8 = 2;
+const UE_IS_DST: u8 = 4;
+pub(crate) const FROM_UE: u8 = 8;
+pub(crate) const STRIP: u8 = 16;
+
+/// One PDR's match keys and rule slots (slots index the lines of its half).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+pub(crate) struct HotPdr {
+    teid: u32,
+    ue_v4: u32,
+    qfi: u8,
+    pub flags: u8,
+    pub far: u8,
+    /// First filter (high nibble) and number of filters (low nibble); none: any packet.
+    filters: u8,
+    pub qers: [u8; 2],
+    pub urrs: [u8; 2],
+}
+
+const _: () = assert!(size_of::<HotPdr>() == 16);
+
+impl HotPdr {
+    #[inline(always)]
+    fn matches(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow,
+    ) -> bool {
+        if self.flags & HAS_TEID != 0 && self.teid != teid {
+            return false;
+        }
+        if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
+            return false;
+        }
+        let from_ue = self.flags & FROM_UE != 0;
+        if self.flags & HAS_UE != 0 {
+            let a = if self.flags & UE_IS_DST != 0 {
+                f.dst
+            } else {
+                f.src
+            };
+            if a.v6 || a.bits != u128::from(self.ue_v4) {
+                return false;
+            }
+        }
+        let (first, n) = (
+            usize::from(self.filters >> 4),
+            usize::from(self.filters & 15),
+        );
+        n == 0
+            || (first..first + n).any(|k| {
+                filters
+                    .get(k / 2)
+                    .is_some_and(|l| l[k % 2].matches(f, from_ue))
+            })
+    }
+}
+
+/// The head line of a half: the PDRs of its list, by precedence.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Head {
+    /// The pipeline's clock + 1 at the last packet since the last sync; 0: none.
+    pub last: u64,
+    /// This half serves packets (the session is hot).
+    pub hot: bool,
+    pub npdrs: u8,
+    /// Each FAR's flags and egress port, so that a FAR without a tunnel needs no line of
+    /// its own.
+    pub far_flags: [u8; FARS],
+    pub pdrs: [HotPdr; PDRS],
+    pub far_port: [Port; FARS],
+}
+
+/// A FAR that forwards to one target (plain, or an IPv4 GTP-U tunnel by header template), or
+/// drops.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct HotFar {
+    /// The tunnel's header with a PDU Session Container ([`Template::without_psc`] gives the
+    /// one without).
+    pub template: Template,
+    pub port: Port,
+    pub flags: u8,
+}
+
+pub(crate) const FAR_FORW: u8 = 1;
+pub(crate) const FAR_TARGET: u8 = 2;
+pub(crate) const FAR_ENCAP: u8 = 4;
+pub(crate) const FAR_TO_ACCESS: u8 = 8;
+
+impl Default for Head {
+    fn default() -> Self {
+        Self {
+            last: 0,
+            hot: false,
+            npdrs: 0,
+            far_flags: [0; FARS],
+            pdrs: [HotPdr::default(); PDRS],
+            far_port: [Port::N6; FARS],
+        }
+    }
+}
+
+impl Default for HotFar {
+    fn default() -> Self {
+        Self {
+            template: Template::EMPTY,
+            port: Port::N6,
+            flags: 0,
+        }
+    }
+}
+
+/// One direction of one QER: its gate, its MBR bucket (owned here while hot), the octets
+/// accounted against its GBR since the last sync, and its marks.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct HotQer {
+    pub bucket: TokenBucket,
+    pub gbr_pending: u64,
+    /// Index in the compiled session's QERs.
+    pub qer: u8,
+    pub flags: u8,
+    pub qfi: u8,
+}
+
+pub(crate) const QER_OPEN: u8 = 1;
+pub(crate) const QER_MBR: u8 = 2;
+pub(crate) const QER_GBR: u8 = 4;
+pub(crate) const QER_RQI: u8 = 8;
+const QER_UPLINK: u8 = 16;
+
+impl Default for HotQer {
+    fn default() -> Self {
+        Self {
+            bucket: TokenBucket::new(0, 0, Duration::ZERO),
+            gbr_pending: 0,
+            qer: NONE,
+            flags: 0,
+            qfi: NONE,
+        }
+    }
+}
+
+/// One URR as one half counts it: the volume since the last sync, and how much more may be
+/// counted before its exact check must run.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct HotUrr {
+    pub ul_bytes: u64,
+    pub dl_bytes: u64,
+    pub ul_packets: u64,
+    pub dl_packets: u64,
+    /// The pipeline's clock + 1 at the first and last packet since the last sync; 0: none.
+    pub first: u64,
+    pub last: u64,
+    pub budget: u64,
+    /// Index in the compiled session's URRs.
+    pub urr: u8,
+    pub exhausted: bool,
+}
+
+impl HotUrr {
+    /// Counts one packet; `false` when its budget is spent and the exact check must run.
+    #[inline(always)]
+    pub fn count(&mut self, clock1: u64, bytes: u64, uplink: bool) -> bool {
+        if uplink {
+            self.ul_bytes += bytes;
+            self.ul_packets += 1;
+        } else {
+            self.dl_bytes += bytes;
+            self.dl_packets += 1;
+        }
+        if self.first == 0 {
+            self.first = clock1;
+        }
+        self.last = clock1;
+        if bytes < self.budget {
+            self.budget -= bytes;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+const _: () = assert!(size_of::<Head>() == 64);
+const _: () = assert!(size_of::<HotFar>() == 64);
+const _: () = assert!(size_of::<HotQer>() == 64);
+const _: () = assert!(size_of::<HotUrr>() == 64);
+
+/// The lines one PDR list's packets touch.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct Half {
+    pub head: Head,
+    pub filters: [[FastFilter; 2]; FILTER_LINES],
+    pub fars: [HotFar; FARS],
+    pub qers: [HotQer; QERS],
+    pub urrs: [HotUrr; URRS],
+}
+
+impl Half {
+    /// The index of the first PDR (by precedence) that matches.
+    #[inline(always)]
+    pub fn classify(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> Option<usize> {
+        let n = usize::from(self.head.npdrs).min(PDRS);
+        self.head.pdrs[..n]
+            .iter()
+            .position(|p| p.matches(&self.filters, teid, qfi, f))
+    }
+
+    /// Prefetches the lines in use (`shape`, from [`Hot::shape`]).
+    #[inline(always)]
+    pub fn prefetch(&self, shape: u16) {
+        use crate::prefetch::line;
+        line(&self.head);
+        let (nf, na, nq, nu) = unshape(shape);
+        for k in 0..nf {
+            prefetch_index::prefetch_index(self.filters.as_slice(), k);
+        }
+        for k in 0..FARS {
+            if na & (1 << k) != 0 {
+                prefetch_index::prefetch_index(self.fars.as_slice(), k);
+            }
+        }
+        for k in 0..nq {
+            prefetch_index::prefetch_index(self.qers.as_slice(), k);
+        }
+        for k in 0..nu {
+            prefetch_index::prefetch_index(self.urrs.as_slice(), k);
+        }
+    }
+}
+
+/// The hot record of one session slot: half 0 for its GTP-U PDRs, half 1 for its IP PDRs.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct Hot {
+    pub halves: [Half; 2],
+}
+
+/// A cold session's shape: nothing to prefetch by slot (the general path prefetches by
+/// reference).
+pub(crate) const COLD: u16 = 1;
+/// An empty slot's shape.
+pub(crate) const EMPTY: u16 = 0;
+/// Set in a hot half's shape.
+pub(crate) const HOT: u16 = 0x8000;
+
+/// The lines of a half in use: a hot bit, then 3 bits each for the number of filter lines,
+/// the FAR lines to read (a bit each), the numbers of (QER, direction) lines and URRs.
+fn make_shape(nf: usize, na: usize, nq: usize, nu: usize) -> u16 {
+    let b = |n: usize| u16::try_from(n & 7).unwrap_or(0);
+    HOT | b(nf) | (b(na) << 3) | (b(nq) << 6) | (b(nu) << 9)
+}
+
+fn unshape(s: u16) -> (usize, usize, usize, usize) {
+    let f = |k: u16| usize::from((s >> k) & 7);
+    (f(0), f(3), f(6), f(9))
+}
+
+/// A built half, the (QER slot, uplink) pairs whose buckets it owns, and its shape.
+type Built = (Half, Vec<(u16, bool)>, u16);
+
+/// Builds one half from a PDR list; `None` if it does not fit.
+struct HalfBuilder {
+    half: Half,
+    filters: Vec<FastFilter>,
+    fars: Vec<u16>,
+    /// (QER slot, uplink)
+    qers: Vec<(u16, bool)>,
+    urrs: Vec<u16>,
+}
+
+impl HalfBuilder {
+    fn new() -> Self {
+        Self {
+            half: Half::default(),
+            filters: Vec::new(),
+            fars: Vec::new(),
+            qers: Vec::new(),
+            urrs: Vec::new(),
+        }
+    }
+
+    fn slot<T: PartialEq + Copy>(v: &mut Vec<T>, x: T, cap: usize) -> Option<u8> {
+        let i = match v.iter().position(|&y| y == x) {
+            Some(i) => i,
+            None => {
+                v.push(x);
+                v.len() - 1
+            }
+        };
+        (i < cap).then(|| u8::try_from(i).ok()).flatten()
+    }
+
+    fn pdr(&mut self, p: &CPdr) -> Option<HotPdr> {
+        if !p.fast_form() {
+            return None;
+        }
+        let qfi = match p.qfis().count_ones() {
+            0 => QFI_ANY,
+            1 => u8::try_from(p.qfis().trailing_zeros()).ok()?,
+            _ => return None,
+        };
+        let fast = p.fast_filters();
+        let filters = if fast.is_empty() {
+            0
+        } else {
+            // Sessions often give a bearer's uplink and downlink PDRs the same filters.
+            let start = match self.filters.windows(fast.len()).position(|w| w == fast) {
+                Some(i) => i,
+                None => {
+                    self.filters.extend_from_slice(fast);
+                    self.filters.len() - fast.len()
+                }
+            };
+            if self.filters.len() > 2 * FILTER_LINES || fast.len() > 15 {
+                return None;
+            }
+            u8::try_from((start << 4) | fast.len()).ok()?
+        };
+        let mut flags = 0;
+        let (ue_v4, teid) = (p.ue_v4(), p.teid);
+        if teid.is_some() {
+            flags |= HAS_TEID;
+        }
+        if ue_v4.is_some() {
+            flags |= HAS_UE;
+        }
+        if p.ue_is_destination() {
+            flags |= UE_IS_DST;
+        }
+        if p.from_ue {
+            flags |= FROM_UE;
+        }
+        if p.strip == Strip::Gtpu {
+            flags |= STRIP;
+        }
+        let far = match p.far {
+            Some(f) => Self::slot(&mut self.fars, f, FARS)?,
+            None => NONE,
+        };
+        let mut qers = [NONE; 2];
+        if p.qers.len() > 2 || p.urrs.len() > 2 {
+            return None;
+        }
+        for (k, &q) in p.qers.iter().enumerate() {
+            qers[k] = Self::slot(&mut self.qers, (q, p.from_ue), QERS)?;
+        }
+        let mut urrs = [NONE; 2];
+        for (k, &u) in p.urrs.iter().enumerate() {
+            urrs[k] = Self::slot(&mut self.urrs, u, URRS)?;
+        }
+        Some(HotPdr {
+            teid: teid.unwrap_or(0),
+            ue_v4: ue_v4.unwrap_or(0),
+            qfi,
+            flags,
+            far,
+            filters,
+            qers,
+            urrs,
+        })
+    }
+
+    fn build(mut self, pdrs: &[CPdr], s: &Compiled) -> Option<Built> {
+        if pdrs.len() > PDRS {
+            return None;
+        }
+        for (k, p) in pdrs.iter().enumerate() {
+            self.half.head.pdrs[k] = self.pdr(p)?;
+        }
+        self.half.head.npdrs = u8::try_from(pdrs.len()).ok()?;
+        self.half.head.hot = true;
+        for (k, f) in self.filters.iter().enumerate() {
+            self.half.filters[k / 2][k % 2] = *f;
+        }
+        // Only FARs with a tunnel have a line to read (their header template).
+        let mut far_lines = 0;
+        for (k, &f) in self.fars.iter().enumerate() {
+            let far = hot_far(s.fars.get(usize::from(f))?)?;
+            self.half.head.far_flags[k] = far.flags;
+            self.half.head.far_port[k] = far.port;
+            if far.flags & FAR_ENCAP != 0 {
+                far_lines |= 1 << k;
+            }
+            self.half.fars[k] = far;
+        }
+        for (k, &(q, uplink)) in self.qers.iter().enumerate() {
+            let c = s.qers.get(usize::from(q))?;
+            if c.ppi.is_some() {
+                return None;
+            }
+            let (gate, mbr) = if uplink {
+                (c.gate_ul, c.mbr_ul)
+            } else {
+                (c.gate_dl, c.mbr_dl)
+            };
+            let mut flags = if uplink { QER_UPLINK } else { 0 };
+            flags |= if gate { QER_OPEN } else { 0 };
+            flags |= if mbr.is_some() { QER_MBR } else { 0 };
+            flags |= if c.gbr.is_some() { QER_GBR } else { 0 };
+            flags |= if c.rqi { QER_RQI } else { 0 };
+            self.half.qers[k] = HotQer {
+                bucket: mbr.unwrap_or(HotQer::default().bucket),
+                gbr_pending: 0,
+                qer: u8::try_from(q).ok()?,
+                flags,
+                qfi: c.qfi.unwrap_or(NONE),
+            };
+        }
+        for (k, &u) in self.urrs.iter().enumerate() {
+            self.half.urrs[k].urr = u8::try_from(u).ok()?;
+        }
+        let shape = make_shape(
+            self.filters.len().div_ceil(2),
+            far_lines,
+            self.qers.len(),
+            self.urrs.len(),
+        );
+        Some((self.half, self.qers, shape))
+    }
+}
+
+/// A FAR that the hot path can apply, or `None`.
+fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
+    let forw = f.action.contains(ApplyAction::FORW);
+    if !f.dup.is_empty() || f.action.contains(ApplyAction::DUPL) {
+        return None;
+    }
+    if !forw {
+        // Buffering (and notifying) stays on the general path.
+        return (!f.action.contains(ApplyAction::BUFF)).then(HotFar::default);
+    }
+    let Some(t) = &f.target else {
+        return Some(HotFar {
+            flags: FAR_FORW,
+            ..HotFar::default()
+        });
+    };
+    let mut flags = FAR_FORW | FAR_TARGET;
+    if t.to_access {
+        flags |= FAR_TO_ACCESS;
+    }
+    let template = match (&t.encap, &t.templates) {
+        (None, _) => Template::EMPTY,
+        (Some(_), Some([plain, with_psc])) => {
+            // The plain header is the first part of the one with a container; checked here
+            // so the hot path needs to hold only one.
+            if with_psc.without_psc() != *plain {
+                return None;
+            }
+            flags |= FAR_ENCAP;
+            *with_psc
+        }
+        (Some(_), None) => return None,
+    };
+    Some(HotFar {
+        template,
+        port: t.port,
+        flags,
+    })
+}
+
+impl Hot {
+    /// The hot record of `s` (state copied from it) and the prefetch shape of each half, or a
+    /// cold record.
+    pub fn build(s: &Compiled) -> (Hot, [u16; 2]) {
+        let cold = (Hot::default(), [COLD; 2]);
+        let Some((gtp, gq, gs)) = HalfBuilder::new().build(&s.gtp_pdrs, s) else {
+            return cold;
+        };
+        let Some((ip, iq, is)) = HalfBuilder::new().build(&s.ip_pdrs, s) else {
+            return cold;
+        };
+        // A bucket is owned by one line only.
+        if gq.iter().any(|q| iq.contains(q)) {
+            return cold;
+        }
+        let mut h = Hot { halves: [gtp, ip] };
+        h.set_urr_limits(s);
+        (h, [gs, is])
+    }
+
+    /// Budgets and quota flags of every URR line from the compiled URRs (pending volumes zero).
+    pub fn set_urr_limits(&mut self, s: &Compiled) {
+        for half in &mut self.halves {
+            for u in &mut half.urrs {
+                if let Some(c) = s.urrs.get(usize::from(u.urr)) {
+                    // Each half may count half of what is left: together they cannot cross a
+                    // limit without one of them running the check.
+                    u.budget = c.budget() / 2;
+                    u.exhausted = c.exhausted;
+                }
+            }
+        }
+    }
+
+    /// Moves the state the hot record owns into the compiled session: the URR volumes
+    /// pending, the GBR accounting, the buckets, the last packet time. Pending values are
+    /// zeroed, so syncing twice adds nothing.
+    pub fn sync(&mut self, s: &mut Compiled, epoch: Instant) {
+        if !self.halves[0].head.hot {
+            return;
+        }
+        let at = |c: u64| epoch + Duration::from_nanos(c - 1);
+        let mut last = 0;
+        for half in &mut self.halves {
+            last = last.max(std::mem::take(&mut half.head.last));
+            for q in &mut half.qers {
+                let Some(c) = s.qers.get_mut(usize::from(q.qer)) else {
+                    continue;
+                };
+                c.gbr_bytes += std::mem::take(&mut q.gbr_pending);
+                if q.flags & QER_MBR != 0 {
+                    if q.flags & QER_UPLINK != 0 {
+                        c.mbr_ul = Some(q.bucket);
+                    } else {
+                        c.mbr_dl = Some(q.bucket);
+                    }
+                }
+            }
+            for u in &mut half.urrs {
+                let Some(c) = s.urrs.get_mut(usize::from(u.urr)) else {
+                    continue;
+                };
+                if u.first != 0 {
+                    c.add_pending(
+                        (u.ul_bytes, u.ul_packets),
+                        (u.dl_bytes, u.dl_packets),
+                        at(u.first),
+                        at(u.last),
+                    );
+                }
+                *u = HotUrr {
+                    urr: u.urr,
+                    budget: u.budget,
+                    exhausted: u.exhausted,
+                    ..HotUrr::default()
+                };
+            }
+        }
+        if last != 0 {
+            let t = at(last);
+            if t > s.last_packet {
+                s.last_packet = t;
+            }
+            s.inactive_reported = false;
+        }
+    }
+
+    /// After a URR's budget ran out: the exact check of URR `urr` (an index in the compiled
+    /// session's URRs) on everything counted, then fresh budgets for every line.
+    pub fn check_urr(
+        &mut self,
+        s: &mut Compiled,
+        epoch: Instant,
+        urr: u8,
+    ) -> Option<upf_rules::UsageTrigger> {
+        self.sync(s, epoch);
+        let t = s.urrs.get_mut(usize::from(urr))?.check();
+        self.set_urr_limits(s);
+        t
+    }
+}
