@@ -77,7 +77,9 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         None if cli.quick => quick_all(cli.out, &command),
-        None => Err("give a subcommand (memory, veth, run, report, ab) or --quick; see --help".into()),
+        None => {
+            Err("give a subcommand (memory, veth, run, report, ab) or --quick; see --help".into())
+        }
         Some(Cmd::Memory(a)) => memory::run(&a),
         Some(Cmd::Veth(a)) => veth::run(&a),
         Some(Cmd::Run(a)) => harness::run(&a, &command).map(|_| ()),

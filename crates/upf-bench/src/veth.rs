@@ -157,7 +157,10 @@ fn task_cpu(pid: u32) -> BTreeMap<String, u64> {
     m
 }
 
-fn cpu_delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+fn cpu_delta(
+    after: &BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
     after
         .iter()
         .map(|(k, v)| (k.clone(), v.saturating_sub(*before.get(k).unwrap_or(&0))))
@@ -313,11 +316,18 @@ impl Rig {
         std::fs::write(&cfg, self.config(a, cores))
             .map_err(|e| format!("{}: {e}", cfg.display()))?;
         let log_path = self.dir.join("upf.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let mask: Vec<String> = cores.iter().map(ToString::to_string).collect();
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns("upf"), "taskset", "-c", &mask.join(",")])
+            .args([
+                "netns",
+                "exec",
+                &self.ns("upf"),
+                "taskset",
+                "-c",
+                &mask.join(","),
+            ])
             .arg(exe)
             .arg("run")
             .arg("--config")
@@ -373,8 +383,8 @@ impl Rig {
         let mut smf = in_netns(&upf, || {
             let mut c = SmfConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 8805)));
             c.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-            c.t1 = Duration::from_millis(300);
-            c.n1 = 1;
+            c.t1 = Duration::from_millis(500);
+            c.n1 = 3;
             c.window = 128;
             Smf::new(c)
         })
@@ -497,7 +507,8 @@ fn measure(
     let c0 = counter.read().map_err(io)?;
     let t0 = Instant::now();
     let sirq0 = softirq_ns();
-    let gen = xdpgen::run_in(g, &s.gen_ns, Some(cpu), s.gen_dev, seconds, rate, stop).map_err(io)?;
+    let gen =
+        xdpgen::run_in(g, &s.gen_ns, Some(cpu), s.gen_dev, seconds, rate, stop).map_err(io)?;
     std::thread::sleep(Duration::from_millis(100));
     let c1 = counter.read().map_err(io)?;
     Ok(Phase {
@@ -665,10 +676,21 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     upf_gen.reset().map_err(io)?;
     // Warm-up outside the window (neighbours, first-packet paths).
     let r = if a.rate == 0 { 200_000 } else { a.rate };
-    xdpgen::run_in(&upf_gen, &s.gen_ns, Some(a.gen_cpu), s.gen_dev, 0.3, r, stop).map_err(io)?;
+    xdpgen::run_in(
+        &upf_gen,
+        &s.gen_ns,
+        Some(a.gen_cpu),
+        s.gen_dev,
+        0.3,
+        r,
+        stop,
+    )
+    .map_err(io)?;
     std::thread::sleep(Duration::from_millis(100));
     let cpu0 = task_cpu(pid);
-    let phase = measure(&upf_gen, &s, &counter, a.gen_cpu, a.seconds, a.rate, false, stop)?;
+    let phase = measure(
+        &upf_gen, &s, &counter, a.gen_cpu, a.seconds, a.rate, false, stop,
+    )?;
     let cpu1 = task_cpu(pid);
     rig.upf_alive()?;
     let threads = cpu_delta(&cpu1, &cpu0);
@@ -704,6 +726,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     let ratio = |d: f64| (d > 0.0).then(|| delivered / d);
     Ok(json!({
         "topology": "veth",
+        "netns_prefix": rig.prefix,
         "profile": a.profile,
         "direction": a.direction,
         "backend": a.backend,
