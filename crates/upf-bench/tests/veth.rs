@@ -3,7 +3,7 @@
 //! nothing is left behind (namespaces, and with them the veths and their XDP programs; the
 //! UPF process).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn is_root() -> bool {
@@ -14,7 +14,7 @@ fn is_root() -> bool {
 }
 
 /// The `upf` binary of the same build (built here if missing).
-fn upf_binary(bench: &PathBuf) -> PathBuf {
+fn upf_binary(bench: &Path) -> PathBuf {
     let upf = bench.with_file_name("upf");
     if !upf.exists() {
         let mut c = Command::new(env!("CARGO"));
