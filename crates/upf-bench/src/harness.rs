@@ -3,13 +3,14 @@
 //! `results.json` with the machine, kernel, commit and compiler, printed as a Markdown table
 //! and drawn as PNG plots.
 //!
-//! Topologies: each point is a list of arguments for one topology subcommand of this binary;
-//! `memory` exists, `veth` (namespaces and real sockets) is the next one: a `Topology::Veth`
-//! arm building its own arguments and a subcommand printing the same JSON line is all it
-//! needs here.
+//! Topologies: each point is a list of arguments for one topology subcommand of this binary:
+//! `memory` (the pipeline in memory) or `veth` (the `upf` binary in network namespaces; each
+//! profile point becomes one point per direction, the UL:DL split having no meaning for a
+//! one-way generator).
 
 use crate::report;
 use crate::spec::{self, MixFacts, Origin, Point, Profile, Sweep};
+use crate::veth;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,6 +53,18 @@ pub struct RunArgs {
     /// Binary that measures each point (default: this one).
     #[arg(long)]
     pub bin: Option<PathBuf>,
+    /// veth: the directions measured for each point (default: both).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub directions: Vec<veth::Direction>,
+    /// veth: the UPF's backend.
+    #[arg(long, value_enum, default_value = "af-xdp")]
+    pub backend: veth::Backend,
+    /// veth: offered packets/s (0: flat out).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// veth: the `upf` binary (default: next to the measuring binary).
+    #[arg(long)]
+    pub upf: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -59,7 +72,7 @@ pub struct RunArgs {
 pub enum Topology {
     /// Pre-built batches through the real pipeline and workers, no I/O.
     Memory,
-    /// veth pairs and network namespaces, real sockets (not built yet).
+    /// veth pairs and network namespaces: the `upf` binary, an XDP generator, a counting sink.
     Veth,
 }
 
@@ -144,6 +157,120 @@ impl Measured {
             raw,
         })
     }
+}
+
+impl Measured {
+    /// From the JSON line of `upf-bench veth`. Mpps/core and ns/packet are the UPF's CPU cost
+    /// (what one fully busy core would forward at it); "null forward" is the Linux forwarding
+    /// baseline's delivered Mpps and the ratio delivered / baseline.
+    pub fn from_veth_line(
+        point: Point,
+        args: Vec<String>,
+        raw: serde_json::Value,
+    ) -> Result<Self, String> {
+        let f = |k: &str| raw[k].as_f64();
+        f("delivered_mpps").ok_or("the JSON line has no delivered_mpps")?;
+        let ns = f("upf_cpu_ns_per_packet").unwrap_or(0.0);
+        let per_core = if ns > 0.0 { 1e3 / ns } else { 0.0 };
+        Ok(Measured {
+            mpps_per_core: per_core,
+            gbps_per_core: per_core * point.size as f64 * 8.0 / 1e3,
+            ns_per_packet: ns,
+            null_forward_mpps_per_core: raw["baseline"]["delivered_mpps"].as_f64().unwrap_or(0.0),
+            ratio_to_null: f("ratio_to_baseline").unwrap_or(0.0),
+            memory_per_session_bytes: 0.0,
+            point,
+            args,
+            raw,
+        })
+    }
+}
+
+/// Each profile point once per direction (the UL:DL split is dropped: the generator sends one
+/// way), without repeats.
+fn veth_points(a: &RunArgs, points: Vec<Point>) -> Result<Vec<Point>, String> {
+    let dirs = if a.directions.is_empty() {
+        vec![veth::Direction::Uplink, veth::Direction::Downlink]
+    } else {
+        a.directions.clone()
+    };
+    let mut out: Vec<Point> = Vec::new();
+    for p in points {
+        if p.mix.is_some() {
+            return Err(format!(
+                "topology veth: point {} is a packet mix; veth sends fixed sizes only",
+                p.label
+            ));
+        }
+        for d in &dirs {
+            let (name, ul) = match d {
+                veth::Direction::Uplink => ("uplink", 100.0),
+                veth::Direction::Downlink => ("downlink", 0.0),
+            };
+            let mut q = p.clone();
+            q.uplink_packet_percent = ul;
+            q.series = format!("{name}, {:?}", a.backend).to_lowercase();
+            q.label = format!("{} B, {name}, {} sessions", q.size, q.sessions);
+            if !out
+                .iter()
+                .any(|o| o.label == q.label && o.workers == q.workers && o.acl_rules == q.acl_rules)
+            {
+                out.push(q);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn veth_args(a: &RunArgs, p: &Point, parg: &str) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "veth".into(),
+        "--profile".into(),
+        parg.into(),
+        "--sessions".into(),
+        p.sessions.to_string(),
+        "--size".into(),
+        p.size.to_string(),
+        "--workers".into(),
+        p.workers.to_string(),
+        "--seconds".into(),
+        p.seconds.max(1.0).to_string(),
+        "--direction".into(),
+        if p.uplink_packet_percent > 50.0 {
+            "uplink".into()
+        } else {
+            "downlink".into()
+        },
+        "--backend".into(),
+        match a.backend {
+            veth::Backend::AfPacket => "af-packet".into(),
+            veth::Backend::AfXdp => "af-xdp".into(),
+        },
+        "--rate".into(),
+        a.rate.to_string(),
+    ];
+    if let Some(u) = &a.upf {
+        v.extend(["--upf".into(), u.display().to_string()]);
+    }
+    v
+}
+
+fn veth_notes(p: &Profile) -> Vec<String> {
+    let mut v = p.notes.clone();
+    v.push(
+        "veth: the real upf binary in network namespaces; sessions are default ones (UL + DL \
+         PDR/FAR, a QER without MBR, a URR), not the profile's bearers, ACL or SDF filters; \
+         one direction per point, fixed sizes, frames round-robin over the sessions"
+            .into(),
+    );
+    v.push(
+        "veth: Mpps/core and ns/packet are the UPF's CPU time (all its threads) per delivered \
+         packet; 'null forward' is Linux IP forwarding of the same inner packets through the \
+         same namespace (the baseline) and the ratio delivered / baseline; the raw JSON has \
+         offered, delivered, loss and the generator's ceiling"
+            .into(),
+    );
+    v
 }
 
 /// Everything a run wrote: `results.json`.
@@ -283,13 +410,10 @@ pub fn run_profile(
     let (file_profile, origin) = spec::load(name)?;
     let p = effective(a, &file_profile)?;
     let points = p.sweep(a.sweep)?;
-    if a.topology == Topology::Veth {
-        return Err(
-            "topology veth: not built yet (next: veth pairs and namespaces; the in-memory \
-             topology is `--topology memory`)"
-                .into(),
-        );
-    }
+    let points = match a.topology {
+        Topology::Memory => points,
+        Topology::Veth => veth_points(a, points)?,
+    };
     let bin = match &a.bin {
         Some(b) => b.clone(),
         None => std::env::current_exe().map_err(|e| e.to_string())?,
@@ -306,10 +430,16 @@ pub fn run_profile(
     );
     let mut runs = Vec::new();
     for pt in points {
-        let args = pt.memory_args(&parg);
+        let args = match a.topology {
+            Topology::Memory => pt.memory_args(&parg),
+            Topology::Veth => veth_args(a, &pt, &parg),
+        };
         eprintln!("[{}] {}", pt.label, args.join(" "));
         let raw = measure_with(&bin, &args)?;
-        runs.push(Measured::from_line(pt, args, raw)?);
+        runs.push(match a.topology {
+            Topology::Memory => Measured::from_line(pt, args, raw)?,
+            Topology::Veth => Measured::from_veth_line(pt, args, raw)?,
+        });
     }
     machine.load_after = loadavg();
     let res = Results {
@@ -332,7 +462,10 @@ pub fn run_profile(
                 facts: m.facts(),
             })
             .collect(),
-        notes: p.memory_notes(),
+        notes: match a.topology {
+            Topology::Memory => p.memory_notes(),
+            Topology::Veth => veth_notes(&p),
+        },
         profile: p,
         profile_origin: origin,
         runs,
@@ -421,6 +554,10 @@ impl RunArgs {
             uplink_percent: Vec::new(),
             topology: Topology::Memory,
             bin: None,
+            directions: Vec::new(),
+            backend: veth::Backend::AfXdp,
+            rate: 0,
+            upf: None,
         }
     }
 }

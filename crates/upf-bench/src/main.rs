@@ -3,6 +3,9 @@
 //! - `memory` runs a profile's pre-built packets through the real pipeline on N workers with
 //!   no I/O (the per-core ceiling) beside a null-forward loop in the same run, and ends with
 //!   one JSON line.
+//! - `veth` runs one point through the real `upf` binary in network namespaces (a BPF
+//!   live-frames generator, a counting XDP sink, the Linux forwarding baseline and the
+//!   generator's own ceiling in the same run), and ends with one JSON line.
 //! - `run` measures a profile's sweep (each point a `memory` child), writes `results.json`,
 //!   `table.md` and PNG plots; `report` re-renders them; `ab` compares two builds in one
 //!   sitting; `--quick` runs every profile's quick variant (CI's smoke test).
@@ -13,6 +16,7 @@ mod memory;
 mod profile;
 mod report;
 mod spec;
+mod veth;
 
 #[cfg(test)]
 mod tests;
@@ -40,6 +44,9 @@ struct Cli {
 enum Cmd {
     /// In-memory topology: pre-built batches through the real pipeline, no I/O; one JSON line.
     Memory(memory::Args),
+    /// veth topology: namespaces, the `upf` binary, an XDP live-frames generator, a counting
+    /// sink, Linux forwarding as the baseline; one JSON line.
+    Veth(veth::Args),
     /// A profile's sweep: results.json, table.md and PNG plots.
     Run(harness::RunArgs),
     /// Re-render table.md and plots from results.json (a file, or a directory of them).
@@ -70,8 +77,11 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         None if cli.quick => quick_all(cli.out, &command),
-        None => Err("give a subcommand (memory, run, report, ab) or --quick; see --help".into()),
+        None => {
+            Err("give a subcommand (memory, veth, run, report, ab) or --quick; see --help".into())
+        }
         Some(Cmd::Memory(a)) => memory::run(&a),
+        Some(Cmd::Veth(a)) => veth::run(&a),
         Some(Cmd::Run(a)) => harness::run(&a, &command).map(|_| ()),
         Some(Cmd::Report { path }) => report::report(&path),
         Some(Cmd::Ab(a)) => ab::run(&a).and_then(|r| {

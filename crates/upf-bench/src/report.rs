@@ -43,32 +43,7 @@ fn short_commit(c: &str) -> String {
     )
 }
 
-/// The run as a Markdown table (with a header naming the machine, build and load).
-pub fn table(r: &Results) -> String {
-    let mut s = String::new();
-    let m = &r.machine;
-    let _ = writeln!(
-        s,
-        "### {} — {}{} (sweep: {:?}, topology: {:?})\n",
-        r.profile.name,
-        r.profile.title,
-        if r.quick { ", quick variant" } else { "" },
-        r.sweep,
-        r.topology
-    );
-    let _ = writeln!(
-        s,
-        "Machine: {} × {}, {:.0} GiB, Linux {}; build {} ({}{}); load average {:.2} before, {:.2} after.\n",
-        m.cpus,
-        m.cpu_model,
-        m.memory_bytes as f64 / f64::from(1u32 << 30),
-        m.kernel,
-        short_commit(&r.build.commit),
-        r.build.rustc,
-        if r.build.debug_assertions { ", debug build" } else { "" },
-        m.load_before[0],
-        m.load_after[0],
-    );
+fn memory_rows(r: &Results, s: &mut String) {
     s.push_str("| point | sessions | workers | ACL rules | size (B) | UL % of packets | Mpps/core | Gbit/s/core | ns/packet | null forward Mpps | ratio | RSS/session |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
@@ -108,6 +83,65 @@ pub fn table(r: &Results) -> String {
             x.ratio_to_null,
             rss
         );
+    }
+}
+
+fn veth_rows(r: &Results, s: &mut String) {
+    s.push_str("| point | backend | workers | offered Mpps | delivered Mpps | loss | UPF CPU ns/packet | softirq ns/packet | generator ceiling Mpps | Linux forwarding Mpps | ratio to Linux |\n");
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for x in &r.runs {
+        let v = &x.raw;
+        let f = |k: &str| v[k].as_f64();
+        let opt =
+            |x: Option<f64>, prec: usize| x.map_or("–".to_string(), |y| format!("{y:.prec$}"));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            x.point.label,
+            v["backend"].as_str().unwrap_or("?"),
+            x.point.workers,
+            opt(f("offered_mpps"), 2),
+            opt(f("delivered_mpps"), 2),
+            opt(f("loss").map(|l| l * 100.0), 1) + " %",
+            opt(f("upf_cpu_ns_per_packet"), 0),
+            opt(f("softirq_ns_per_packet"), 0),
+            opt(f("generator_ceiling_mpps"), 2),
+            opt(v["baseline"]["delivered_mpps"].as_f64(), 2),
+            opt(f("ratio_to_baseline"), 2),
+        );
+    }
+}
+
+/// The run as a Markdown table (with a header naming the machine, build and load).
+pub fn table(r: &Results) -> String {
+    let mut s = String::new();
+    let m = &r.machine;
+    let _ = writeln!(
+        s,
+        "### {} — {}{} (sweep: {:?}, topology: {:?})\n",
+        r.profile.name,
+        r.profile.title,
+        if r.quick { ", quick variant" } else { "" },
+        r.sweep,
+        r.topology
+    );
+    let _ = writeln!(
+        s,
+        "Machine: {} × {}, {:.0} GiB, Linux {}; build {} ({}{}); load average {:.2} before, {:.2} after.\n",
+        m.cpus,
+        m.cpu_model,
+        m.memory_bytes as f64 / f64::from(1u32 << 30),
+        m.kernel,
+        short_commit(&r.build.commit),
+        r.build.rustc,
+        if r.build.debug_assertions { ", debug build" } else { "" },
+        m.load_before[0],
+        m.load_after[0],
+    );
+    if r.topology == crate::harness::Topology::Veth {
+        veth_rows(r, &mut s);
+    } else {
+        memory_rows(r, &mut s);
     }
     if !r.mixes.is_empty() {
         s.push_str("\n| mix | mean size | DL:UL packets | DL:UL bytes | what |\n|---|---:|---:|---:|---|\n");

@@ -101,3 +101,41 @@ pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
     }
     Ok(r > 0 && p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
 }
+
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity` on thread 0 = this thread).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} out of range"),
+        ));
+    }
+    // SAFETY: an all-zero cpu_set_t is a valid empty set (plain bit array).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit of `set`, a live local; `cpu` is below CPU_SETSIZE
+    // (checked above), so the bit is inside it.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed, read by the kernel only; pid 0
+    // is the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The index of interface `name` in the calling thread's network namespace.
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; if_nametoindex only
+    // reads it.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface {name}: {}", io::Error::last_os_error()),
+        ));
+    }
+    Ok(i)
+}

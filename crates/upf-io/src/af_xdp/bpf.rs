@@ -41,6 +41,7 @@ pub const R9: u8 = 9;
 // Instruction classes, sizes, modes, operations.
 const LD: u8 = 0x00;
 const LDX: u8 = 0x01;
+const ST: u8 = 0x02;
 const STX: u8 = 0x03;
 const ALU: u8 = 0x04;
 const JMP: u8 = 0x05;
@@ -52,25 +53,30 @@ pub const B: u8 = 0x10;
 pub const DW: u8 = 0x18;
 const IMM: u8 = 0x00;
 const MEM: u8 = 0x60;
+const ATOMIC: u8 = 0xc0;
 const K: u8 = 0x00;
 const X: u8 = 0x08;
 pub const ADD: u8 = 0x00;
 pub const SUB: u8 = 0x10;
 pub const MUL: u8 = 0x20;
+pub const OR: u8 = 0x40;
 pub const AND: u8 = 0x50;
 pub const LSH: u8 = 0x60;
 pub const RSH: u8 = 0x70;
+pub const XOR: u8 = 0xa0;
 const MOV: u8 = 0xb0;
 const END: u8 = 0xd0;
 const TO_BE: u8 = 0x08;
 pub const JEQ: u8 = 0x10;
 pub const JGT: u8 = 0x20;
+pub const JGE: u8 = 0x30;
 pub const JNE: u8 = 0x50;
 pub const JLT: u8 = 0xa0;
 const JA: u8 = 0x00;
 const CALL: u8 = 0x80;
 const EXIT: u8 = 0x90;
 const PSEUDO_MAP_FD: u8 = 1;
+const PSEUDO_MAP_VALUE: u8 = 2;
 
 /// A jump target, placed with [`Asm::label`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +142,20 @@ impl Asm {
     pub fn ld_map(&mut self, dst: u8, fd: i32) {
         self.emit(LD | DW | IMM, dst, PSEUDO_MAP_FD, 0, fd);
         self.emit(0, 0, 0, 0, 0);
+    }
+    /// dst = address of octet `off` of the value of entry 0 of the array map `fd` (resolved
+    /// by the kernel at load: no helper call at run time).
+    pub fn ld_map_value(&mut self, dst: u8, fd: i32, off: i32) {
+        self.emit(LD | DW | IMM, dst, PSEUDO_MAP_VALUE, 0, fd);
+        self.emit(0, 0, 0, 0, off);
+    }
+    /// *(size *)(dst + off) = imm (sign-extended to DW).
+    pub fn st(&mut self, size: u8, dst: u8, off: i16, imm: i32) {
+        self.emit(ST | MEM | size, dst, 0, off, imm);
+    }
+    /// Atomic *(size *)(dst + off) += src (size W or DW).
+    pub fn atomic_add(&mut self, size: u8, dst: u8, off: i16, src: u8) {
+        self.emit(STX | ATOMIC | size, dst, src, off, 0);
     }
     /// dst = *(size *)(src + off).
     pub fn ldx(&mut self, size: u8, dst: u8, src: u8, off: i16) {
@@ -252,6 +272,45 @@ pub fn create_xskmap(entries: u32) -> io::Result<OwnedFd> {
         .map_err(|e| sys::context(e, "bpf(BPF_MAP_CREATE XSKMAP)"))
 }
 
+/// An array map of `entries` values of `value_size` octets (u32 keys), zeroed.
+pub fn create_array(value_size: u32, entries: u32, name: &str) -> io::Result<OwnedFd> {
+    let mut nm = [0u8; 16];
+    for (d, s) in nm.iter_mut().zip(name.bytes().take(15)) {
+        *d = s;
+    }
+    let mut a = BpfAttr::new();
+    a.u32(0, sys::BPF_MAP_TYPE_ARRAY)
+        .u32(4, 4)
+        .u32(8, value_size)
+        .u32(12, entries.max(1))
+        .bytes(28, &nm);
+    sys::bpf_fd(sys::BPF_MAP_CREATE, &mut a)
+        .map_err(|e| sys::context(e, "bpf(BPF_MAP_CREATE ARRAY)"))
+}
+
+/// Reads `map[key]` into `value` (exactly the map's value size; for a per-CPU map, the
+/// possible CPUs' values one after the other, each rounded up to 8 octets).
+pub fn map_lookup(map: &OwnedFd, key: u32, value: &mut [u8]) -> io::Result<()> {
+    let mut a = BpfAttr::new();
+    a.u32(0, map.as_raw_fd() as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, value.as_mut_ptr() as u64);
+    sys::bpf(sys::BPF_MAP_LOOKUP_ELEM, &mut a)
+        .map(|_| ())
+        .map_err(|e| sys::context(e, "bpf(BPF_MAP_LOOKUP_ELEM)"))
+}
+
+/// `map[key] = value` for a map with u32 keys and u64 values.
+pub fn map_update_u64(map: &OwnedFd, key: u32, value: u64) -> io::Result<()> {
+    let mut a = BpfAttr::new();
+    a.u32(0, map.as_raw_fd() as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, &value as *const u64 as u64);
+    sys::bpf(sys::BPF_MAP_UPDATE_ELEM, &mut a)
+        .map(|_| ())
+        .map_err(|e| sys::context(e, "bpf(BPF_MAP_UPDATE_ELEM)"))
+}
+
 /// `map[key] = value` for a map with u32 keys and values.
 pub fn map_update_u32(map: &OwnedFd, key: u32, value: u32) -> io::Result<()> {
     let mut a = BpfAttr::new();
@@ -345,6 +404,38 @@ pub fn test_run(prog: &OwnedFd, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
     let n = (a.get_u32(12) as usize).min(out.len());
     out.truncate(n);
     Ok((retval, out))
+}
+
+/// Runs `prog` `repeat` times on live frames made from `frame` (BPF_PROG_RUN with
+/// BPF_F_TEST_XDP_LIVE_FRAMES), as if they arrived on interface `ifindex` of the calling
+/// thread's network namespace, queue 0: XDP_TX and XDP_REDIRECT really send them (XDP_TX out
+/// of `ifindex`). Frames come from a page pool and are recycled: the program sees whatever
+/// the previous user of a page left in it, and must rewrite every header it relies on.
+/// `batch` frames (1..=256) go out per flush. Returns when all were run (or a signal came).
+pub fn test_run_live(
+    prog: &OwnedFd,
+    frame: &[u8],
+    ifindex: u32,
+    repeat: u32,
+    batch: u32,
+) -> io::Result<()> {
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+    // egress_ifindex.
+    let mut ctx = [0u32; 6];
+    ctx[1] = frame.len() as u32;
+    ctx[3] = ifindex;
+    let mut a = BpfAttr::new();
+    a.u32(0, prog.as_raw_fd() as u32)
+        .u32(8, frame.len() as u32)
+        .u64(16, frame.as_ptr() as u64)
+        .u32(32, repeat.max(1))
+        .u32(40, std::mem::size_of_val(&ctx) as u32)
+        .u64(48, ctx.as_ptr() as u64)
+        .u32(64, sys::BPF_F_TEST_XDP_LIVE_FRAMES)
+        .u32(72, batch.clamp(1, 256));
+    sys::bpf(sys::BPF_PROG_TEST_RUN, &mut a)
+        .map(|_| ())
+        .map_err(|e| sys::context(e, "bpf(BPF_PROG_RUN, XDP live frames)"))
 }
 
 /// A trivial XDP_PASS program (for probing what an interface supports).

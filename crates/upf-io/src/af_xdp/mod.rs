@@ -32,6 +32,7 @@ mod tests;
 
 pub use prog::{worker_of_key, xdp_worker, Filter};
 pub use sys::XdpStatistics;
+pub use sys::{XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE};
 
 use crate::link::{Link, NextHops};
 use crate::{IoStats, PacketIo, Pool};

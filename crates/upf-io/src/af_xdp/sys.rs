@@ -89,11 +89,14 @@ pub struct XdpStatistics {
 
 // bpf(2) commands, map and program types, attach types, helpers.
 pub const BPF_MAP_CREATE: libc::c_long = 0;
+pub const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 pub const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 pub const BPF_PROG_LOAD: libc::c_long = 5;
 pub const BPF_PROG_TEST_RUN: libc::c_long = 10;
 pub const BPF_LINK_CREATE: libc::c_long = 28;
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
 pub const BPF_XDP: u32 = 37;
 pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
