@@ -22,6 +22,11 @@ mod veth;
 mod tests;
 
 use clap::{Parser, Subcommand};
+
+/// Large allocations on transparent huge pages, as in the `upf` binary (switch: `memory
+/// --no-huge-pages`).
+#[global_allocator]
+static ALLOC: upf_io::hugepages::HugePageAlloc = upf_io::hugepages::HugePageAlloc;
 use std::path::PathBuf;
 
 #[derive(Parser)]

@@ -63,6 +63,10 @@ pub struct Args {
     /// Every session on the general path (no hot records): an A/B switch within one binary.
     #[arg(long)]
     cold: bool,
+    /// Large allocations (tables, hot records) on ordinary 4 KiB pages instead of transparent
+    /// huge pages: an A/B switch within one binary.
+    #[arg(long)]
+    no_huge_pages: bool,
 }
 
 /// Where each pooled packet must be put back to.
@@ -289,6 +293,7 @@ fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<(u64, u64, Duration), 
 
 /// `upf-bench memory`: measures and prints one JSON line.
 pub fn run(a: &Args) -> Result<(), String> {
+    upf_io::hugepages::set_enabled(!a.no_huge_pages);
     println!("{}", measure(a)?);
     Ok(())
 }
@@ -397,6 +402,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         "batch": a.batch,
         "uplink_percent": a.uplink_percent,
         "acl_rules": a.acl_rules,
+        "huge_pages": !a.no_huge_pages,
         "mpps_per_core": min("mpps_per_core"),
         "null_forward_mpps_per_core": min("null_forward_mpps_per_core"),
         "memory_per_session_bytes": memory_per_session.round(),

@@ -14,6 +14,7 @@ pub mod af_packet;
 pub mod af_xdp;
 pub mod fanout;
 pub mod fault;
+pub mod hugepages;
 pub mod link;
 pub mod mem;
 mod netlink;

@@ -4,6 +4,11 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+
+/// Large allocations (session tables, hot records) on transparent huge pages: fewer page walks
+/// per packet at a million sessions (docs/benchmarks.md).
+#[global_allocator]
+static ALLOC: upf_io::hugepages::HugePageAlloc = upf_io::hugepages::HugePageAlloc;
 use std::process::ExitCode;
 use upf::{decode, demo, run};
 
