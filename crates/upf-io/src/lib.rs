@@ -26,6 +26,7 @@ mod sys;
 pub mod tun;
 pub mod udp;
 mod wait;
+pub mod wake;
 
 pub use pool::Pool;
 pub use upf_dataplane::{Packet, Port};
