@@ -633,6 +633,10 @@ impl PacketIo for AfPacketIo {
         self.stats
     }
 
+    fn refresh_stats(&mut self) {
+        self.stats.rx_kernel_dropped = self.ring_drops();
+    }
+
     fn describe(&self) -> String {
         let l = self.hops.link();
         let fanout = match (&self.mode, self.cfg.fanout) {

@@ -44,6 +44,9 @@ pub struct IoStats {
     pub tx_bytes: u64,
     /// Received frames that were not IP (or too big for a buffer) and were discarded.
     pub rx_discarded: u64,
+    /// Frames the kernel dropped before this queue saw them (a full AF_PACKET ring, a full
+    /// AF_XDP RX ring or an empty fill ring), as of the last [`PacketIo::refresh_stats`].
+    pub rx_kernel_dropped: u64,
     /// Packets handed to `tx_batch` that could not be sent (ring full, no route, no neighbour).
     pub tx_dropped: u64,
 }
@@ -55,6 +58,7 @@ impl IoStats {
         self.tx_packets += o.tx_packets;
         self.tx_bytes += o.tx_bytes;
         self.rx_discarded += o.rx_discarded;
+        self.rx_kernel_dropped += o.rx_kernel_dropped;
         self.tx_dropped += o.tx_dropped;
     }
 }
@@ -87,6 +91,10 @@ pub trait PacketIo: Send + std::fmt::Debug {
     }
 
     fn stats(&self) -> IoStats;
+
+    /// Reads counters the kernel keeps for this queue into [`IoStats`] (a system call: called
+    /// between batches when stats are asked for, never per packet).
+    fn refresh_stats(&mut self) {}
 
     /// What this queue is, for the start-up log: backend, interface, queue, mode.
     fn describe(&self) -> String;

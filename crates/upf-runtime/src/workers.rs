@@ -382,6 +382,9 @@ impl Worker {
                 let mut s = self.stats.clone();
                 s.counters = self.pipeline.counters().clone();
                 s.sessions = self.pipeline.sessions();
+                for q in &mut self.queues.queues {
+                    q.io.refresh_stats();
+                }
                 s.io = self
                     .queues
                     .queues

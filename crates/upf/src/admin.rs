@@ -238,7 +238,7 @@ fn worker(i: usize, w: &WorkerStats) -> Value {
         "queues": w.io.iter().map(|(port, what, s)| json!({
             "port": port.name(), "queue": what,
             "rx_packets": s.rx_packets, "tx_packets": s.tx_packets,
-            "rx_discarded": s.rx_discarded, "tx_dropped": s.tx_dropped,
+            "rx_discarded": s.rx_discarded, "rx_kernel_dropped": s.rx_kernel_dropped, "tx_dropped": s.tx_dropped,
         })).collect::<Vec<_>>(),
     })
 }

@@ -231,6 +231,12 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
     );
     io(
         &mut o,
+        "upf_io_rx_kernel_dropped_total",
+        "Frames the kernel dropped before the queue saw them (full ring, empty fill ring).",
+        &|s| s.rx_kernel_dropped,
+    );
+    io(
+        &mut o,
         "upf_io_tx_dropped_total",
         "Packets the queue could not send (ring full, no neighbour).",
         &|s| s.tx_dropped,

@@ -731,6 +731,13 @@ impl PacketIo for XskIo {
         self.stats
     }
 
+    fn refresh_stats(&mut self) {
+        // Cumulative in the kernel for the socket's life.
+        if let Ok(k) = self.kernel_stats() {
+            self.stats.rx_kernel_dropped = k.rx_dropped + k.rx_ring_full;
+        }
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}: AF_XDP {} queue {} ({} XDP, {} mode, {} workers)",
