@@ -30,8 +30,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use upf_io::link::ip;
 use upf_loadgen::in_netns;
 use upf_loadgen::smf::{Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr};
+use upf_loadgen::veth_pair;
 use upf_loadgen::xdpgen::{self, Count, Counter, Fixed, GenStats, Generator, Template};
 
 const GNB: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 2);
@@ -103,22 +105,6 @@ pub struct Args {
 }
 
 /// `ip ARGS`, its stderr in the error.
-fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running `ip {}`: {e}", args.join(" ")))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 fn sysctl(ns: &str, key: &str, value: &str) -> Result<(), String> {
     let path = format!("/proc/sys/{key}");
     in_netns(ns, || std::fs::write(&path, value))
@@ -238,21 +224,7 @@ impl Rig {
             (&gen, "gnb", "192.168.3.2/24", &upf, "n3", "192.168.3.1/24"),
             (&upf, "n6", "192.168.6.1/24", &sink, "dn", "192.168.6.2/24"),
         ] {
-            ip(&[
-                "link", "add", da, "netns", a, "type", "veth", "peer", "name", db, "netns", b,
-            ])?;
-            for (ns, dev, addr) in [(a, da, aa), (b, db, ab)] {
-                ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
-                ip(&["-n", ns, "link", "set", dev, "up"])?;
-                // Raw-socket backends want whole checksums (best effort).
-                let _ = Command::new("ip")
-                    .args([
-                        "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", "rx", "off",
-                    ])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
+            veth_pair((a, da, aa), (b, db, ab))?;
         }
         for (ns, at) in [(&gen, GNB), (&sink, DN)] {
             let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))

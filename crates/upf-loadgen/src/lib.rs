@@ -19,4 +19,4 @@ pub mod smf;
 mod sys;
 pub mod xdpgen;
 
-pub use netns::{in_netns, netns_path, NETNS_DIR};
+pub use netns::{in_netns, netns_path, veth_pair, NETNS_DIR};

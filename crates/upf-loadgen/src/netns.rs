@@ -42,3 +42,28 @@ where
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
 }
+
+/// A veth pair `a_dev` (in netns `a`, address `a_addr`) ↔ `b_dev` (in `b`, `b_addr`), both up,
+/// checksum offload off where ethtool exists (raw-socket backends want whole checksums; the
+/// UPF does not check outer checksums, so this is best effort).
+pub fn veth_pair(
+    (a, a_dev, a_addr): (&str, &str, &str),
+    (b, b_dev, b_addr): (&str, &str, &str),
+) -> Result<(), String> {
+    use upf_io::link::ip;
+    ip(&[
+        "link", "add", a_dev, "netns", a, "type", "veth", "peer", "name", b_dev, "netns", b,
+    ])?;
+    for (ns, dev, addr) in [(a, a_dev, a_addr), (b, b_dev, b_addr)] {
+        ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+        ip(&["-n", ns, "link", "set", dev, "up"])?;
+        let _ = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", "rx", "off",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    Ok(())
+}

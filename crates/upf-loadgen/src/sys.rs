@@ -7,7 +7,6 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::time::Duration;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)` (linux/if_tun.h).
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -77,29 +76,6 @@ pub fn setns_net(ns: &File) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Waits until `fd` is readable or `timeout` passes; true if readable. EINTR reads as "not
-/// yet" so that the caller re-checks its stop flag.
-pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd: fd.as_fd().as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `p` is one valid pollfd that outlives the call and nfds is 1; the descriptor is
-    // borrowed, so it stays open while poll looks at it.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(r > 0 && p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
 }
 
 /// Pins the calling thread to CPU `cpu` (`sched_setaffinity` on thread 0 = this thread).

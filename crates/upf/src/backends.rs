@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command;
 use upf_io::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
 use upf_io::af_xdp::{XdpConfig, XdpInterface};
+use upf_io::link::ip;
 use upf_io::pcap::{Capture, Direction};
 use upf_io::tun::TunIo;
 use upf_io::udp::{UdpConfig, UdpIo};
@@ -35,22 +36,6 @@ impl Drop for Cleanup {
         for cmd in self.undo.drain(..).rev() {
             let _ = Command::new(&cmd[0]).args(&cmd[1..]).output();
         }
-    }
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("running `ip {}`: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
     }
 }
 

@@ -38,9 +38,11 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use traffic::{Plan, Traffic};
+use upf_io::link::ip;
 use upf_loadgen::gnb::{SessionTable, UeSession};
 use upf_loadgen::in_netns;
 use upf_loadgen::smf::{ue_pool, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr, Usage};
+use upf_loadgen::veth_pair;
 
 pub const UE_NS: &str = "upfdemo-ue";
 pub const UPF_NS: &str = "upfdemo-upf";
@@ -219,24 +221,6 @@ fn validate(a: &Args) -> Result<(), String> {
 
 fn ns_exists(name: &str) -> bool {
     upf_loadgen::netns_path(name).exists()
-}
-
-/// `ip ARGS`, its stderr in the error.
-fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running `ip {}`: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 /// Writes /proc/sys/KEY inside namespace `ns` (net sysctls are per namespace).
@@ -629,22 +613,7 @@ impl Demo {
                 "192.168.6.2/24",
             ),
         ] {
-            ip(&[
-                "link", "add", da, "netns", a, "type", "veth", "peer", "name", db, "netns", b,
-            ])?;
-            for (ns, dev, addr) in [(a, da, aa), (b, db, ab)] {
-                ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
-                ip(&["-n", ns, "link", "set", dev, "up"])?;
-                // Raw-socket backends need whole checksums (best effort: ethtool may be
-                // missing, and the UPF does not check outer checksums).
-                let _ = Command::new("ip")
-                    .args([
-                        "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", "rx", "off",
-                    ])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
+            veth_pair((a, da, aa), (b, db, ab))?;
         }
         ip(&["-n", DN_NS, "route", "add", UE_POOL, "via", "192.168.6.1"])?;
         // The UPF has the kernel confirm its next hops (the gNB, the DN) with an empty datagram
