@@ -222,7 +222,9 @@ fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
 /// This thread's CPU time so far (`/proc/thread-self/schedstat`), if the kernel tells.
 fn thread_cpu() -> Option<Duration> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(Duration::from_nanos(s.split_whitespace().next()?.parse().ok()?))
+    Some(Duration::from_nanos(
+        s.split_whitespace().next()?.parse().ok()?,
+    ))
 }
 
 /// What one loop measured.
