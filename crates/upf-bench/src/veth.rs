@@ -113,6 +113,9 @@ pub struct Args {
     /// Seconds of one search trial.
     #[arg(long, default_value_t = 2.0)]
     pub trial_seconds: f64,
+    /// The search's upper bound, pps (default: the generator's ceiling measured first).
+    #[arg(long)]
+    pub search_top: Option<u64>,
     /// Most trials of one search.
     #[arg(long, default_value_t = 10)]
     pub max_trials: u32,
@@ -667,7 +670,9 @@ fn run_search(
     stop: &AtomicBool,
 ) -> Result<Search, String> {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let top = (ceiling.offered_mpps() * 1e6) as u64;
+    let top = a
+        .search_top
+        .unwrap_or((ceiling.offered_mpps() * 1e6) as u64);
     let found = search(top, a.resolution, a.max_trials, a.trial_seconds, |rate| {
         if stop.load(Ordering::Relaxed) {
             return Err("interrupted".into());
@@ -1128,4 +1133,65 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
             "latency: the generator stamps CLOCK_MONOTONIC (bpf_ktime_get_ns) into the inner payload as it builds the frame (frames leave in batches of 64 after their programs ran: up to ~64 program runs of wait included); the sink's XDP program takes now - stamp on arrival; histogram buckets 1.6-3.1 % wide, quantiles are bucket middles; jitter = RFC 3550 A.8 per flow (session x class), mean and max over flows with >= 2 packets; no priority queues in the data path: classes are measured, not treated differently",
         ],
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rig that loses nothing up to `good` pps, < 10 ppm up to `fair`, more above.
+    fn rig(good: u64, fair: u64) -> impl FnMut(u64) -> Result<Trial, String> {
+        move |rate| {
+            let frames = rate * 2;
+            let lost = if rate <= good {
+                0
+            } else if rate <= fair {
+                frames / 200_000
+            } else {
+                frames / 100
+            };
+            Ok(Trial {
+                requested_pps: rate,
+                offered_pps: rate as f64,
+                frames,
+                delivered: frames - lost,
+                loss: lost as f64 / frames as f64,
+                seconds: 2.0,
+            })
+        }
+    }
+
+    #[test]
+    fn search_brackets_both_criteria() {
+        let s = search(1_000_000, 0.02, 20, 2.0, rig(613_000, 700_000)).unwrap();
+        let z = s.zero_loss_pps.unwrap();
+        let l = s.below_10ppm_pps.unwrap();
+        assert!(z <= 613_000.0 && z >= 613_000.0 * 0.98, "{z}");
+        assert!(l <= 700_000.0 && l >= 700_000.0 * 0.98, "{l}");
+        let up = s.zero_loss_upper_pps.unwrap();
+        assert!(
+            up > 613_000 && (up as f64 - z) <= 0.02 * up as f64,
+            "{up} {z}"
+        );
+        assert!(!s.ceiling_limited);
+        assert!(
+            s.trials.len() < 20,
+            "stops at the resolution: {}",
+            s.trials.len()
+        );
+        // The rate is the best passing trial's.
+        assert!(s.trials.iter().any(|t| t.offered_pps == z && t.loss == 0.0));
+    }
+
+    #[test]
+    fn search_stops_at_a_clean_ceiling_and_counts_trials() {
+        let s = search(500_000, 0.02, 20, 2.0, rig(600_000, 600_000)).unwrap();
+        assert!(s.ceiling_limited);
+        assert_eq!(s.trials.len(), 1);
+        assert_eq!(s.zero_loss_pps, Some(500_000.0));
+        let s = search(1_000_000, 0.001, 4, 2.0, rig(100, 100)).unwrap();
+        assert_eq!(s.trials.len(), 4);
+        assert_eq!(s.zero_loss_pps, None, "every trial lost");
+        assert_eq!(s.zero_loss_upper_pps, Some(125_000));
+    }
 }
