@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// veth: loads of the latency runs, % (default: veth's, 10,50,80,95).
     #[arg(long, value_delimiter = ',')]
     pub latency_loads: Vec<f64>,
+    /// veth: nice value of the generator and the UPF (0: inherited).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub nice: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -271,6 +274,9 @@ fn veth_args(a: &RunArgs, p: &Point, parg: &str) -> Vec<String> {
     }
     if a.search {
         v.push("--search".into());
+    }
+    if a.nice != 0 {
+        v.push(format!("--nice={}", a.nice));
     }
     if a.search || a.latency {
         v.push("--latency".into());
@@ -596,6 +602,7 @@ impl RunArgs {
             trial_seconds: None,
             max_trials: None,
             latency_loads: Vec::new(),
+            nice: 0,
         }
     }
 }

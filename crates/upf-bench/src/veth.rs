@@ -97,6 +97,10 @@ pub struct Args {
     /// The generator's CPU.
     #[arg(long, default_value_t = 0)]
     pub gen_cpu: usize,
+    /// Nice value of the generator thread and the UPF (0: inherited). On a shared machine a
+    /// negative one keeps other jobs from taking the generator's and the UPF's CPUs.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub nice: i32,
     /// The UPF's CPUs, comma-separated (default: every CPU but the generator's).
     #[arg(long, value_delimiter = ',')]
     pub upf_cores: Vec<usize>,
@@ -324,11 +328,15 @@ impl Rig {
         let log =
             std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let mask: Vec<String> = cores.iter().map(ToString::to_string).collect();
+        let nice = a.nice.to_string();
         let child = Command::new("ip")
             .args([
                 "netns",
                 "exec",
                 &self.ns("upf"),
+                "nice",
+                "-n",
+                &nice,
                 "taskset",
                 "-c",
                 &mask.join(","),
@@ -523,7 +531,7 @@ fn measure(
     g: &Generator,
     s: &Sides,
     counter: &Counter,
-    cpu: usize,
+    cpu: (usize, i32),
     seconds: f64,
     rate: u64,
     warmup: bool,
@@ -532,14 +540,23 @@ fn measure(
     let io = |e: std::io::Error| e.to_string();
     if warmup {
         let r = if rate == 0 { 200_000 } else { rate };
-        xdpgen::run_in(g, &s.gen_ns, Some(cpu), s.gen_dev, 0.2, r, stop).map_err(io)?;
+        xdpgen::run_in(g, &s.gen_ns, Some(cpu.0), cpu.1, s.gen_dev, 0.2, r, stop).map_err(io)?;
         std::thread::sleep(Duration::from_millis(100));
     }
     let c0 = counter.read().map_err(io)?;
     let t0 = Instant::now();
     let sirq0 = softirq_ns();
-    let gen =
-        xdpgen::run_in(g, &s.gen_ns, Some(cpu), s.gen_dev, seconds, rate, stop).map_err(io)?;
+    let gen = xdpgen::run_in(
+        g,
+        &s.gen_ns,
+        Some(cpu.0),
+        cpu.1,
+        s.gen_dev,
+        seconds,
+        rate,
+        stop,
+    )
+    .map_err(io)?;
     let c1 = drained(counter)?;
     Ok(Phase {
         gen,
@@ -677,7 +694,16 @@ fn run_search(
         if stop.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
-        let p = measure(g, s, counter, a.gen_cpu, a.trial_seconds, rate, false, stop)?;
+        let p = measure(
+            g,
+            s,
+            counter,
+            (a.gen_cpu, a.nice),
+            a.trial_seconds,
+            rate,
+            false,
+            stop,
+        )?;
         let t = Trial::of(rate, &p);
         eprintln!(
             "    trial at {:.3} Mpps: {:.3} Mpps offered, {} of {} delivered, loss {:.2e}",
@@ -734,7 +760,7 @@ fn latency_run(
     g: &Generator,
     s: &Sides,
     counter: &Counter,
-    cpu: usize,
+    cpu: (usize, i32),
     seconds: f64,
     rate: u64,
     load: f64,
@@ -885,6 +911,14 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     } else {
         a.upf_cores.clone()
     };
+    if a.nice != 0 {
+        // With autogroup scheduling a nice value counts only inside the session's group; the
+        // group's own weight is what other sessions' jobs compete with.
+        let f = "/proc/self/autogroup";
+        if std::path::Path::new(f).exists() {
+            std::fs::write(f, a.nice.to_string()).map_err(|e| format!("{f}: {e}"))?;
+        }
+    }
     let stop = stop_flag();
     let stop = &*stop;
     let load_before = crate::harness::loadavg();
@@ -921,7 +955,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     let ceiling = {
         let c = Counter::attach_in(&rig.ns("upf"), s.peer_dev, &COUNTED_PORTS).map_err(io)?;
         let secs = a.ceiling_seconds.unwrap_or(a.seconds.min(2.0));
-        let p = measure(&upf_gen, &s, &c, a.gen_cpu, secs, 0, false, stop)?;
+        let p = measure(&upf_gen, &s, &c, (a.gen_cpu, a.nice), secs, 0, false, stop)?;
         eprintln!(
             "  generator ceiling: {:.2} Mpps offered, {:.2} Mpps received by XDP_DROP at the peer",
             p.offered_mpps(),
@@ -942,7 +976,17 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         }
         rig.warm_neighbours();
         let g = Generator::new(plain_t).map_err(io)?;
-        let r = measure(&g, &s, &counter, a.gen_cpu, a.seconds, a.rate, true, stop).and_then(|p| {
+        let r = measure(
+            &g,
+            &s,
+            &counter,
+            (a.gen_cpu, a.nice),
+            a.seconds,
+            a.rate,
+            true,
+            stop,
+        )
+        .and_then(|p| {
             let found = if a.search {
                 eprintln!("  searching the Linux forwarding's zero-loss rate");
                 Some(run_search(a, &g, &s, &counter, &ceiling, stop)?)
@@ -994,6 +1038,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         &upf_gen,
         &s.gen_ns,
         Some(a.gen_cpu),
+        a.nice,
         s.gen_dev,
         0.3,
         r,
@@ -1003,7 +1048,14 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     std::thread::sleep(Duration::from_millis(100));
     let cpu0 = task_cpu(pid);
     let phase = measure(
-        &upf_gen, &s, &counter, a.gen_cpu, a.seconds, a.rate, false, stop,
+        &upf_gen,
+        &s,
+        &counter,
+        (a.gen_cpu, a.nice),
+        a.seconds,
+        a.rate,
+        false,
+        stop,
     )?;
     let cpu1 = task_cpu(pid);
     rig.upf_alive()?;
@@ -1029,7 +1081,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
                     &upf_gen,
                     &s,
                     &counter,
-                    a.gen_cpu,
+                    (a.gen_cpu, a.nice),
                     a.latency_seconds.unwrap_or(a.trial_seconds),
                     rate,
                     load,
@@ -1092,6 +1144,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         "seconds": a.seconds,
         "rate_limit_pps": a.rate,
         "gen_cpu": a.gen_cpu,
+        "nice": a.nice,
         "upf_cores": cores,
         "offered_mpps": phase.offered_mpps(),
         "delivered_mpps": delivered,

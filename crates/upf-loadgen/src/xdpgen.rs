@@ -475,6 +475,24 @@ pub fn monotonic_ns() -> u64 {
     sys::monotonic_ns()
 }
 
+/// The signal that ends a generator's BPF_PROG_RUN call at its deadline (a no-op handler is
+/// installed for it: the process must not use it otherwise).
+pub const WAKE_SIGNAL: i32 = signal_hook::consts::SIGUSR2;
+
+/// Installs the handler of [`WAKE_SIGNAL`] once (a flag nobody reads: the point is that the
+/// signal interrupts the call instead of killing the process).
+fn wake_handler() -> io::Result<()> {
+    static ONCE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let flag = std::sync::Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(WAKE_SIGNAL, flag)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(io::Error::other)
+}
+
 /// Octets of the generator's state (see [`Template::program`]).
 pub const STATE_LEN: usize = 32;
 
@@ -560,9 +578,10 @@ impl Generator {
     /// `seconds`: `rate` frames/s (0: as fast as it goes), until `stop`. Pin the thread first.
     ///
     /// Each BPF_PROG_RUN call costs ~25 ms on top of its frames here (the live-frames set-up
-    /// and tear-down: nothing is sent meanwhile), so calls are made long: each is sized from
-    /// the previous one's pace to last ~0.5 s (or what is left). Paced, the program drops the
-    /// runs before their frame is due (see [`Template::program`]).
+    /// and tear-down: nothing is sent meanwhile), so there is one call, as long as it takes:
+    /// a helper thread interrupts it with [`WAKE_SIGNAL`] at the deadline (the kernel's loop
+    /// stops on a pending signal). Paced, the program drops the runs before their frame is
+    /// due (see [`Template::program`]).
     pub fn run(
         &self,
         dev: &str,
@@ -570,6 +589,7 @@ impl Generator {
         rate: u64,
         stop: &AtomicBool,
     ) -> io::Result<GenStats> {
+        wake_handler()?;
         let ifindex = sys::ifindex(dev)?;
         let frame = &self.template.frame;
         self.set_rate(rate)?;
@@ -577,30 +597,44 @@ impl Generator {
         let cpu0 = thread_cpu();
         let start = Instant::now();
         let deadline = start + Duration::from_secs_f64(seconds.max(0.0));
-        let mut runs: u64 = 1 << 16;
-        loop {
-            let now = Instant::now();
-            if now >= deadline || stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let n32 = u32::try_from(runs).unwrap_or(u32::MAX);
-            bpf::test_run_live(&self.prog, frame, ifindex, n32, 64)?;
-            let took = now.elapsed().as_secs_f64().max(1e-4);
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .as_secs_f64();
-            let per_s = f64::from(n32) / took;
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let next = (per_s * left.min(0.5)) as u64;
-            runs = next.clamp(1 << 12, (runs * 8).min(u64::from(u32::MAX)));
-        }
-        let stats = GenStats {
-            frames: self.sent()?.saturating_sub(sent0),
-            elapsed: start.elapsed(),
-            cpu: thread_cpu().saturating_sub(cpu0),
-        };
+        let me = sys::this_thread();
+        let done = AtomicBool::new(false);
+        let r = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    let now = Instant::now();
+                    if now >= deadline || stop.load(Ordering::Relaxed) {
+                        // Again every 5 ms: the signal may come between two calls.
+                        let _ = sys::interrupt(me, WAKE_SIGNAL);
+                        std::thread::sleep(Duration::from_millis(5));
+                    } else {
+                        std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+                    }
+                }
+            });
+            let r = loop {
+                if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+                    break Ok(());
+                }
+                match bpf::test_run_live(&self.prog, frame, ifindex, u32::MAX, 64) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            done.store(true, Ordering::Release);
+            r
+        });
+        let elapsed = start.elapsed();
+        let cpu = thread_cpu().saturating_sub(cpu0);
+        let frames = self.sent()?.saturating_sub(sent0);
         self.set_rate(0)?;
-        Ok(stats)
+        r?;
+        Ok(GenStats {
+            frames,
+            elapsed,
+            cpu,
+        })
     }
 
     /// Sets the session index and the frame counter of the next frame to 0.
@@ -611,11 +645,14 @@ impl Generator {
     }
 }
 
-/// Runs `g` on a new thread inside network namespace `netns`, pinned to `cpu`, out of `dev`.
+/// Runs `g` on a new thread inside network namespace `netns`, pinned to `cpu`, at nice value
+/// `nice` (0: as inherited), out of `dev`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_in(
     g: &Generator,
     netns: &str,
     cpu: Option<usize>,
+    nice: i32,
     dev: &str,
     seconds: f64,
     rate: u64,
@@ -624,6 +661,10 @@ pub fn run_in(
     crate::in_netns(netns, || {
         if let Some(c) = cpu {
             sys::pin_to_cpu(c).map_err(|e| io::Error::new(e.kind(), format!("CPU {c}: {e}")))?;
+        }
+        if nice != 0 {
+            sys::set_thread_nice(nice)
+                .map_err(|e| io::Error::new(e.kind(), format!("nice {nice}: {e}")))?;
         }
         g.run(dev, seconds, rate, stop)
     })?
