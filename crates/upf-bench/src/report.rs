@@ -177,8 +177,11 @@ fn latency_file(label: &str) -> String {
     format!("latency-{}.png", slug.trim_end_matches('-'))
 }
 
+/// Named series of (x, y) points.
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
 /// Per point with latency runs: (file, title, series of (load %, µs)).
-fn latency_plots(r: &Results) -> Vec<(String, String, Vec<(String, Vec<(f64, f64)>)>)> {
+fn latency_plots(r: &Results) -> Vec<(String, String, Series)> {
     let mut out = Vec::new();
     for x in &r.runs {
         let Some(loads) = x.raw["latency"]["loads"].as_array() else {

@@ -531,7 +531,11 @@ fn thread_cpu() -> Duration {
 
 impl Generator {
     pub fn new(template: Template) -> io::Result<Generator> {
-        let state = bpf::create_array(STATE_LEN as u32, 1, "upfgen_state")?;
+        let state = bpf::create_array(
+            STATE_LEN.try_into().map_err(io::Error::other)?,
+            1,
+            "upfgen_state",
+        )?;
         let prog = bpf::load_xdp(&template.program(&state)?, "upf_gen")?;
         Ok(Generator {
             template,
@@ -559,11 +563,9 @@ impl Generator {
     /// Paces the program at `rate` frames/s (0: not paced), the next frame due now.
     pub fn set_rate(&self, rate: u64) -> io::Result<()> {
         let mut v = self.state()?;
-        let interval_ps = if rate == 0 {
-            0
-        } else {
-            (1_000_000_000_000 / rate).max(1)
-        };
+        let interval_ps = 1_000_000_000_000u64
+            .checked_div(rate)
+            .map_or(0, |i| i.max(1));
         v[8..16].fill(0);
         v[16..24].copy_from_slice(&interval_ps.to_ne_bytes());
         bpf::map_update(&self.state, 0, &v)
@@ -1520,7 +1522,7 @@ mod tests {
             g.set_rate(1).unwrap();
             for (i, want) in [XDP_TX, XDP_DROP, XDP_DROP].into_iter().enumerate() {
                 let (verdict, mut out) = g.test_once().unwrap();
-                assert_eq!(verdict, want as u32, "paced run {i}");
+                assert_eq!(verdict, want.cast_unsigned(), "paced run {i}");
                 if want == XDP_TX {
                     out[t.stamp_time().unwrap()].fill(0);
                     assert_eq!(out, t.frame(1));
@@ -1617,7 +1619,12 @@ mod tests {
         for (session, qfi, class, age) in frames {
             let before = c.latency().unwrap().unwrap();
             let t0 = sys::monotonic_ns();
-            run(&stamped(session, qfi, magic(class as u32), t0 - age));
+            run(&stamped(
+                session,
+                qfi,
+                magic(u32::try_from(class).unwrap()),
+                t0 - age,
+            ));
             let t1 = sys::monotonic_ns();
             let after = c.latency().unwrap().unwrap();
             let transit = after.classes[class].sum_ns - before.classes[class].sum_ns;
