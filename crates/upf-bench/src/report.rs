@@ -435,7 +435,7 @@ pub fn latency_plot(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font((FAMILY, 14))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::MiddleRight)
         .draw()
         .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
