@@ -872,6 +872,34 @@ fn stop_flag() -> Arc<AtomicBool> {
     stop
 }
 
+/// The nice value of this process's autogroup, restored on drop. With autogroup scheduling a
+/// nice value counts only inside the session's group; the group's own weight is what other
+/// sessions' jobs compete with. The group is the whole session's (the shell that started us
+/// too): hence the restore.
+struct Autogroup(Option<String>);
+
+impl Autogroup {
+    const FILE: &'static str = "/proc/self/autogroup";
+
+    fn renice(nice: i32) -> Result<Autogroup, String> {
+        let Ok(old) = std::fs::read_to_string(Self::FILE) else {
+            return Ok(Autogroup(None)); // no autogroup scheduling
+        };
+        // "/autogroup-24 nice 0"
+        let old = old.split_whitespace().last().unwrap_or("0").to_string();
+        std::fs::write(Self::FILE, nice.to_string()).map_err(|e| format!("{}: {e}", Self::FILE))?;
+        Ok(Autogroup(Some(old)))
+    }
+}
+
+impl Drop for Autogroup {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            let _ = std::fs::write(Self::FILE, old);
+        }
+    }
+}
+
 /// `upf-bench veth`: measures and prints one JSON line.
 pub fn run(a: &Args) -> Result<(), String> {
     println!("{}", measure_point(a)?);
@@ -911,14 +939,11 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     } else {
         a.upf_cores.clone()
     };
-    if a.nice != 0 {
-        // With autogroup scheduling a nice value counts only inside the session's group; the
-        // group's own weight is what other sessions' jobs compete with.
-        let f = "/proc/self/autogroup";
-        if std::path::Path::new(f).exists() {
-            std::fs::write(f, a.nice.to_string()).map_err(|e| format!("{f}: {e}"))?;
-        }
-    }
+    let _autogroup = if a.nice == 0 {
+        None
+    } else {
+        Some(Autogroup::renice(a.nice)?)
+    };
     let stop = stop_flag();
     let stop = &*stop;
     let load_before = crate::harness::loadavg();
