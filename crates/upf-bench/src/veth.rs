@@ -222,6 +222,8 @@ impl Drop for Rig {
                 eprintln!("upf-bench veth: {e}");
             }
         }
+        // The UPF's config and log (an error has quoted the log's tail already).
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
