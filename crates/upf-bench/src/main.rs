@@ -10,6 +10,9 @@
 //!   `table.md` and PNG plots; `report` re-renders them; `ab` compares two builds in one
 //!   sitting; `--quick` runs every profile's quick variant (CI's smoke test).
 
+// serde_json's `json!` of the veth line (one object of ~60 keys) needs more than 128.
+#![recursion_limit = "256"]
+
 mod ab;
 mod harness;
 mod memory;
