@@ -929,3 +929,86 @@ pub fn check(a: &Args, v: &Value) -> Result<(), String> {
         Err(format!("control: {}", bad.join("; ")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut v: Vec<Duration> = (1..=1000).rev().map(Duration::from_micros).collect();
+        let j = latency_json(&mut v);
+        assert_eq!(j["count"], 1000);
+        assert_eq!(j["p50"].as_f64(), Some(500.0));
+        assert_eq!(j["p99"].as_f64(), Some(990.0));
+        assert_eq!(j["p999"].as_f64(), Some(999.0));
+        assert_eq!(j["max"].as_f64(), Some(1000.0));
+        let j = latency_json(&mut [Duration::from_micros(7)]);
+        assert_eq!(
+            (j["p50"].as_f64(), j["p99"].as_f64()),
+            (Some(7.0), Some(7.0))
+        );
+        assert!(latency_json(&mut []).get("p50").is_some_and(Value::is_null));
+    }
+
+    fn proc_json(ok: u64) -> Value {
+        json!({"ops": 10, "ok": ok, "failed": 10 - ok, "first_error": null,
+               "latency_us": {"count": 10}})
+    }
+
+    #[test]
+    fn check_catches_inconsistent_counts() {
+        let mut a = quick_args(PathBuf::from("/nonexistent"));
+        a.sessions = 10;
+        let good = json!({
+            "procedures": [{"window": 1, "establish": proc_json(10), "modify": proc_json(10),
+                            "delete": proc_json(10), "upf_sessions_established": 10,
+                            "upf_sessions_after_delete": 0}],
+            "churn": {"attached": 5, "detached": 4, "failed": 0, "background_sessions": 3,
+                      "sessions_left_at_smf": 3,
+                      "without_churn": {"frames": 9, "loss": 0.0},
+                      "with_churn": {"frames": 9, "loss": 0.5},
+                      "without_churn_after": {"frames": 9, "loss": 0.0}},
+        });
+        check(&a, &good).unwrap();
+        let mut bad = good.clone();
+        bad["procedures"][0]["modify"] = proc_json(9);
+        assert!(check(&a, &bad).unwrap_err().contains("modify"));
+        let mut bad = good.clone();
+        bad["procedures"][0]["upf_sessions_after_delete"] = json!(1);
+        assert!(check(&a, &bad).is_err());
+        let mut bad = good.clone();
+        bad["churn"]["detached"] = json!(0);
+        assert!(check(&a, &bad).unwrap_err().contains("detached"));
+        let mut bad = good;
+        bad["churn"]["with_churn"]["frames"] = json!(0);
+        assert!(check(&a, &bad).is_err());
+    }
+
+    #[test]
+    fn table_of_a_run() {
+        let r = json!({
+            "kind": KIND,
+            "machine": {"cpu_model": "CPU", "cpus": 2, "kernel": "6.1", "load_before": [0.5, 0.0, 0.0],
+                        "load_after": [0.75, 0.0, 0.0]},
+            "build": {"commit": "0123456789abcdef"},
+            "result": {"sessions": 100000, "session_shape": "S", "modification": "M",
+                       "upf_cores": [1], "smf_cpu": 0,
+                       "procedures": [{"window": 16, "rss_per_session_bytes": 6500.0,
+                           "establish": {"per_s": 20000.0, "failed": 0,
+                                         "latency_us": {"p50": 500.0, "p99": 1500.0},
+                                         "upf_cpu_us_per_op": 30.0},
+                           "modify": {"per_s": 30000.0, "failed": 1, "latency_us": {}},
+                           "delete": {"per_s": 40000.0, "failed": 0, "latency_us": {}}}]}
+        });
+        assert!(is_control(&r));
+        let t = table(&r);
+        assert!(t.contains("load average 0.50 before, 0.75 after"), "{t}");
+        assert!(
+            t.contains("| 16 | 20,000 | 0.50 / 1.50 | 30,000 | – / – | 40,000 |"),
+            "{t}"
+        );
+        assert!(t.contains("| 6.5 kB | 1 |"), "{t}");
+        assert!(!t.contains("Churn"), "{t}");
+    }
+}
