@@ -24,6 +24,7 @@ use crate::veth::{self, churn};
 use clap::Parser;
 use serde::Serialize;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -325,37 +326,80 @@ impl Daemon {
         }
     }
 
-    /// `GET path` on the admin endpoint: the body.
-    fn admin(&self, path: &str) -> Result<String, String> {
-        let mut s = in_netns(&self.ns, || {
-            std::net::TcpStream::connect_timeout(
-                &ADMIN.parse().unwrap_or_else(|_| unreachable!()),
-                Duration::from_secs(2),
-            )
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("admin {ADMIN}: {e}"))?;
-        let e = |e: std::io::Error| format!("admin {ADMIN}{path}: {e}");
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(e)?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {ADMIN}\r\n\r\n").map_err(e)?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).map_err(e)?;
-        Ok(out
-            .split_once("\r\n\r\n")
-            .map_or(out.as_str(), |(_, b)| b)
-            .to_string())
-    }
-
     /// The daemon's own session count (its `upf_pfcp_sessions` gauge).
     fn sessions_gauge(&self) -> Option<u64> {
-        let m = self.admin("/metrics").ok()?;
+        let m = admin_get(&self.ns, "/metrics").ok()?;
         m.lines()
             .find_map(|l| l.strip_prefix("upf_pfcp_sessions "))?
             .trim()
             .parse()
             .ok()
     }
+}
+
+/// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body.
+pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
+    let mut s = in_netns(ns, || {
+        std::net::TcpStream::connect_timeout(
+            &ADMIN.parse().unwrap_or_else(|_| unreachable!()),
+            Duration::from_secs(2),
+        )
+    })
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("admin {ADMIN}: {e}"))?;
+    let e = |e: std::io::Error| format!("admin {ADMIN}{path}: {e}");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(e)?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {ADMIN}\r\n\r\n").map_err(e)?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(e)?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map_or(out.as_str(), |(_, b)| b)
+        .to_string())
+}
+
+/// Where the UPF lost packets, summed over workers and queues from its `/metrics`:
+/// `dropped:REASON` (the pipeline's drop reasons), `rx_kernel_dropped` (the kernel could not
+/// hand frames to a queue: ring full) and `tx_dropped`.
+pub(crate) fn drop_counters(metrics: &str) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for l in metrics.lines() {
+        let Some((key, v)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = v.parse::<u64>() else { continue };
+        let name = key.split('{').next().unwrap_or(key);
+        let k = match name {
+            "upf_packets_dropped_total" => {
+                let Some(r) = key
+                    .split("reason=\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                else {
+                    continue;
+                };
+                format!("dropped:{r}")
+            }
+            "upf_io_rx_kernel_dropped_total" => "rx_kernel_dropped".into(),
+            "upf_io_tx_dropped_total" => "tx_dropped".into(),
+            _ => continue,
+        };
+        *m.entry(k).or_insert(0) += v;
+    }
+    m
+}
+
+/// `after − before`, the keys that grew only.
+pub(crate) fn counters_delta(
+    after: &BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(*before.get(k).unwrap_or(&0))))
+        .filter(|(_, v)| *v > 0)
+        .collect()
 }
 
 /// One procedure over many sessions.
@@ -807,7 +851,7 @@ pub fn table(r: &Value) -> String {
         let _ = writeln!(
             s,
             "Churn: {}/s attach + detach for {} s beside {} background sessions carrying {} pps of {} B uplink ({}, {} worker(s)).\n\n\
-             | window | offered pps | delivered pps | lost | loss | UPF CPU (cores) |\n|---|---:|---:|---:|---:|---:|",
+             | window | offered pps | delivered pps | lost | loss | UPF CPU (cores) | where the UPF counted losses |\n|---|---:|---:|---:|---:|---:|---|",
             c["target_per_s"],
             c["seconds"],
             c["background_sessions"],
@@ -824,12 +868,20 @@ pub fn table(r: &Value) -> String {
             let w = &c[k];
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {} | {:.4} % | {} |",
+                "| {name} | {} | {} | {} | {:.4} % | {} | {} |",
                 thousands(w["offered_pps"].as_f64().unwrap_or(0.0)),
                 thousands(w["delivered_pps"].as_f64().unwrap_or(0.0)),
                 w["lost"],
                 w["loss"].as_f64().unwrap_or(0.0) * 100.0,
                 f(&w["upf_cpu_cores"], 2),
+                w["upf_drops"]
+                    .as_object()
+                    .filter(|m| !m.is_empty())
+                    .map_or("none".into(), |m| m
+                        .iter()
+                        .map(|(k, n)| format!("{k} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")),
             );
         }
         let ms = |k: &str, q: &str| {
@@ -983,6 +1035,28 @@ mod tests {
         let mut bad = good;
         bad["churn"]["with_churn"]["frames"] = json!(0);
         assert!(check(&a, &bad).is_err());
+    }
+
+    #[test]
+    fn drops_from_metrics() {
+        let m = "# HELP upf_packets_dropped_total x\n\
+                 upf_packets_dropped_total{worker=\"0\",reason=\"no_pdr\"} 3\n\
+                 upf_packets_dropped_total{worker=\"1\",reason=\"no_pdr\"} 4\n\
+                 upf_packets_dropped_total{worker=\"0\",reason=\"qer_gate\"} 0\n\
+                 upf_io_rx_kernel_dropped_total{worker=\"0\",port=\"n3\",queue=\"0\"} 10\n\
+                 upf_io_tx_dropped_total{worker=\"0\"} 1\n\
+                 upf_pfcp_sessions 5\n";
+        let before = drop_counters(m);
+        assert_eq!(before["dropped:no_pdr"], 7);
+        assert_eq!(before["rx_kernel_dropped"], 10);
+        assert_eq!(before["tx_dropped"], 1);
+        assert!(!before.contains_key("upf_pfcp_sessions"));
+        let after = drop_counters(&m.replace("} 10", "} 15"));
+        let d = counters_delta(&after, &before);
+        assert_eq!(
+            d.into_iter().collect::<Vec<_>>(),
+            [("rx_kernel_dropped".to_string(), 5)]
+        );
     }
 
     #[test]

@@ -11,9 +11,10 @@ use super::{
     measure, sides, task_cpu, templates, upf_exe, Backend, Direction, Phase, Rig, COUNTED_PORTS,
     DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
 };
-use crate::control::{latency_json, s0_spec};
+use crate::control::{admin_get, counters_delta, drop_counters, latency_json, s0_spec};
 use clap::Parser;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -188,8 +189,9 @@ fn churn_loop(smf: &mut Smf, c: &Churn, done: &AtomicBool, stop: &AtomicBool) ->
     l
 }
 
-fn phase_json(p: &Phase, upf_cpu_ns: u64) -> Value {
+fn phase_json(p: &Phase, upf_cpu_ns: u64, drops: &BTreeMap<String, u64>) -> Value {
     json!({
+        "upf_drops": drops,
         "offered_pps": p.gen.frames as f64 / p.gen.elapsed.as_secs_f64().max(1e-9),
         "delivered_pps": p.delivered.packets as f64 / p.gen.elapsed.as_secs_f64().max(1e-9),
         "frames": p.gen.frames,
@@ -263,9 +265,13 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     std::thread::sleep(Duration::from_millis(100));
 
     // Without churn, with, and without again: a difference that is the order's shows.
+    let upf_ns = rig.ns("upf");
+    let drops = || drop_counters(&admin_get(&upf_ns, "/metrics").unwrap_or_default());
+    let d0 = drops();
     let cpu0 = task_cpu(pid);
     let quiet = measure(&g, &s, &counter, a.gen_cpu, c.seconds, a.rate, false, stop)?;
     let cpu1 = task_cpu(pid);
+    let d1 = drops();
     let done = AtomicBool::new(false);
     let (busy, churn) = std::thread::scope(|sc| {
         let h = sc.spawn(|| churn_loop(&mut smf, c, &done, stop));
@@ -274,11 +280,14 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         (p, h.join())
     });
     let cpu2 = task_cpu(pid);
+    let d2 = drops();
     let busy = busy?;
     let mut l = churn.map_err(|_| "the churn thread panicked".to_string())?;
     let cpu3 = task_cpu(pid);
+    let d3 = drops();
     let after = measure(&g, &s, &counter, a.gen_cpu, c.seconds, a.rate, false, stop)?;
     let cpu4 = task_cpu(pid);
+    let d4 = drops();
     rig.upf_alive()?;
     let left = smf.session_count();
     drop(smf);
@@ -313,9 +322,9 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         "gen_cpu": a.gen_cpu,
         "upf_cores": cores,
         "netns_prefix": rig.prefix,
-        "without_churn": phase_json(&quiet, q_ns),
-        "with_churn": phase_json(&busy, b_ns),
-        "without_churn_after": phase_json(&after, a_ns),
+        "without_churn": phase_json(&quiet, q_ns, &counters_delta(&d1, &d0)),
+        "with_churn": phase_json(&busy, b_ns, &counters_delta(&d2, &d1)),
+        "without_churn_after": phase_json(&after, a_ns, &counters_delta(&d4, &d3)),
         "loss_without_churn": quiet_loss,
         "loss_with_churn": busy.loss(),
         "attached": l.attached,
