@@ -48,8 +48,10 @@ const DL_TEID_BASE: u32 = 0x0100_0001;
 const QFI: u8 = 9;
 /// S0's MBR (profiles/s0.toml): policing on every packet, never limiting.
 const MBR_KBPS: u64 = 100_000_000;
-/// Requests handed to the emulator at a time (the window stays full within a chunk).
-const CHUNK: usize = 10_000;
+/// Requests handed to the emulator at a time: the window drains at the end of a chunk and
+/// the next starts with a burst of a whole window, so chunks are large (an interruption is
+/// noticed between them).
+const CHUNK: usize = 100_000;
 const ADMIN: &str = "127.0.0.1:9464";
 
 #[derive(clap::Args, Debug, Clone, Serialize)]
@@ -402,6 +404,29 @@ pub(crate) fn counters_delta(
         .collect()
 }
 
+/// Datagrams the kernel dropped at the UDP sockets of namespace `ns` (receive buffer full),
+/// from the `drops` column of /proc/net/udp: the UPF's N4 socket (port 8805), and the others
+/// (the emulator's). What turns into retransmissions and timeouts.
+fn udp_drops(ns: &str) -> Option<(u64, u64)> {
+    let t = in_netns(ns, || std::fs::read_to_string("/proc/thread-self/net/udp"))
+        .ok()?
+        .ok()?;
+    let (mut upf, mut other) = (0, 0);
+    for l in t.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(local), Some(drops)) = (f.get(1), f.last().and_then(|d| d.parse::<u64>().ok()))
+        else {
+            continue;
+        };
+        if local.ends_with(":2265") {
+            upf += drops;
+        } else {
+            other += drops;
+        }
+    }
+    Some((upf, other))
+}
+
 /// One procedure over many sessions.
 #[derive(Debug, Default)]
 struct Proc {
@@ -510,6 +535,8 @@ fn procedures(
     let rss2 = rss_bytes(pid);
     let gauge_deleted = d.sessions_gauge();
     let st = smf.stats();
+    // Both sockets were made for this window: their counts are its own.
+    let drops = udp_drops(&d.ns);
     drop(smf);
     d.stop();
     let per_session = match (rss0, rss1) {
@@ -541,6 +568,8 @@ fn procedures(
         "upf_sessions_after_delete": gauge_deleted,
         "smf_retransmissions": st.retransmissions,
         "smf_timeouts": st.timeouts,
+        "upf_n4_socket_drops": drops.map(|d| d.0),
+        "smf_socket_drops": drops.map(|d| d.1),
     }))
 }
 
@@ -654,7 +683,7 @@ pub fn measure(a: &Args) -> Result<Value, String> {
         "load_after": loadavg(),
         "notes": [
             "procedures: a fresh `upf run` per window in its own namespace, N4 and N3 (UDP backend) on its loopback, no N6; the SMF emulator (one thread, blocking UDP) pinned to smf_cpu",
-            "response time: first transmission to response at the emulator; with a window of W in flight it includes queueing behind the W-1 others",
+            "response time: first transmission to response at the emulator; with a window of W in flight it includes queueing behind the W-1 others, and a retransmission (T1 = 1 s) when a datagram was dropped (upf_n4_socket_drops, smf_socket_drops: a receive buffer was full)",
             "memory per session: VmRSS after the establishments minus before, over sessions established (first window's UPF); the daemon exposes no memory figure of its own",
             "churn: veth topology (see `veth`), uplink traffic on background sessions; windows without churn, with, and without again; each tick (10 ms) establishes what is due and deletes the previous tick's batch; loss_without_churn is over both windows without",
         ],
@@ -809,8 +838,8 @@ pub fn table(r: &Value) -> String {
             v["smf_cpu"],
         );
         s.push_str(
-            "| window | establish/s | p50 / p99 ms | modify/s | p50 / p99 ms | delete/s | p50 / p99 ms | UPF CPU µs per est. / mod. / del. | RSS/session | failed |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| window | establish/s | p50 / p99 ms | modify/s | p50 / p99 ms | delete/s | p50 / p99 ms | UPF CPU µs per est. / mod. / del. | RSS/session | retransmitted (UPF N4 socket drops) | failed |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for p in &procs {
             let rate = |k: &str| thousands(p[k]["per_s"].as_f64().unwrap_or(0.0));
@@ -828,7 +857,7 @@ pub fn table(r: &Value) -> String {
                 .sum();
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {failed} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {} ({}) | {failed} |",
                 p["window"],
                 rate("establish"),
                 lat("establish"),
@@ -842,6 +871,8 @@ pub fn table(r: &Value) -> String {
                 p["rss_per_session_bytes"]
                     .as_f64()
                     .map_or("–".into(), |x| format!("{:.1} kB", x / 1e3)),
+                p["smf_retransmissions"],
+                p["upf_n4_socket_drops"],
             );
         }
         s.push('\n');
@@ -1069,6 +1100,7 @@ mod tests {
             "result": {"sessions": 100000, "session_shape": "S", "modification": "M",
                        "upf_cores": [1], "smf_cpu": 0,
                        "procedures": [{"window": 16, "rss_per_session_bytes": 6500.0,
+                           "smf_retransmissions": 3, "upf_n4_socket_drops": 2,
                            "establish": {"per_s": 20000.0, "failed": 0,
                                          "latency_us": {"p50": 500.0, "p99": 1500.0},
                                          "upf_cpu_us_per_op": 30.0},
@@ -1082,7 +1114,7 @@ mod tests {
             t.contains("| 16 | 20,000 | 0.50 / 1.50 | 30,000 | – / – | 40,000 |"),
             "{t}"
         );
-        assert!(t.contains("| 6.5 kB | 1 |"), "{t}");
+        assert!(t.contains("| 6.5 kB | 3 (2) | 1 |"), "{t}");
         assert!(!t.contains("Churn"), "{t}");
     }
 }
