@@ -733,11 +733,12 @@ fn write(dir: &Path, a: &Args, command: &[String], m: &Machine, v: &Value) -> Re
     let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
     std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
     render(&r, dir)?;
-    eprintln!(
-        "written: {} (+ table.md, {})",
-        f.display(),
-        PLOTS.join(", ")
-    );
+    let plots = if a.skip_procedures {
+        String::new()
+    } else {
+        format!(", {}", PLOTS.join(", "))
+    };
+    eprintln!("written: {} (+ table.md{plots})", f.display());
     Ok(())
 }
 
