@@ -65,6 +65,26 @@ pub struct RunArgs {
     /// veth: the `upf` binary (default: next to the measuring binary).
     #[arg(long)]
     pub upf: Option<PathBuf>,
+    /// veth: each point's zero-loss rate by binary search (UPF and Linux baseline), then
+    /// latency per class at --latency-loads of it.
+    #[arg(long)]
+    pub search: bool,
+    /// veth: latency per class at --latency-loads (% of the zero-loss rate with --search,
+    /// else of --rate).
+    #[arg(long)]
+    pub latency: bool,
+    /// veth: seconds of a search trial and of a latency run (default: veth's).
+    #[arg(long)]
+    pub trial_seconds: Option<f64>,
+    /// veth: most trials of one search (default: veth's).
+    #[arg(long)]
+    pub max_trials: Option<u32>,
+    /// veth: loads of the latency runs, % (default: veth's, 10,50,80,95).
+    #[arg(long, value_delimiter = ',')]
+    pub latency_loads: Vec<f64>,
+    /// veth: nice value of the generator and the UPF (0: inherited).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub nice: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -251,6 +271,25 @@ fn veth_args(a: &RunArgs, p: &Point, parg: &str) -> Vec<String> {
     ];
     if let Some(u) = &a.upf {
         v.extend(["--upf".into(), u.display().to_string()]);
+    }
+    if a.search {
+        v.push("--search".into());
+    }
+    if a.nice != 0 {
+        v.push(format!("--nice={}", a.nice));
+    }
+    if a.search || a.latency {
+        v.push("--latency".into());
+    }
+    if let Some(t) = a.trial_seconds {
+        v.extend(["--trial-seconds".into(), t.to_string()]);
+    }
+    if let Some(n) = a.max_trials {
+        v.extend(["--max-trials".into(), n.to_string()]);
+    }
+    if !a.latency_loads.is_empty() {
+        let l: Vec<String> = a.latency_loads.iter().map(ToString::to_string).collect();
+        v.extend(["--latency-loads".into(), l.join(",")]);
     }
     v
 }
@@ -558,6 +597,12 @@ impl RunArgs {
             backend: veth::Backend::AfXdp,
             rate: 0,
             upf: None,
+            search: false,
+            latency: false,
+            trial_seconds: None,
+            max_trials: None,
+            latency_loads: Vec::new(),
+            nice: 0,
         }
     }
 }

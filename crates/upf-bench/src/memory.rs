@@ -115,8 +115,8 @@ impl Rng {
     }
 }
 
-/// One worker's result: sessions, null-forward and pipeline (packets, octets, elapsed), RSS.
-type Measured = (usize, (u64, u64, Duration), (u64, u64, Duration), u64);
+/// One worker's result: sessions, null forward, pipeline, RSS.
+type Measured = (usize, Drive, Drive, u64);
 
 fn build_worker(
     a: &Args,
@@ -219,8 +219,32 @@ fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
     }
 }
 
-/// Runs the worker's pool for `secs`; returns (packets, octets of inner IP, elapsed).
-fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<(u64, u64, Duration), String> {
+/// This thread's CPU time so far (`/proc/thread-self/schedstat`), if the kernel tells.
+fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(Duration::from_nanos(
+        s.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
+/// What one loop measured.
+#[derive(Debug, Clone, Copy)]
+struct Drive {
+    packets: u64,
+    /// Octets of inner IP.
+    octets: u64,
+    /// Time inside the pipeline's (or null forward's) calls: what the rates divide by. The
+    /// loop's own work between calls (restoring the forwarded packets as the next batch,
+    /// which a NIC does by DMA) is not the data path's cost.
+    busy: Duration,
+    /// The whole loop, and the CPU time the thread got in it (less than `wall` when it was
+    /// preempted: then the rates are low by about that share).
+    wall: Duration,
+    cpu: Option<Duration>,
+}
+
+/// Runs the worker's pool for `secs`.
+fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<Drive, String> {
     let tunnel = EncapV4 {
         src: profile::UPF_N3,
         dst: profile::gnb_addr(0),
@@ -248,17 +272,20 @@ fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<(u64, u64, Duration), 
         .map(|o| (o.end - o.ip) as u64)
         .sum();
     let mut out = Output::default();
+    let cpu0 = thread_cpu();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
-    let (mut packets, mut rounds) = (0u64, 0u64);
+    let (mut packets, mut rounds, mut busy) = (0u64, 0u64, Duration::ZERO);
     loop {
         for (i, batch) in w.batches.iter_mut().enumerate() {
             let n = batch.len();
+            let t0 = Instant::now();
             if null {
                 null_forward(batch, &mut out, &tunnel);
             } else {
-                w.pipeline.process(Instant::now(), batch, &mut out);
+                w.pipeline.process(t0, batch, &mut out);
             }
+            busy += t0.elapsed();
             if out.tx.len() != n || !out.free.is_empty() {
                 return Err(format!(
                     "batch of {n}: {} forwarded, {} dropped ({:?})",
@@ -288,7 +315,14 @@ fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<(u64, u64, Duration), 
             break;
         }
     }
-    Ok((packets, octets_per_round * rounds, start.elapsed()))
+    let wall = start.elapsed();
+    Ok(Drive {
+        packets,
+        octets: octets_per_round * rounds,
+        busy,
+        wall,
+        cpu: thread_cpu().zip(cpu0).map(|(b, a)| b.saturating_sub(a)),
+    })
 }
 
 /// `upf-bench memory`: measures and prints one JSON line.
@@ -348,22 +382,24 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             let peak = results.iter().map(|r| r.3).max().unwrap_or(0);
             memory_per_session = peak.saturating_sub(rss0) as f64 / f64::from(a.sessions);
         }
-        let rate = |sel: fn(&Measured) -> (u64, u64, Duration)| {
-            // Sum of per-worker rates (each worker's own elapsed time).
-            results
-                .iter()
-                .map(sel)
-                .fold((0.0, 0.0), |(pps, bps), (p, o, d)| {
-                    let s = d.as_secs_f64();
-                    (pps + p as f64 / s, bps + o as f64 * 8.0 / s)
-                })
+        let rate = |sel: fn(&Measured) -> Drive| {
+            // Sum of per-worker rates (each worker's own busy time).
+            results.iter().map(sel).fold((0.0, 0.0), |(pps, bps), d| {
+                let s = d.busy.as_secs_f64();
+                (pps + d.packets as f64 / s, bps + d.octets as f64 * 8.0 / s)
+            })
         };
         let (null_pps, _) = rate(|r| r.1);
         let (pps, bps) = rate(|r| r.2);
         // Packets each loop processed (all workers): per-packet figures from a whole-run
         // profile (callgrind, cachegrind) divide by these.
-        let null_packets: u64 = results.iter().map(|r| r.1 .0).sum();
-        let packets: u64 = results.iter().map(|r| r.2 .0).sum();
+        let null_packets: u64 = results.iter().map(|r| r.1.packets).sum();
+        let packets: u64 = results.iter().map(|r| r.2.packets).sum();
+        // The least share of a core any worker's pipeline loop got (1.0: never preempted).
+        let cpu_share = results
+            .iter()
+            .filter_map(|r| Some(r.2.cpu?.as_secs_f64() / r.2.wall.as_secs_f64()))
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
         let per_core = pps / a.workers as f64 / 1e6;
         let null_per_core = null_pps / a.workers as f64 / 1e6;
         let row = json!({
@@ -376,13 +412,17 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             "ratio_to_null": per_core / null_per_core,
             "packets": packets,
             "null_forward_packets": null_packets,
+            "cpu_share": cpu_share,
         });
         eprintln!(
-            "  {:>5}: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}",
+            "  {:>5}: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}{}",
             mix.as_ref().map_or(format!("{size} B"), |m| m.0.clone()),
             1e3 / per_core,
             bps / a.workers as f64 / 1e9,
-            per_core / null_per_core
+            per_core / null_per_core,
+            cpu_share
+                .filter(|&c| c < 0.95)
+                .map_or(String::new(), |c| format!(" (preempted: {:.0} % of a core)", c * 100.0))
         );
         rows.push(row);
     }

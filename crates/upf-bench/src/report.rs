@@ -87,8 +87,8 @@ fn memory_rows(r: &Results, s: &mut String) {
 }
 
 fn veth_rows(r: &Results, s: &mut String) {
-    s.push_str("| point | backend | workers | offered Mpps | delivered Mpps | loss | UPF CPU ns/packet | softirq ns/packet | generator ceiling Mpps | Linux forwarding Mpps | ratio to Linux |\n");
-    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| point | backend | workers | offered Mpps | delivered Mpps | loss | UPF CPU ns/packet | softirq ns/packet | generator ceiling Mpps | Linux forwarding Mpps | ratio to Linux | zero-loss Mpps | < 10 ppm Mpps | Linux zero-loss Mpps | zero-loss ratio |\n");
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let v = &x.raw;
         let f = |k: &str| v[k].as_f64();
@@ -96,7 +96,7 @@ fn veth_rows(r: &Results, s: &mut String) {
             |x: Option<f64>, prec: usize| x.map_or("–".to_string(), |y| format!("{y:.prec$}"));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             x.point.label,
             v["backend"].as_str().unwrap_or("?"),
             x.point.workers,
@@ -108,8 +108,108 @@ fn veth_rows(r: &Results, s: &mut String) {
             opt(f("generator_ceiling_mpps"), 2),
             opt(v["baseline"]["delivered_mpps"].as_f64(), 2),
             opt(f("ratio_to_baseline"), 2),
+            opt(f("zero_loss_mpps"), 3)
+                + if v["search"]["ceiling_limited"] == true {
+                    " (ceiling)"
+                } else {
+                    ""
+                },
+            opt(f("below_10ppm_mpps"), 3),
+            opt(f("baseline_zero_loss_mpps"), 3),
+            opt(f("zero_loss_ratio_to_baseline"), 2),
         );
     }
+    latency_rows(r, s);
+}
+
+/// The latency runs of every point: one row per load and class.
+fn latency_rows(r: &Results, s: &mut String) {
+    let with: Vec<_> = r
+        .runs
+        .iter()
+        .filter(|x| {
+            x.raw["latency"]["loads"]
+                .as_array()
+                .is_some_and(|l| !l.is_empty())
+        })
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    s.push_str("\nLatency (generator stamp to sink, µs) and RFC 3550 jitter per flow (session × class), per class:\n\n");
+    s.push_str("| point | load | offered Mpps | loss | class | packets | p50 | p99 | p99.9 | max | jitter mean | jitter max |\n");
+    s.push_str("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    let opt = |x: Option<f64>, prec: usize| x.map_or("–".to_string(), |y| format!("{y:.prec$}"));
+    for x in with {
+        for l in x.raw["latency"]["loads"].as_array().into_iter().flatten() {
+            for c in l["classes"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} % | {} | {} % | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    x.point.label,
+                    l["load_percent"],
+                    opt(l["offered_mpps"].as_f64(), 3),
+                    opt(l["loss"].as_f64().map(|v| v * 100.0), 3),
+                    c["class"].as_str().unwrap_or("?"),
+                    thousands(c["packets"].as_f64().unwrap_or(0.0)),
+                    opt(c["p50_us"].as_f64(), 1),
+                    opt(c["p99_us"].as_f64(), 1),
+                    opt(c["p999_us"].as_f64(), 1),
+                    opt(c["max_us"].as_f64(), 1),
+                    opt(c["jitter_mean_us"].as_f64(), 2),
+                    opt(c["jitter_max_us"].as_f64(), 2),
+                );
+            }
+        }
+    }
+}
+
+/// File name of a point's latency plot.
+fn latency_file(label: &str) -> String {
+    let mut slug = String::new();
+    for ch in label.chars() {
+        if ch.is_ascii_alphanumeric() {
+            slug.push(ch);
+        } else if !slug.ends_with('-') && !slug.is_empty() {
+            slug.push('-');
+        }
+    }
+    format!("latency-{}.png", slug.trim_end_matches('-'))
+}
+
+/// Named series of (x, y) points.
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
+/// Per point with latency runs: (file, title, series of (load %, µs)).
+fn latency_plots(r: &Results) -> Vec<(String, String, Series)> {
+    let mut out = Vec::new();
+    for x in &r.runs {
+        let Some(loads) = x.raw["latency"]["loads"].as_array() else {
+            continue;
+        };
+        if loads.is_empty() {
+            continue;
+        }
+        let mut series = Vec::new();
+        for (ci, class) in ["low", "high"].iter().enumerate() {
+            for (key, name) in [("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9")] {
+                let v: Vec<(f64, f64)> = loads
+                    .iter()
+                    .filter_map(|l| {
+                        Some((l["load_percent"].as_f64()?, l["classes"][ci][key].as_f64()?))
+                    })
+                    .collect();
+                series.push((format!("{class} {name}"), v));
+            }
+        }
+        let base = x.raw["latency"]["base"].as_str().unwrap_or("?");
+        out.push((
+            latency_file(&x.point.label),
+            format!("{}: latency vs load (% of {base})", x.point.label),
+            series,
+        ));
+    }
+    out
 }
 
 /// The run as a Markdown table (with a header naming the machine, build and load).
@@ -210,6 +310,7 @@ fn plot_specs(sweep: Sweep) -> Vec<PlotSpec> {
 pub fn plot_names(r: &Results) -> Vec<String> {
     std::iter::once("table.md".to_string())
         .chain(plot_specs(r.sweep).into_iter().map(|p| p.file))
+        .chain(latency_plots(r).into_iter().map(|p| p.0))
         .collect()
 }
 
@@ -270,6 +371,74 @@ pub fn render(r: &Results, dir: &Path) -> Result<(), String> {
             ps.log_x,
         )?;
     }
+    for (file, title, series) in latency_plots(r) {
+        latency_plot(&dir.join(file), &title, &series)?;
+    }
+    Ok(())
+}
+
+/// Latency quantiles against load: linear x (load %), logarithmic y (µs), 900 × 560 PNG.
+/// Low priority in solid lines, high priority dashed-looking (thin, hollow points).
+pub fn latency_plot(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    register_font();
+    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let ys = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1));
+    let (mut y0, mut y1) = (f64::INFINITY, 0.0f64);
+    for y in ys.filter(|y| *y > 0.0) {
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !y0.is_finite() {
+        (y0, y1) = (1.0, 10.0);
+    }
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FAMILY, 20))
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..100f64, ((y0 / 1.5)..(y1 * 1.5)).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("offered load (% of the base rate)")
+        .y_desc("latency (µs)")
+        .label_style((FAMILY, 14))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (name, v)) in series.iter().enumerate() {
+        let c = COLOURS[i % 3];
+        let high = i >= 3;
+        let w = if high { 1 } else { 2 };
+        chart
+            .draw_series(LineSeries::new(v.iter().copied(), c.stroke_width(w)))
+            .map_err(|x| e(&x))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(w)));
+        chart
+            .draw_series(v.iter().map(|&p| {
+                if high {
+                    Circle::new(p, 4, c.stroke_width(1))
+                } else {
+                    Circle::new(p, 3, c.filled())
+                }
+            }))
+            .map_err(|x| e(&x))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FAMILY, 14))
+        .position(SeriesLabelPosition::MiddleRight)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
     Ok(())
 }
 

@@ -700,14 +700,20 @@ impl Acl {
     /// The action for an uplink packet: that of the first rule that matches it
     /// ([`AclRule::matches`]), else the default. IPv4 addresses are expected as `Addr::v4`
     /// builds them (the higher 96 bits zero): tables for IPv4 flows read the low 32 bits only.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, f: &Flow) -> AclAction {
         match &self.families {
             None => self.default,
+            // IPv4 both ways inline (the common case); the other families out of line.
+            Some(fam) if !f.src.v6 && !f.dst.v6 => {
+                fam.v4
+                    .lookup(u32::of(f.src.bits), u32::of(f.dst.bits), f, self.default)
+            }
             Some(families) => Self::lookup(families, f, self.default),
         }
     }
 
+    #[inline(never)]
     fn lookup(fam: &Families, f: &Flow, default: AclAction) -> AclAction {
         let (s, d) = (f.src.bits, f.dst.bits);
         match (f.src.v6, f.dst.v6) {

@@ -97,12 +97,17 @@ impl HotPdr {
             usize::from(self.filters >> 4),
             usize::from(self.filters & 15),
         );
-        n == 0
-            || (first..first + n).any(|k| {
-                filters
-                    .get(k / 2)
-                    .is_some_and(|l| l[k % 2].matches(f, from_ue))
-            })
+        if n == 0 {
+            return true;
+        }
+        for k in first..first + n {
+            if let Some(l) = filters.get(k / 2) {
+                if l[k % 2].matches(f, from_ue) {
+                    return true;
+                }
+            }
+        }
+        false
     }
 }
 
@@ -255,10 +260,14 @@ impl Half {
     /// The index of the first PDR (by precedence) that matches.
     #[inline(always)]
     pub fn classify(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> Option<usize> {
+        // A plain loop: `position` with a closure stayed an out-of-line call.
         let n = usize::from(self.head.npdrs).min(PDRS);
-        self.head.pdrs[..n]
-            .iter()
-            .position(|p| p.matches(&self.filters, teid, qfi, f))
+        for (i, p) in self.head.pdrs[..n].iter().enumerate() {
+            if p.matches(&self.filters, teid, qfi, f) {
+                return Some(i);
+            }
+        }
+        None
     }
 
     /// Prefetches the lines in use (`shape`, from [`Hot::shape`]).

@@ -62,7 +62,7 @@ pub(crate) fn flow_of_general(ip: &[u8]) -> Option<Flow> {
 
 /// One routed hop: decrements the IPv4 TTL (updating the checksum, RFC 1624) or the IPv6
 /// Hop Limit. False when it would reach zero (the packet must be dropped).
-#[inline]
+#[inline(always)]
 pub fn route_hop(ip: &mut [u8]) -> bool {
     match ip.first().map(|v| v >> 4) {
         Some(4) if ip.len() >= ipv4::HEADER_LEN => {

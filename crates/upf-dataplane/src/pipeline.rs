@@ -26,10 +26,9 @@ use upf_wire::{gtpu_msg, ip_proto, ipv4, ipv6, udp};
 /// Length); `flow_of` has checked that it fits the buffer.
 #[inline(always)]
 fn ip_len(ip: &[u8]) -> usize {
-    let at = |i: usize| usize::from(u16::from_be_bytes([ip[i], ip[i + 1]]));
-    match ip.first().map(|v| v >> 4) {
-        Some(4) if ip.len() >= 4 => at(2),
-        Some(6) if ip.len() >= 6 => 40 + at(4),
+    match *ip {
+        [v, _, a, b, ..] if v >> 4 == 4 => usize::from(u16::from_be_bytes([a, b])),
+        [v, _, _, _, a, b, ..] if v >> 4 == 6 => 40 + usize::from(u16::from_be_bytes([a, b])),
         _ => ip.len(),
     }
 }
@@ -350,7 +349,7 @@ impl Pipeline {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn gtp(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
         if let Some(g) = crate::fast::gpdu_v4(p.data()) {
             // The hint was read from the same TEID octets.
@@ -363,6 +362,14 @@ impl Pipeline {
                 return self.gpdu(now, slot, g.teid, g.qfi, g.inner, p, out);
             }
         }
+        self.gtp_general(now, p, out)
+    }
+
+    /// What [`Pipeline::gtp`]'s fast path does not take: other encodings, signalling, unknown
+    /// TEIDs (out of line, so that the fast path is inlined into the batch loop).
+    #[cold]
+    #[inline(never)]
+    fn gtp_general(&mut self, now: Instant, p: Packet, out: &mut Output) {
         let d = match decapsulate(p.data()) {
             Ok(d) => d,
             Err(e) => {
@@ -709,7 +716,7 @@ impl Pipeline {
     /// The FAR, QER and URR lines of a hot session's matched PDR, then out: what
     /// [`Pipeline::apply`] does for the sessions [`crate::hot`] can hold.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn apply_hot(
         &mut self,
         now: Instant,

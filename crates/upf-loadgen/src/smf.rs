@@ -18,17 +18,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use upf_n4::smf as build;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
-use upf_pfcp::{decode_all, is_request_type, message_name, Cause, Message, Pdu};
+use upf_pfcp::{decode_all, is_request_type, message_name, Cause, List, Message, Pdu};
 
 pub use upf_n4::smf::UeAddr;
 
-/// Rule ids of an emulated session (one default QoS flow each way).
+/// Rule ids of an emulated session (one default QoS flow each way, and the high-priority
+/// flow's PDRs and QER when [`SessionSpec::high_priority`] asks for one).
 pub mod ids {
     pub const PDR_UL: u16 = 1;
     pub const PDR_DL: u16 = 2;
+    pub const PDR_UL_HIGH: u16 = 3;
+    pub const PDR_DL_HIGH: u16 = 4;
     pub const FAR_UL: u32 = 1;
     pub const FAR_DL: u32 = 2;
     pub const QER: u32 = 1;
+    pub const QER_HIGH: u32 = 2;
     pub const URR: u32 = 1;
     /// CHOOSE ID of the uplink F-TEID.
     pub const CHID: u8 = 1;
@@ -133,6 +137,16 @@ pub struct Qos {
     pub mbr_kbps: Option<(u64, u64)>,
 }
 
+/// A second QoS flow: uplink G-PDUs with QFI `qfi` in their PDU Session Container, and
+/// downlink packets with DSCP `dscp` (an SDF filter on the ToS octet), the latter sent to the
+/// gNB marked with `qfi`. Its PDRs take precedence over the default flow's; it shares the
+/// FARs and the URR, and has its own QER (same MBR as the default one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HighPriority {
+    pub qfi: u8,
+    pub dscp: u8,
+}
+
 /// What to establish for one UE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSpec {
@@ -153,6 +167,8 @@ pub struct SessionSpec {
     pub network_instance: String,
     /// Start with the downlink FAR buffering (BUFF + NOCP) instead of forwarding.
     pub buffer_downlink: bool,
+    /// A second, high-priority QoS flow.
+    pub high_priority: Option<HighPriority>,
 }
 
 impl SessionSpec {
@@ -167,6 +183,7 @@ impl SessionSpec {
             volume_threshold: None,
             network_instance: "internet".into(),
             buffer_downlink: false,
+            high_priority: None,
         }
     }
 }
@@ -506,6 +523,72 @@ impl Smf {
         };
         let mut urr = build::create_urr(ids::URR, triggers, spec.volume_threshold);
         urr.measurement_method = MeasurementMethod::VOLUM;
+        let mut create_pdrs: List<CreatePdr> = [
+            build::create_pdr(
+                ids::PDR_UL,
+                200,
+                ul_pdi.clone(),
+                ids::FAR_UL,
+                qers,
+                &[ids::URR],
+                true,
+            ),
+            build::create_pdr(
+                ids::PDR_DL,
+                200,
+                dl_pdi.clone(),
+                ids::FAR_DL,
+                qers,
+                &[ids::URR],
+                false,
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let mut create_qers: List<CreateQer> = spec
+            .qos
+            .map(|q| build::create_qer(ids::QER, q.mbr_kbps, Some(spec.qfi)))
+            .into_iter()
+            .collect();
+        if let Some(h) = spec.high_priority {
+            // The same F-TEID (given, or the same CHOOSE ID) and UE address; told apart by
+            // the QFI uplink and by the ToS octet (DSCP << 2, mask 0xfc) downlink.
+            let mut ul = ul_pdi;
+            ul.qfis = [Qfi(h.qfi)].into_iter().collect();
+            let mut dl = dl_pdi;
+            dl.sdf_filters = [SdfFilter {
+                tos_traffic_class: Some(u16::from_be_bytes([h.dscp << 2, 0xfc])),
+                ..Default::default()
+            }]
+            .into_iter()
+            .collect();
+            let hq: &[u32] = if spec.qos.is_some() {
+                &[ids::QER_HIGH]
+            } else {
+                &[]
+            };
+            create_pdrs.push(build::create_pdr(
+                ids::PDR_UL_HIGH,
+                100,
+                ul,
+                ids::FAR_UL,
+                hq,
+                &[ids::URR],
+                true,
+            ));
+            create_pdrs.push(build::create_pdr(
+                ids::PDR_DL_HIGH,
+                100,
+                dl,
+                ids::FAR_DL,
+                hq,
+                &[ids::URR],
+                false,
+            ));
+            if let Some(q) = spec.qos {
+                create_qers.push(build::create_qer(ids::QER_HIGH, q.mbr_kbps, Some(h.qfi)));
+            }
+        }
         SessionEstablishmentRequest {
             node_id: self.node.clone(),
             cp_f_seid: FSeid {
@@ -513,28 +596,7 @@ impl Smf {
                 ipv4: Some(self.node_ip),
                 ipv6: None,
             },
-            create_pdrs: [
-                build::create_pdr(
-                    ids::PDR_UL,
-                    200,
-                    ul_pdi,
-                    ids::FAR_UL,
-                    qers,
-                    &[ids::URR],
-                    true,
-                ),
-                build::create_pdr(
-                    ids::PDR_DL,
-                    200,
-                    dl_pdi,
-                    ids::FAR_DL,
-                    qers,
-                    &[ids::URR],
-                    false,
-                ),
-            ]
-            .into_iter()
-            .collect(),
+            create_pdrs,
             create_fars: [
                 build::create_far(ids::FAR_UL, ApplyAction::FORW, Some(ul_fwd), None),
                 dl_far,
@@ -542,11 +604,7 @@ impl Smf {
             .into_iter()
             .collect(),
             create_urrs: [urr].into_iter().collect(),
-            create_qers: spec
-                .qos
-                .map(|q| build::create_qer(ids::QER, q.mbr_kbps, Some(spec.qfi)))
-                .into_iter()
-                .collect(),
+            create_qers,
             pdn_type: Some(PdnType::IPV4),
             ..Default::default()
         }
@@ -1211,5 +1269,35 @@ mod tests {
         );
         assert_eq!(r.create_qers[0].qfi, Some(Qfi(9)));
         assert_eq!(r.cp_f_seid.seid, 5);
+    }
+
+    #[test]
+    fn high_priority_flow_shape() {
+        let smf = Smf::new(SmfConfig::new("127.0.0.1:8805".parse().unwrap())).unwrap();
+        let mut spec = SessionSpec::new(UeAddr::Choose, 0x77, Ipv4Addr::new(192, 168, 3, 2));
+        spec.qos = Some(Qos { mbr_kbps: None });
+        spec.high_priority = Some(HighPriority { qfi: 1, dscp: 46 });
+        let r = smf.establishment_request(5, &spec);
+        let bytes = build::encode(Some(0), 1, r.clone());
+        let (pdu, _) = Pdu::decode(&bytes).unwrap();
+        assert_eq!(pdu.message, Message::SessionEstablishmentRequest(r.clone()));
+        assert_eq!(r.create_pdrs.len(), 4);
+        let ul = &r.create_pdrs[2];
+        assert_eq!(ul.pdr_id, PdrId(ids::PDR_UL_HIGH));
+        assert!(ul.precedence.0 < r.create_pdrs[0].precedence.0);
+        assert_eq!(ul.pdi.qfis.iter().copied().collect::<Vec<_>>(), [Qfi(1)]);
+        assert_eq!(ul.pdi.local_f_teid, r.create_pdrs[0].pdi.local_f_teid);
+        assert_eq!(
+            ul.qer_ids.iter().copied().collect::<Vec<_>>(),
+            [QerId(ids::QER_HIGH)]
+        );
+        let dl = &r.create_pdrs[3];
+        assert_eq!(dl.pdi.sdf_filters[0].tos_traffic_class, Some(0xb8fc));
+        assert_eq!(dl.far_id, Some(FarId(ids::FAR_DL)));
+        assert_eq!(r.create_qers.len(), 2);
+        assert_eq!(r.create_qers[1].qfi, Some(Qfi(1)));
+        // Without it, the shape of before.
+        spec.high_priority = None;
+        assert_eq!(smf.establishment_request(5, &spec).create_pdrs.len(), 2);
     }
 }

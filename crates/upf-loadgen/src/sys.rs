@@ -115,3 +115,47 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
     }
     Ok(i)
 }
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, which stamps the
+/// generator's frames (std's `Instant` does not expose its value).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if r < 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// Sets the nice value of the calling thread (Linux: per thread; negative needs
+/// CAP_SYS_NICE).
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: plain system call on the calling thread (who = 0), no memory passed.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread, for [`interrupt`].
+pub fn this_thread() -> libc::pthread_t {
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe { libc::pthread_self() }
+}
+
+/// Sends signal `sig` to thread `t` of this process (to interrupt a blocking system call).
+/// The caller keeps `t` alive for the call (a scoped thread joined after it).
+pub fn interrupt(t: libc::pthread_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: `t` is a thread of this process that has not been joined (the caller's
+    // contract); pthread_kill only queues the signal.
+    let r = unsafe { libc::pthread_kill(t, sig) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}

@@ -1,4 +1,5 @@
-//! A generator fast enough not to be the bottleneck on veth, and a counting sink.
+//! A generator fast enough not to be the bottleneck on veth, and a counting sink that
+//! measures latency.
 //!
 //! [`Generator`]: `BPF_PROG_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` runs an XDP program on
 //! frames made from a template, as if they arrived on a veth; the program returns XDP_TX, so
@@ -6,15 +7,22 @@
 //! AF_PACKET sender makes ~1). Live frames come from a page pool and are recycled, and the
 //! receiver may have changed them (the kernel decrements the TTL when it forwards), so the
 //! program rewrites every header octet from immediates on every frame, then the per-frame
-//! fields from a counter kept in an array map: frame k carries session `k mod N`: its IPv4
+//! fields from counters kept in an array map: frame k carries session `k mod N`: its IPv4
 //! address (`addr_base + i`, source or destination, with the header checksum recomputed) and
-//! its GTP-U TEID (`teid_base + i`). The peer veth needs an XDP program (or GRO on) to accept
-//! redirected frames.
+//! its GTP-U TEID (`teid_base + i`). A share of the frames is high priority (see
+//! [`Template::with_high_priority`]: QFI in the uplink PDU Session Container, or DSCP in the
+//! IPv4 header), chosen by a hash of k so that the classes interleave within every session.
+//! When the inner payload has room, its first 12 octets are a stamp: `bpf_ktime_get_ns()`
+//! (CLOCK_MONOTONIC, 8 octets, host order) and a class word ([`STAMP_MAGIC`] + class, 4
+//! octets). The peer veth needs an XDP program (or GRO on) to accept redirected frames.
 //!
 //! [`Counter`]: an XDP program that counts (packets, octets) the IPv4 UDP packets to the ports
 //! given, atomically in an array map, and drops them; everything else (ARP, ICMP, …) passes,
 //! so the kernel behind it keeps resolving neighbours. Count at the receiver: a sender's own
-//! count says nothing about what arrived.
+//! count says nothing about what arrived. With a [`LatencyConfig`] it also reads the stamp of
+//! every counted packet (inside a G-PDU with up to one extension header, or a plain IPv4/UDP
+//! packet), adds `now − stamp` to its class's log-linear histogram ([`bucket`]) and keeps
+//! RFC 3550 §A.8 interarrival jitter per flow (session × class, [`jitter_update`]).
 #![forbid(unsafe_code)]
 
 use crate::sys;
@@ -23,19 +31,44 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use upf_io::af_xdp::bpf::{self, Asm, Insn, ADD, AND, B, DW, H, JGT, JNE, R0, R1, R2};
+use upf_io::af_xdp::bpf::{self, Asm, Insn, Label, ADD, AND, B, DW, H, JGT, JNE, R0, R1, R2};
+use upf_io::af_xdp::bpf::{JEQ, JGE, JLT, LSH, MUL, R10, R9, SUB};
 use upf_io::af_xdp::bpf::{R3, R4, R5, R6, R7, R8, RSH, W, XOR};
 
 pub const XDP_DROP: i32 = 1;
 pub const XDP_PASS: i32 = 2;
 pub const XDP_TX: i32 = 3;
 pub const GTPU_PORT: u16 = 2152;
+/// bpf_ktime_get_ns (CLOCK_MONOTONIC) and bpf_map_lookup_elem.
+const HELPER_KTIME_GET_NS: i32 = 5;
+const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 /// Inner UDP ports of the generated packets.
 pub const SRC_PORT: u16 = 5000;
 pub const DST_PORT: u16 = 5001;
 /// Largest inner packet a live frame holds comfortably (a 4 KiB page less headroom and
 /// skb_shared_info).
 pub const MAX_INNER: usize = 3000;
+
+/// The class word of a stamp is `STAMP_MAGIC + class` (0 low, 1 high priority): a receiver
+/// tells a stamp from whatever a recycled page held before.
+pub const STAMP_MAGIC: u32 = 0x5550_4c00;
+/// Octets of a stamp: CLOCK_MONOTONIC nanoseconds (8) and the class word (4).
+pub const STAMP_LEN: usize = 12;
+pub const CLASS_LOW: usize = 0;
+pub const CLASS_HIGH: usize = 1;
+/// The multiplier of the class hash: frame k is high priority iff
+/// `(k as u32) * GOLDEN mod 2^32 < share * 2^32` (a Weyl sequence: the classes interleave
+/// evenly within every session, whatever the session count).
+const GOLDEN: u64 = 0x9e37_79b9;
+
+/// How high-priority frames differ from the template's (low-priority) ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// The QFI of the uplink PDU Session Container.
+    Qfi(u8),
+    /// The DSCP of the IPv4 header (`addr_off`'s header; its checksum follows).
+    Dscp(u8),
+}
 
 /// A frame and what changes from frame to frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +82,12 @@ pub struct Template {
     pub addr_base: u32,
     /// Offset of the GTP-U TEID (`teid_base + i`), if any.
     pub teid: Option<(usize, u32)>,
+    /// Offset of the QFI octet of the uplink PDU Session Container, if any.
+    pub psc_qfi: Option<usize>,
+    /// Offset of the stamp (the inner UDP payload), when the payload has room for it.
+    pub stamp: Option<usize>,
+    /// High-priority frames: their mark and their share of all frames, in 1/2^32.
+    pub high: Option<(Mark, u64)>,
     /// Sessions the frames go round (N).
     pub count: u32,
 }
@@ -129,6 +168,7 @@ impl Template {
         f.extend_from_slice(&len.to_be_bytes());
         f.extend_from_slice(&teid_base.to_be_bytes());
         f.extend_from_slice(&[0, 0, 0, 0x85, 1, 0x10, qfi & 0x3f, 0]);
+        let psc_qfi = f.len() - 2;
         let ip = f.len();
         inner(&mut f, size, ue_base, dn);
         Ok(Template {
@@ -137,6 +177,9 @@ impl Template {
             addr_off: ip + 12,
             addr_base: u32::from(ue_base),
             teid: Some((teid_off, teid_base)),
+            psc_qfi: Some(psc_qfi),
+            stamp: (size >= 28 + STAMP_LEN).then_some(ip + 28),
+            high: None,
             count: count.max(1),
             frame: f,
         })
@@ -168,9 +211,48 @@ impl Template {
             addr_off: ip + if to_ue { 16 } else { 12 },
             addr_base: u32::from(ue_base),
             teid: None,
+            psc_qfi: None,
+            stamp: (size >= 28 + STAMP_LEN).then_some(ip + 28),
+            high: None,
             count: count.max(1),
             frame: f,
         })
+    }
+
+    /// Marks a `share` (0..=1) of the frames high priority with `mark` (the others keep the
+    /// template's QFI / DSCP). A QFI mark needs a PDU Session Container.
+    pub fn with_high_priority(mut self, share: f64, mark: Mark) -> io::Result<Template> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        if !(0.0..=1.0).contains(&share) {
+            return Err(bad(format!("high-priority share {share}: must be 0..=1")));
+        }
+        match mark {
+            Mark::Qfi(q) if self.psc_qfi.is_none() || q > 63 => {
+                return Err(bad(format!(
+                    "QFI mark {q}: no PDU Session Container, or > 63"
+                )))
+            }
+            Mark::Dscp(d) if d > 63 => return Err(bad(format!("DSCP {d} > 63"))),
+            _ => {}
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let threshold = (share * 4_294_967_296.0).round() as u64;
+        self.high = Some((mark, threshold));
+        Ok(self)
+    }
+
+    /// Whether frame `k` is high priority.
+    pub fn is_high(&self, k: u64) -> bool {
+        self.high.is_some_and(|(_, thr)| {
+            #[allow(clippy::cast_possible_truncation)]
+            let k32 = k as u32;
+            (u64::from(k32) * GOLDEN) & 0xffff_ffff < thr
+        })
+    }
+
+    /// The octets of frame `k`'s stamp that hold the time (the program writes the clock).
+    pub fn stamp_time(&self) -> Option<std::ops::Range<usize>> {
+        self.stamp.map(|s| s..s + 8)
     }
 
     /// Frame `k` as the program makes it (the specification of [`Template::program`]).
@@ -182,6 +264,22 @@ impl Template {
         }
         let a = self.addr_base.wrapping_add(i);
         f[self.addr_off..self.addr_off + 4].copy_from_slice(&a.to_be_bytes());
+        let high = self.is_high(k);
+        match self.high {
+            Some((Mark::Qfi(q), _)) if high => {
+                if let Some(o) = self.psc_qfi {
+                    f[o] = q;
+                }
+            }
+            Some((Mark::Dscp(d), _)) if high => f[self.ip + 1] = d << 2,
+            _ => {}
+        }
+        if let Some(s) = self.stamp {
+            // The time is the program's clock: zero here (see `stamp_time`).
+            f[s..s + 8].fill(0);
+            let w = STAMP_MAGIC + u32::from(high);
+            f[s + 8..s + 12].copy_from_slice(&w.to_ne_bytes());
+        }
         f[self.ip + 10..self.ip + 12].fill(0);
         let c = upf_wire::checksum::checksum(&f[self.ip..self.ip + 20]);
         f[self.ip + 10..self.ip + 12].copy_from_slice(&c.to_be_bytes());
@@ -198,26 +296,49 @@ impl Template {
             .sum()
     }
 
-    /// The XDP program: rewrite the headers, then the session's fields, XDP_TX. `state` is
-    /// an array map of one 8-octet value: the session index of the next frame.
+    /// The XDP program: pace, rewrite the headers, then the session's fields and the class
+    /// marks, stamp, XDP_TX. `state` is an array map of one [`STATE_LEN`]-octet value: the
+    /// session index of the next frame (u32), the frame counter k (u32), the time the next
+    /// frame is due (ps, u64), the interval between frames (ps, u64; 0: not paced) and the
+    /// frames sent (u64). A run before its frame is due returns XDP_DROP and changes
+    /// nothing: a paced generator spins through the kernel's loop and sends on time.
     pub fn program(&self, state: &OwnedFd) -> io::Result<Vec<Insn>> {
+        let off16 = |o: usize| i16::try_from(o).map_err(io::Error::other);
+        let imm = |v: usize| i32::try_from(v).map_err(io::Error::other);
         let mut a = Asm::new();
         let drop = a.new_label();
+        let go = a.new_label();
         a.mov_reg(R6, R1);
+        a.ld_map_value(R7, state.as_raw_fd(), 0);
+        a.ldx(DW, R1, R7, 16);
+        a.jmp(JEQ, R1, 0, go);
+        a.call(HELPER_KTIME_GET_NS);
+        a.alu(MUL, R0, 1000);
+        a.ldx(DW, R2, R7, 8);
+        a.jmp_reg(JLT, R0, R2, drop);
+        // Late by more than 100 µs (the thread was off the CPU, or between calls): start
+        // over from now rather than catch up in a burst.
+        let on_time = a.new_label();
+        a.mov_reg(R3, R0);
+        a.alu(SUB, R3, 100_000_000);
+        a.jmp_reg(JGE, R2, R3, on_time);
+        a.mov_reg(R2, R0);
+        a.label(on_time);
+        a.ldx(DW, R1, R7, 16);
+        a.alu_reg(ADD, R2, R1);
+        a.stx(DW, R7, 8, R2);
+        a.label(go);
         a.ldx(W, R2, R6, 0);
         a.ldx(W, R3, R6, 4);
         a.mov_reg(R4, R2);
-        a.alu(
-            ADD,
-            R4,
-            i32::try_from(self.header_len).map_err(io::Error::other)?,
-        );
+        let need = self.stamp.map_or(self.header_len, |s| s + STAMP_LEN);
+        a.alu(ADD, R4, imm(need.max(self.header_len))?);
         a.jmp_reg(JGT, R4, R3, drop);
         // Every header octet, from immediates.
         let h = &self.frame[..self.header_len];
         let mut off = 0;
         while off < h.len() {
-            let o = i16::try_from(off).map_err(io::Error::other)?;
+            let o = off16(off)?;
             let rest = h.len() - off;
             if rest >= 8 {
                 let v = u64::from_le_bytes(h[off..off + 8].try_into().unwrap_or([0; 8]));
@@ -242,23 +363,42 @@ impl Template {
                 off += 1;
             }
         }
-        // r8 = this frame's session index; the next one's back into the map.
-        a.ld_map_value(R7, state.as_raw_fd(), 0);
+        // Sent; r8 = this frame's session index; the next one's back into the map.
+        a.ldx(DW, R1, R7, 24);
+        a.alu(ADD, R1, 1);
+        a.stx(DW, R7, 24, R1);
         a.ldx(W, R8, R7, 0);
         let keep = a.new_label();
         a.mov_reg(R1, R8);
         a.alu(ADD, R1, 1);
         a.ld_imm64(R4, u64::from(self.count));
-        a.jmp_reg(bpf::JLT, R1, R4, keep);
+        a.jmp_reg(JLT, R1, R4, keep);
         a.mov(R1, 0);
         a.label(keep);
         a.stx(W, R7, 0, R1);
+        // r9 = this frame's class (1: high priority), from the frame counter k.
+        a.mov(R9, 0);
+        if let Some((_, threshold)) = self.high {
+            a.ldx(W, R1, R7, 4);
+            a.mov_reg(R4, R1);
+            a.alu(ADD, R4, 1);
+            a.stx(W, R7, 4, R4);
+            a.ld_imm64(R4, GOLDEN);
+            a.alu_reg(MUL, R1, R4);
+            a.ld_imm64(R4, 0xffff_ffff);
+            a.alu_reg(AND, R1, R4);
+            a.ld_imm64(R4, threshold);
+            let low = a.new_label();
+            a.jmp_reg(JGE, R1, R4, low);
+            a.mov(R9, 1);
+            a.label(low);
+        }
         if let Some((toff, base)) = self.teid {
             a.ld_imm64(R4, u64::from(base));
             a.mov_reg(R1, R8);
             a.alu_reg(ADD, R1, R4);
             a.be(R1, 32);
-            a.stx(W, R2, i16::try_from(toff).map_err(io::Error::other)?, R1);
+            a.stx(W, R2, off16(toff)?, R1);
         }
         a.ld_imm64(R4, u64::from(self.addr_base));
         a.mov_reg(R1, R8);
@@ -268,13 +408,9 @@ impl Template {
         a.alu_reg(AND, R1, R4);
         a.mov_reg(R5, R1);
         a.be(R5, 32);
-        a.stx(
-            W,
-            R2,
-            i16::try_from(self.addr_off).map_err(io::Error::other)?,
-            R5,
-        );
-        // Header checksum: the fixed words' sum plus the address's halves, folded, inverted.
+        a.stx(W, R2, off16(self.addr_off)?, R5);
+        // Header checksum: the fixed words' sum plus the address's halves (and a high-priority
+        // DSCP's difference to the template's ToS), folded, inverted.
         a.mov_reg(R4, R1);
         a.alu(RSH, R4, 16);
         a.alu(AND, R1, 0xffff);
@@ -284,6 +420,24 @@ impl Template {
             R1,
             i32::try_from(self.partial_sum()).map_err(io::Error::other)?,
         );
+        let plain = a.new_label();
+        match self.high {
+            Some((Mark::Dscp(d), _)) => {
+                a.jmp(JEQ, R9, 0, plain);
+                let tos = i32::from(d << 2);
+                a.alu(ADD, R1, tos - i32::from(self.frame[self.ip + 1]));
+                a.st(B, R2, off16(self.ip + 1)?, tos);
+            }
+            Some((Mark::Qfi(q), _)) => {
+                a.jmp(JEQ, R9, 0, plain);
+                let o = self
+                    .psc_qfi
+                    .ok_or_else(|| io::Error::other("QFI mark without PSC"))?;
+                a.st(B, R2, off16(o)?, i32::from(q));
+            }
+            None => {}
+        }
+        a.label(plain);
         for _ in 0..2 {
             a.mov_reg(R4, R1);
             a.alu(RSH, R4, 16);
@@ -292,12 +446,21 @@ impl Template {
         }
         a.alu(XOR, R1, 0xffff);
         a.be(R1, 16);
-        a.stx(
-            H,
-            R2,
-            i16::try_from(self.ip + 10).map_err(io::Error::other)?,
-            R1,
-        );
+        a.stx(H, R2, off16(self.ip + 10)?, R1);
+        if let Some(s) = self.stamp {
+            // The class word, then the clock as late as possible (the helper call clobbers
+            // r1–r5; the packet pointer lives on in r6).
+            a.mov_reg(R1, R9);
+            a.alu(
+                ADD,
+                R1,
+                i32::try_from(STAMP_MAGIC).map_err(io::Error::other)?,
+            );
+            a.stx(W, R2, off16(s + 8)?, R1);
+            a.mov_reg(R6, R2);
+            a.call(HELPER_KTIME_GET_NS);
+            a.stx(DW, R6, off16(s)?, R0);
+        }
         a.mov(R0, XDP_TX);
         a.exit();
         a.label(drop);
@@ -306,6 +469,32 @@ impl Template {
         a.finish()
     }
 }
+
+/// CLOCK_MONOTONIC now, ns: the clock of the stamps (`bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    sys::monotonic_ns()
+}
+
+/// The signal that ends a generator's BPF_PROG_RUN call at its deadline (a no-op handler is
+/// installed for it: the process must not use it otherwise).
+pub const WAKE_SIGNAL: i32 = signal_hook::consts::SIGUSR2;
+
+/// Installs the handler of [`WAKE_SIGNAL`] once (a flag nobody reads: the point is that the
+/// signal interrupts the call instead of killing the process).
+fn wake_handler() -> io::Result<()> {
+    static ONCE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let flag = std::sync::Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(WAKE_SIGNAL, flag)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(io::Error::other)
+}
+
+/// Octets of the generator's state (see [`Template::program`]).
+pub const STATE_LEN: usize = 32;
 
 /// A loaded generator: program, state map and template.
 #[derive(Debug)]
@@ -318,8 +507,8 @@ pub struct Generator {
 /// What one run sent.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct GenStats {
-    /// Frames the program ran on (each one XDP_TX'd; the veth may still drop some when its
-    /// peer's ring is full: count at the receiver).
+    /// Frames the program sent (XDP_TX; the veth may still drop some when its peer's ring is
+    /// full: count at the receiver).
     pub frames: u64,
     pub elapsed: Duration,
     /// CPU time of the generating thread (user + system, from its schedstat).
@@ -342,7 +531,11 @@ fn thread_cpu() -> Duration {
 
 impl Generator {
     pub fn new(template: Template) -> io::Result<Generator> {
-        let state = bpf::create_array(8, 1, "upfgen_state")?;
+        let state = bpf::create_array(
+            STATE_LEN.try_into().map_err(io::Error::other)?,
+            1,
+            "upfgen_state",
+        )?;
         let prog = bpf::load_xdp(&template.program(&state)?, "upf_gen")?;
         Ok(Generator {
             template,
@@ -366,8 +559,36 @@ impl Generator {
         bpf::test_run(&self.prog, &self.template.frame)
     }
 
+    fn state(&self) -> io::Result<[u8; STATE_LEN]> {
+        let mut v = [0u8; STATE_LEN];
+        bpf::map_lookup(&self.state, 0, &mut v)?;
+        Ok(v)
+    }
+
+    /// Paces the program at `rate` frames/s (0: not paced), the next frame due now.
+    pub fn set_rate(&self, rate: u64) -> io::Result<()> {
+        let mut v = self.state()?;
+        let interval_ps = 1_000_000_000_000u64
+            .checked_div(rate)
+            .map_or(0, |i| i.max(1));
+        v[8..16].fill(0);
+        v[16..24].copy_from_slice(&interval_ps.to_ne_bytes());
+        bpf::map_update(&self.state, 0, &v)
+    }
+
+    /// Frames sent since the generator was made (runs that returned XDP_TX).
+    pub fn sent(&self) -> io::Result<u64> {
+        Ok(u64_at(&self.state()?, 24))
+    }
+
     /// Sends frames out of interface `dev` of the calling thread's network namespace for
     /// `seconds`: `rate` frames/s (0: as fast as it goes), until `stop`. Pin the thread first.
+    ///
+    /// Each BPF_PROG_RUN call costs ~25 ms on top of its frames here (the live-frames set-up
+    /// and tear-down: nothing is sent meanwhile), so there is one call, as long as it takes:
+    /// a helper thread interrupts it with [`WAKE_SIGNAL`] at the deadline (the kernel's loop
+    /// stops on a pending signal). Paced, the program drops the runs before their frame is
+    /// due (see [`Template::program`]).
     pub fn run(
         &self,
         dev: &str,
@@ -375,56 +596,70 @@ impl Generator {
         rate: u64,
         stop: &AtomicBool,
     ) -> io::Result<GenStats> {
+        wake_handler()?;
         let ifindex = sys::ifindex(dev)?;
         let frame = &self.template.frame;
+        self.set_rate(rate)?;
+        let sent0 = self.sent()?;
         let cpu0 = thread_cpu();
         let start = Instant::now();
         let deadline = start + Duration::from_secs_f64(seconds.max(0.0));
-        let mut sent = 0u64;
-        // Flat out: 64k frames a call (~10–20 ms); paced: up to 1 ms of frames a call.
-        let chunk = if rate == 0 {
-            1 << 16
-        } else {
-            (rate / 1000).clamp(1, 1 << 16)
-        };
-        loop {
-            let now = Instant::now();
-            if now >= deadline || stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let mut n = chunk;
-            if rate > 0 {
-                let due = (now - start).as_secs_f64() * rate as f64;
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let due = due as u64;
-                if due <= sent {
-                    std::thread::sleep(Duration::from_micros(200));
-                    continue;
+        let me = sys::this_thread();
+        let done = AtomicBool::new(false);
+        let r = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    let now = Instant::now();
+                    if now >= deadline || stop.load(Ordering::Relaxed) {
+                        // Again every 5 ms: the signal may come between two calls.
+                        let _ = sys::interrupt(me, WAKE_SIGNAL);
+                        std::thread::sleep(Duration::from_millis(5));
+                    } else {
+                        std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+                    }
                 }
-                n = n.min(due - sent);
-            }
-            let n32 = u32::try_from(n).unwrap_or(u32::MAX);
-            bpf::test_run_live(&self.prog, frame, ifindex, n32, 64)?;
-            sent += u64::from(n32);
-        }
+            });
+            let r = loop {
+                if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+                    break Ok(());
+                }
+                match bpf::test_run_live(&self.prog, frame, ifindex, u32::MAX, 64) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            done.store(true, Ordering::Release);
+            r
+        });
+        let elapsed = start.elapsed();
+        let cpu = thread_cpu().saturating_sub(cpu0);
+        let frames = self.sent()?.saturating_sub(sent0);
+        self.set_rate(0)?;
+        r?;
         Ok(GenStats {
-            frames: sent,
-            elapsed: start.elapsed(),
-            cpu: thread_cpu().saturating_sub(cpu0),
+            frames,
+            elapsed,
+            cpu,
         })
     }
 
-    /// Sets the session index of the next frame.
+    /// Sets the session index and the frame counter of the next frame to 0.
     pub fn reset(&self) -> io::Result<()> {
-        bpf::map_update_u64(&self.state, 0, 0)
+        let mut v = self.state()?;
+        v[0..8].fill(0);
+        bpf::map_update(&self.state, 0, &v)
     }
 }
 
-/// Runs `g` on a new thread inside network namespace `netns`, pinned to `cpu`, out of `dev`.
+/// Runs `g` on a new thread inside network namespace `netns`, pinned to `cpu`, at nice value
+/// `nice` (0: as inherited), out of `dev`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_in(
     g: &Generator,
     netns: &str,
     cpu: Option<usize>,
+    nice: i32,
     dev: &str,
     seconds: f64,
     rate: u64,
@@ -433,6 +668,10 @@ pub fn run_in(
     crate::in_netns(netns, || {
         if let Some(c) = cpu {
             sys::pin_to_cpu(c).map_err(|e| io::Error::new(e.kind(), format!("CPU {c}: {e}")))?;
+        }
+        if nice != 0 {
+            sys::set_thread_nice(nice)
+                .map_err(|e| io::Error::new(e.kind(), format!("nice {nice}: {e}")))?;
         }
         g.run(dev, seconds, rate, stop)
     })?
@@ -454,20 +693,152 @@ impl Count {
     }
 }
 
-/// The counting sink: counts and drops IPv4 UDP packets to the given ports on one interface;
-/// detached when dropped (a BPF link).
+/// Histogram buckets per class: 0..32 ns one each, then 32 per power of two up to 2^37 ns
+/// (~137 s; the last bucket takes everything above): a bucket is 1.6–3.1 % of its values
+/// wide.
+pub const BUCKETS: usize = 1056;
+const SUB_BITS: u32 = 5;
+const MAX_EXP: u32 = 36;
+
+/// The histogram bucket of a transit time of `v` ns (the specification of the sink's).
+pub fn bucket(v: u64) -> usize {
+    if v < 32 {
+        return usize::try_from(v).unwrap_or(0);
+    }
+    let e = 63 - v.leading_zeros();
+    if e > MAX_EXP {
+        return BUCKETS - 1;
+    }
+    usize::try_from(u64::from((e - SUB_BITS) * 32) + (v >> (e - SUB_BITS))).unwrap_or(0)
+}
+
+/// The values of bucket `b`: `lo..hi` ns (the last one is open above).
+pub fn bucket_bounds(b: usize) -> (u64, u64) {
+    let b64 = b as u64;
+    if b < 32 {
+        return (b64, b64 + 1);
+    }
+    let e = b64 / 32 + 4;
+    let m = b64 % 32 + 32;
+    let hi = if b + 1 >= BUCKETS {
+        u64::MAX
+    } else {
+        (m + 1) << (e - 5)
+    };
+    (m << (e - 5), hi)
+}
+
+/// RFC 3550 §A.8: the interarrival jitter (times 16, ns) after a packet of transit `transit`
+/// following one of transit `last`: J += (|D| − J)/16 in fixed point.
+pub fn jitter_update(j16: u64, last: u64, transit: u64) -> u64 {
+    let d = transit.abs_diff(last);
+    j16.wrapping_add(d).wrapping_sub((j16 + 8) >> 4)
+}
+
+/// What the sink needs to measure latency: where a packet's session is (UE address =
+/// `ue_base + session`) and which QFI a downlink G-PDU of each class should carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyConfig {
+    pub ue_base: Ipv4Addr,
+    pub sessions: u32,
+    /// The UE is the inner packet's destination (downlink) rather than its source.
+    pub ue_is_dst: bool,
+    /// (low, high): a G-PDU whose PDU Session Container carries another QFI than its class's
+    /// is counted in [`ClassLatency::qfi_mismatch`].
+    pub qfi: Option<(u8, u8)>,
+}
+
+// The latency map: one value of a 64-octet header (generation u32 at 0, transits below zero
+// at 8), then per class [count, sum ns, max ns, QFI mismatches, 4 spare] and the buckets.
+const LAT_HEADER: usize = 64;
+const CLASS_FIELDS: usize = 64;
+const CLASS_BYTES: usize = CLASS_FIELDS + BUCKETS * 8;
+const LAT_BYTES: usize = LAT_HEADER + 2 * CLASS_BYTES;
+// The jitter map: per flow (session × 2 + class) last transit u64, J × 16 u64, generation
+// u32, packets u32. A flow whose generation is not the map's starts over.
+const JIT_BYTES: usize = 24;
+
+/// One class's latency since the last reset.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassLatency {
+    /// Stamped packets of the class.
+    pub count: u64,
+    pub sum_ns: u64,
+    pub max_ns: u64,
+    /// Downlink G-PDUs whose QFI is not the class's.
+    pub qfi_mismatch: u64,
+    pub buckets: Vec<u64>,
+}
+
+impl ClassLatency {
+    /// The `p` quantile (0..=1): the middle of the bucket that holds it (capped at the
+    /// maximum), `None` without packets.
+    pub fn quantile(&self, p: f64) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        let total: u64 = self.buckets.iter().sum();
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let rank = ((p * total as f64).ceil() as u64).clamp(1, total.max(1));
+        let mut cum = 0;
+        for (b, n) in self.buckets.iter().enumerate() {
+            cum += n;
+            if cum >= rank {
+                let (lo, hi) = bucket_bounds(b);
+                let mid = if hi == u64::MAX {
+                    lo
+                } else {
+                    lo + (hi - lo) / 2
+                };
+                return Some(mid.min(self.max_ns));
+            }
+        }
+        Some(self.max_ns)
+    }
+
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64)
+    }
+}
+
+/// What the sink measured since the last reset.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Latency {
+    pub classes: [ClassLatency; 2],
+    /// Stamps later than the sink's clock (should not happen: one clock).
+    pub negative: u64,
+}
+
+/// Interarrival jitter of one class over its flows (those with two packets or more).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct JitterSummary {
+    pub flows: u64,
+    pub mean_ns: f64,
+    pub max_ns: f64,
+}
+
+/// The counting sink: counts and drops IPv4 UDP packets to the given ports on one interface,
+/// and measures their latency if asked; detached when dropped (a BPF link).
 #[derive(Debug)]
 pub struct Counter {
     map: OwnedFd,
+    latency: Option<(OwnedFd, OwnedFd, LatencyConfig)>,
+    generation: std::sync::atomic::AtomicU32,
     _prog: OwnedFd,
     _link: OwnedFd,
 }
 
-/// The counting program (see [`Counter`]); `map` holds one value: packets, octets (u64 each).
-pub fn counter_program(map: &OwnedFd, ports: &[u16]) -> io::Result<Vec<Insn>> {
+/// The counting program (see [`Counter`]); `map` holds one value: packets, octets (u64
+/// each); `latency`: the latency map, the jitter map and what the sink needs to know.
+pub fn counter_program(
+    map: &OwnedFd,
+    ports: &[u16],
+    latency: Option<(&OwnedFd, &OwnedFd, &LatencyConfig)>,
+) -> io::Result<Vec<Insn>> {
     let mut a = Asm::new();
     let pass = a.new_label();
     let count = a.new_label();
+    let done = a.new_label();
     a.ldx(W, R2, R1, 0);
     a.ldx(W, R3, R1, 4);
     a.mov_reg(R4, R2);
@@ -482,38 +853,316 @@ pub fn counter_program(map: &OwnedFd, ports: &[u16]) -> io::Result<Vec<Insn>> {
     a.jmp(JNE, R4, 17, pass);
     a.ldx(H, R4, R2, 36);
     for p in ports {
-        a.jmp(bpf::JEQ, R4, i32::from(p.swap_bytes()), count);
+        a.jmp(JEQ, R4, i32::from(p.swap_bytes()), count);
     }
     a.label(pass);
     a.mov(R0, XDP_PASS);
     a.exit();
     a.label(count);
     a.mov_reg(R5, R3);
-    a.alu_reg(bpf::SUB, R5, R2);
+    a.alu_reg(SUB, R5, R2);
     a.ld_map_value(R7, map.as_raw_fd(), 0);
     a.mov(R1, 1);
     a.atomic_add(DW, R7, 0, R1);
     a.atomic_add(DW, R7, 8, R5);
+    if let Some((lat, jit, cfg)) = latency {
+        latency_block(&mut a, lat, jit, cfg, done)?;
+    }
+    a.label(done);
     a.mov(R0, XDP_DROP);
     a.exit();
     a.finish()
 }
 
+/// The sink's latency part: r2 = data, r3 = data_end, r4 = the UDP destination port as
+/// loaded. Jumps to `done` when a packet has no stamp it understands.
+fn latency_block(
+    a: &mut Asm,
+    lat: &OwnedFd,
+    jit: &OwnedFd,
+    cfg: &LatencyConfig,
+    done: Label,
+) -> io::Result<()> {
+    let imm = |v: usize| i32::try_from(v).map_err(io::Error::other);
+    let lat_fd = lat.as_raw_fd();
+    // [r10-8]: the QFI of the PDU Session Container (0xff: none).
+    a.st(DW, R10, -8, 0xff);
+    let plain = a.new_label();
+    let gtp_done = a.new_label();
+    let have_inner = a.new_label();
+    a.jmp(JNE, R4, i32::from(GTPU_PORT.swap_bytes()), plain);
+    // GTP-U at 42: 8 octets, +4 if E, S or PN, + one extension header if E.
+    a.mov_reg(R5, R2);
+    a.alu(ADD, R5, 58);
+    a.jmp_reg(JGT, R5, R3, done);
+    a.ldx(B, R1, R2, 42);
+    a.mov(R0, 8);
+    a.mov_reg(R5, R1);
+    a.alu(AND, R5, 7);
+    a.jmp(JEQ, R5, 0, gtp_done);
+    a.mov(R0, 12);
+    a.mov_reg(R5, R1);
+    a.alu(AND, R5, 4);
+    a.jmp(JEQ, R5, 0, gtp_done);
+    a.ldx(B, R5, R2, 53);
+    a.jmp(JEQ, R5, 0, gtp_done);
+    let not_psc = a.new_label();
+    a.jmp(JNE, R5, 0x85, not_psc);
+    a.ldx(B, R1, R2, 56);
+    a.alu(AND, R1, 0x3f);
+    a.stx(DW, R10, -8, R1);
+    a.label(not_psc);
+    a.ldx(B, R5, R2, 54);
+    a.jmp(JEQ, R5, 0, done);
+    a.alu(LSH, R5, 2);
+    a.alu_reg(ADD, R0, R5);
+    // The extension's next-type octet (at 42 + r0 - 1) must end the chain.
+    a.mov_reg(R1, R2);
+    a.alu_reg(ADD, R1, R0);
+    a.alu(ADD, R1, 41);
+    a.mov_reg(R5, R1);
+    a.alu(ADD, R5, 1);
+    a.jmp_reg(JGT, R5, R3, done);
+    a.ldx(B, R5, R1, 0);
+    a.jmp(JNE, R5, 0, done);
+    a.label(gtp_done);
+    a.mov_reg(R8, R2);
+    a.alu_reg(ADD, R8, R0);
+    a.alu(ADD, R8, 42);
+    a.ja(have_inner);
+    a.label(plain);
+    a.mov_reg(R8, R2);
+    a.alu(ADD, R8, 14);
+    a.label(have_inner);
+    // r8 = the inner IPv4 header: IPv4/UDP, then the stamp.
+    a.mov_reg(R5, R8);
+    a.alu(ADD, R5, imm(28 + STAMP_LEN)?);
+    a.jmp_reg(JGT, R5, R3, done);
+    a.ldx(B, R5, R8, 0);
+    a.jmp(JNE, R5, 0x45, done);
+    a.ldx(B, R5, R8, 9);
+    a.jmp(JNE, R5, 17, done);
+    // r7 = class, r6 = stamp, r9 = session index.
+    a.ldx(W, R7, R8, 36);
+    a.alu(
+        SUB,
+        R7,
+        i32::try_from(STAMP_MAGIC).map_err(io::Error::other)?,
+    );
+    a.ld_imm64(R5, 0xffff_ffff);
+    a.alu_reg(AND, R7, R5);
+    a.jmp(JGT, R7, 1, done);
+    a.ldx(DW, R6, R8, 28);
+    a.ldx(W, R9, R8, if cfg.ue_is_dst { 16 } else { 12 });
+    a.be(R9, 32);
+    a.ld_imm64(R5, u64::from(u32::from(cfg.ue_base)));
+    a.alu_reg(SUB, R9, R5);
+    a.ld_imm64(R5, 0xffff_ffff);
+    a.alu_reg(AND, R9, R5);
+    // A QFI that is not the class's.
+    if let Some((lo, hi)) = cfg.qfi {
+        let ok = a.new_label();
+        let cmp = a.new_label();
+        a.ldx(DW, R1, R10, -8);
+        a.jmp(JEQ, R1, 0xff, ok);
+        a.mov(R2, i32::from(lo));
+        a.jmp(JEQ, R7, 0, cmp);
+        a.mov(R2, i32::from(hi));
+        a.label(cmp);
+        a.jmp_reg(JEQ, R1, R2, ok);
+        class_ptr(a, R1, R7, lat_fd, 24)?;
+        a.mov(R2, 1);
+        a.atomic_add(DW, R1, 0, R2);
+        a.label(ok);
+    }
+    a.call(HELPER_KTIME_GET_NS);
+    let forward = a.new_label();
+    a.jmp_reg(JGE, R0, R6, forward);
+    a.ld_map_value(R1, lat_fd, 8);
+    a.mov(R2, 1);
+    a.atomic_add(DW, R1, 0, R2);
+    a.ja(done);
+    a.label(forward);
+    a.alu_reg(SUB, R0, R6);
+    a.mov_reg(R6, R0);
+    // r8 = the class's fields: count, sum, max.
+    class_ptr(a, R8, R7, lat_fd, 0)?;
+    a.mov(R1, 1);
+    a.atomic_add(DW, R8, 0, R1);
+    a.atomic_add(DW, R8, 8, R6);
+    let no_max = a.new_label();
+    a.ldx(DW, R1, R8, 16);
+    a.jmp_reg(JGE, R1, R6, no_max);
+    a.stx(DW, R8, 16, R6);
+    a.label(no_max);
+    // r1 = bucket(r6), as `bucket` does: r2 = floor(log2 v) by halving steps.
+    let have_b = a.new_label();
+    a.mov_reg(R1, R6);
+    a.jmp(JLT, R1, 32, have_b);
+    a.mov(R2, 0);
+    a.mov_reg(R3, R1);
+    for sh in [32, 16, 8, 4, 2, 1] {
+        let skip = a.new_label();
+        a.ld_imm64(R4, 1u64 << sh);
+        a.jmp_reg(JLT, R3, R4, skip);
+        a.alu(RSH, R3, sh);
+        a.alu(ADD, R2, sh);
+        a.label(skip);
+    }
+    let in_range = a.new_label();
+    a.jmp(
+        JGT,
+        R2,
+        imm(usize::try_from(MAX_EXP).map_err(io::Error::other)?)?,
+        in_range,
+    );
+    a.alu(
+        SUB,
+        R2,
+        imm(usize::try_from(SUB_BITS).map_err(io::Error::other)?)?,
+    );
+    a.alu_reg(RSH, R1, R2);
+    a.alu(LSH, R2, 5);
+    a.alu_reg(ADD, R1, R2);
+    a.ja(have_b);
+    a.label(in_range);
+    a.mov(R1, imm(BUCKETS - 1)?);
+    a.label(have_b);
+    // Bounded for the verifier (it is already).
+    a.jmp(JGT, R1, imm(BUCKETS - 1)?, done);
+    a.alu(LSH, R1, 3);
+    a.alu_reg(ADD, R8, R1);
+    a.mov(R1, 1);
+    a.atomic_add(
+        DW,
+        R8,
+        i16::try_from(CLASS_FIELDS).map_err(io::Error::other)?,
+        R1,
+    );
+    // Jitter of flow session × 2 + class.
+    a.jmp(
+        JGE,
+        R9,
+        i32::try_from(cfg.sessions).map_err(io::Error::other)?,
+        done,
+    );
+    a.alu(LSH, R9, 1);
+    a.alu_reg(ADD, R9, R7);
+    a.stx(W, R10, -16, R9);
+    a.ld_map(R1, jit.as_raw_fd());
+    a.mov_reg(R2, R10);
+    a.alu(ADD, R2, -16);
+    a.call(HELPER_MAP_LOOKUP_ELEM);
+    a.jmp(JEQ, R0, 0, done);
+    a.ld_map_value(R1, lat_fd, 0);
+    a.ldx(W, R2, R1, 0);
+    a.ldx(W, R3, R0, 16);
+    let same = a.new_label();
+    a.jmp_reg(JEQ, R3, R2, same);
+    a.stx(DW, R0, 0, R6);
+    a.st(DW, R0, 8, 0);
+    a.stx(W, R0, 16, R2);
+    a.st(W, R0, 20, 1);
+    a.ja(done);
+    a.label(same);
+    a.ldx(DW, R1, R0, 0);
+    a.stx(DW, R0, 0, R6);
+    let up = a.new_label();
+    let have_d = a.new_label();
+    a.mov_reg(R3, R6);
+    a.jmp_reg(JGE, R6, R1, up);
+    a.mov_reg(R3, R1);
+    a.alu_reg(SUB, R3, R6);
+    a.ja(have_d);
+    a.label(up);
+    a.alu_reg(SUB, R3, R1);
+    a.label(have_d);
+    a.ldx(DW, R4, R0, 8);
+    a.mov_reg(R5, R4);
+    a.alu(ADD, R5, 8);
+    a.alu(RSH, R5, 4);
+    a.alu_reg(ADD, R4, R3);
+    a.alu_reg(SUB, R4, R5);
+    a.stx(DW, R0, 8, R4);
+    a.ldx(W, R1, R0, 20);
+    a.alu(ADD, R1, 1);
+    a.stx(W, R0, 20, R1);
+    Ok(())
+}
+
+/// dst = the address of field `field` of the class in register `class` (0 or 1) of the
+/// latency map.
+fn class_ptr(a: &mut Asm, dst: u8, class: u8, lat: i32, field: usize) -> io::Result<()> {
+    let c0 = a.new_label();
+    let off =
+        |c: usize| i32::try_from(LAT_HEADER + c * CLASS_BYTES + field).map_err(io::Error::other);
+    a.ld_map_value(dst, lat, off(0)?);
+    a.jmp(JEQ, class, 0, c0);
+    a.ld_map_value(dst, lat, off(1)?);
+    a.label(c0);
+    Ok(())
+}
+
+fn u64_at(v: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(v[off..off + 8].try_into().unwrap_or([0; 8]))
+}
+
+fn u32_at(v: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(v[off..off + 4].try_into().unwrap_or([0; 4]))
+}
+
 impl Counter {
     /// Attaches to interface `dev` of the calling thread's network namespace (native XDP).
     pub fn attach(dev: &str, ports: &[u16]) -> io::Result<Counter> {
+        Counter::attach_with(dev, ports, None)
+    }
+
+    /// Attaches, measuring latency as `latency` says.
+    pub fn attach_with(
+        dev: &str,
+        ports: &[u16],
+        latency: Option<LatencyConfig>,
+    ) -> io::Result<Counter> {
         let ifindex = sys::ifindex(dev)?;
-        let map = bpf::create_array(16, 1, "upf_sink")?;
-        let prog = bpf::load_xdp(&counter_program(&map, ports)?, "upf_sink")?;
-        let link =
-            bpf::attach_xdp(&prog, ifindex, upf_io::af_xdp::XDP_FLAGS_DRV_MODE).map_err(|e| {
+        let c = Counter::load(ports, latency, |prog| {
+            bpf::attach_xdp(prog, ifindex, upf_io::af_xdp::XDP_FLAGS_DRV_MODE).map_err(|e| {
                 io::Error::new(e.kind(), format!("attaching the counter to {dev}: {e}"))
-            })?;
-        Ok(Counter {
+            })
+        })?;
+        Ok(c)
+    }
+
+    /// Loads the program and its maps; `link` attaches it (tests: a descriptor of anything).
+    fn load(
+        ports: &[u16],
+        latency: Option<LatencyConfig>,
+        link: impl FnOnce(&OwnedFd) -> io::Result<OwnedFd>,
+    ) -> io::Result<Counter> {
+        let map = bpf::create_array(16, 1, "upf_sink")?;
+        let latency = match latency {
+            None => None,
+            Some(cfg) => {
+                let size = |n: usize| u32::try_from(n).map_err(io::Error::other);
+                let lat = bpf::create_array(size(LAT_BYTES)?, 1, "upf_sink_lat")?;
+                let flows = cfg.sessions.max(1).checked_mul(2).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "too many sessions")
+                })?;
+                let jit = bpf::create_array(size(JIT_BYTES)?, flows, "upf_sink_jit")?;
+                Some((lat, jit, cfg))
+            }
+        };
+        let insns = counter_program(&map, ports, latency.as_ref().map(|(l, j, c)| (l, j, c)))?;
+        let prog = bpf::load_xdp(&insns, "upf_sink")?;
+        let link = link(&prog)?;
+        let c = Counter {
             map,
+            latency,
+            generation: std::sync::atomic::AtomicU32::new(0),
             _prog: prog,
             _link: link,
-        })
+        };
+        c.reset_latency()?;
+        Ok(c)
     }
 
     /// Attaches inside network namespace `netns`.
@@ -521,13 +1170,101 @@ impl Counter {
         crate::in_netns(netns, || Counter::attach(dev, ports))?
     }
 
+    /// Attaches inside network namespace `netns`, measuring latency.
+    pub fn attach_latency_in(
+        netns: &str,
+        dev: &str,
+        ports: &[u16],
+        cfg: LatencyConfig,
+    ) -> io::Result<Counter> {
+        crate::in_netns(netns, || Counter::attach_with(dev, ports, Some(cfg)))?
+    }
+
     pub fn read(&self) -> io::Result<Count> {
         let mut v = [0u8; 16];
         bpf::map_lookup(&self.map, 0, &mut v)?;
         Ok(Count {
-            packets: u64::from_ne_bytes(v[0..8].try_into().unwrap_or([0; 8])),
-            octets: u64::from_ne_bytes(v[8..16].try_into().unwrap_or([0; 8])),
+            packets: u64_at(&v, 0),
+            octets: u64_at(&v, 8),
         })
+    }
+
+    /// Empties the histograms and starts a new generation of jitter state (every flow
+    /// starts over at its next packet). Call it while no packets arrive.
+    pub fn reset_latency(&self) -> io::Result<()> {
+        let Some((lat, _, _)) = &self.latency else {
+            return Ok(());
+        };
+        let g = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut v = vec![0u8; LAT_BYTES];
+        v[0..4].copy_from_slice(&g.to_ne_bytes());
+        bpf::map_update(lat, 0, &v)
+    }
+
+    /// The histograms since the last reset (`None`: not measuring latency).
+    pub fn latency(&self) -> io::Result<Option<Latency>> {
+        let Some((lat, _, _)) = &self.latency else {
+            return Ok(None);
+        };
+        let mut v = vec![0u8; LAT_BYTES];
+        bpf::map_lookup(lat, 0, &mut v)?;
+        let class = |c: usize| {
+            let base = LAT_HEADER + c * CLASS_BYTES;
+            ClassLatency {
+                count: u64_at(&v, base),
+                sum_ns: u64_at(&v, base + 8),
+                max_ns: u64_at(&v, base + 16),
+                qfi_mismatch: u64_at(&v, base + 24),
+                buckets: (0..BUCKETS)
+                    .map(|b| u64_at(&v, base + CLASS_FIELDS + 8 * b))
+                    .collect(),
+            }
+        };
+        Ok(Some(Latency {
+            classes: [class(0), class(1)],
+            negative: u64_at(&v, 8),
+        }))
+    }
+
+    /// Per flow of this generation with two packets or more: (session, class, J in ns,
+    /// packets).
+    pub fn flows(&self) -> io::Result<Vec<(u32, usize, f64, u32)>> {
+        let Some((_, jit, cfg)) = &self.latency else {
+            return Ok(Vec::new());
+        };
+        let g = self.generation.load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        let mut v = [0u8; JIT_BYTES];
+        for f in 0..cfg.sessions.max(1) * 2 {
+            bpf::map_lookup(jit, f, &mut v)?;
+            let packets = u32_at(&v, 20);
+            if u32_at(&v, 16) == g && packets >= 2 {
+                out.push((
+                    f / 2,
+                    (f % 2) as usize,
+                    u64_at(&v, 8) as f64 / 16.0,
+                    packets,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Jitter per class over the flows of this generation.
+    pub fn jitter(&self) -> io::Result<[JitterSummary; 2]> {
+        let mut out = [JitterSummary::default(); 2];
+        for (_, c, j, _) in self.flows()? {
+            let s = &mut out[c];
+            s.flows += 1;
+            s.mean_ns += j;
+            s.max_ns = s.max_ns.max(j);
+        }
+        for s in &mut out {
+            if s.flows > 0 {
+                s.mean_ns /= s.flows as f64;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -622,25 +1359,326 @@ mod tests {
         }
     }
 
-    /// The program against its specification, through BPF_PROG_TEST_RUN (root only).
-    #[test]
-    fn program_matches_the_specification() {
-        if !std::fs::read_to_string("/proc/self/status")
+    fn is_root() -> bool {
+        let root = std::fs::read_to_string("/proc/self/status")
             .unwrap_or_default()
             .lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        {
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+        if !root {
             eprintln!("skipped: needs root (bpf)");
+        }
+        root
+    }
+
+    fn dl() -> Template {
+        Template::plain(
+            ([2; 6], [4; 6]),
+            Ipv4Addr::new(10, 128, 0, 1),
+            Ipv4Addr::new(192, 168, 6, 2),
+            true,
+            64,
+            4,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn classes_interleave_within_every_session() {
+        let t = ul().with_high_priority(0.25, Mark::Qfi(1)).unwrap();
+        let n = 200_000u64;
+        let high = (0..n).filter(|k| t.is_high(*k)).count() as f64 / n as f64;
+        assert!((high - 0.25).abs() < 0.005, "{high}");
+        for s in 0..20u64 {
+            let h = (0..200).filter(|m| t.is_high(s + 1000 * m)).count();
+            assert!((20..=80).contains(&h), "session {s}: {h} of 200 high");
+        }
+        let none = ul().with_high_priority(0.0, Mark::Qfi(1)).unwrap();
+        let all = ul().with_high_priority(1.0, Mark::Qfi(1)).unwrap();
+        assert!((0..5000).all(|k| !none.is_high(k) && all.is_high(k)));
+        assert!(!ul().is_high(0), "no marks: low");
+        // The marks land where the specification says.
+        let f = t.frame((0..).find(|k| t.is_high(*k)).unwrap());
+        assert_eq!(f[t.psc_qfi.unwrap()], 1);
+        let d = dl().with_high_priority(0.5, Mark::Dscp(46)).unwrap();
+        let k = (0..).find(|k| d.is_high(*k)).unwrap();
+        let f = d.frame(k);
+        assert_eq!(f[14 + 1], 46 << 2);
+        assert_eq!(upf_wire::checksum::checksum(&f[14..34]), 0);
+        let w = u32::from_ne_bytes(f[42 + 8..42 + 12].try_into().unwrap());
+        assert_eq!(w, STAMP_MAGIC + 1);
+        assert!(dl().with_high_priority(0.5, Mark::Qfi(1)).is_err());
+        assert!(ul().with_high_priority(1.5, Mark::Qfi(1)).is_err());
+        // 40 octets have room for a stamp, 39 not.
+        let p = |n| Template::plain(([0; 6], [0; 6]), d.frame_addr(), d.frame_addr(), true, n, 1);
+        assert_eq!(p(40).unwrap().stamp, Some(42));
+        assert_eq!(p(39).unwrap().stamp, None);
+    }
+
+    #[test]
+    fn buckets_tile_the_line_finely() {
+        let mut prev_hi = 0;
+        for b in 0..BUCKETS {
+            let (lo, hi) = bucket_bounds(b);
+            assert_eq!(
+                lo,
+                prev_hi,
+                "bucket {b} starts where {} ended",
+                b.max(1) - 1
+            );
+            assert_eq!(bucket(lo), b);
+            if hi != u64::MAX {
+                assert_eq!(bucket(hi - 1), b);
+                if lo >= 32 {
+                    assert!(
+                        (hi - lo) as f64 / lo as f64 <= 1.0 / 32.0 + 1e-12,
+                        "bucket {b}"
+                    );
+                }
+            }
+            prev_hi = hi;
+        }
+        assert_eq!(prev_hi, u64::MAX);
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+        assert_eq!(
+            (bucket(992), bucket(1_007), bucket(1_008)),
+            (bucket(1_000), bucket(1_000), bucket(1_000) + 1)
+        );
+        assert!(
+            bucket(100_000_000) < BUCKETS - 1,
+            "100 ms is inside the range"
+        );
+    }
+
+    #[test]
+    fn jitter_follows_rfc3550() {
+        // Constant transit: no jitter.
+        assert_eq!(jitter_update(0, 5000, 5000), 0);
+        // Alternating ±1 µs converges to ~1 µs (J×16 → 16,000).
+        let (mut j, mut last) = (0u64, 10_000u64);
+        for i in 0..400 {
+            let t = if i % 2 == 0 { 11_000 } else { 10_000 };
+            j = jitter_update(j, last, t);
+            last = t;
+        }
+        assert!((15_900..=16_100).contains(&j), "{j}");
+        // One step of 1,600 ns from zero: J = 100 ns.
+        assert_eq!(jitter_update(0, 1000, 2600), 1600);
+    }
+
+    #[test]
+    fn quantiles_from_buckets() {
+        let mut c = ClassLatency {
+            buckets: vec![0; BUCKETS],
+            ..Default::default()
+        };
+        for v in (1..=1000u64).map(|i| i * 1000) {
+            c.buckets[bucket(v)] += 1;
+            c.count += 1;
+            c.sum_ns += v;
+            c.max_ns = c.max_ns.max(v);
+        }
+        for (p, want) in [(0.5, 500_000.0), (0.99, 990_000.0), (0.999, 999_000.0)] {
+            let q = c.quantile(p).unwrap() as f64;
+            assert!((q - want).abs() / want < 0.02, "p{p}: {q} vs {want}");
+        }
+        assert_eq!(c.quantile(1.0), Some(1_000_000));
+        assert_eq!(ClassLatency::default().quantile(0.5), None);
+    }
+
+    /// The generator against its specification, through BPF_PROG_TEST_RUN (root only): every
+    /// octet but the stamp's clock, which lies between two reads of CLOCK_MONOTONIC.
+    #[test]
+    fn program_matches_the_specification() {
+        if !is_root() {
             return;
         }
-        let t = ul();
-        let g = Generator::new(t.clone()).unwrap();
-        for k in 0..3 {
-            let (verdict, out) = g.test_once().unwrap();
-            assert_eq!(verdict, XDP_TX as u32);
-            assert_eq!(out, t.frame(k), "frame {k}");
+        for t in [
+            ul(),
+            ul().with_high_priority(0.5, Mark::Qfi(1)).unwrap(),
+            dl().with_high_priority(0.3, Mark::Dscp(46)).unwrap(),
+        ] {
+            let g = Generator::new(t.clone()).unwrap();
+            let mut classes = [0; 2];
+            for k in 0..24 {
+                let t0 = sys::monotonic_ns();
+                let (verdict, mut out) = g.test_once().unwrap();
+                let t1 = sys::monotonic_ns();
+                assert_eq!(verdict, XDP_TX as u32);
+                let r = t.stamp_time().unwrap();
+                let ts = u64::from_ne_bytes(out[r.clone()].try_into().unwrap());
+                assert!(
+                    (t0..=t1).contains(&ts),
+                    "frame {k}: stamp {ts} not in {t0}..={t1}"
+                );
+                out[r].fill(0);
+                assert_eq!(out, t.frame(k), "frame {k}");
+                classes[usize::from(t.is_high(k))] += 1;
+            }
+            if t.high.is_some() {
+                assert!(classes[0] > 0 && classes[1] > 0, "{classes:?}");
+            }
+            g.reset().unwrap();
+            let mut out = g.test_once().unwrap().1;
+            out[t.stamp_time().unwrap()].fill(0);
+            assert_eq!(out, t.frame(0));
+            assert_eq!(g.sent().unwrap(), 25);
+            // Paced at 1 frame/s: the first run sends frame 1, the next ones are early and
+            // change nothing; unpaced again, frame 2.
+            g.set_rate(1).unwrap();
+            for (i, want) in [XDP_TX, XDP_DROP, XDP_DROP].into_iter().enumerate() {
+                let (verdict, mut out) = g.test_once().unwrap();
+                assert_eq!(verdict, want.cast_unsigned(), "paced run {i}");
+                if want == XDP_TX {
+                    out[t.stamp_time().unwrap()].fill(0);
+                    assert_eq!(out, t.frame(1));
+                }
+            }
+            assert_eq!(g.sent().unwrap(), 26);
+            g.set_rate(0).unwrap();
+            let mut out = g.test_once().unwrap().1;
+            out[t.stamp_time().unwrap()].fill(0);
+            assert_eq!(out, t.frame(2));
         }
-        g.reset().unwrap();
-        assert_eq!(g.test_once().unwrap().1, t.frame(0));
+    }
+
+    const UE0: Ipv4Addr = Ipv4Addr::new(10, 128, 0, 1);
+
+    /// A frame the sink counts: plain IPv4/UDP to UE0 + session (port 5001), or that packet
+    /// in a G-PDU with a downlink PDU Session Container carrying `qfi`; stamped with `ts` and
+    /// the class word `word`.
+    fn stamped(session: u32, gtp_qfi: Option<u8>, word: u32, ts: u64) -> Vec<u8> {
+        let ue = Ipv4Addr::from(u32::from(UE0) + session);
+        let t = Template::plain(
+            ([2; 6], [4; 6]),
+            ue,
+            Ipv4Addr::new(192, 168, 6, 2),
+            true,
+            64,
+            1,
+        )
+        .unwrap();
+        let mut f = t.frame(0);
+        f[42..50].copy_from_slice(&ts.to_ne_bytes());
+        f[50..54].copy_from_slice(&word.to_ne_bytes());
+        let Some(qfi) = gtp_qfi else { return f };
+        let inner = &f[14..];
+        let mut g = ethernet([2; 6], [4; 6]);
+        let n = 20 + 8 + 16 + inner.len();
+        g.extend_from_slice(&ipv4_header(
+            n,
+            64,
+            Ipv4Addr::new(192, 168, 3, 1),
+            Ipv4Addr::new(192, 168, 3, 2),
+        ));
+        g.extend_from_slice(&udp_header(GTPU_PORT, GTPU_PORT, n - 20));
+        g.extend_from_slice(&[0x34, 0xff]);
+        g.extend_from_slice(&u16::try_from(8 + inner.len()).unwrap().to_be_bytes());
+        g.extend_from_slice(&0x0100_0001u32.to_be_bytes());
+        g.extend_from_slice(&[0, 0, 0, 0x85, 1, 0x00, qfi, 0]);
+        g.extend_from_slice(inner);
+        g
+    }
+
+    /// The sink against its specification (root only): each frame's transit is read back
+    /// from the class's sum; histograms, maxima, mismatches and every flow's jitter must be
+    /// what `bucket` and `jitter_update` make of those transits.
+    #[test]
+    fn sink_matches_the_specification() {
+        if !is_root() {
+            return;
+        }
+        let cfg = LatencyConfig {
+            ue_base: UE0,
+            sessions: 4,
+            ue_is_dst: true,
+            qfi: Some((9, 1)),
+        };
+        let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), |p| p.try_clone()).unwrap();
+        let run = |f: &[u8]| {
+            let (verdict, _) = bpf::test_run(&c._prog, f).unwrap();
+            assert_eq!(verdict, XDP_DROP as u32);
+        };
+        let magic = |class: u32| STAMP_MAGIC + class;
+        let mut want = [
+            ClassLatency {
+                buckets: vec![0; BUCKETS],
+                ..Default::default()
+            },
+            ClassLatency {
+                buckets: vec![0; BUCKETS],
+                ..Default::default()
+            },
+        ];
+        // (session, class) → (last transit, J×16, packets)
+        let mut flows: std::collections::BTreeMap<(u32, usize), (u64, u64, u32)> =
+            Default::default();
+        let frames: [(u32, Option<u8>, usize, u64); 7] = [
+            (2, Some(1), 1, 1_000_000),
+            (2, Some(1), 1, 3_000_000),
+            (2, Some(1), 1, 2_000),
+            (3, Some(1), 0, 10_000),
+            (1, None, 0, 50_000),
+            (1, None, 0, 40_000),
+            (7, Some(9), 0, 70_000),
+        ];
+        for (session, qfi, class, age) in frames {
+            let before = c.latency().unwrap().unwrap();
+            let t0 = sys::monotonic_ns();
+            run(&stamped(
+                session,
+                qfi,
+                magic(u32::try_from(class).unwrap()),
+                t0 - age,
+            ));
+            let t1 = sys::monotonic_ns();
+            let after = c.latency().unwrap().unwrap();
+            let transit = after.classes[class].sum_ns - before.classes[class].sum_ns;
+            assert!(
+                (age..=age + (t1 - t0)).contains(&transit),
+                "{transit} vs {age}"
+            );
+            let w = &mut want[class];
+            w.count += 1;
+            w.sum_ns += transit;
+            w.max_ns = w.max_ns.max(transit);
+            w.buckets[bucket(transit)] += 1;
+            if qfi.is_some_and(|q| q != [9, 1][class]) {
+                w.qfi_mismatch += 1;
+            }
+            if session < cfg.sessions {
+                flows
+                    .entry((session, class))
+                    .and_modify(|(last, j, n)| {
+                        *j = jitter_update(*j, *last, transit);
+                        *last = transit;
+                        *n += 1;
+                    })
+                    .or_insert((transit, 0, 1));
+            }
+        }
+        // Not stamps the sink understands: counted, not measured.
+        let t0 = sys::monotonic_ns();
+        run(&stamped(2, Some(1), magic(2), t0));
+        run(&stamped(2, Some(1), 0, t0));
+        // A stamp from the future.
+        run(&stamped(2, Some(1), magic(1), t0 + 10_000_000_000));
+        let got = c.latency().unwrap().unwrap();
+        assert_eq!(got.classes, want);
+        assert_eq!(got.classes[0].qfi_mismatch, 1);
+        assert_eq!(got.negative, 1);
+        assert_eq!(c.read().unwrap().packets, 10);
+        let want_flows: Vec<(u32, usize, f64, u32)> = flows
+            .iter()
+            .filter(|(_, v)| v.2 >= 2)
+            .map(|(&(s, cl), &(_, j, n))| (s, cl, j as f64 / 16.0, n))
+            .collect();
+        assert_eq!(c.flows().unwrap(), want_flows);
+        assert_eq!(want_flows.len(), 2, "session 2 high, session 1 low");
+        // A reset empties the histograms and starts every flow over.
+        c.reset_latency().unwrap();
+        run(&stamped(2, Some(1), magic(1), sys::monotonic_ns()));
+        let got = c.latency().unwrap().unwrap();
+        assert_eq!(got.classes[1].count, 1);
+        assert!(c.flows().unwrap().is_empty());
     }
 }

@@ -37,6 +37,8 @@ pub const R6: u8 = 6;
 pub const R7: u8 = 7;
 pub const R8: u8 = 8;
 pub const R9: u8 = 9;
+/// The frame pointer (read-only): the program's 512-octet stack is below it.
+pub const R10: u8 = 10;
 
 // Instruction classes, sizes, modes, operations.
 const LD: u8 = 0x00;
@@ -298,6 +300,18 @@ pub fn map_lookup(map: &OwnedFd, key: u32, value: &mut [u8]) -> io::Result<()> {
     sys::bpf(sys::BPF_MAP_LOOKUP_ELEM, &mut a)
         .map(|_| ())
         .map_err(|e| sys::context(e, "bpf(BPF_MAP_LOOKUP_ELEM)"))
+}
+
+/// `map[key] = value` for a map with u32 keys and values of `value.len()` octets (exactly
+/// the map's value size).
+pub fn map_update(map: &OwnedFd, key: u32, value: &[u8]) -> io::Result<()> {
+    let mut a = BpfAttr::new();
+    a.u32(0, map.as_raw_fd() as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, value.as_ptr() as u64);
+    sys::bpf(sys::BPF_MAP_UPDATE_ELEM, &mut a)
+        .map(|_| ())
+        .map_err(|e| sys::context(e, "bpf(BPF_MAP_UPDATE_ELEM)"))
 }
 
 /// `map[key] = value` for a map with u32 keys and u64 values.
