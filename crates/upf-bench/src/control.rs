@@ -87,6 +87,9 @@ pub struct Args {
     /// The traffic generator's CPU; also the SMF emulator's in the procedures.
     #[arg(long, default_value_t = 0)]
     pub gen_cpu: usize,
+    /// Nice value of the churn's generator and UPF (see `veth --nice`; 0: inherited).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub nice: i32,
     /// The UPF's CPUs, comma-separated (default: every CPU but the generator's).
     #[arg(long, value_delimiter = ',')]
     pub upf_cores: Vec<usize>,
@@ -657,6 +660,7 @@ pub fn measure(a: &Args) -> Result<Value, String> {
                 backend: a.backend,
                 workers: a.workers,
                 gen_cpu: a.gen_cpu,
+                nice: a.nice,
                 upf_cores: a.upf_cores.clone(),
                 upf: Some(exe.clone()),
             },

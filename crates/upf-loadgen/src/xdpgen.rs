@@ -548,11 +548,6 @@ impl Generator {
         &self.template
     }
 
-    /// The loaded program (a caller may keep it attached somewhere, see `run`).
-    pub fn program_fd(&self) -> &OwnedFd {
-        &self.prog
-    }
-
     /// Runs the program once on the template through BPF_PROG_TEST_RUN (no live frames):
     /// the verdict and the frame it made (for tests).
     pub fn test_once(&self) -> io::Result<(u32, Vec<u8>)> {

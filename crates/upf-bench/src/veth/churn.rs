@@ -8,8 +8,8 @@
 //! as they are (their private items are visible here) rather than a copy of them.
 
 use super::{
-    measure, sides, task_cpu, templates, upf_exe, Backend, Direction, Phase, Rig, COUNTED_PORTS,
-    DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
+    measure, sides, task_cpu, templates, upf_exe, Autogroup, Backend, Direction, Phase, Rig,
+    COUNTED_PORTS, DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
 };
 use crate::control::{admin_get, counters_delta, drop_counters, latency_json, s0_spec};
 use clap::Parser;
@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{Session, Smf};
 use upf_loadgen::xdpgen::{self, Counter, Fixed, Generator};
 
@@ -44,6 +43,8 @@ pub(crate) struct Churn {
     pub backend: Backend,
     pub workers: usize,
     pub gen_cpu: usize,
+    /// Nice value of the generator and the UPF (see `veth --nice`).
+    pub nice: i32,
     pub upf_cores: Vec<usize>,
     pub upf: Option<PathBuf>,
 }
@@ -60,6 +61,9 @@ fn veth_args(c: &Churn) -> Result<super::Args, String> {
     let mut v: Vec<String> = [
         "veth",
         "--no-baseline",
+        // One QoS flow: the background sessions' shape is not what is measured.
+        "--high-share",
+        "0",
         "--direction",
         "uplink",
         "--backend",
@@ -78,6 +82,7 @@ fn veth_args(c: &Churn) -> Result<super::Args, String> {
         ("--rate", c.traffic_pps.to_string()),
         ("--workers", c.workers.to_string()),
         ("--gen-cpu", c.gen_cpu.to_string()),
+        ("--nice", c.nice.to_string()),
     ] {
         v.extend([k.to_string(), x]);
     }
@@ -224,23 +229,15 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         a.upf_cores.clone()
     };
     let io = |e: std::io::Error| e.to_string();
+    let _autogroup = if a.nice == 0 {
+        None
+    } else {
+        Some(Autogroup::renice(a.nice)?)
+    };
     let mut rig = Rig::build()?;
     let s = sides(&rig, Direction::Uplink);
     let (t, _) = templates(&a, &rig, &s)?;
     let g = Generator::new(t).map_err(io)?;
-    // Each BPF_PROG_RUN of an XDP program that is attached nowhere adds it to the kernel's
-    // XDP dispatcher and removes it again, an RCU grace period each (~24 ms a call here), so
-    // a paced generator (a call per 100 µs–1 ms of frames) fell to a few kpps. Attached to lo
-    // (generic XDP; nothing travels on the generator namespace's lo) it stays in the
-    // dispatcher and a call costs its frames only. Best effort: a generator that does this
-    // itself makes the attachment fail, harmlessly.
-    let _resident = in_netns(&s.gen_ns, || {
-        // lo is interface 1 in every namespace.
-        upf_io::af_xdp::bpf::attach_xdp(g.program_fd(), 1, upf_io::af_xdp::XDP_FLAGS_SKB_MODE)
-    })
-    .map_err(io)?
-    .map_err(|e| eprintln!("upf-bench control: generator not kept resident on lo: {e}"))
-    .ok();
     let counter = Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS).map_err(io)?;
     rig.warm_neighbours();
     let _pass = match a.backend {
@@ -250,7 +247,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         Backend::AfXdp => None,
     };
     let pid = rig.start_upf(&a, &exe, &cores)?;
-    let (mut smf, background, _) = rig.establish(a.sessions, stop)?;
+    let (mut smf, background, _) = rig.establish(a.sessions, a.high_share > 0.0, stop)?;
     eprintln!(
         "upf-bench control: churn {}/s for {} s beside {} background sessions at {} pps ({} B); UPF pid {pid}",
         c.rate,
@@ -261,7 +258,17 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     );
     rig.warm_neighbours();
     g.reset().map_err(io)?;
-    xdpgen::run_in(&g, &s.gen_ns, Some(a.gen_cpu), s.gen_dev, 0.3, a.rate, stop).map_err(io)?;
+    xdpgen::run_in(
+        &g,
+        &s.gen_ns,
+        Some(a.gen_cpu),
+        a.nice,
+        s.gen_dev,
+        0.3,
+        a.rate,
+        stop,
+    )
+    .map_err(io)?;
     std::thread::sleep(Duration::from_millis(100));
 
     // Without churn, with, and without again: a difference that is the order's shows.
@@ -269,13 +276,31 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     let drops = || drop_counters(&admin_get(&upf_ns, "/metrics").unwrap_or_default());
     let d0 = drops();
     let cpu0 = task_cpu(pid);
-    let quiet = measure(&g, &s, &counter, a.gen_cpu, c.seconds, a.rate, false, stop)?;
+    let quiet = measure(
+        &g,
+        &s,
+        &counter,
+        (a.gen_cpu, a.nice),
+        c.seconds,
+        a.rate,
+        false,
+        stop,
+    )?;
     let cpu1 = task_cpu(pid);
     let d1 = drops();
     let done = AtomicBool::new(false);
     let (busy, churn) = std::thread::scope(|sc| {
         let h = sc.spawn(|| churn_loop(&mut smf, c, &done, stop));
-        let p = measure(&g, &s, &counter, a.gen_cpu, c.seconds, a.rate, false, stop);
+        let p = measure(
+            &g,
+            &s,
+            &counter,
+            (a.gen_cpu, a.nice),
+            c.seconds,
+            a.rate,
+            false,
+            stop,
+        );
         done.store(true, Ordering::Relaxed);
         (p, h.join())
     });
@@ -285,7 +310,16 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     let mut l = churn.map_err(|_| "the churn thread panicked".to_string())?;
     let cpu3 = task_cpu(pid);
     let d3 = drops();
-    let after = measure(&g, &s, &counter, a.gen_cpu, c.seconds, a.rate, false, stop)?;
+    let after = measure(
+        &g,
+        &s,
+        &counter,
+        (a.gen_cpu, a.nice),
+        c.seconds,
+        a.rate,
+        false,
+        stop,
+    )?;
     let cpu4 = task_cpu(pid);
     let d4 = drops();
     rig.upf_alive()?;
