@@ -107,7 +107,7 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
-/// `--quick`'s control run: a few seconds, small numbers, af_packet (no AF_XDP needed).
+/// `--quick`'s control run: ~10 s, small numbers, af_packet (no AF_XDP needed).
 pub fn quick_args(out: PathBuf) -> Args {
     #[derive(Parser)]
     struct Cli {
@@ -123,7 +123,7 @@ pub fn quick_args(out: PathBuf) -> Args {
         "--churn",
         "200",
         "--churn-seconds",
-        "1",
+        "0.5",
         "--background",
         "100",
         "--rate",
@@ -213,6 +213,8 @@ fn thread_cpu_ns() -> u64 {
 struct Daemon {
     ns: String,
     child: Option<Child>,
+    /// The config and the log, removed with the namespace.
+    dir: PathBuf,
     log: PathBuf,
 }
 
@@ -222,6 +224,7 @@ impl Drop for Daemon {
         if let Err(e) = ip(&["netns", "del", &self.ns]) {
             eprintln!("upf-bench control: {e}");
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -234,6 +237,7 @@ impl Daemon {
             ns,
             child: None,
             log: dir.join("upf.log"),
+            dir: dir.clone(),
         };
         ip(&["-n", &d.ns, "link", "set", "lo", "up"])?;
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -316,6 +320,11 @@ impl Daemon {
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("SMF emulator: {e}"))?;
         let until = Instant::now() + Duration::from_secs(20);
+        // A request sent before the UPF listens waits for T1 (1 s) to be sent again.
+        while !n4_bound(&self.ns) && Instant::now() < until {
+            self.alive()?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
         loop {
             self.alive()?;
             if stop.load(Ordering::Relaxed) {
@@ -405,6 +414,20 @@ pub(crate) fn counters_delta(
         .map(|(k, v)| (k.clone(), v.saturating_sub(*before.get(k).unwrap_or(&0))))
         .filter(|(_, v)| *v > 0)
         .collect()
+}
+
+/// Whether a UDP socket of namespace `ns` is bound to the PFCP port (the UPF's N4).
+fn n4_bound(ns: &str) -> bool {
+    in_netns(ns, || std::fs::read_to_string("/proc/thread-self/net/udp"))
+        .ok()
+        .and_then(Result::ok)
+        .is_some_and(|t| {
+            t.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| a.ends_with(":2265"))
+            })
+        })
 }
 
 /// Datagrams the kernel dropped at the UDP sockets of namespace `ns` (receive buffer full),
