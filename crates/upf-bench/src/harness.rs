@@ -85,6 +85,9 @@ pub struct RunArgs {
     /// veth: nice value of the generator and the UPF (0: inherited).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub nice: i32,
+    /// veth: the UPF's workers busy-poll (never sleep).
+    #[arg(long)]
+    pub busy_poll: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -277,6 +280,9 @@ fn veth_args(a: &RunArgs, p: &Point, parg: &str) -> Vec<String> {
     }
     if a.nice != 0 {
         v.push(format!("--nice={}", a.nice));
+    }
+    if a.busy_poll {
+        v.push("--busy-poll".into());
     }
     if a.search || a.latency {
         v.push("--latency".into());
@@ -603,6 +609,7 @@ impl RunArgs {
             max_trials: None,
             latency_loads: Vec::new(),
             nice: 0,
+            busy_poll: false,
         }
     }
 }

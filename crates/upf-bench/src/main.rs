@@ -16,6 +16,9 @@
 //!   sitting; `--quick` runs every profile's quick variant and, as root, a small `control`
 //!   run (CI's smoke test).
 
+// serde_json's `json!` of the veth line (one object of ~60 keys) needs more than 128.
+#![recursion_limit = "256"]
+
 mod ab;
 mod control;
 mod harness;

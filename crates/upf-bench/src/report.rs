@@ -44,8 +44,8 @@ fn short_commit(c: &str) -> String {
 }
 
 fn memory_rows(r: &Results, s: &mut String) {
-    s.push_str("| point | sessions | workers | ACL rules | size (B) | UL % of packets | Mpps/core | Gbit/s/core | ns/packet | null forward Mpps | ratio | RSS/session |\n");
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| point | sessions | workers | ACL rules | size (B) | UL % of packets | Mpps/core | Gbit/s/core | ns/packet | null forward Mpps | ratio | RSS/session | CPU share |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let p = &x.point;
         let size = match &p.mix {
@@ -67,9 +67,14 @@ fn memory_rows(r: &Results, s: &mut String) {
         } else {
             "–".into()
         };
+        // The worker thread's CPU time over the loop's wall time (below ~0.95 the point was
+        // preempted and its rate is low by about that share); absent before it was measured.
+        let share = x.raw["sizes"][0]["cpu_share"]
+            .as_f64()
+            .map_or("–".into(), |c| format!("{c:.2}"));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {} |",
             p.label,
             thousands(f64::from(p.sessions)),
             p.workers,
@@ -81,7 +86,8 @@ fn memory_rows(r: &Results, s: &mut String) {
             x.ns_per_packet,
             x.null_forward_mpps_per_core,
             x.ratio_to_null,
-            rss
+            rss,
+            share
         );
     }
 }

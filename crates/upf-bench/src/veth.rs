@@ -141,6 +141,9 @@ pub struct Args {
     /// rest QFI 9 / DSCP 0); 0: one QoS flow per session.
     #[arg(long, default_value_t = 0.1)]
     pub high_share: f64,
+    /// The UPF's workers never sleep (`workers.busy_poll`): no wake-up latency at low load.
+    #[arg(long)]
+    pub busy_poll: bool,
 }
 
 /// `ip ARGS`, its stderr in the error.
@@ -318,9 +321,10 @@ impl Rig {
             "# Written by `upf-bench veth`.\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
              [n3]\nbackend = \"{b}\"\ninterface = \"n3\"\naddresses = [\"{UPF_N3}\"]\n\n\
              [n6]\nbackend = \"{b}\"\ninterface = \"n6\"\n\n\
-             [workers]\ncount = {}\ncores = [{}]\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n",
+             [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n",
             a.workers,
-            cores.join(", ")
+            cores.join(", "),
+            a.busy_poll
         )
     }
 
@@ -1168,6 +1172,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         "direction": a.direction,
         "backend": a.backend,
         "workers": a.workers,
+        "busy_poll": a.busy_poll,
         "sessions": a.sessions,
         "size": a.size,
         "seconds": a.seconds,

@@ -25,6 +25,9 @@ pub struct RuntimeConfig {
     /// Peak-rate UEs (seed 004): their sessions live on every worker (bit rates divided
     /// between them) and their packets are steered per flow.
     pub spread_ues: Vec<std::net::IpAddr>,
+    /// How long an idle worker keeps polling its queues before it sleeps on them; `None`:
+    /// it never sleeps (busy polling: a core at 100 %, no wake-up latency).
+    pub idle_poll: Option<Duration>,
 }
 
 impl Default for RuntimeConfig {
@@ -35,6 +38,7 @@ impl Default for RuntimeConfig {
             pipeline: PipelineConfig::default(),
             batch: 256,
             spread_ues: Vec::new(),
+            idle_poll: Some(IDLE_POLL),
         }
     }
 }
@@ -78,9 +82,9 @@ pub struct WorkerStats {
     pub batch: BatchStats,
 }
 
-/// How long an idle worker keeps polling its queues before it sleeps on them (a woken worker
-/// costs about what polling for this long does with a socket backend).
-const IDLE_SPIN: Duration = Duration::from_micros(20);
+/// How long an idle worker keeps polling its queues before it sleeps on them, by default (a
+/// woken worker costs about what polling for this long does with a socket backend).
+pub const IDLE_POLL: Duration = Duration::from_micros(20);
 /// The longest an idle worker sleeps (its timers are checked at least this often; packets and
 /// control messages wake it at once).
 const IDLE_SLEEP: Duration = Duration::from_millis(10);
@@ -148,6 +152,7 @@ struct Worker {
     waker: Arc<Waker>,
     steering: steer::Steering,
     batch: usize,
+    idle_poll: Option<Duration>,
     stats: WorkerStats,
 }
 
@@ -177,6 +182,8 @@ impl Worker {
             .chain([self.waker.fd()])
             .collect();
         let mut last_busy = Instant::now();
+        // Busy polling: whether the queues were flushed since the last packet.
+        let mut flushed = true;
         // What the last look before sleeping took off the input channel.
         let mut stashed: Option<Input> = None;
         loop {
@@ -228,12 +235,16 @@ impl Worker {
             }
             if got > 0 {
                 last_busy = now;
+                flushed = false;
                 continue;
             }
             // Idle: keep polling for a few tens of microseconds (packets come in bursts; each
             // empty round of a socket backend is a system call), then sleep on the queues,
             // waking at least every millisecond for control messages and hand-offs.
-            if now.saturating_duration_since(last_busy) > IDLE_SPIN {
+            if self
+                .idle_poll
+                .is_some_and(|d| now.saturating_duration_since(last_busy) > d)
+            {
                 self.flush_all();
                 // Say so before the last look at the inputs: whatever a peer queues after it
                 // also writes the waker, so the sleep below ends at once.
@@ -251,6 +262,10 @@ impl Worker {
                 }
                 self.waker.woke();
             } else {
+                if !flushed {
+                    self.flush_all();
+                    flushed = true;
+                }
                 std::hint::spin_loop();
             }
         }
@@ -452,6 +467,7 @@ impl Workers {
                 waker: wakers[i].clone(),
                 steering: steering.clone(),
                 batch: cfg.batch.max(1),
+                idle_poll: cfg.idle_poll,
                 stats: WorkerStats::default(),
             };
             let core = if cfg.cores.is_empty() {

@@ -114,6 +114,10 @@ pub struct WorkersCfg {
     pub batch: usize,
     /// Peak-rate UEs whose flows are spread over every worker (seed 004).
     pub spread_ues: Vec<IpAddr>,
+    /// Microseconds an idle worker keeps polling its queues before it sleeps on them.
+    pub idle_poll_us: u64,
+    /// Never sleep: each worker's core stays at 100 %, and no packet waits for a wake-up.
+    pub busy_poll: bool,
 }
 
 impl Default for WorkersCfg {
@@ -123,6 +127,8 @@ impl Default for WorkersCfg {
             cores: Vec::new(),
             batch: 64,
             spread_ues: Vec::new(),
+            idle_poll_us: 20,
+            busy_poll: false,
         }
     }
 }
@@ -315,6 +321,12 @@ impl FileConfig {
                 self.workers.count
             ));
         }
+        if self.workers.idle_poll_us > 1_000_000 {
+            return Err(format!(
+                "workers.idle_poll_us: {} is above 1000000 (use busy_poll = true to never sleep)",
+                self.workers.idle_poll_us
+            ));
+        }
         if !(1..=1024).contains(&self.workers.batch) {
             return Err(format!(
                 "workers.batch: {} is not within 1..=1024",
@@ -399,6 +411,7 @@ mod tests {
             ("[n6]\nbackend = \"udp\"", "n6.backend"),
             ("[workers]\ncount = 0", "workers.count"),
             ("[workers]\nbatch = 5000", "workers.batch"),
+            ("[workers]\nidle_poll_us = 2000000", "workers.idle_poll_us"),
             ("[[ue_pool]]\nipv4 = \"10.0.0.0/33\"", "ue_pool[0].ipv4"),
             ("[[ue_pool]]\ndnn = \"x\"", "ue_pool[0]"),
             (

@@ -247,6 +247,8 @@ pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
         cores: c.workers.cores.clone(),
         batch: c.workers.batch,
         spread_ues: c.workers.spread_ues.clone(),
+        idle_poll: (!c.workers.busy_poll)
+            .then(|| std::time::Duration::from_micros(c.workers.idle_poll_us)),
         pipeline: upf_dataplane::PipelineConfig {
             n3,
             n9,
