@@ -17,7 +17,9 @@ step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
 step "bench smoke"
 # Every profile's quick variant in memory through the harness (run, results.json, table,
-# plots); written under target/, nothing recorded in the repository.
+# plots) and, as root, a small control-plane run against the `upf` binary (its counts are
+# checked, not its speed); written under target/, nothing recorded in the repository.
+cargo build --quiet --bin upf
 cargo run --quiet -p upf-bench -- --quick --out target/bench-smoke > target/bench-smoke.log
 tail -1 target/bench-smoke.log
 step "interop: scapy, tshark and go-pfcp (codecs; the N4 agent as \`upf run\`)"

@@ -6,14 +6,21 @@
 //! - `veth` runs one point through the real `upf` binary in network namespaces (a BPF
 //!   live-frames generator, a counting XDP sink, the Linux forwarding baseline and the
 //!   generator's own ceiling in the same run), and ends with one JSON line.
+//! - `control` measures the control plane of the real `upf` binary: PFCP establishments,
+//!   modifications and deletions per second and their response times for each number of
+//!   requests in flight, memory per session, and attach/detach churn during traffic on the
+//!   veth topology (loss with and without churn in the same run); one JSON line, and with
+//!   `--out` results.json, table.md and PNG plots.
 //! - `run` measures a profile's sweep (each point a `memory` child), writes `results.json`,
 //!   `table.md` and PNG plots; `report` re-renders them; `ab` compares two builds in one
-//!   sitting; `--quick` runs every profile's quick variant (CI's smoke test).
+//!   sitting; `--quick` runs every profile's quick variant and, as root, a small `control`
+//!   run (CI's smoke test).
 
 // serde_json's `json!` of the veth line (one object of ~60 keys) needs more than 128.
 #![recursion_limit = "256"]
 
 mod ab;
+mod control;
 mod harness;
 mod memory;
 mod profile;
@@ -38,7 +45,8 @@ use std::path::PathBuf;
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
-    /// Every profile's quick variant in memory (a few seconds); exits 0 if the harness works.
+    /// Every profile's quick variant in memory (a few seconds) and, as root, a small control
+    /// run; exits 0 if the harness works.
     #[arg(long)]
     quick: bool,
     /// With --quick: where its results go (default: a directory under the system's temp dir).
@@ -55,6 +63,9 @@ enum Cmd {
     /// veth topology: namespaces, the `upf` binary, an XDP live-frames generator, a counting
     /// sink, Linux forwarding as the baseline; one JSON line.
     Veth(veth::Args),
+    /// Control plane of the `upf` binary: PFCP procedures/s and response times per window,
+    /// memory per session, attach/detach churn during traffic; one JSON line.
+    Control(control::Args),
     /// A profile's sweep: results.json, table.md and PNG plots.
     Run(harness::RunArgs),
     /// Re-render table.md and plots from results.json (a file, or a directory of them).
@@ -70,11 +81,21 @@ fn quick_all(out: Option<PathBuf>, command: &[String]) -> Result<(), String> {
     let out = out.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("upf-bench-quick-{}", std::process::id()))
     });
-    let args = harness::RunArgs::parse_quick(out);
+    let args = harness::RunArgs::parse_quick(out.clone());
     let all = harness::run(&args, command)?;
     let runs: usize = all.iter().map(|r| r.runs.len()).sum();
+    // The control plane needs namespaces (root): checked for consistent counts, not speed.
+    let control = if control::is_root() {
+        let a = control::quick_args(out.join("control"));
+        let v = control::run(&a, command)?;
+        control::check(&a, &v)?;
+        "1 control run"
+    } else {
+        eprintln!("bench smoke: control run skipped (needs root)");
+        "control skipped (not root)"
+    };
     println!(
-        "bench smoke: {} profiles, {runs} points measured, 0 failed",
+        "bench smoke: {} profiles, {runs} points measured, {control}, 0 failed",
         all.len()
     );
     Ok(())
@@ -85,11 +106,13 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         None if cli.quick => quick_all(cli.out, &command),
-        None => {
-            Err("give a subcommand (memory, veth, run, report, ab) or --quick; see --help".into())
-        }
+        None => Err(
+            "give a subcommand (memory, veth, control, run, report, ab) or --quick; see --help"
+                .into(),
+        ),
         Some(Cmd::Memory(a)) => memory::run(&a),
         Some(Cmd::Veth(a)) => veth::run(&a),
+        Some(Cmd::Control(a)) => control::run(&a, &command).map(|_| ()),
         Some(Cmd::Run(a)) => harness::run(&a, &command).map(|_| ()),
         Some(Cmd::Report { path }) => report::report(&path),
         Some(Cmd::Ab(a)) => ab::run(&a).and_then(|r| {

@@ -20,7 +20,7 @@ fn register_font() {
     });
 }
 
-fn thousands(n: f64) -> String {
+pub(crate) fn thousands(n: f64) -> String {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let n = n.round().max(0.0) as u64;
     let s = n.to_string();
@@ -564,6 +564,10 @@ pub fn find_results(path: &Path) -> Result<Vec<PathBuf>, String> {
 /// `upf-bench report PATH`: re-renders table and plots next to each results.json.
 pub fn report(path: &Path) -> Result<(), String> {
     for f in find_results(path)? {
+        if let Some(t) = crate::control::report_file(&f)? {
+            println!("{t}");
+            continue;
+        }
         let r = read_results(&f)?;
         let dir = f.parent().unwrap_or(Path::new("."));
         render(&r, dir)?;

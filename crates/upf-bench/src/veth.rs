@@ -37,6 +37,8 @@ use upf_loadgen::veth_pair;
 use upf_loadgen::xdpgen::{self, Count, Counter, Fixed, GenStats, Generator, Template};
 use upf_loadgen::xdpgen::{LatencyConfig, Mark};
 
+pub(crate) mod churn;
+
 const GNB: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 2);
 const UPF_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 1);
 const UPF_N6: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 1);

@@ -289,6 +289,8 @@ struct Pending {
     bytes: Vec<u8>,
     deadline: Instant,
     sent: u32,
+    /// When the request was first sent (its response time counts from here).
+    first_sent: Instant,
 }
 
 const MAX_EVENTS: usize = 100_000;
@@ -309,6 +311,8 @@ pub struct Smf {
     stats: SmfStats,
     events: VecDeque<UpfEvent>,
     buf: Vec<u8>,
+    /// Response time of every answered request, when recording ([`Smf::record_response_times`]).
+    response_times: Option<Vec<Duration>>,
 }
 
 impl fmt::Debug for Pending {
@@ -372,6 +376,7 @@ impl Smf {
             stats: SmfStats::default(),
             events: VecDeque::new(),
             buf: vec![0; 65_536],
+            response_times: None,
             cfg,
         })
     }
@@ -395,6 +400,21 @@ impl Smf {
     /// Takes what the UPF reported since the last call.
     pub fn take_events(&mut self) -> Vec<UpfEvent> {
         self.events.drain(..).collect()
+    }
+
+    /// Starts (or stops) recording the response time of each of our requests: first
+    /// transmission to its response, retransmissions included; requests that time out are not
+    /// recorded.
+    pub fn record_response_times(&mut self, on: bool) {
+        self.response_times = on.then(Vec::new);
+    }
+
+    /// The response times recorded since the last call, in the order the responses arrived.
+    pub fn take_response_times(&mut self) -> Vec<Duration> {
+        self.response_times
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Sessions established and not deleted.
@@ -866,13 +886,15 @@ impl Smf {
                 let request = message_name(m.message_type());
                 let response_type = m.message_type() + 1;
                 let bytes = Pdu::new(seid, seq, m).to_bytes();
+                let now = Instant::now();
                 let p = Pending {
                     index,
                     request,
                     response_type,
                     bytes,
-                    deadline: Instant::now() + self.cfg.t1,
+                    deadline: now + self.cfg.t1,
                     sent: 1,
+                    first_sent: now,
                 };
                 self.stats.requests_sent += 1;
                 if let Err(e) = self.sock.send(&p.bytes) {
@@ -982,6 +1004,9 @@ impl Smf {
                         .remove(&pdu.header.sequence)
                         .unwrap_or_else(|| unreachable!());
                     self.stats.responses += 1;
+                    if let Some(t) = &mut self.response_times {
+                        t.push(p.first_sent.elapsed());
+                    }
                     if response_cause(&pdu.message).is_some_and(|c| !c.is_accepted()) {
                         self.stats.rejected += 1;
                     }

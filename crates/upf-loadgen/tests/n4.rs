@@ -114,11 +114,21 @@ fn hundred_sessions_established_modified_deleted() {
     let specs = specs(100, |i| {
         UeAddr::Static(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 60, 1, 1)) + i))
     });
+    // Not recording yet: the association and heartbeat left no times behind.
+    assert!(smf.take_response_times().is_empty());
+    smf.record_response_times(true);
+    let t0 = Instant::now();
     let sessions: Vec<_> = smf
         .establish_many(&specs)
         .into_iter()
         .map(Result::unwrap)
         .collect();
+    // One response time per answered request, none longer than the whole batch.
+    let times = smf.take_response_times();
+    assert_eq!(times.len(), 100);
+    assert!(times.iter().all(|t| *t <= t0.elapsed()));
+    assert!(smf.take_response_times().is_empty());
+    smf.record_response_times(false);
     assert_eq!(upf.agent().session_count(), 100);
     assert_eq!(smf.session_count(), 100);
     let teids: HashSet<u32> = sessions.iter().map(|s| s.ul_teid).collect();
