@@ -43,6 +43,19 @@ const GSO_MAX_SEGS: usize = 64;
 const GSO_MAX_BYTES: usize = 60_000;
 /// Requested socket receive and send buffer, octets.
 const SOCKET_BUFFER: libc::c_int = 8 << 20;
+
+/// Asks for `bytes` of receive and send buffer on socket `fd`: beyond net.core.{r,w}mem_max
+/// with CAP_NET_ADMIN (the *FORCE options), else whatever the kernel allows. Best effort.
+pub fn set_socket_buffers(fd: RawFd, bytes: libc::c_int) {
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if sys::setsockopt_int(fd, libc::SOL_SOCKET, force, bytes).is_err() {
+            let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, plain, bytes);
+        }
+    }
+}
 /// Size of a receive buffer in GRO mode (a coalesced message is at most 64 KiB).
 const GRO_BUF: usize = 65_536;
 /// Receive buffers in GRO mode (each may hold up to 64 datagrams).
@@ -376,16 +389,8 @@ impl UdpIo {
         }
         let gro = cfg.gro && sys::setsockopt_int(s, libc::SOL_UDP, libc::UDP_GRO, on).is_ok();
         // Socket buffers that ride out a worker's scheduling hiccup at line rate (the default
-        // ~200 KiB holds ~150 full-size datagrams); beyond net.core.rmem_max only with
-        // CAP_NET_ADMIN (the *FORCE options), else whatever the kernel allows.
-        for (force, plain) in [
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        ] {
-            if sys::setsockopt_int(s, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
-                let _ = sys::setsockopt_int(s, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
-            }
-        }
+        // ~200 KiB holds ~150 full-size datagrams).
+        set_socket_buffers(s, SOCKET_BUFFER);
         let (ss, len) = sys::to_raw(&cfg.bind);
         // SAFETY: `ss` holds a socket address of `len` octets and lives across the call.
         if let Err(e) = sys::cvt(unsafe { libc::bind(s, (&raw const ss).cast(), len) }) {

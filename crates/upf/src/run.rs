@@ -307,6 +307,10 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
     let sock = UdpSocket::bind(addr)
         .await
         .map_err(|e| format!("n4.address {addr}: {e}"))?;
+    // An SMF may send hundreds of requests at once (establishment bursts, a restart's
+    // re-establishments): the default ~200 KiB held ~250 and the rest waited for the SMF's
+    // retransmission timer (`upf-bench control`, window 256).
+    upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
     let mut agent = Agent::new(cfg, workers, started, ntp_now())?;
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
