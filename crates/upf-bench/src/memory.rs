@@ -67,6 +67,10 @@ pub struct Args {
     /// huge pages: an A/B switch within one binary.
     #[arg(long)]
     no_huge_pages: bool,
+    /// Tables grown as sessions come instead of sized for them up front (what
+    /// `PipelineConfig::expected_sessions` avoids): an A/B switch for the slowest install.
+    #[arg(long)]
+    no_presize: bool,
 }
 
 /// Where each pooled packet must be put back to.
@@ -89,6 +93,7 @@ struct Worker {
     /// UE indices, drawn at random; each round the pool carries the next stretch of them.
     ues: Vec<u32>,
     next_ue: usize,
+    slowest_install: Duration,
 }
 
 fn rss_bytes() -> u64 {
@@ -115,8 +120,8 @@ impl Rng {
     }
 }
 
-/// One worker's result: sessions, null forward, pipeline, RSS.
-type Measured = (usize, Drive, Drive, u64);
+/// One worker's result: sessions, null forward, pipeline, RSS, slowest install.
+type Measured = (usize, Drive, Drive, u64, Duration);
 
 fn build_worker(
     a: &Args,
@@ -132,6 +137,11 @@ fn build_worker(
             v6: None,
         },
         uplink_acl: acl.clone(),
+        expected_sessions: if a.no_presize {
+            0
+        } else {
+            (a.sessions as usize).div_ceil(a.workers)
+        },
         ..Default::default()
     };
     let mut pipeline = Pipeline::new(now, cfg);
@@ -144,10 +154,15 @@ fn build_worker(
             .install_shared(now, s, InstallFlags::default(), 1)
             .map_err(|e| format!("installing the peak session {i}: {e}"))?;
     }
+    // The slowest install: a worker forwards nothing meanwhile.
+    let mut slowest = Duration::ZERO;
     for &i in &ues {
+        let s = t.session(i);
+        let t0 = Instant::now();
         pipeline
-            .install_shared(now, t.session(i), InstallFlags::default(), 1)
+            .install_shared(now, s, InstallFlags::default(), 1)
             .map_err(|e| format!("installing session {i}: {e}"))?;
+        slowest = slowest.max(t0.elapsed());
     }
     if a.cold {
         pipeline.set_hot_records(false);
@@ -193,6 +208,7 @@ fn build_worker(
         origs,
         ues: seq,
         next_ue: 0,
+        slowest_install: slowest,
     })
 }
 
@@ -355,6 +371,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
     );
     let mut rows = Vec::new();
     let mut memory_per_session = 0.0;
+    let mut slowest_install = Duration::ZERO;
     for (k, &size) in sizes.iter().enumerate() {
         let rss0 = rss_bytes();
         let results = std::thread::scope(|sc| {
@@ -369,7 +386,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                         let sessions = wk.pipeline.sessions();
                         let null = drive(&mut wk, a.seconds, true)?;
                         let full = drive(&mut wk, a.seconds, false)?;
-                        Ok((sessions, null, full, rss_bytes()))
+                        Ok((sessions, null, full, rss_bytes(), wk.slowest_install))
                     })
                 })
                 .collect();
@@ -381,6 +398,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         if k == 0 {
             let peak = results.iter().map(|r| r.3).max().unwrap_or(0);
             memory_per_session = peak.saturating_sub(rss0) as f64 / f64::from(a.sessions);
+            slowest_install = results.iter().map(|r| r.4).max().unwrap_or_default();
         }
         let rate = |sel: fn(&Measured) -> Drive| {
             // Sum of per-worker rates (each worker's own busy time).
@@ -446,6 +464,8 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         "mpps_per_core": min("mpps_per_core"),
         "null_forward_mpps_per_core": min("null_forward_mpps_per_core"),
         "memory_per_session_bytes": memory_per_session.round(),
+        "tables_presized": !a.no_presize,
+        "slowest_install_us": slowest_install.as_secs_f64() * 1e6,
         "sizes": rows,
         "notes": prof.memory_notes(),
     });

@@ -36,7 +36,7 @@ impl Pipeline {
         let old_slot = self.by_seid.get(&new.seid).copied();
         // Every key must be free or already ours: checked before anything changes.
         for t in new.teids() {
-            if self.teids.get(&t).is_some_and(|&s| Some(s) != old_slot) {
+            if self.teids.get(t).is_some_and(|s| Some(s) != old_slot) {
                 return Err(DatapathError::NoResources(
                     "local TEID used by another session",
                 ));
@@ -131,8 +131,8 @@ impl Pipeline {
     fn unindex(&mut self, slot: u32, s: &Compiled) {
         self.by_seid.remove(&s.seid);
         for t in s.teids() {
-            if self.teids.get(&t) == Some(&slot) {
-                self.teids.remove(&t);
+            if self.teids.get(t) == Some(slot) {
+                self.teids.remove(t);
             }
         }
         for p in s.ue_prefixes() {

@@ -55,6 +55,10 @@ pub struct PipelineConfig {
     pub outer_ttl: u8,
     /// Uplink traffic validation: checked on every packet from a UE (shared, read-only).
     pub uplink_acl: std::sync::Arc<acl::Acl>,
+    /// Sessions to size the tables for up front (0: grow as needed). Tables that double
+    /// while a session is installed stall the worker's packets for the copy (tens of ms at
+    /// 100k sessions); sized up front they only take address space until used.
+    pub expected_sessions: usize,
 }
 
 impl Default for PipelineConfig {
@@ -67,6 +71,7 @@ impl Default for PipelineConfig {
             error_indications_per_s: 100,
             outer_ttl: 64,
             uplink_acl: Default::default(),
+            expected_sessions: 0,
         }
     }
 }

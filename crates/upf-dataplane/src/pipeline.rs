@@ -33,6 +33,15 @@ fn ip_len(ip: &[u8]) -> usize {
     }
 }
 
+/// A vector with room for `n` (a compiled session is ~3 kB: at a million sessions that is
+/// gigabytes of address space, which a host with strict overcommit may refuse: then it grows
+/// as it goes instead).
+fn reserved<T>(n: usize) -> Vec<T> {
+    let mut v = Vec::new();
+    let _ = v.try_reserve_exact(n);
+    v
+}
+
 /// Session slots beyond which `process` prefetches (their records no longer fit the caches).
 const PREFETCH_FROM_SESSIONS: usize = 4096;
 
@@ -117,21 +126,23 @@ fn wire_drop(first: Option<&u8>, e: upf_wire::Error) -> DropReason {
 impl Pipeline {
     pub fn new(now: Instant, cfg: PipelineConfig) -> Self {
         let error_indications = RateLimit::new(now, cfg.error_indications_per_s, 10);
+        let n = cfg.expected_sessions;
         Self {
-            cfg,
-            slots: Vec::new(),
-            hot: Vec::new(),
-            shapes: Vec::new(),
+            slots: reserved(n),
+            hot: reserved(n),
+            shapes: reserved(n),
             cold: 0,
             hot_ok: true,
             hot_enabled: true,
             rehot: Vec::new(),
-            generations: Vec::new(),
+            generations: reserved(n),
             free_slots: Vec::new(),
-            by_seid: FastMap::default(),
-            teids: IntMap::default(),
-            ue: UeTable::default(),
-            remote: FastMap::default(),
+            by_seid: FastMap::with_capacity_and_hasher(n, Default::default()),
+            // Two uplink TEIDs a session is common (one per QoS flow, or N3 and N9).
+            teids: IntMap::with_capacity(2 * n),
+            ue: UeTable::with_capacity(n),
+            // Downlink tunnels by (TEID, gNB): one a session usually.
+            remote: FastMap::with_capacity_and_hasher(n, Default::default()),
             counters: Counters::default(),
             events: VecDeque::new(),
             requeue: VecDeque::new(),
@@ -143,6 +154,7 @@ impl Pipeline {
             hints: Vec::new(),
             epoch: now,
             clock_ns: 0,
+            cfg,
         }
     }
 
@@ -281,8 +293,7 @@ impl Pipeline {
                 }
                 let t = d.get(32..36)?;
                 self.teids
-                    .get(&u32::from_be_bytes([t[0], t[1], t[2], t[3]]))
-                    .copied()
+                    .get(u32::from_be_bytes([t[0], t[1], t[2], t[3]]))
                     .filter(|&s| s < HINT_IP)
             }
             Port::N6 => match d.first()? >> 4 {
@@ -356,7 +367,7 @@ impl Pipeline {
             let slot = if hint != NO_HINT {
                 Some(hint)
             } else {
-                self.teids.get(&g.teid).copied()
+                self.teids.get(g.teid)
             };
             if let Some(slot) = slot {
                 return self.gpdu(now, slot, g.teid, g.qfi, g.inner, p, out);
@@ -397,7 +408,7 @@ impl Pipeline {
             }
         }
         let teid = d.gtpu.teid;
-        let Some(&slot) = self.teids.get(&teid) else {
+        let Some(slot) = self.teids.get(teid) else {
             self.send_error_indication(now, p.port, &d, out);
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };

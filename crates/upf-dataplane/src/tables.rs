@@ -57,16 +57,30 @@ pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FoldHasher>>;
 /// that the line a lookup will read is known from the key alone and can be prefetched a few
 /// packets ahead ([`IntMap::prefetch`]); a `HashMap` lookup reads a control group and then a
 /// bucket, two dependent misses that no prefetch can name.
+///
+/// Values are stored inverted (`!v`), so that a free bucket is all zeros: a new array comes
+/// zeroed from the allocator, untouched until used, and [`IntMap::with_capacity`] can size
+/// a table for every session up front at no resident cost (a table that doubles while a
+/// worker installs a session stalls its packets for the rehash).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct IntMap {
-    /// (key, value); value [`VACANT`]: a free bucket.
+    /// (key, !value); value [`VACANT`]: a free bucket.
     buckets: Vec<(u32, u32)>,
     len: usize,
 }
 
-const VACANT: u32 = u32::MAX;
+const VACANT: u32 = 0;
 
 impl IntMap {
+    /// A table that holds `n` keys without growing.
+    pub fn with_capacity(n: usize) -> Self {
+        let mut m = Self::default();
+        if n > 0 {
+            m.buckets = vec![(0, VACANT); (n * 2).next_power_of_two().max(16)];
+        }
+        m
+    }
+
     #[inline(always)]
     fn home(&self, k: u32) -> usize {
         // Fibonacci hashing: consecutive keys (TEIDs, addresses from a pool) spread out.
@@ -75,19 +89,19 @@ impl IntMap {
     }
 
     #[inline]
-    pub fn get(&self, k: &u32) -> Option<&u32> {
+    pub fn get(&self, k: u32) -> Option<u32> {
         if self.buckets.is_empty() {
             return None;
         }
         let mask = self.buckets.len() - 1;
-        let mut i = self.home(*k);
+        let mut i = self.home(k);
         loop {
-            let (key, v) = self.buckets.get(i)?;
-            if *v == VACANT {
+            let &(key, v) = self.buckets.get(i)?;
+            if v == VACANT {
                 return None;
             }
             if key == k {
-                return Some(v);
+                return Some(!v);
             }
             i = (i + 1) & mask;
         }
@@ -103,14 +117,15 @@ impl IntMap {
 
     /// Inserts or replaces; `v` must not be `u32::MAX`.
     pub fn insert(&mut self, k: u32, v: u32) {
-        debug_assert!(v != VACANT);
+        debug_assert!(v != u32::MAX);
+        let v = !v;
         if (self.len + 1) * 2 > self.buckets.len() {
             let n = (self.buckets.len() * 2).max(16);
             let old = std::mem::replace(&mut self.buckets, vec![(0, VACANT); n]);
             self.len = 0;
             for (key, val) in old {
                 if val != VACANT {
-                    self.insert(key, val);
+                    self.insert(key, !val);
                 }
             }
         }
@@ -131,18 +146,18 @@ impl IntMap {
         }
     }
 
-    pub fn remove(&mut self, k: &u32) -> Option<u32> {
+    pub fn remove(&mut self, k: u32) -> Option<u32> {
         if self.buckets.is_empty() {
             return None;
         }
         let mask = self.buckets.len() - 1;
-        let mut i = self.home(*k);
+        let mut i = self.home(k);
         loop {
             let (key, v) = self.buckets[i];
             if v == VACANT {
                 return None;
             }
-            if key == *k {
+            if key == k {
                 break;
             }
             i = (i + 1) & mask;
@@ -167,7 +182,7 @@ impl IntMap {
                 i = j;
             }
         }
-        Some(removed)
+        Some(!removed)
     }
 
     #[cfg(test)]
@@ -187,6 +202,14 @@ pub(crate) struct UeTable {
 }
 
 impl UeTable {
+    /// A table whose IPv4 part holds `n` UEs without growing.
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            v4: IntMap::with_capacity(n),
+            ..Self::default()
+        }
+    }
+
     /// Prefetches what looking up the IPv4 address `a` reads first.
     #[inline(always)]
     pub fn prefetch_v4(&self, a: u32) {
@@ -200,9 +223,7 @@ impl UeTable {
                 .iter()
                 .find_map(|(_, mask, m)| m.get(&(a.bits & mask)).copied())
         } else {
-            u32::try_from(a.bits)
-                .ok()
-                .and_then(|k| self.v4.get(&k).copied())
+            u32::try_from(a.bits).ok().and_then(|k| self.v4.get(k))
         };
         hit.or_else(|| {
             (!self.routes.is_empty())
@@ -214,9 +235,7 @@ impl UeTable {
     /// The session owning exactly this prefix, if any.
     pub fn owner(&self, p: &Prefix) -> Option<u32> {
         if !p.v6 && p.bits() == 32 {
-            return u32::try_from(p.net)
-                .ok()
-                .and_then(|k| self.v4.get(&k).copied());
+            return u32::try_from(p.net).ok().and_then(|k| self.v4.get(k));
         }
         if p.v6 && (p.bits() == 64 || p.bits() == 128) {
             return self
@@ -257,8 +276,8 @@ impl UeTable {
     pub fn remove(&mut self, p: &Prefix, slot: u32) {
         if !p.v6 && p.bits() == 32 {
             if let Ok(k) = u32::try_from(p.net) {
-                if self.v4.get(&k) == Some(&slot) {
-                    self.v4.remove(&k);
+                if self.v4.get(k) == Some(slot) {
+                    self.v4.remove(k);
                 }
             }
             return;
@@ -288,7 +307,8 @@ mod tests {
     proptest! {
         #[test]
         fn int_map_agrees_with_hash_map(ops in proptest::collection::vec((0u8..3, 0u32..64, 0u32..1000), 0..400)) {
-            let mut m = IntMap::default();
+            // Pre-sized or growing: the same map.
+            let mut m = if ops.len() % 2 == 0 { IntMap::default() } else { IntMap::with_capacity(ops.len()) };
             let mut r = std::collections::HashMap::new();
             for (op, k, v) in ops {
                 // Keys spread over a few clusters, so runs form and wrap.
@@ -298,13 +318,13 @@ mod tests {
                         m.insert(k, v);
                         r.insert(k, v);
                     }
-                    1 => prop_assert_eq!(m.remove(&k), r.remove(&k)),
-                    _ => prop_assert_eq!(m.get(&k), r.get(&k)),
+                    1 => prop_assert_eq!(m.remove(k), r.remove(&k)),
+                    _ => prop_assert_eq!(m.get(k), r.get(&k).copied()),
                 }
                 prop_assert_eq!(m.len(), r.len());
             }
             for (k, v) in &r {
-                prop_assert_eq!(m.get(k), Some(v));
+                prop_assert_eq!(m.get(*k), Some(*v));
             }
         }
     }

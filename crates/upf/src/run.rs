@@ -257,9 +257,18 @@ pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
             error_indications_per_s: c.limits.error_indications_per_s,
             outer_ttl: 64,
             uplink_acl: Arc::new(acl),
+            // Each worker's tables sized for its share of the session limit (UEs hash
+            // evenly; a quarter more for the imbalance), so that none doubles while packets
+            // wait: address space only, memory as sessions come.
+            expected_sessions: (c.limits.sessions.div_ceil(c.workers.count.max(1)) * 5 / 4)
+                .min(MAX_PRESIZED_SESSIONS),
         },
     })
 }
+
+/// The most sessions a worker's tables are sized for up front (beyond, they grow): ~4.5 GB
+/// of address space per worker, touched only as sessions come.
+const MAX_PRESIZED_SESSIONS: usize = 1 << 20;
 
 fn init_logging(c: &FileConfig) {
     let filter = tracing_subscriber::EnvFilter::try_new(&c.log.level)
