@@ -639,17 +639,7 @@ pub fn measure(a: &Args) -> Result<Value, String> {
     let exe = upf_exe(a)?;
     let stop = stop_flag();
     let stop = &*stop;
-    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let cores: Vec<usize> = if a.upf_cores.is_empty() {
-        let v: Vec<usize> = (0..ncpu).filter(|c| *c != a.gen_cpu).collect();
-        if v.is_empty() {
-            vec![a.gen_cpu]
-        } else {
-            v
-        }
-    } else {
-        a.upf_cores.clone()
-    };
+    let cores = veth::upf_cpus(a.gen_cpu, &a.upf_cores);
     let load_before = loadavg();
     let mut procs = Vec::new();
     if !a.skip_procedures {

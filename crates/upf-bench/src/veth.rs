@@ -146,6 +146,21 @@ pub struct Args {
     pub busy_poll: bool,
 }
 
+/// The UPF's CPUs: `upf_cores` if given, else every CPU but the generator's (or the
+/// generator's own on a one-CPU host).
+pub(crate) fn upf_cpus(gen_cpu: usize, upf_cores: &[usize]) -> Vec<usize> {
+    if !upf_cores.is_empty() {
+        return upf_cores.to_vec();
+    }
+    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let v: Vec<usize> = (0..ncpu).filter(|c| *c != gen_cpu).collect();
+    if v.is_empty() {
+        vec![gen_cpu]
+    } else {
+        v
+    }
+}
+
 /// `ip ARGS`, its stderr in the error.
 fn sysctl(ns: &str, key: &str, value: &str) -> Result<(), String> {
     let path = format!("/proc/sys/{key}");
@@ -936,17 +951,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         }
     }
     let exe = upf_exe(a)?;
-    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let cores: Vec<usize> = if a.upf_cores.is_empty() {
-        let v: Vec<usize> = (0..ncpu).filter(|c| *c != a.gen_cpu).collect();
-        if v.is_empty() {
-            vec![a.gen_cpu]
-        } else {
-            v
-        }
-    } else {
-        a.upf_cores.clone()
-    };
+    let cores = upf_cpus(a.gen_cpu, &a.upf_cores);
     let _autogroup = if a.nice == 0 {
         None
     } else {

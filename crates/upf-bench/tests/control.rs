@@ -3,43 +3,18 @@
 //! line's counts agree with what was asked, the output directory has its files, and nothing
 //! is left behind (namespaces, the UPF).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
-/// The `upf` binary of the same build (built here if missing).
-fn upf_binary(bench: &Path) -> PathBuf {
-    let upf = bench.with_file_name("upf");
-    if !upf.exists() {
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-p", "upf"]);
-        if !cfg!(debug_assertions) {
-            c.arg("--release");
-        }
-        let st = c.status().expect("cargo build -p upf");
-        assert!(st.success(), "cargo build -p upf failed");
-    }
-    upf
-}
+mod common;
 
 #[test]
 fn control_counts_agree_and_cleans_up() {
-    if !is_root() {
-        eprintln!("skipped: the control bench needs root");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: no `ip` (iproute2)");
+    if !common::rig_ready("the control bench") {
         return;
     }
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_upf-bench"));
-    let upf = upf_binary(&bench);
+    let upf = common::upf_binary(&bench);
     let out = tempfile::tempdir().unwrap();
     let child = Command::new(&bench)
         .args([

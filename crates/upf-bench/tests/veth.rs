@@ -3,43 +3,18 @@
 //! nothing is left behind (namespaces, and with them the veths and their XDP programs; the
 //! UPF process).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
-/// The `upf` binary of the same build (built here if missing).
-fn upf_binary(bench: &Path) -> PathBuf {
-    let upf = bench.with_file_name("upf");
-    if !upf.exists() {
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-p", "upf"]);
-        if !cfg!(debug_assertions) {
-            c.arg("--release");
-        }
-        let st = c.status().expect("cargo build -p upf");
-        assert!(st.success(), "cargo build -p upf failed");
-    }
-    upf
-}
+mod common;
 
 #[test]
 fn veth_point_delivers_and_cleans_up() {
-    if !is_root() {
-        eprintln!("skipped: the veth topology needs root");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: no `ip` (iproute2)");
+    if !common::rig_ready("the veth topology") {
         return;
     }
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_upf-bench"));
-    let upf = upf_binary(&bench);
+    let upf = common::upf_binary(&bench);
     let child = Command::new(&bench)
         .args([
             "veth",
@@ -111,7 +86,7 @@ fn child_pid(stderr: &str, v: &serde_json::Value) -> String {
 /// Runs `upf-bench veth ARGS` (with the same build's `upf`) and returns its JSON line.
 fn veth_json(args: &[&str]) -> serde_json::Value {
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_upf-bench"));
-    let upf = upf_binary(&bench);
+    let upf = common::upf_binary(&bench);
     let out = Command::new(&bench)
         .arg("veth")
         .args(args)
@@ -201,12 +176,7 @@ fn check_latency(v: &serde_json::Value, loads: usize, downlink: bool) {
 /// real `upf` with two QoS flows per session.
 #[test]
 fn veth_search_and_latency() {
-    if !is_root() {
-        eprintln!("skipped: the veth topology needs root");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: no `ip` (iproute2)");
+    if !common::rig_ready("the veth topology") {
         return;
     }
     let common = [

@@ -8,8 +8,8 @@
 //! as they are (their private items are visible here) rather than a copy of them.
 
 use super::{
-    measure, sides, task_cpu, templates, upf_exe, Autogroup, Backend, Direction, Phase, Rig,
-    COUNTED_PORTS, DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
+    measure, sides, task_cpu, templates, upf_cpus, upf_exe, Autogroup, Backend, Direction, Phase,
+    Rig, COUNTED_PORTS, DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
 };
 use crate::control::{admin_get, counters_delta, drop_counters, latency_json, s0_spec};
 use clap::Parser;
@@ -217,17 +217,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     }
     let a = veth_args(c)?;
     let exe = upf_exe(&a)?;
-    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let cores: Vec<usize> = if a.upf_cores.is_empty() {
-        let v: Vec<usize> = (0..ncpu).filter(|x| *x != a.gen_cpu).collect();
-        if v.is_empty() {
-            vec![a.gen_cpu]
-        } else {
-            v
-        }
-    } else {
-        a.upf_cores.clone()
-    };
+    let cores = upf_cpus(a.gen_cpu, &a.upf_cores);
     let io = |e: std::io::Error| e.to_string();
     let _autogroup = if a.nice == 0 {
         None
@@ -274,24 +264,9 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     // Without churn, with, and without again: a difference that is the order's shows.
     let upf_ns = rig.ns("upf");
     let drops = || drop_counters(&admin_get(&upf_ns, "/metrics").unwrap_or_default());
-    let d0 = drops();
-    let cpu0 = task_cpu(pid);
-    let quiet = measure(
-        &g,
-        &s,
-        &counter,
-        (a.gen_cpu, a.nice),
-        c.seconds,
-        a.rate,
-        false,
-        stop,
-    )?;
-    let cpu1 = task_cpu(pid);
-    let d1 = drops();
-    let done = AtomicBool::new(false);
-    let (busy, churn) = std::thread::scope(|sc| {
-        let h = sc.spawn(|| churn_loop(&mut smf, c, &done, stop));
-        let p = measure(
+    // One measured window of traffic at the background rate.
+    let window = || {
+        measure(
             &g,
             &s,
             &counter,
@@ -300,7 +275,17 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
             a.rate,
             false,
             stop,
-        );
+        )
+    };
+    let d0 = drops();
+    let cpu0 = task_cpu(pid);
+    let quiet = window()?;
+    let cpu1 = task_cpu(pid);
+    let d1 = drops();
+    let done = AtomicBool::new(false);
+    let (busy, churn) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| churn_loop(&mut smf, c, &done, stop));
+        let p = window();
         done.store(true, Ordering::Relaxed);
         (p, h.join())
     });
@@ -310,16 +295,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     let mut l = churn.map_err(|_| "the churn thread panicked".to_string())?;
     let cpu3 = task_cpu(pid);
     let d3 = drops();
-    let after = measure(
-        &g,
-        &s,
-        &counter,
-        (a.gen_cpu, a.nice),
-        c.seconds,
-        a.rate,
-        false,
-        stop,
-    )?;
+    let after = window()?;
     let cpu4 = task_cpu(pid);
     let d4 = drops();
     rig.upf_alive()?;
