@@ -13,4 +13,5 @@ mod workers;
 
 pub use workers::{
     BatchStats, PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS,
+    IDLE_POLL,
 };

@@ -214,6 +214,17 @@ fn a_peak_rate_ue_is_spread_per_flow_over_both_workers() {
 /// its own N6 queue, in order per UE.
 #[test]
 fn unsteered_queues_hand_packets_to_the_owner() {
+    hand_off_to_owner(Some(upf_runtime::IDLE_POLL));
+}
+
+/// The same with busy-polling workers (`workers.busy_poll`: they never sleep, and still
+/// flush, take control messages and stop).
+#[test]
+fn busy_polling_workers_hand_packets_to_the_owner() {
+    hand_off_to_owner(None);
+}
+
+fn hand_off_to_owner(idle_poll: Option<Duration>) {
     use upf_io::mem;
     use upf_runtime::{PortQueue, WorkerQueues};
     const UES: u32 = 32;
@@ -227,6 +238,7 @@ fn unsteered_queues_hand_packets_to_the_owner() {
             },
             ..Default::default()
         },
+        idle_poll,
         ..Default::default()
     };
     let mut n3_peers = Vec::new();

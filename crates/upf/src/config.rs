@@ -127,7 +127,7 @@ impl Default for WorkersCfg {
             cores: Vec::new(),
             batch: 64,
             spread_ues: Vec::new(),
-            idle_poll_us: 20,
+            idle_poll_us: u64::try_from(upf_runtime::IDLE_POLL.as_micros()).unwrap_or(20),
             busy_poll: false,
         }
     }
