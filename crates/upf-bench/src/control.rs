@@ -84,18 +84,9 @@ pub struct Args {
     /// UPF worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// The traffic generator's CPU; also the SMF emulator's in the procedures.
-    #[arg(long, default_value_t = 0)]
-    pub gen_cpu: usize,
-    /// Nice value of the churn's generator and UPF (see `veth --nice`; 0: inherited).
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub nice: i32,
-    /// The UPF's CPUs, comma-separated (default: every CPU but the generator's).
-    #[arg(long, value_delimiter = ',')]
-    pub upf_cores: Vec<usize>,
-    /// The `upf` binary (default: `upf` next to this executable).
-    #[arg(long)]
-    pub upf: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub rig: veth::RigArgs,
     /// Skip the procedures (establish/modify/delete per window).
     #[arg(long)]
     pub skip_procedures: bool,
@@ -604,30 +595,6 @@ fn p99(v: &[Duration]) -> f64 {
     latency_json(&mut v)["p99"].as_f64().unwrap_or(0.0)
 }
 
-fn upf_exe(a: &Args) -> Result<PathBuf, String> {
-    let p = match &a.upf {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name("upf"),
-    };
-    if !p.exists() {
-        return Err(format!(
-            "{}: no upf binary (build it: cargo build --release -p upf; or give --upf PATH)",
-            p.display()
-        ));
-    }
-    Ok(p)
-}
-
-fn stop_flag() -> std::sync::Arc<AtomicBool> {
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    stop
-}
-
 /// Both parts; one JSON object.
 pub fn measure(a: &Args) -> Result<Value, String> {
     if !is_root() {
@@ -636,21 +603,21 @@ pub fn measure(a: &Args) -> Result<Value, String> {
     if a.workers == 0 || (!a.skip_procedures && (a.sessions == 0 || a.windows.is_empty())) {
         return Err("control: --workers, --sessions and --windows must be given".into());
     }
-    let exe = upf_exe(a)?;
-    let stop = stop_flag();
+    let exe = a.rig.upf_exe()?;
+    let stop = veth::stop_flag();
     let stop = &*stop;
-    let cores = veth::upf_cpus(a.gen_cpu, &a.upf_cores);
+    let cores = a.rig.upf_cpus();
     let load_before = loadavg();
     let mut procs = Vec::new();
     if !a.skip_procedures {
         eprintln!(
             "upf-bench control: {} sessions per window, windows {:?}, UPF on CPUs {cores:?}, emulator on CPU {}",
-            a.sessions, a.windows, a.gen_cpu
+            a.sessions, a.windows, a.rig.gen_cpu
         );
         // The emulator on its own CPU, the UPF on the others.
         procs = std::thread::scope(|s| {
             s.spawn(|| {
-                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: a.gen_cpu });
+                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: a.rig.gen_cpu });
                 a.windows
                     .iter()
                     .map(|&w| procedures(a, w, &exe, &cores, stop))
@@ -672,10 +639,8 @@ pub fn measure(a: &Args) -> Result<Value, String> {
                 size: a.size,
                 backend: a.backend,
                 workers: a.workers,
-                gen_cpu: a.gen_cpu,
-                nice: a.nice,
-                upf_cores: a.upf_cores.clone(),
-                upf: Some(exe.clone()),
+                // The same binary: `upf_exe` resolves the same `--upf` (or its default).
+                rig: a.rig.clone(),
             },
             stop,
         )?)
@@ -691,7 +656,7 @@ pub fn measure(a: &Args) -> Result<Value, String> {
         "session_shape": "S0-like: UL + DL PDR and FAR (UL F-TEID chosen by the UPF, static UE IPv4), one QER with MBR 100 Gbit/s each way on both PDRs, one volume URR",
         "modification": "handover: Update FAR (downlink) with a new TEID and gNB address",
         "upf_cores": cores,
-        "smf_cpu": a.gen_cpu,
+        "smf_cpu": a.rig.gen_cpu,
         "workers": a.workers,
         "procedures": procs,
         "memory_per_session_bytes": memory,

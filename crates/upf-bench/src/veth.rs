@@ -96,19 +96,8 @@ pub struct Args {
     /// Offered packets/s (0: as fast as the generator goes).
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
-    /// The generator's CPU.
-    #[arg(long, default_value_t = 0)]
-    pub gen_cpu: usize,
-    /// Nice value of the generator thread and the UPF (0: inherited). On a shared machine a
-    /// negative one keeps other jobs from taking the generator's and the UPF's CPUs.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub nice: i32,
-    /// The UPF's CPUs, comma-separated (default: every CPU but the generator's).
-    #[arg(long, value_delimiter = ',')]
-    pub upf_cores: Vec<usize>,
-    /// The `upf` binary (default: `upf` next to this executable).
-    #[arg(long)]
-    pub upf: Option<PathBuf>,
+    #[command(flatten)]
+    pub rig: RigArgs,
     /// Skip the Linux forwarding baseline.
     #[arg(long)]
     pub no_baseline: bool,
@@ -146,18 +135,55 @@ pub struct Args {
     pub busy_poll: bool,
 }
 
-/// The UPF's CPUs: `upf_cores` if given, else every CPU but the generator's (or the
-/// generator's own on a one-CPU host).
-pub(crate) fn upf_cpus(gen_cpu: usize, upf_cores: &[usize]) -> Vec<usize> {
-    if !upf_cores.is_empty() {
-        return upf_cores.to_vec();
+/// Where the rig's parts run: what `veth` and `control` both take.
+#[derive(clap::Args, Debug, Clone, Default, serde::Serialize)]
+pub struct RigArgs {
+    /// The generator's CPU (`control`: also the SMF emulator's in the procedures).
+    #[arg(long, default_value_t = 0)]
+    pub gen_cpu: usize,
+    /// Nice value of the generator thread and the UPF (0: inherited). On a shared machine a
+    /// negative one keeps other jobs from taking the generator's and the UPF's CPUs.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub nice: i32,
+    /// The UPF's CPUs, comma-separated (default: every CPU but the generator's).
+    #[arg(long, value_delimiter = ',')]
+    pub upf_cores: Vec<usize>,
+    /// The `upf` binary (default: `upf` next to this executable).
+    #[arg(long)]
+    pub upf: Option<PathBuf>,
+}
+
+impl RigArgs {
+    /// The UPF's CPUs: `upf_cores` if given, else every CPU but the generator's (or the
+    /// generator's own on a one-CPU host).
+    pub fn upf_cpus(&self) -> Vec<usize> {
+        if !self.upf_cores.is_empty() {
+            return self.upf_cores.clone();
+        }
+        let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let v: Vec<usize> = (0..ncpu).filter(|c| *c != self.gen_cpu).collect();
+        if v.is_empty() {
+            vec![self.gen_cpu]
+        } else {
+            v
+        }
     }
-    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let v: Vec<usize> = (0..ncpu).filter(|c| *c != gen_cpu).collect();
-    if v.is_empty() {
-        vec![gen_cpu]
-    } else {
-        v
+
+    /// The `upf` binary to run.
+    pub fn upf_exe(&self) -> Result<PathBuf, String> {
+        let p = match &self.upf {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| e.to_string())?
+                .with_file_name("upf"),
+        };
+        if !p.exists() {
+            return Err(format!(
+                "{}: no upf binary (build it: cargo build --release -p upf; or give --upf PATH)",
+                p.display()
+            ));
+        }
+        Ok(p)
     }
 }
 
@@ -351,7 +377,7 @@ impl Rig {
         let log =
             std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let mask: Vec<String> = cores.iter().map(ToString::to_string).collect();
-        let nice = a.nice.to_string();
+        let nice = a.rig.nice.to_string();
         let child = Command::new("ip")
             .args([
                 "netns",
@@ -721,7 +747,7 @@ fn run_search(
             g,
             s,
             counter,
-            (a.gen_cpu, a.nice),
+            (a.rig.gen_cpu, a.rig.nice),
             a.trial_seconds,
             rate,
             false,
@@ -871,23 +897,8 @@ fn templates(a: &Args, rig: &Rig, s: &Sides) -> Result<(Template, Template), Str
     })
 }
 
-fn upf_exe(a: &Args) -> Result<PathBuf, String> {
-    let p = match &a.upf {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name("upf"),
-    };
-    if !p.exists() {
-        return Err(format!(
-            "{}: no upf binary (build it: cargo build --release -p upf; or give --upf PATH)",
-            p.display()
-        ));
-    }
-    Ok(p)
-}
-
-fn stop_flag() -> Arc<AtomicBool> {
+/// Set by SIGINT or SIGTERM: runs stop cleanly (namespaces removed).
+pub(crate) fn stop_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, stop.clone());
@@ -950,12 +961,12 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
             return Err("--latency-loads: percentages in (0, 100]".into());
         }
     }
-    let exe = upf_exe(a)?;
-    let cores = upf_cpus(a.gen_cpu, &a.upf_cores);
-    let _autogroup = if a.nice == 0 {
+    let exe = a.rig.upf_exe()?;
+    let cores = a.rig.upf_cpus();
+    let _autogroup = if a.rig.nice == 0 {
         None
     } else {
-        Some(Autogroup::renice(a.nice)?)
+        Some(Autogroup::renice(a.rig.nice)?)
     };
     let stop = stop_flag();
     let stop = &*stop;
@@ -985,7 +996,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
             Backend::AfXdp => "af_xdp",
         },
         a.workers,
-        a.gen_cpu,
+        a.rig.gen_cpu,
         if a.rate == 0 { "flat out".to_string() } else { format!("{} pps", a.rate) }
     );
 
@@ -993,7 +1004,16 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     let ceiling = {
         let c = Counter::attach_in(&rig.ns("upf"), s.peer_dev, &COUNTED_PORTS).map_err(io)?;
         let secs = a.ceiling_seconds.unwrap_or(a.seconds.min(2.0));
-        let p = measure(&upf_gen, &s, &c, (a.gen_cpu, a.nice), secs, 0, false, stop)?;
+        let p = measure(
+            &upf_gen,
+            &s,
+            &c,
+            (a.rig.gen_cpu, a.rig.nice),
+            secs,
+            0,
+            false,
+            stop,
+        )?;
         eprintln!(
             "  generator ceiling: {:.2} Mpps offered, {:.2} Mpps received by XDP_DROP at the peer",
             p.offered_mpps(),
@@ -1018,7 +1038,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
             &g,
             &s,
             &counter,
-            (a.gen_cpu, a.nice),
+            (a.rig.gen_cpu, a.rig.nice),
             a.seconds,
             a.rate,
             true,
@@ -1075,8 +1095,8 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     xdpgen::run_in(
         &upf_gen,
         &s.gen_ns,
-        Some(a.gen_cpu),
-        a.nice,
+        Some(a.rig.gen_cpu),
+        a.rig.nice,
         s.gen_dev,
         0.3,
         r,
@@ -1089,7 +1109,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         &upf_gen,
         &s,
         &counter,
-        (a.gen_cpu, a.nice),
+        (a.rig.gen_cpu, a.rig.nice),
         a.seconds,
         a.rate,
         false,
@@ -1119,7 +1139,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
                     &upf_gen,
                     &s,
                     &counter,
-                    (a.gen_cpu, a.nice),
+                    (a.rig.gen_cpu, a.rig.nice),
                     a.latency_seconds.unwrap_or(a.trial_seconds),
                     rate,
                     load,
@@ -1182,8 +1202,8 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         "size": a.size,
         "seconds": a.seconds,
         "rate_limit_pps": a.rate,
-        "gen_cpu": a.gen_cpu,
-        "nice": a.nice,
+        "gen_cpu": a.rig.gen_cpu,
+        "nice": a.rig.nice,
         "upf_cores": cores,
         "offered_mpps": phase.offered_mpps(),
         "delivered_mpps": delivered,

@@ -8,14 +8,13 @@
 //! as they are (their private items are visible here) rather than a copy of them.
 
 use super::{
-    measure, sides, task_cpu, templates, upf_cpus, upf_exe, Autogroup, Backend, Direction, Phase,
-    Rig, COUNTED_PORTS, DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
+    measure, sides, task_cpu, templates, Autogroup, Backend, Direction, Phase, Rig, COUNTED_PORTS,
+    DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
 };
 use crate::control::{admin_get, counters_delta, drop_counters, latency_json, s0_spec};
 use clap::Parser;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use upf_loadgen::smf::{Session, Smf};
@@ -42,11 +41,7 @@ pub(crate) struct Churn {
     pub size: usize,
     pub backend: Backend,
     pub workers: usize,
-    pub gen_cpu: usize,
-    /// Nice value of the generator and the UPF (see `veth --nice`).
-    pub nice: i32,
-    pub upf_cores: Vec<usize>,
-    pub upf: Option<PathBuf>,
+    pub rig: super::RigArgs,
 }
 
 /// The parent's arguments, parsed from a command line so that options added there later take
@@ -81,21 +76,14 @@ fn veth_args(c: &Churn) -> Result<super::Args, String> {
         ("--seconds", c.seconds.to_string()),
         ("--rate", c.traffic_pps.to_string()),
         ("--workers", c.workers.to_string()),
-        ("--gen-cpu", c.gen_cpu.to_string()),
-        ("--nice", c.nice.to_string()),
     ] {
         v.extend([k.to_string(), x]);
     }
-    if !c.upf_cores.is_empty() {
-        let cores: Vec<String> = c.upf_cores.iter().map(ToString::to_string).collect();
-        v.extend(["--upf-cores".into(), cores.join(",")]);
-    }
-    if let Some(p) = &c.upf {
-        v.extend(["--upf".into(), p.display().to_string()]);
-    }
-    VethCli::try_parse_from(v)
+    let mut a = VethCli::try_parse_from(v)
         .map(|c| c.a)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    a.rig = c.rig.clone();
+    Ok(a)
 }
 
 /// What the churn loop did inside its window.
@@ -216,13 +204,13 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         );
     }
     let a = veth_args(c)?;
-    let exe = upf_exe(&a)?;
-    let cores = upf_cpus(a.gen_cpu, &a.upf_cores);
+    let exe = a.rig.upf_exe()?;
+    let cores = a.rig.upf_cpus();
     let io = |e: std::io::Error| e.to_string();
-    let _autogroup = if a.nice == 0 {
+    let _autogroup = if a.rig.nice == 0 {
         None
     } else {
-        Some(Autogroup::renice(a.nice)?)
+        Some(Autogroup::renice(a.rig.nice)?)
     };
     let mut rig = Rig::build()?;
     let s = sides(&rig, Direction::Uplink);
@@ -251,8 +239,8 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     xdpgen::run_in(
         &g,
         &s.gen_ns,
-        Some(a.gen_cpu),
-        a.nice,
+        Some(a.rig.gen_cpu),
+        a.rig.nice,
         s.gen_dev,
         0.3,
         a.rate,
@@ -270,7 +258,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
             &g,
             &s,
             &counter,
-            (a.gen_cpu, a.nice),
+            (a.rig.gen_cpu, a.rig.nice),
             c.seconds,
             a.rate,
             false,
@@ -329,7 +317,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         "size": c.size,
         "backend": c.backend,
         "workers": a.workers,
-        "gen_cpu": a.gen_cpu,
+        "gen_cpu": a.rig.gen_cpu,
         "upf_cores": cores,
         "netns_prefix": rig.prefix,
         "without_churn": phase_json(&quiet, q_ns, &counters_delta(&d1, &d0)),
