@@ -264,36 +264,11 @@ impl Daemon {
     }
 
     fn alive(&mut self) -> Result<(), String> {
-        if let Some(st) = self
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        {
-            self.child = None;
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            return Err(format!(
-                "the UPF exited ({st}); its log ends:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
-        }
-        Ok(())
+        veth::upf_alive(&mut self.child, &self.log)
     }
 
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let until = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
-        }
+        veth::stop_upf(&mut self.child);
     }
 
     /// An emulator in the namespace, associated (retrying until the UPF listens).

@@ -405,38 +405,11 @@ impl Rig {
     }
 
     fn upf_alive(&mut self) -> Result<(), String> {
-        if let Some(st) = self.upf.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-            self.upf = None;
-            let log = std::fs::read_to_string(self.dir.join("upf.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            return Err(format!(
-                "the UPF exited ({st}); its log ends:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
-        }
-        Ok(())
+        upf_alive(&mut self.upf, &self.dir.join("upf.log"))
     }
 
     fn stop_upf(&mut self) {
-        if let Some(mut child) = self.upf.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let until = Instant::now() + Duration::from_secs(5);
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < until => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break;
-                    }
-                }
-            }
-        }
+        stop_upf(&mut self.upf);
     }
 
     /// Associates (retrying until the UPF listens) and establishes `n` sessions.
@@ -895,6 +868,38 @@ fn templates(a: &Args, rig: &Rig, s: &Sides) -> Result<(Template, Template), Str
             )
         }
     })
+}
+
+/// An error with the tail of its log if the `upf` process `child` has exited (then forgotten).
+pub(crate) fn upf_alive(child: &mut Option<Child>, log: &std::path::Path) -> Result<(), String> {
+    if let Some(st) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+        *child = None;
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        return Err(format!(
+            "the UPF exited ({st}); its log ends:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(())
+}
+
+/// Stops the `upf` process `child`: SIGTERM (it releases its associations and cleans up),
+/// SIGKILL after 5 s.
+pub(crate) fn stop_upf(child: &mut Option<Child>) {
+    if let Some(mut child) = child.take() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
 }
 
 /// Set by SIGINT or SIGTERM: runs stop cleanly (namespaces removed).
