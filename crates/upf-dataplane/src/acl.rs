@@ -54,7 +54,7 @@
 //! only in address bits beyond their table's key, share one list, which is scanned; nothing
 //! bounds a list's length when rules crowd onto one key (the benchmark's longest has 16).
 
-use crate::flow::{Addr, Flow, Prefix};
+use crate::flow::{Addr, Flow, Flow4, Prefix};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use upf_rules::sdf::{Action, Address, Direction, Endpoint, FlowDescription, FlowParseError};
@@ -332,6 +332,25 @@ fn lead_len(mask: u128, v6: bool) -> u32 {
     }
 }
 
+/// What a rule reads of a packet besides its addresses.
+#[derive(Debug, Clone, Copy)]
+struct L4 {
+    proto: u8,
+    src_port: u16,
+    dst_port: u16,
+}
+
+impl L4 {
+    #[inline(always)]
+    fn of(f: &Flow) -> Self {
+        Self {
+            proto: f.proto,
+            src_port: f.src_port,
+            dst_port: f.dst_port,
+        }
+    }
+}
+
 /// Protocol and ports in one word, the layout of a table's `meta_mask`.
 #[inline(always)]
 fn meta(proto: u8, src_port: u16, dst_port: u16) -> u64 {
@@ -448,11 +467,11 @@ impl<W: Word> Entry<W> {
     /// (comparisons joined with `&` still become a branch each, and whether a packet
     /// matches a candidate is what a predictor cannot learn).
     #[inline(always)]
-    fn matches(&self, src: W, dst: W, f: &Flow) -> bool {
+    fn matches(&self, src: W, dst: W, l4: L4) -> bool {
         let addr = ((src & self.src_mask) ^ self.src_net) | ((dst & self.dst_mask) ^ self.dst_net);
-        let proto = (f.proto & self.proto_mask) ^ self.proto;
-        let sport = f.src_port.wrapping_sub(self.sport_lo) > self.sport_span;
-        let dport = f.dst_port.wrapping_sub(self.dport_lo) > self.dport_span;
+        let proto = (l4.proto & self.proto_mask) ^ self.proto;
+        let sport = l4.src_port.wrapping_sub(self.sport_lo) > self.sport_span;
+        let dport = l4.dst_port.wrapping_sub(self.dport_lo) > self.dport_span;
         addr.any_bits() | u64::from(proto) | u64::from(sport) | u64::from(dport) == 0
     }
 }
@@ -506,8 +525,8 @@ struct Family<W> {
 
 impl<W: Word> Family<W> {
     #[inline(always)]
-    fn lookup(&self, src: W, dst: W, f: &Flow, default: AclAction) -> AclAction {
-        let m = meta(f.proto, f.src_port, f.dst_port);
+    fn lookup(&self, src: W, dst: W, l4: L4, default: AclAction) -> AclAction {
+        let m = meta(l4.proto, l4.src_port, l4.dst_port);
         let mut best = NEVER;
         let mut flags = 0;
         for t in self.tables.iter() {
@@ -521,7 +540,7 @@ impl<W: Word> Family<W> {
             };
             // The first rule of the list without a branch: most lists have one, and the
             // outcome of each check is what a predictor cannot learn.
-            let hit = e.matches(src, dst, f) & (e.idx < best);
+            let hit = e.matches(src, dst, l4) & (e.idx < best);
             best = if hit { e.idx } else { best };
             flags = if hit { e.flags } else { flags };
             if hit | (e.flags & LAST != 0) {
@@ -532,7 +551,7 @@ impl<W: Word> Family<W> {
                 if e.idx >= best {
                     break;
                 }
-                if e.matches(src, dst, f) {
+                if e.matches(src, dst, l4) {
                     best = e.idx;
                     flags = e.flags;
                     break;
@@ -705,22 +724,40 @@ impl Acl {
         match &self.families {
             None => self.default,
             // IPv4 both ways inline (the common case); the other families out of line.
-            Some(fam) if !f.src.v6 && !f.dst.v6 => {
-                fam.v4
-                    .lookup(u32::of(f.src.bits), u32::of(f.dst.bits), f, self.default)
-            }
+            Some(fam) if !f.src.v6 && !f.dst.v6 => fam.v4.lookup(
+                u32::of(f.src.bits),
+                u32::of(f.dst.bits),
+                L4::of(f),
+                self.default,
+            ),
             Some(families) => Self::lookup(families, f, self.default),
+        }
+    }
+
+    /// [`Acl::check`] of the IPv4 key (the same answer, without a 96-octet [`Flow`]).
+    #[inline(always)]
+    pub fn check4(&self, f: &Flow4) -> AclAction {
+        match &self.families {
+            None => self.default,
+            Some(fam) => {
+                let l4 = L4 {
+                    proto: f.proto,
+                    src_port: f.src_port,
+                    dst_port: f.dst_port,
+                };
+                fam.v4.lookup(f.src, f.dst, l4, self.default)
+            }
         }
     }
 
     #[inline(never)]
     fn lookup(fam: &Families, f: &Flow, default: AclAction) -> AclAction {
-        let (s, d) = (f.src.bits, f.dst.bits);
+        let (s, d, l4) = (f.src.bits, f.dst.bits, L4::of(f));
         match (f.src.v6, f.dst.v6) {
-            (false, false) => fam.v4.lookup(u32::of(s), u32::of(d), f, default),
-            (true, true) => fam.v6.lookup(s, d, f, default),
-            (false, true) => fam.v4_v6.lookup(s, d, f, default),
-            (true, false) => fam.v6_v4.lookup(s, d, f, default),
+            (false, false) => fam.v4.lookup(u32::of(s), u32::of(d), l4, default),
+            (true, true) => fam.v6.lookup(s, d, l4, default),
+            (false, true) => fam.v4_v6.lookup(s, d, l4, default),
+            (true, false) => fam.v6_v4.lookup(s, d, l4, default),
         }
     }
 
@@ -1152,6 +1189,18 @@ mod tests {
         }
     }
 
+    /// The IPv4 key of `f`, when both its addresses are IPv4.
+    fn flow4(f: &Flow) -> Option<Flow4> {
+        (!f.src.v6 && !f.dst.v6).then(|| Flow4 {
+            src: f.src.low32(),
+            dst: f.dst.low32(),
+            src_port: f.src_port,
+            dst_port: f.dst_port,
+            proto: f.proto,
+            tos: f.tos,
+        })
+    }
+
     fn rule(s: &str) -> AclRule {
         AclRule::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
@@ -1536,6 +1585,9 @@ mod tests {
                     .find(|r| r.matches(f))
                     .map_or(AclAction::Permit, |r| r.action);
                 assert_eq!(acl.check(f), want, "{tuning:?} {f:?}");
+                if let Some(f4) = flow4(f) {
+                    assert_eq!(acl.check4(&f4), want, "{tuning:?} {f:?}");
+                }
             }
         }
     }

@@ -7,7 +7,7 @@
 //! - GTP-U/UDP/IPv4 encapsulation by copying a header built once by the general encoder and
 //!   patching lengths, identification, ECN, checksum and the QFI octet.
 
-use crate::flow::{Addr, Flow};
+use crate::flow::Flow4;
 use core::ops::Range;
 use std::net::Ipv4Addr;
 use upf_wire::checksum;
@@ -68,7 +68,7 @@ pub fn gpdu_v4(d: &[u8]) -> Option<Gpdu> {
 /// The classification key of an IPv4 packet without options carrying TCP or UDP (first
 /// fragment or unfragmented), or `None`.
 #[inline(always)]
-pub fn flow_v4(ip: &[u8]) -> Option<Flow> {
+pub fn flow_v4(ip: &[u8]) -> Option<Flow4> {
     if ip.len() < 24 || ip[0] != 0x45 {
         return None;
     }
@@ -78,19 +78,14 @@ pub fn flow_v4(ip: &[u8]) -> Option<Flow> {
     {
         return None;
     }
-    let addr = |i: usize| Addr {
-        v6: false,
-        bits: u32::from_be_bytes([ip[i], ip[i + 1], ip[i + 2], ip[i + 3]]).into(),
-    };
-    Some(Flow {
+    let addr = |i: usize| u32::from_be_bytes([ip[i], ip[i + 1], ip[i + 2], ip[i + 3]]);
+    Some(Flow4 {
         src: addr(12),
         dst: addr(16),
-        proto,
         src_port: u16_at(ip, 20),
         dst_port: u16_at(ip, 22),
+        proto,
         tos: ip[1],
-        spi: None,
-        flow_label: None,
     })
 }
 
@@ -366,7 +361,10 @@ mod tests {
         ip[20..24].copy_from_slice(&[0x30, 0x39, 0, 53]);
         let c = checksum::checksum(&ip[..20]);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
-        assert_eq!(flow_v4(&ip), crate::parse::flow_of_general(&ip));
+        assert_eq!(
+            flow_v4(&ip).map(crate::flow::Flow::from),
+            crate::parse::flow_of_general(&ip)
+        );
         assert!(flow_v4(&ip).is_some());
     }
 
@@ -383,7 +381,7 @@ mod tests {
             d.truncate(n);
             agrees(&d);
             if let Some(f) = flow_v4(&d) {
-                prop_assert_eq!(Some(f), crate::parse::flow_of_general(&d));
+                prop_assert_eq!(Some(crate::flow::Flow::from(f)), crate::parse::flow_of_general(&d));
             }
         }
     }

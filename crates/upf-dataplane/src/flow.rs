@@ -115,6 +115,38 @@ pub struct Flow {
     pub flow_label: Option<u32>,
 }
 
+/// [`Flow`] of an IPv4 packet without options carrying TCP or UDP: the hot path's key, 12
+/// octets that live in registers (a [`Flow`] is 96, stored to the stack and read back).
+/// Such a packet has no SPI and no flow label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flow4 {
+    pub src: u32,
+    pub dst: u32,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub proto: u8,
+    pub tos: u8,
+}
+
+impl From<Flow4> for Flow {
+    fn from(f: Flow4) -> Self {
+        let a = |bits: u32| Addr {
+            v6: false,
+            bits: bits.into(),
+        };
+        Flow {
+            src: a(f.src),
+            dst: a(f.dst),
+            proto: f.proto,
+            src_port: f.src_port,
+            dst_port: f.dst_port,
+            tos: f.tos,
+            spi: None,
+            flow_label: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@
 
 use crate::fast::Template;
 use crate::filter::FastFilter;
-use crate::flow::Flow;
+use crate::flow::{Flow, Flow4};
 use crate::meter::TokenBucket;
 use crate::packet::Port;
 use crate::session::{CPdr, Compiled, Strip};
@@ -49,6 +49,10 @@ const HAS_UE: u8 = 2;
 const UE_IS_DST: u8 = 4;
 pub(crate) const FROM_UE: u8 = 8;
 pub(crate) const STRIP: u8 = 16;
+/// A QER of the PDR has its gate closed in the PDR's direction (resolved when built).
+pub(crate) const GATE_SHUT: u8 = 32;
+/// The PDR's first QER polices an MBR in its direction; `MBR0 << 1`: its second.
+pub(crate) const MBR0: u8 = 64;
 
 /// One PDR's match keys and rule slots (slots index the lines of its half).
 #[derive(Debug, Clone, Copy, Default)]
@@ -111,20 +115,93 @@ impl HotPdr {
     }
 }
 
+impl HotPdr {
+    /// [`HotPdr::matches`] on the IPv4 key.
+    #[inline(always)]
+    fn matches4(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow4,
+    ) -> bool {
+        if self.flags & HAS_TEID != 0 && self.teid != teid {
+            return false;
+        }
+        if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
+            return false;
+        }
+        let from_ue = self.flags & FROM_UE != 0;
+        if self.flags & HAS_UE != 0 {
+            let a = if self.flags & UE_IS_DST != 0 {
+                f.dst
+            } else {
+                f.src
+            };
+            if a != self.ue_v4 {
+                return false;
+            }
+        }
+        let (first, n) = (
+            usize::from(self.filters >> 4),
+            usize::from(self.filters & 15),
+        );
+        if n == 0 {
+            return true;
+        }
+        for k in first..first + n {
+            if let Some(l) = filters.get(k / 2) {
+                if l[k % 2].matches4(f, from_ue) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
 /// The head line of a half: the PDRs of its list, by precedence.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 pub(crate) struct Head {
     /// The pipeline's clock + 1 at the last packet since the last sync; 0: none.
     pub last: u64,
-    /// This half serves packets (the session is hot).
-    pub hot: bool,
-    pub npdrs: u8,
+    pub pdrs: [HotPdr; PDRS],
+    /// The number of PDRs, and [`SERVES`] when this half serves packets (the session is hot).
+    state: u8,
     /// Each FAR's flags and egress port, so that a FAR without a tunnel needs no line of
     /// its own.
     pub far_flags: [u8; FARS],
-    pub pdrs: [HotPdr; PDRS],
     pub far_port: [Port; FARS],
+    /// Each PDR's marks from its QERs, resolved when built: [`MARK_QFI`] and the QFI of the
+    /// first QER that has one, [`MARK_RQI`] if any QER sets RQI.
+    pub marks: [u8; PDRS],
+}
+
+/// In [`Head::state`].
+const SERVES: u8 = 0x80;
+pub(crate) const MARK_QFI: u8 = 0x80;
+pub(crate) const MARK_RQI: u8 = 0x40;
+
+impl Head {
+    /// Whether this half serves packets (the session is hot).
+    #[inline(always)]
+    pub fn hot(&self) -> bool {
+        self.state & SERVES != 0
+    }
+
+    pub fn set_hot(&mut self, on: bool) {
+        self.state = if on {
+            self.state | SERVES
+        } else {
+            self.state & !SERVES
+        };
+    }
+
+    #[inline(always)]
+    fn npdrs(&self) -> usize {
+        usize::from(self.state & !SERVES).min(PDRS)
+    }
 }
 
 /// A FAR that forwards to one target (plain, or an IPv4 GTP-U tunnel by header template), or
@@ -148,11 +225,11 @@ impl Default for Head {
     fn default() -> Self {
         Self {
             last: 0,
-            hot: false,
-            npdrs: 0,
+            state: 0,
             far_flags: [0; FARS],
             pdrs: [HotPdr::default(); PDRS],
             far_port: [Port::N6; FARS],
+            marks: [0; PDRS],
         }
     }
 }
@@ -261,9 +338,21 @@ impl Half {
     #[inline(always)]
     pub fn classify(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> Option<usize> {
         // A plain loop: `position` with a closure stayed an out-of-line call.
-        let n = usize::from(self.head.npdrs).min(PDRS);
+        let n = self.head.npdrs();
         for (i, p) in self.head.pdrs[..n].iter().enumerate() {
             if p.matches(&self.filters, teid, qfi, f) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// [`Half::classify`] on the IPv4 key.
+    #[inline(always)]
+    pub fn classify4(&self, teid: u32, qfi: Option<u8>, f: &Flow4) -> Option<usize> {
+        let n = self.head.npdrs();
+        for (i, p) in self.head.pdrs[..n].iter().enumerate() {
+            if p.matches4(&self.filters, teid, qfi, f) {
                 return Some(i);
             }
         }
@@ -432,8 +521,7 @@ impl HalfBuilder {
         for (k, p) in pdrs.iter().enumerate() {
             self.half.head.pdrs[k] = self.pdr(p)?;
         }
-        self.half.head.npdrs = u8::try_from(pdrs.len()).ok()?;
-        self.half.head.hot = true;
+        self.half.head.state = u8::try_from(pdrs.len()).ok()? | SERVES;
         for (k, f) in self.filters.iter().enumerate() {
             self.half.filters[k / 2][k % 2] = *f;
         }
@@ -473,6 +561,27 @@ impl HalfBuilder {
         }
         for (k, &u) in self.urrs.iter().enumerate() {
             self.half.urrs[k].urr = u8::try_from(u).ok()?;
+        }
+        // What the QERs decide for every packet of a PDR alike, resolved once here.
+        let head = &mut self.half.head;
+        for (pdr, mark) in head.pdrs.iter_mut().zip(&mut head.marks) {
+            for (j, &q) in pdr.qers.iter().enumerate() {
+                let Some(line) = self.half.qers.get(usize::from(q)) else {
+                    continue;
+                };
+                if line.flags & QER_OPEN == 0 {
+                    pdr.flags |= GATE_SHUT;
+                }
+                if line.flags & QER_MBR != 0 {
+                    pdr.flags |= MBR0 << j;
+                }
+                if *mark & MARK_QFI == 0 && line.qfi != NONE {
+                    *mark |= MARK_QFI | (line.qfi & 0x3f);
+                }
+                if line.flags & QER_RQI != 0 {
+                    *mark |= MARK_RQI;
+                }
+            }
         }
         let shape = make_shape(
             self.filters.len().div_ceil(2),
@@ -562,7 +671,7 @@ impl Hot {
     /// pending, the GBR accounting, the buckets, the last packet time. Pending values are
     /// zeroed, so syncing twice adds nothing.
     pub fn sync(&mut self, s: &mut Compiled, epoch: Instant) {
-        if !self.halves[0].head.hot {
+        if !self.halves[0].head.hot() {
             return;
         }
         let at = |c: u64| epoch + Duration::from_nanos(c - 1);

@@ -7,7 +7,9 @@ use upf_wire::{checksum, ip_proto, ipv4, ipv6};
 /// The classification key of an IP packet; `None` if it is not a well-formed IP packet.
 #[inline]
 pub fn flow_of(ip: &[u8]) -> Option<Flow> {
-    crate::fast::flow_v4(ip).or_else(|| flow_of_general(ip))
+    crate::fast::flow_v4(ip)
+        .map(Flow::from)
+        .or_else(|| flow_of_general(ip))
 }
 
 /// [`flow_of`] by the general codec, for every form.

@@ -107,6 +107,25 @@ pub struct Pipeline {
     pub(crate) clock_ns: u64,
 }
 
+/// [`Pipeline::classify_hot`] for packets without the common IPv4 form (IPv6, ICMP,
+/// options, later fragments).
+#[cold]
+#[inline(never)]
+fn classify_hot_general(
+    h: &crate::hot::Half,
+    acl: &crate::acl::Acl,
+    teid: u32,
+    qfi: Option<u8>,
+    ip: &[u8],
+) -> Result<usize, DropReason> {
+    let f = flow_of(ip).ok_or(DropReason::MalformedInner)?;
+    let i = h.classify(teid, qfi, &f).ok_or(DropReason::NoMatchingPdr)?;
+    if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0 && acl.check(&f) == AclAction::Deny {
+        return Err(DropReason::AclDenied);
+    }
+    Ok(i)
+}
+
 fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) {
     c.drop(r);
     out.free.push(p);
@@ -432,25 +451,19 @@ impl Pipeline {
         let Some(ip) = p.data().get(inner.clone()) else {
             return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
         };
-        let Some(flow) = flow_of(ip) else {
-            return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
-        };
         // The inner packet ends where its IP header says (a G-PDU may carry padding after it):
         // that is what is forwarded and what URRs count.
         let end = inner.start + ip_len(ip).min(ip.len());
         let abs = (p.start() + inner.start, p.start() + end);
         if self.is_hot(slot, 0) {
-            let half = &self.hot[slot as usize].halves[0];
-            let Some(i) = half.classify(teid, qfi, &flow) else {
-                return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
+            return match self.classify_hot(slot, 0, teid, qfi, ip) {
+                Ok(i) => self.apply_hot(now, slot, 0, i, p, abs, qfi, out),
+                Err(r) => drop_to(out, &mut self.counters, p, r),
             };
-            if half.head.pdrs[i].flags & crate::hot::FROM_UE != 0
-                && self.cfg.uplink_acl.check(&flow) == AclAction::Deny
-            {
-                return drop_to(out, &mut self.counters, p, DropReason::AclDenied);
-            }
-            return self.apply_hot(now, slot, 0, i, p, abs, qfi, out);
         }
+        let Some(flow) = flow_of(ip) else {
+            return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
+        };
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
@@ -465,33 +478,62 @@ impl Pipeline {
 
     #[inline]
     fn n6(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
+        // The hint was read from the same destination octets.
+        let slot = if hint != NO_HINT {
+            hint
+        } else {
+            let Some(flow) = flow_of(p.data()) else {
+                return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
+            };
+            let Some(slot) = self.ue.lookup(flow.dst) else {
+                return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
+            };
+            slot
+        };
+        let inner = (p.start(), p.start() + p.len());
+        if self.is_hot(slot, 1) {
+            return match self.classify_hot(slot, 1, 0, None, p.data()) {
+                Ok(i) => self.apply_hot(now, slot, 1, i, p, inner, None, out),
+                Err(r) => drop_to(out, &mut self.counters, p, r),
+            };
+        }
         let Some(flow) = flow_of(p.data()) else {
             return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
         };
-        // The hint was read from the same destination octets.
-        let slot = if hint != NO_HINT {
-            Some(hint)
-        } else {
-            self.ue.lookup(flow.dst)
-        };
-        let Some(slot) = slot else {
-            return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
-        };
-        if self.is_hot(slot, 1) {
-            let Some(i) = self.hot[slot as usize].halves[1].classify(0, None, &flow) else {
-                return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
-            };
-            let inner = (p.start(), p.start() + p.len());
-            return self.apply_hot(now, slot, 1, i, p, inner, None, out);
-        }
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
         };
         let Some(i) = Compiled::classify(&s.ip_pdrs, None, None, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
-        let inner = (p.start(), p.start() + p.len());
         self.apply(now, slot, false, i, p, inner, None, out);
+    }
+
+    /// The PDR of a hot session's `half` that the inner packet `ip` matches, the uplink ACL
+    /// applied: by the 12-octet IPv4 key when the packet has the common form, else by the
+    /// general one (out of line).
+    #[inline(always)]
+    fn classify_hot(
+        &self,
+        slot: u32,
+        half: usize,
+        teid: u32,
+        qfi: Option<u8>,
+        ip: &[u8],
+    ) -> Result<usize, DropReason> {
+        let h = &self.hot[slot as usize].halves[half];
+        let Some(f) = crate::fast::flow_v4(ip) else {
+            return classify_hot_general(h, &self.cfg.uplink_acl, teid, qfi, ip);
+        };
+        let i = h
+            .classify4(teid, qfi, &f)
+            .ok_or(DropReason::NoMatchingPdr)?;
+        if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
+            && self.cfg.uplink_acl.check4(&f) == AclAction::Deny
+        {
+            return Err(DropReason::AclDenied);
+        }
+        Ok(i)
     }
 
     /// FAR, QER and URR of the matched PDR, then out.
@@ -611,18 +653,19 @@ impl Pipeline {
         // Slices once: each SmallVec access otherwise re-checks where its items live.
         let (pdr_qers, pdr_urrs) = (&pdr.qers[..], &pdr.urrs[..]);
         let (qers, urrs) = (&mut s.qers[..], &mut s.urrs[..]);
+        // Every gate before any MBR: a closed gate drops the packet whatever the rates.
+        let shut = |q: &crate::session::QerState| if uplink { !q.gate_ul } else { !q.gate_dl };
+        if pdr_qers
+            .iter()
+            .any(|&q| qers.get(usize::from(q)).is_some_and(shut))
+        {
+            return drop_to(out, counters, p, DropReason::GateClosed);
+        }
         for &q in pdr_qers {
             let Some(q) = qers.get_mut(usize::from(q)) else {
                 continue;
             };
-            let (gate, mbr) = if uplink {
-                (q.gate_ul, &mut q.mbr_ul)
-            } else {
-                (q.gate_dl, &mut q.mbr_dl)
-            };
-            if !gate {
-                return drop_to(out, counters, p, DropReason::GateClosed);
-            }
+            let mbr = if uplink { &mut q.mbr_ul } else { &mut q.mbr_dl };
             if let Some(b) = mbr {
                 if !b.conforms(clock, bits) {
                     return drop_to(out, counters, p, DropReason::MbrExceeded);
@@ -688,11 +731,11 @@ impl Pipeline {
         let hot = self
             .hot
             .get(slot as usize)
-            .is_some_and(|h| h.halves[half].head.hot);
+            .is_some_and(|h| h.halves[half].head.hot());
         if hot && !self.hot_ok {
             self.sync_slot(slot);
             for h in &mut self.hot[slot as usize].halves {
-                h.head.hot = false;
+                h.head.set_hot(false);
             }
             self.rehot.push(slot);
             return false;
@@ -780,21 +823,17 @@ impl Pipeline {
         let len = (inner.1 - inner.0) as u64;
         let uplink = pdr.flags & FROM_UE != 0;
         let bits = len * 8;
-        let (mut mark_qfi, mut rqi) = (None, false);
-        for &q in &pdr.qers {
-            let Some(q) = h.qers.get_mut(usize::from(q)) else {
-                continue;
-            };
-            if q.flags & QER_OPEN == 0 {
-                return drop_to(out, counters, p, DropReason::GateClosed);
+        if pdr.flags & GATE_SHUT != 0 {
+            return drop_to(out, counters, p, DropReason::GateClosed);
+        }
+        for (j, &q) in pdr.qers.iter().enumerate() {
+            if pdr.flags & (MBR0 << j) != 0 {
+                if let Some(q) = h.qers.get_mut(usize::from(q)) {
+                    if !q.bucket.conforms(clock, bits) {
+                        return drop_to(out, counters, p, DropReason::MbrExceeded);
+                    }
+                }
             }
-            if q.flags & QER_MBR != 0 && !q.bucket.conforms(clock, bits) {
-                return drop_to(out, counters, p, DropReason::MbrExceeded);
-            }
-            if mark_qfi.is_none() && q.qfi != NONE {
-                mark_qfi = Some(q.qfi);
-            }
-            rqi |= q.flags & QER_RQI != 0;
         }
         if pdr
             .urrs
@@ -803,17 +842,20 @@ impl Pipeline {
         {
             return drop_to(out, counters, p, DropReason::QuotaExhausted);
         }
-        for &q in &pdr.qers {
+        for (j, &q) in pdr.qers.iter().enumerate() {
             let Some(q) = h.qers.get_mut(usize::from(q)) else {
                 continue;
             };
-            if q.flags & QER_MBR != 0 {
+            if pdr.flags & (MBR0 << j) != 0 {
                 q.bucket.take(bits);
             }
             if q.flags & QER_GBR != 0 {
                 q.gbr_pending += len;
             }
         }
+        let mark = h.head.marks[pdr_index];
+        let mark_qfi = (mark & MARK_QFI != 0).then_some(mark & 0x3f);
+        let rqi = mark & MARK_RQI != 0;
         let mut check = [NONE; 2];
         for (k, &u) in pdr.urrs.iter().enumerate() {
             if let Some(u) = h.urrs.get_mut(usize::from(u)) {

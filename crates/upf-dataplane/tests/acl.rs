@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use std::net::IpAddr;
 use upf_dataplane::acl::{Acl, AclAction, AclRule, Tuning, ANY_PORT, MAX_TABLES};
-use upf_dataplane::flow::{Addr, Flow, Prefix};
+use upf_dataplane::flow::{Addr, Flow, Flow4, Prefix};
 
 const V4: [u32; 4] = [0x0a00_0000, 0x0a01_0000, 0xc000_0200, 0xc633_6400];
 const V6: [u128; 3] = [
@@ -182,6 +182,17 @@ proptest! {
         };
         for f in flows.iter().chain(&aimed) {
             prop_assert_eq!(acl.check(f), linear(&rules, default, f), "{:?}", f);
+            if !f.src.v6 && !f.dst.v6 {
+                let f4 = Flow4 {
+                    src: f.src.low32(),
+                    dst: f.dst.low32(),
+                    src_port: f.src_port,
+                    dst_port: f.dst_port,
+                    proto: f.proto,
+                    tos: f.tos,
+                };
+                prop_assert_eq!(acl.check4(&f4), linear(&rules, default, f), "{:?}", f);
+            }
         }
     }
 
