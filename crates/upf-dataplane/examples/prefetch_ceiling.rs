@@ -5,8 +5,8 @@
 //!
 //! `cargo run --release -p upf-dataplane --example prefetch_ceiling`
 
-use prefetch_index::prefetch_index;
 use std::time::Instant;
+use upf_prefetch::l1 as prefetch_index;
 
 #[derive(Clone)]
 #[repr(C, align(64))]

@@ -359,25 +359,27 @@ impl Half {
         None
     }
 
-    /// Prefetches the lines in use (`shape`, from [`Hot::shape`]).
+    /// Prefetches the lines in use (`shape`, from [`Hot::shape`]) into L2: into L1, each of
+    /// the ~50 lines in flight would hold one of its few miss buffers until it arrives, and
+    /// the prefetches themselves stalled (docs/benchmarks.md).
     #[inline(always)]
     pub fn prefetch(&self, shape: u16) {
-        use crate::prefetch::line;
-        line(&self.head);
+        use upf_prefetch::{l2, l2_ref};
+        l2_ref(&self.head);
         let (nf, na, nq, nu) = unshape(shape);
         for k in 0..nf {
-            prefetch_index::prefetch_index(self.filters.as_slice(), k);
+            l2(self.filters.as_slice(), k);
         }
         for k in 0..FARS {
             if na & (1 << k) != 0 {
-                prefetch_index::prefetch_index(self.fars.as_slice(), k);
+                l2(self.fars.as_slice(), k);
             }
         }
         for k in 0..nq {
-            prefetch_index::prefetch_index(self.qers.as_slice(), k);
+            l2(self.qers.as_slice(), k);
         }
         for k in 0..nu {
-            prefetch_index::prefetch_index(self.urrs.as_slice(), k);
+            l2(self.urrs.as_slice(), k);
         }
     }
 }

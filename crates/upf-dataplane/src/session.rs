@@ -403,7 +403,7 @@ impl Compiled {
         }
         for p in self.gtp_pdrs.iter().chain(self.ip_pdrs.iter()).take(4) {
             for k in (0..p.fast.len().min(4)).step_by(2) {
-                prefetch_index::prefetch_index(&*p.fast, k);
+                upf_prefetch::l1(&p.fast, k);
             }
         }
     }

@@ -111,7 +111,7 @@ impl IntMap {
     #[inline(always)]
     pub fn prefetch(&self, k: u32) {
         if !self.buckets.is_empty() {
-            prefetch_index::prefetch_index(self.buckets.as_slice(), self.home(k));
+            upf_prefetch::l1(self.buckets.as_slice(), self.home(k));
         }
     }
 
