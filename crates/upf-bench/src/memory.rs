@@ -216,7 +216,7 @@ fn build_worker(
 /// (and the TEID uplink) rewritten with the inner checksum kept right (RFC 1624).
 fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
     p.set_range(o.start, o.end);
-    p.port = port;
+    p.set_port(port);
     let addr = u32::from(profile::ue_addr(ue));
     let b = p.buffer_mut();
     let a = if o.uplink { o.ip + 12 } else { o.ip + 16 };
@@ -279,7 +279,7 @@ fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<Drive, String> {
     let ports: Vec<Vec<Port>> = w
         .batches
         .iter()
-        .map(|b| b.iter().map(|p| p.port).collect())
+        .map(|b| b.iter().map(|p| p.port()).collect())
         .collect();
     let octets_per_round: u64 = w
         .origs

@@ -93,18 +93,54 @@ pub fn flow_v4(ip: &[u8]) -> Option<Flow4> {
 /// with an empty payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Template {
+    /// The header, right-aligned: every write copies all 44 octets, ending where the
+    /// payload starts (a shorter header's leading octets land in the headroom), so that the
+    /// copy is one fixed-size move and never a `memcpy` call.
     bytes: [u8; 44],
     len: u8,
     psc: bool,
+    /// The one's-complement sum of the IPv4 header with total length, identification, ECN
+    /// and checksum zero: the checksum is finished from it and the per-packet fields, not
+    /// summed from the freshly written header (whose wide reload of narrow stores stalled).
+    sum: u16,
 }
+
+const TEMPLATE_LEN: usize = 44;
 
 impl Template {
     /// No header (a placeholder in fixed-size records).
     pub const EMPTY: Template = Template {
-        bytes: [0; 44],
+        bytes: [0; TEMPLATE_LEN],
         len: 0,
         psc: false,
+        sum: 0,
     };
+
+    /// From a header as the encoder wrote it for an empty payload.
+    fn new(hdr: &[u8], psc: bool) -> Option<Self> {
+        let mut bytes = [0u8; TEMPLATE_LEN];
+        let at = TEMPLATE_LEN.checked_sub(hdr.len())?;
+        let h = bytes.get_mut(at..)?;
+        h.copy_from_slice(hdr);
+        // The per-packet fields, zero (so that equal tunnels give equal templates): ECN,
+        // total length, identification, checksum, UDP and GTP-U lengths.
+        h[1] &= !3;
+        for r in [2..6, 10..12, 24..26, 30..32] {
+            h.get_mut(r)?.fill(0);
+        }
+        let ip = bytes.get(at..at + 20)?;
+        Some(Self {
+            bytes,
+            len: u8::try_from(hdr.len()).ok()?,
+            psc,
+            sum: checksum::sum(ip),
+        })
+    }
+
+    /// The header as it is written (left-aligned).
+    fn header(&self) -> &[u8] {
+        &self.bytes[TEMPLATE_LEN - usize::from(self.len)..]
+    }
 
     /// The same tunnel's header without a PDU Session Container: the first 36 octets with
     /// the E flag cleared (lengths and checksum are written per packet).
@@ -112,21 +148,10 @@ impl Template {
         if !self.psc {
             return *self;
         }
-        let mut bytes = [0u8; 44];
-        bytes[..36].copy_from_slice(&self.bytes[..36]);
-        bytes[28] &= !0x04;
-        // What the encoder writes for an empty payload (each is rewritten per packet).
-        bytes[2..4].copy_from_slice(&36u16.to_be_bytes());
-        bytes[24..26].copy_from_slice(&16u16.to_be_bytes());
-        bytes[30..32].fill(0);
-        bytes[10..12].fill(0);
-        let c = checksum::checksum(&bytes[..20]);
-        bytes[10..12].copy_from_slice(&c.to_be_bytes());
-        Template {
-            bytes,
-            len: 36,
-            psc: false,
-        }
+        let mut h = [0u8; 36];
+        h.copy_from_slice(&self.header()[..36]);
+        h[28] &= !0x04;
+        Self::new(&h, false).unwrap_or(Self::EMPTY)
     }
 
     /// `psc`: with a PDU Session Container (downlink type when `downlink`); its QFI octet is
@@ -163,14 +188,7 @@ impl Template {
             },
         };
         let start = encapsulate_gtpu_v4(&mut buf, 64, 0, &params).ok()?;
-        let hdr = buf.get(start..)?;
-        let mut bytes = [0u8; 44];
-        bytes.get_mut(..hdr.len())?.copy_from_slice(hdr);
-        Some(Self {
-            bytes,
-            len: u8::try_from(hdr.len()).ok()?,
-            psc: psc.is_some(),
-        })
+        Self::new(buf.get(start..)?, psc.is_some())
     }
 
     /// Writes the header in front of `buf[ds..de]`; returns the new start, or `None` without
@@ -188,18 +206,19 @@ impl Template {
         let hl = usize::from(self.len);
         let start = ds.checked_sub(hl)?;
         let total = u16::try_from(de.checked_sub(start)?).ok()?;
-        let h = buf.get_mut(start..ds)?;
-        // Fixed-size copies, which the compiler inlines (a variable one calls memcpy).
-        match h.len() {
-            44 => h.copy_from_slice(&self.bytes),
-            36 => h.copy_from_slice(self.bytes.first_chunk::<36>()?),
-            _ => h.copy_from_slice(self.bytes.get(..hl)?),
+        if hl < 36 {
+            return None;
         }
-        h[1] |= ecn & 3;
+        let room = buf.get_mut(ds.checked_sub(TEMPLATE_LEN)?..ds)?;
+        let room: &mut [u8; TEMPLATE_LEN] = room.try_into().ok()?;
+        *room = self.bytes;
+        let h = &mut room[TEMPLATE_LEN - hl..];
+        let ecn = ecn & 3;
+        h[1] |= ecn;
         h[2..4].copy_from_slice(&total.to_be_bytes());
         h[4..6].copy_from_slice(&ident.to_be_bytes());
-        h[10..12].fill(0);
-        let c = checksum::checksum(&h[..20]);
+        // ECN sits in the low octet of the first word.
+        let c = !checksum::combine(&[self.sum, total, ident, u16::from(ecn)]);
         h[10..12].copy_from_slice(&c.to_be_bytes());
         h[24..26].copy_from_slice(&(total - 20).to_be_bytes());
         h[30..32].copy_from_slice(&(total - 36).to_be_bytes());
@@ -383,6 +402,37 @@ mod tests {
             if let Some(f) = flow_v4(&d) {
                 prop_assert_eq!(Some(crate::flow::Flow::from(f)), crate::parse::flow_of_general(&d));
             }
+        }
+
+        /// The checksum finished from the template's sum is the encoder's, for any header
+        /// fields and lengths, and nothing past the payload or before the copied room moves.
+        #[test]
+        fn template_writes_what_the_encoder_does(src: u32, dst: u32, teid: u32, dscp in 0u8..64, ttl: u8, ident: u16, ecn in 0u8..4, len in 0usize..1400, psc in proptest::option::of(any::<bool>())) {
+            let (src, dst) = (Ipv4Addr::from(src), Ipv4Addr::from(dst));
+            let t = Template::v4(src, dst, teid, dscp, ttl, psc).unwrap();
+            let mut a = vec![0xa5u8; 200 + len];
+            let mut b = a.clone();
+            let sa = t.write(&mut a, 150, 150 + len, ident, ecn, 0).unwrap();
+            let p = EncapV4 {
+                src,
+                dst,
+                ident,
+                dont_frag: false,
+                tunnel: GtpuTunnel {
+                    teid,
+                    src_port: 2152,
+                    dst_port: 2152,
+                    psc: psc.map(|dl| if dl { PduSessionContainer::dl(0) } else { PduSessionContainer::ul(0) }),
+                    ttl,
+                    dscp,
+                    ecn,
+                },
+            };
+            let sb = encapsulate_gtpu_v4(&mut b, 150, len, &p).unwrap();
+            prop_assert_eq!(sa, sb);
+            prop_assert_eq!(&a[sa..], &b[sb..]);
+            prop_assert_eq!(&a[..150 - 44], &b[..150 - 44]);
+            prop_assert_eq!(checksum::checksum(&a[sa..sa + 20]), 0);
         }
     }
 }

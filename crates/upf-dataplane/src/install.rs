@@ -185,7 +185,7 @@ impl Pipeline {
             )
             .is_some()
             {
-                p.port = port;
+                p.set_port(port);
                 self.pending.push(p);
             }
         }

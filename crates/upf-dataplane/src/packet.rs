@@ -5,6 +5,7 @@ use core::fmt;
 
 /// Size of every packet buffer: an Ethernet MTU frame plus headroom, rounded up.
 pub const BUF_LEN: usize = 2048;
+const _: () = assert!(BUF_LEN <= u16::MAX as usize);
 /// Room kept in front of a received packet: two outer IPv6 + UDP + GTP-U + PSC headers
 /// (68 octets each), so an N9 re-encapsulation never runs out.
 pub const HEADROOM: usize = 160;
@@ -40,27 +41,41 @@ impl Port {
 /// IP header; link-layer framing is the I/O backend's business).
 #[derive(Clone)]
 pub struct Packet {
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    /// Ingress port on receive; egress port once the pipeline has forwarded it.
-    pub port: Port,
+    /// A buffer pointer and one word (a scalar pair) move in two registers through the
+    /// stages and back to the batch loop. A struct of more fields travels through memory,
+    /// written field by field and read back whole, which stalls store forwarding.
+    buf: Box<[u8; BUF_LEN]>,
+    /// The range in `buf` (start: bits 0-15, end: bits 16-31) and the port: ingress on
+    /// receive, egress once the pipeline has forwarded it (bits 32-39, [`Port::index`]).
+    meta: u64,
+}
+
+const _: () = assert!(size_of::<Packet>() == 16);
+const _: () = assert!(size_of::<Option<Packet>>() == 16);
+
+fn meta(start: u16, end: u16, port: Port) -> u64 {
+    u64::from(start) | (u64::from(end) << 16) | ((port as u64) << 32)
+}
+
+/// An offset into a buffer, clamped to its end (which fits in `u16`).
+#[inline(always)]
+fn offset(x: usize) -> u16 {
+    u16::try_from(x.min(BUF_LEN)).unwrap_or(u16::MAX)
 }
 
 impl fmt::Debug for Packet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Packet({:?}, {} octets)", self.port, self.len())
+        write!(f, "Packet({:?}, {} octets)", self.port(), self.len())
     }
 }
 
 impl Packet {
     /// An empty packet with a fresh buffer.
     pub fn new(port: Port) -> Self {
+        let h = offset(HEADROOM);
         Self {
-            buf: vec![0; BUF_LEN].into_boxed_slice(),
-            start: HEADROOM,
-            end: HEADROOM,
-            port,
+            buf: Box::new([0; BUF_LEN]),
+            meta: meta(h, h, port),
         }
     }
 
@@ -76,14 +91,32 @@ impl Packet {
             return false;
         };
         dst.copy_from_slice(data);
-        self.start = HEADROOM;
-        self.end = HEADROOM + data.len();
-        self.port = port;
+        self.meta = meta(offset(HEADROOM), offset(HEADROOM + data.len()), port);
         true
     }
 
+    #[inline(always)]
+    fn end(&self) -> usize {
+        ((self.meta >> 16) & 0xffff) as usize
+    }
+
+    /// Ingress port on receive; egress port once the pipeline has forwarded it.
+    #[inline(always)]
+    pub fn port(&self) -> Port {
+        match self.meta >> 32 {
+            0 => Port::N3,
+            1 => Port::N9,
+            _ => Port::N6,
+        }
+    }
+
+    #[inline(always)]
+    pub fn set_port(&mut self, port: Port) {
+        self.meta = (self.meta & 0xffff_ffff) | ((port as u64) << 32);
+    }
+
     pub fn data(&self) -> &[u8] {
-        self.buf.get(self.start..self.end).unwrap_or(&[])
+        self.buf.get(self.start()..self.end()).unwrap_or(&[])
     }
 
     /// `buffer[start..end]`, empty when out of range.
@@ -92,30 +125,33 @@ impl Packet {
     }
 
     pub fn data_mut(&mut self) -> &mut [u8] {
-        self.buf.get_mut(self.start..self.end).unwrap_or(&mut [])
+        let (s, e) = (self.start(), self.end());
+        self.buf.get_mut(s..e).unwrap_or(&mut [])
     }
 
     pub fn len(&self) -> usize {
-        self.end - self.start
+        self.end().saturating_sub(self.start())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.end == self.start
+        self.len() == 0
     }
 
+    #[inline(always)]
     pub fn start(&self) -> usize {
-        self.start
+        (self.meta & 0xffff) as usize
     }
 
     /// The whole buffer, headroom included (offsets as [`Packet::start`]).
     pub fn buffer_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
+        self.buf.as_mut_slice()
     }
 
     /// Sets the packet's range within the buffer; out-of-range values are clamped.
+    #[inline(always)]
     pub fn set_range(&mut self, start: usize, end: usize) {
-        self.end = end.min(self.buf.len());
-        self.start = start.min(self.end);
+        let end = offset(end);
+        self.meta = meta(offset(start).min(end), end, self.port());
     }
 }
 

@@ -126,9 +126,12 @@ fn classify_hot_general(
     Ok(i)
 }
 
-fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) {
+/// Counts the drop and frees the buffer; `None`, so that a stage can return it as "nothing
+/// to send".
+fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) -> Option<Packet> {
     c.drop(r);
     out.free.push(p);
+    None
 }
 
 fn wire_drop(first: Option<&u8>, e: upf_wire::Error) -> DropReason {
@@ -219,13 +222,15 @@ impl Pipeline {
             // Counted as created when sent, not when queued: in between, an End Marker is
             // neither sent nor buffered and `balanced()` would not hold.
             self.counters.created += 1;
-            self.counters.tx(p.port, p.len());
+            self.counters.tx(p.port(), p.len());
             out.tx.push(p);
         }
         while let Some(p) = self.requeue.pop_front() {
             self.counters.buffered -= 1;
             self.buffered_bytes -= p.len();
-            self.handle(now, p, NO_HINT, out);
+            if let Some(p) = self.handle(now, p, NO_HINT, out) {
+                out.tx.push(p);
+            }
         }
         // Every packet's session is looked up first, in a loop of independent lookups whose
         // cache misses overlap; loading the sessions' rules the same way measured slower
@@ -258,8 +263,13 @@ impl Pipeline {
             if prefetch {
                 self.prefetch_ahead(&hints, i);
             }
-            self.counters.rx(p.port, p.len());
-            self.handle(now, p, hints[i], out);
+            self.counters.rx(p.port(), p.len());
+            // The packet comes back in registers and is stored once into `out.tx` here: a
+            // push inside `handle` read it back from the stack whole, right after it was
+            // written there field by field, and stalled on the store forwarding.
+            if let Some(p) = self.handle(now, p, hints[i], out) {
+                out.tx.push(p);
+            }
         }
         self.hints = hints;
         while let Some(slot) = self.rehot.pop() {
@@ -272,7 +282,7 @@ impl Pipeline {
     #[inline(always)]
     fn prefetch_hint(&self, p: &Packet) {
         let d = p.data();
-        match p.port {
+        match p.port() {
             Port::N3 | Port::N9 => {
                 if let Some(t) = d.get(32..36) {
                     self.teids
@@ -305,7 +315,7 @@ impl Pipeline {
     #[inline(always)]
     fn slot_hint(&self, p: &Packet) -> Option<u32> {
         let d = p.data();
-        match p.port {
+        match p.port() {
             Port::N3 | Port::N9 => {
                 if d.first() != Some(&0x45) {
                     return None;
@@ -366,21 +376,22 @@ impl Pipeline {
         }
     }
 
-    /// `hint`: the slot [`Pipeline::slot_hint`] found, or [`NO_HINT`].
-    fn handle(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
+    /// `hint`: the slot [`Pipeline::slot_hint`] found, or [`NO_HINT`]. Returns the packet
+    /// to send (counted as sent), if any.
+    fn handle(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) -> Option<Packet> {
         let hint = if hint == NO_HINT {
             hint
         } else {
             hint & !HINT_IP
         };
-        match p.port {
+        match p.port() {
             Port::N3 | Port::N9 => self.gtp(now, p, hint, out),
             Port::N6 => self.n6(now, p, hint, out),
         }
     }
 
     #[inline(always)]
-    fn gtp(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
+    fn gtp(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) -> Option<Packet> {
         if let Some(g) = crate::fast::gpdu_v4(p.data()) {
             // The hint was read from the same TEID octets.
             let slot = if hint != NO_HINT {
@@ -399,7 +410,7 @@ impl Pipeline {
     /// TEIDs (out of line, so that the fast path is inlined into the batch loop).
     #[cold]
     #[inline(never)]
-    fn gtp_general(&mut self, now: Instant, p: Packet, out: &mut Output) {
+    fn gtp_general(&mut self, now: Instant, p: Packet, out: &mut Output) -> Option<Packet> {
         let d = match decapsulate(p.data()) {
             Ok(d) => d,
             Err(e) => {
@@ -409,7 +420,10 @@ impl Pipeline {
         };
         match d.gtpu.msg_type {
             MessageType::GPdu => {}
-            MessageType::EchoRequest => return self.echo(p, &d, out),
+            MessageType::EchoRequest => {
+                self.echo(p, &d, out);
+                return None;
+            }
             MessageType::ErrorIndication => {
                 self.error_indication_received(&p, &d);
                 return drop_to(out, &mut self.counters, p, DropReason::Signalling);
@@ -428,11 +442,11 @@ impl Pipeline {
         }
         let teid = d.gtpu.teid;
         let Some(slot) = self.teids.get(teid) else {
-            self.send_error_indication(now, p.port, &d, out);
+            self.send_error_indication(now, p.port(), &d, out);
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
         let qfi = d.gtpu.ext.psc.map(|c| c.qfi);
-        self.gpdu(now, slot, teid, qfi, d.inner, p, out);
+        self.gpdu(now, slot, teid, qfi, d.inner, p, out)
     }
 
     /// A G-PDU for a known TEID: classify the inner packet and apply the rules.
@@ -447,7 +461,7 @@ impl Pipeline {
         inner: core::ops::Range<usize>,
         p: Packet,
         out: &mut Output,
-    ) {
+    ) -> Option<Packet> {
         let Some(ip) = p.data().get(inner.clone()) else {
             return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
         };
@@ -473,11 +487,11 @@ impl Pipeline {
         if s.gtp_pdrs[i].from_ue && self.cfg.uplink_acl.check(&flow) == AclAction::Deny {
             return drop_to(out, &mut self.counters, p, DropReason::AclDenied);
         }
-        self.apply(now, slot, true, i, p, abs, qfi, out);
+        self.apply(now, slot, true, i, p, abs, qfi, out)
     }
 
     #[inline]
-    fn n6(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) {
+    fn n6(&mut self, now: Instant, p: Packet, hint: u32, out: &mut Output) -> Option<Packet> {
         // The hint was read from the same destination octets.
         let slot = if hint != NO_HINT {
             hint
@@ -506,7 +520,7 @@ impl Pipeline {
         let Some(i) = Compiled::classify(&s.ip_pdrs, None, None, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
-        self.apply(now, slot, false, i, p, inner, None, out);
+        self.apply(now, slot, false, i, p, inner, None, out)
     }
 
     /// The PDR of a hot session's `half` that the inner packet `ip` matches, the uplink ACL
@@ -549,7 +563,7 @@ impl Pipeline {
         inner: (usize, usize),
         qfi_in: Option<u8>,
         out: &mut Output,
-    ) {
+    ) -> Option<Packet> {
         let Self {
             slots,
             counters,
@@ -623,7 +637,7 @@ impl Pipeline {
                 counters.buffered += 1;
                 *buffered_bytes += p.len();
                 far.buffer.push_back(p);
-                return;
+                return None;
             }
             return drop_to(out, counters, p, DropReason::FarDrop);
         }
@@ -639,7 +653,7 @@ impl Pipeline {
             (p.start(), p.start() + p.len())
         };
         // A routed hop when the packet enters or leaves N6.
-        if (target.port == Port::N6 || p.port == Port::N6)
+        if (target.port == Port::N6 || p.port() == Port::N6)
             && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
         {
             return drop_to(out, counters, p, DropReason::TtlExpired);
@@ -719,8 +733,8 @@ impl Pipeline {
         if !emit(&mut p, ds, de, target, &mark, cfg.outer_ttl, ident) {
             return drop_to(out, counters, p, DropReason::EncapFailed);
         }
-        counters.tx(p.port, p.len());
-        out.tx.push(p);
+        counters.tx(p.port(), p.len());
+        Some(p)
     }
 
     /// Whether packets of `slot` looked up through `half` take the hot path. When this
@@ -781,7 +795,7 @@ impl Pipeline {
         inner: (usize, usize),
         qfi_in: Option<u8>,
         out: &mut Output,
-    ) {
+    ) -> Option<Packet> {
         use crate::hot::*;
         let clock = self.clock_ns;
         let clock1 = clock + 1;
@@ -815,7 +829,7 @@ impl Pipeline {
         } else {
             (p.start(), p.start() + p.len())
         };
-        if (far_port == Port::N6 || p.port == Port::N6)
+        if (far_port == Port::N6 || p.port() == Port::N6)
             && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
         {
             return drop_to(out, counters, p, DropReason::TtlExpired);
@@ -870,7 +884,7 @@ impl Pipeline {
         } else {
             qfi_in.or(mark_qfi)
         };
-        p.port = far_port;
+        p.set_port(far_port);
         let sent = if let Some(far) = h.fars.get(far).filter(|_| far_flags & FAR_ENCAP != 0) {
             let ip = p.data_at(ds, de);
             let ecn = match ip.first().map(|v| v >> 4) {
@@ -899,12 +913,12 @@ impl Pipeline {
             p.set_range(ds, de);
             true
         };
-        if sent {
-            counters.tx(p.port, p.len());
-            out.tx.push(p);
+        let p = if sent {
+            counters.tx(p.port(), p.len());
+            Some(p)
         } else {
-            drop_to(out, counters, p, DropReason::EncapFailed);
-        }
+            drop_to(out, counters, p, DropReason::EncapFailed)
+        };
         // A URR whose budget ran out: the exact check, and its report if one fired.
         for u in check {
             if u == NONE {
@@ -921,6 +935,7 @@ impl Pipeline {
                 record.set_urr_limits(s);
             }
         }
+        p
     }
 
     fn echo(&mut self, mut p: Packet, d: &Decapsulated, out: &mut Output) {
@@ -945,10 +960,12 @@ impl Pipeline {
         });
         match sent {
             Some(()) => {
-                self.counters.tx(p.port, p.len());
+                self.counters.tx(p.port(), p.len());
                 out.tx.push(p);
             }
-            None => drop_to(out, &mut self.counters, p, DropReason::MalformedOuter),
+            None => {
+                drop_to(out, &mut self.counters, p, DropReason::MalformedOuter);
+            }
         }
     }
 
@@ -967,7 +984,7 @@ impl Pipeline {
         }
         let mut e = out.free.pop().unwrap_or_else(|| Packet::new(port));
         // Back by the G-PDU's ingress port (a reused buffer keeps its last port).
-        e.port = port;
+        e.set_port(port);
         let start = HEADROOM;
         let buf = e.buffer_mut().get_mut(start..).unwrap_or(&mut []);
         let n = if d.src_port == GTPU_PORT {
@@ -988,7 +1005,7 @@ impl Pipeline {
         });
         if ok.is_some() {
             self.counters.created += 1;
-            self.counters.tx(e.port, e.len());
+            self.counters.tx(e.port(), e.len());
             out.tx.push(e);
         } else {
             out.free.push(e);
@@ -1044,7 +1061,7 @@ fn duplicate(
             let (cs, ce) = (c.start(), c.start() + c.len());
             if emit(&mut c, cs, ce, d, mark, ttl, ident) {
                 counters.created += 1;
-                counters.tx(c.port, c.len());
+                counters.tx(c.port(), c.len());
                 out.tx.push(c);
                 continue;
             }
@@ -1064,7 +1081,7 @@ fn emit(
     ttl: u8,
     ident: &mut u16,
 ) -> bool {
-    p.port = t.port;
+    p.set_port(t.port);
     let Some(tun) = t.encap else {
         p.set_range(ds, de);
         return true;
@@ -1240,7 +1257,7 @@ pub fn null_forward(rx: &mut Vec<Packet>, out: &mut Output, tunnel: &EncapV4) {
     let qfi = t.psc.map_or(0, |c| c.qfi);
     let mut ident = 0u16;
     for mut p in rx.drain(..) {
-        let ok = match p.port {
+        let ok = match p.port() {
             Port::N3 | Port::N9 => {
                 let inner = crate::fast::gpdu_v4(p.data())
                     .map(|g| g.inner)
@@ -1249,7 +1266,7 @@ pub fn null_forward(rx: &mut Vec<Packet>, out: &mut Output, tunnel: &EncapV4) {
                     Some(r) => {
                         let (s, e) = (p.start() + r.start, p.start() + r.end);
                         p.set_range(s, e);
-                        p.port = Port::N6;
+                        p.set_port(Port::N6);
                         route_hop(p.data_mut())
                     }
                     None => false,
@@ -1266,7 +1283,7 @@ pub fn null_forward(rx: &mut Vec<Packet>, out: &mut Output, tunnel: &EncapV4) {
                     {
                         Some(start) => {
                             p.set_range(start, s + l);
-                            p.port = Port::N3;
+                            p.set_port(Port::N3);
                             true
                         }
                         None => false,

@@ -28,7 +28,7 @@ fn up(n: u16) -> Vec<u8> {
 fn numbers_to_gnb(out: &[upf_dataplane::Packet]) -> Vec<u16> {
     out.iter()
         .map(|p| {
-            assert_eq!(p.port, Port::N3);
+            assert_eq!(p.port(), Port::N3);
             let (d, inner) = open(p);
             assert_eq!((d.gtpu.teid, d.outer_dst), (0xabcd, GNB.into()));
             let n = sport(&inner) - 10_000;
@@ -89,7 +89,7 @@ fn forw_both_ways() {
     let teid = local_teid(&resp);
     let out = r.send(vec![gpdu(teid, Some(9), &up(1)), n6(&down(2))]);
     assert_eq!(out.len(), 2);
-    assert_eq!(out[0].port, Port::N6);
+    assert_eq!(out[0].port(), Port::N6);
     assert_eq!(out[0].data(), &routed(&up(1))[..]);
     assert_eq!(numbers_to_gnb(&out[1..]), [2]);
     assert_balanced(&mut r);
@@ -281,11 +281,15 @@ fn dupl_sends_a_copy_to_the_duplication_target() {
 
     let out = r.send1(n6(&down(1)));
     assert_eq!(out.len(), 2, "{out:?}");
-    let to_gnb: Vec<_> = out.iter().filter(|p| p.port == Port::N3).cloned().collect();
+    let to_gnb: Vec<_> = out
+        .iter()
+        .filter(|p| p.port() == Port::N3)
+        .cloned()
+        .collect();
     assert_eq!(numbers_to_gnb(&to_gnb), [1]);
     let copy = out
         .iter()
-        .find(|p| p.port == Port::N9)
+        .find(|p| p.port() == Port::N9)
         .expect("a copy on N9");
     let (d, inner) = open(copy);
     assert_eq!((d.gtpu.teid, d.outer_dst), (0x5555, LI.into()));
@@ -295,12 +299,12 @@ fn dupl_sends_a_copy_to_the_duplication_target() {
     assert_eq!(out.len(), 2, "{out:?}");
     let n6_out = out
         .iter()
-        .find(|p| p.port == Port::N6)
+        .find(|p| p.port() == Port::N6)
         .expect("the original");
     assert_eq!(n6_out.data(), &routed(&up(2))[..]);
     let copy = out
         .iter()
-        .find(|p| p.port == Port::N9)
+        .find(|p| p.port() == Port::N9)
         .expect("a copy on N9");
     let (d, inner) = open(copy);
     assert_eq!((d.gtpu.teid, d.outer_dst), (0x6666, LI.into()));
@@ -321,7 +325,7 @@ fn dupl_without_forw_still_duplicates() {
     r.establish(req);
     let out = r.send1(n6(&down(1)));
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].port, Port::N9);
+    assert_eq!(out[0].port(), Port::N9);
     assert_balanced(&mut r);
 }
 

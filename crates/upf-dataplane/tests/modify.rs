@@ -45,7 +45,7 @@ enum Out {
 }
 
 fn what(p: &Packet) -> Out {
-    assert_eq!(p.port, Port::N3);
+    assert_eq!(p.port(), Port::N3);
     let (d, inner) = open(p);
     let peer = match d.outer_dst {
         std::net::IpAddr::V4(a) => a,
@@ -150,7 +150,7 @@ fn a_modification_amid_a_stream_loses_nothing_and_mixes_nothing() {
             n += 1;
         }
         for p in r.send(rx) {
-            if p.port == Port::N6 {
+            if p.port() == Port::N6 {
                 assert_eq!(p.data(), &routed(&up(sport(p.data())))[..]);
                 ups += 1;
             } else {

@@ -85,7 +85,7 @@ fn which(r: &mut Rig, pkts: Vec<Packet>) -> Vec<Option<u32>> {
         assert!(out.len() <= 1);
         match out.first() {
             Some(o) => {
-                assert!(matches!(o.port, Port::N3 | Port::N9));
+                assert!(matches!(o.port(), Port::N3 | Port::N9));
                 got.push(Some(open(o).0.gtpu.teid));
             }
             None => {

@@ -361,7 +361,7 @@ fn chosen(out: &[Packet]) -> Option<u16> {
     let mut pdrs = out.iter().filter_map(|p| {
         let (d, _) = open(p);
         (d.gtpu.msg_type == MessageType::GPdu).then(|| {
-            assert_eq!(p.port, Port::N9);
+            assert_eq!(p.port(), Port::N9);
             u16::try_from(d.gtpu.teid - TAG).unwrap()
         })
     });
@@ -829,7 +829,7 @@ proptest! {
             };
             hot.process(now, &mut vec![pkt.clone()], &mut oh);
             cold.process(now, &mut vec![pkt], &mut oc);
-            let sent = |o: &Output| o.tx.iter().map(|p| (p.port, p.data().to_vec())).collect::<Vec<_>>();
+            let sent = |o: &Output| o.tx.iter().map(|p| (p.port(), p.data().to_vec())).collect::<Vec<_>>();
             prop_assert_eq!(sent(&oh), sent(&oc), "packet {}: {:?}", k, g);
             prop_assert_eq!(oh.free.len(), oc.free.len());
             oh.tx.clear();

@@ -38,7 +38,7 @@ fn closed_gates_drop_per_direction() {
     let teid = local_teid(&resp);
     let out = r.send(vec![gpdu(teid, Some(9), &up(53)), n6(&down(53))]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     assert_eq!(r.dp().counters().dropped(DropReason::GateClosed), 1);
 
     let m = SessionModificationRequest {
@@ -57,7 +57,7 @@ fn closed_gates_drop_per_direction() {
     assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
     let out = r.send(vec![gpdu(teid, Some(9), &up(53)), n6(&down(53))]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N6);
+    assert_eq!(out[0].port(), Port::N6);
     assert_eq!(r.dp().counters().dropped(DropReason::GateClosed), 2);
     assert_balanced(&mut r);
 }
@@ -77,7 +77,7 @@ fn offer(
         let late = r.now - t0 >= from;
         for p in r.send(make(k)) {
             let b = &mut bits[class(&p)];
-            let inner = match p.port {
+            let inner = match p.port() {
                 Port::N6 => p.len(),
                 _ => open(&p).1.len(),
             };
@@ -123,7 +123,7 @@ fn mbr_holds_each_direction_to_its_rate_after_the_burst() {
             v.extend((0..10).map(|_| n6(&down(53))));
             v
         },
-        |p| usize::from(p.port == Port::N3),
+        |p| usize::from(p.port() == Port::N3),
     );
     let (ul, dl) = (bits[0], bits[1]);
     within_5_percent(ul.1, 10.0, ul_kbps);

@@ -23,7 +23,7 @@ fn uplink_decapsulated_to_n6_and_downlink_encapsulated_to_gnb() {
     let inner = udp4(UE, DN, 4000, 53, 100, 0);
     let out = r.send1(gpdu(teid, Some(9), &inner));
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N6);
+    assert_eq!(out[0].port(), Port::N6);
     let mut expect = inner.clone();
     assert!(upf_dataplane::flow_of(&expect).is_some());
     expect[8] -= 1; // TTL
@@ -34,7 +34,7 @@ fn uplink_decapsulated_to_n6_and_downlink_encapsulated_to_gnb() {
     let down = udp4(DN, UE, 53, 4000, 200, 0);
     let out = r.send1(n6(&down));
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     let d = decapsulate(out[0].data()).unwrap();
     assert_eq!(d.gtpu.teid, 0xabcd);
     assert_eq!(d.outer_dst, ip("192.0.2.100"));
@@ -86,7 +86,7 @@ fn downlink_gtpu_ipv4_to_the_gnb_exactly() {
     r.establish(simple_session(UE, 0xabcd));
     let out = r.send1(n6(&down(1)));
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     let (d, inner) = open(&out[0]);
     assert_eq!((d.outer_src, d.outer_dst), (ip("192.0.2.1"), GNB.into()));
     assert_eq!((d.src_port, d.dst_port), (2152, 2152));
@@ -110,7 +110,7 @@ fn downlink_gtpu_ipv6_peer_from_the_n3_ipv6_address() {
     r.establish(req);
     let out = r.send1(n6(&down(1)));
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     let (d, inner) = open(&out[0]);
     assert_eq!(out[0].data()[0] >> 4, 6);
     assert_eq!(out[0].data()[7], 64, "outer hop limit");
@@ -201,7 +201,7 @@ fn n9_uplink_is_reencapsulated_with_the_inner_untouched() {
         let inner = with_ttl(up(1), ttl);
         let out = r.send1(gpdu(teid, Some(9), &inner));
         assert_eq!(out.len(), 1, "TTL {ttl}");
-        assert_eq!(out[0].port, Port::N9);
+        assert_eq!(out[0].port(), Port::N9);
         let (d, got) = open(&out[0]);
         assert_eq!((d.outer_src, d.outer_dst), (ip("192.0.2.1"), PSA.into()));
         assert_eq!(d.gtpu.teid, 0x9999);
@@ -235,7 +235,7 @@ fn n9_downlink_is_reencapsulated_to_the_gnb() {
     );
     let out = r.send1(pkt);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     let (d, got) = open(&out[0]);
     assert_eq!((d.outer_dst, d.gtpu.teid), (GNB.into(), 0xabcd));
     assert_eq!(got, inner);
@@ -338,7 +338,7 @@ fn ipv6_ue_uplink_and_downlink() {
         );
         let out = r.send1(pkt);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].port, Port::N6);
+        assert_eq!(out[0].port(), Port::N6);
         assert_eq!(
             out[0].data(),
             &routed(&inner)[..],
@@ -350,7 +350,7 @@ fn ipv6_ue_uplink_and_downlink() {
         let inner = udp6(dn6, ue6_addr(iid), 53, 40_000, 300);
         let out = r.send1(n6(&inner));
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].port, Port::N3);
+        assert_eq!(out[0].port(), Port::N3);
         let (d, got) = open(&out[0]);
         assert_eq!((d.outer_src, d.outer_dst), (ip(UPF6), gnb6));
         assert_eq!(d.gtpu.teid, 0xabcd);

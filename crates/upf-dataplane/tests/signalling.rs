@@ -52,7 +52,7 @@ fn unknown_teid_gets_an_error_indication_with_the_right_ies() {
     let inner = udp4(UE, DN, 1, 2, 10, 0);
     let out = r.send1(gpdu(0xdead, Some(9), &inner));
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     assert_error_indication(&out[0], 0xdead, UPF.into(), GNB.into());
     assert_eq!(udp_ports(&out[0]), (2152, 2152));
 
@@ -91,7 +91,7 @@ fn the_error_indication_leaves_by_the_port_the_g_pdu_came_in_by() {
         &inner,
     ));
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N9);
+    assert_eq!(out[0].port(), Port::N9);
     assert_error_indication(&out[0], 0xdead, UPF.into(), PSA.into());
     // After a packet dropped on N6 in the same batch (its buffer is reused).
     let out = r.send(vec![
@@ -99,7 +99,7 @@ fn the_error_indication_leaves_by_the_port_the_g_pdu_came_in_by() {
         gpdu(0xdead, None, &inner),
     ]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     assert_error_indication(&out[0], 0xdead, UPF.into(), GNB.into());
     assert_balanced(&mut r);
 }
@@ -133,7 +133,7 @@ fn echo_request_is_answered_with_its_sequence_number() {
     let req = udp4_with(GNB, UPF, 40_001, 2152, &echo_request(0x1234));
     let out = r.send1(Packet::from_bytes(Port::N3, &req).unwrap());
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N3);
+    assert_eq!(out[0].port(), Port::N3);
     let (d, _) = open(&out[0]);
     assert_eq!((d.outer_src, d.outer_dst), (UPF.into(), GNB.into()));
     assert_eq!(udp_ports(&out[0]), (2152, 40_001));
@@ -152,7 +152,7 @@ fn echo_request_is_answered_with_its_sequence_number() {
     req[46..48].fill(0);
     let out = r.send1(Packet::from_bytes(Port::N9, &req).unwrap());
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].port, Port::N9);
+    assert_eq!(out[0].port(), Port::N9);
     let (d, _) = open(&out[0]);
     assert_eq!((d.outer_src, d.outer_dst), (ip(UPF6), IpAddr::V6(psa6)));
     let (repr, msg) = Message::parse(gtp_bytes(&out[0])).unwrap();

@@ -173,8 +173,8 @@ impl<T: PacketIo> PacketIo for Faults<T> {
                 }
                 let dup = self.chance(self.duplicate);
                 if dup {
-                    let mut c = pool.get(p.port);
-                    if c.load(p.port, p.data()) {
+                    let mut c = pool.get(p.port());
+                    if c.load(p.port(), p.data()) {
                         self.stats.duplicated += 1;
                         kept.push(p);
                         kept.push(c);

@@ -116,7 +116,7 @@ mod tests {
         let mut b = Vec::new();
         assert_eq!(io.rx_batch(&mut pool, &mut b, 32).unwrap(), 1);
         assert_eq!(b[0].data(), &[0x45, 0, 0, 20]);
-        assert_eq!(b[0].port, Port::N6);
+        assert_eq!(b[0].port(), Port::N6);
         assert_eq!(io.tx_batch(&mut b, &mut pool).unwrap(), 1);
         assert!(b.is_empty());
         assert_eq!(peer.take_sent(), vec![vec![0x45, 0, 0, 20]]);

@@ -301,7 +301,7 @@ fn rx_strips_ethernet_and_discards_non_ip() {
     assert_eq!(got.len(), sent.len(), "received {got:?}");
     for (p, want) in got.iter().zip(&sent) {
         assert_eq!(p.data(), &want[..]);
-        assert_eq!(p.port, Port::N6);
+        assert_eq!(p.port(), Port::N6);
         assert_eq!(p.start(), upf_dataplane::HEADROOM);
     }
     let s = io.stats();

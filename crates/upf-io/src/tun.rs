@@ -140,7 +140,7 @@ impl PacketIo for TunIo {
                     if matches!(p.data().first().map(|b| b >> 4), Some(4 | 6)) {
                         self.stats.rx_packets += 1;
                         self.stats.rx_bytes += len as u64;
-                        p.port = self.port;
+                        p.set_port(self.port);
                         batch.push(p);
                         n += 1;
                     } else {
@@ -358,7 +358,7 @@ mod tests {
             }
             let p = found.expect("the datagram came out of the TUN");
             let d = p.data();
-            assert_eq!(p.port, Port::N6);
+            assert_eq!(p.port(), Port::N6);
             assert_eq!(&d[12..16], &[10, 77, 0, 1]);
             assert_eq!(u16::from_be_bytes([d[20], d[21]]), sport);
             assert_eq!(u16::from_be_bytes([d[22], d[23]]), 9999);

@@ -1057,7 +1057,7 @@ mod tests {
         let mut got = rx_wait(&mut io, &mut pool, 1, 8);
         assert_eq!(got.len(), 1);
         let p = &got[0];
-        assert_eq!(p.port, Port::N3);
+        assert_eq!(p.port(), Port::N3);
         assert_eq!(p.start(), HEADROOM);
         let d = p.data();
         assert_eq!(d.len(), 20 + 8 + GTPU_ECHO.len());

@@ -57,7 +57,7 @@ impl Steering {
     /// The worker a packet goes to; packets without a readable UE address go to worker 0,
     /// which counts them as dropped or answers them (Echo).
     pub fn worker(&self, p: &Packet) -> usize {
-        let (ip, dir) = match p.port {
+        let (ip, dir) = match p.port() {
             Port::N3 | Port::N9 => match decapsulate(p.data()) {
                 Ok(d) => (p.data().get(d.inner).unwrap_or(&[]), Direction::Uplink),
                 Err(_) => return 0,

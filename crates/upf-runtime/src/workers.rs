@@ -302,7 +302,7 @@ impl Worker {
         self.pipeline.process(t0, rx, out);
         pool.put_all(out.free.drain(..));
         for p in out.tx.drain(..) {
-            match self.queue_for(p.port) {
+            match self.queue_for(p.port()) {
                 Some(q) => tx[q].push(p),
                 None => {
                     self.stats.no_queue += 1;

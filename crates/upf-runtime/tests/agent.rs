@@ -169,7 +169,7 @@ fn pfcp_sessions_over_two_workers_report_exact_usage() {
         got.extend(r.agent.datapath().collect(Duration::from_millis(100)));
     }
     assert_eq!(got.len(), n);
-    assert!(got.iter().all(|p| p.port == Port::N6));
+    assert!(got.iter().all(|p| p.port() == Port::N6));
     for (i, seid) in seids.iter().enumerate() {
         let Message::SessionDeletionResponse(m) = r.request(Some(*seid), SessionDeletionRequest {})
         else {

@@ -130,7 +130,7 @@ fn per_ue_order_is_kept_across_workers() {
     assert_eq!(got.len(), (UES * u32::from(PER_UE)) as usize);
     let mut seqs: HashMap<[u8; 4], Vec<u16>> = HashMap::new();
     for p in &got {
-        assert_eq!(p.port, Port::N6);
+        assert_eq!(p.port(), Port::N6);
         let d = p.data();
         let src: [u8; 4] = d[12..16].try_into().unwrap();
         seqs.entry(src)

@@ -649,7 +649,7 @@ fn veth_n3_gtpu_rx_arp_and_tx() {
     assert_eq!(got.len(), 40, "only the G-PDUs reach the socket");
     let mut per_worker = [0; 2];
     for (p, w) in got.iter().zip(&workers) {
-        assert_eq!(p.port, Port::N3);
+        assert_eq!(p.port(), Port::N3);
         let d = p.data();
         assert_eq!(
             d.len(),
@@ -792,7 +792,7 @@ fn veth_n6_plain_ip_rx() {
     assert_eq!(got.len(), 60);
     assert_eq!(workers, want);
     for p in &got {
-        assert_eq!(p.port, Port::N6);
+        assert_eq!(p.port(), Port::N6);
         assert!(matches!(p.data()[0] >> 4, 4 | 6));
     }
     drop(io);
