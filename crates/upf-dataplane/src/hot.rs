@@ -72,21 +72,15 @@ pub(crate) struct HotPdr {
 const _: () = assert!(size_of::<HotPdr>() == 16);
 
 impl HotPdr {
+    /// The PDR's keys other than its filters.
     #[inline(always)]
-    fn matches(
-        &self,
-        filters: &[[FastFilter; 2]; FILTER_LINES],
-        teid: u32,
-        qfi: Option<u8>,
-        f: &Flow,
-    ) -> bool {
+    fn keys(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
         if self.flags & HAS_TEID != 0 && self.teid != teid {
             return false;
         }
         if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
             return false;
         }
-        let from_ue = self.flags & FROM_UE != 0;
         if self.flags & HAS_UE != 0 {
             let a = if self.flags & UE_IS_DST != 0 {
                 f.dst
@@ -97,6 +91,21 @@ impl HotPdr {
                 return false;
             }
         }
+        true
+    }
+
+    #[inline(always)]
+    fn matches(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow,
+    ) -> bool {
+        if !self.keys(teid, qfi, f) {
+            return false;
+        }
+        let from_ue = self.flags & FROM_UE != 0;
         let (first, n) = (
             usize::from(self.filters >> 4),
             usize::from(self.filters & 15),
@@ -116,22 +125,15 @@ impl HotPdr {
 }
 
 impl HotPdr {
-    /// [`HotPdr::matches`] on the IPv4 key.
+    /// [`HotPdr::keys`] on the IPv4 key.
     #[inline(always)]
-    fn matches4(
-        &self,
-        filters: &[[FastFilter; 2]; FILTER_LINES],
-        teid: u32,
-        qfi: Option<u8>,
-        f: &Flow4,
-    ) -> bool {
+    fn keys4(&self, teid: u32, qfi: Option<u8>, f: &Flow4) -> bool {
         if self.flags & HAS_TEID != 0 && self.teid != teid {
             return false;
         }
         if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
             return false;
         }
-        let from_ue = self.flags & FROM_UE != 0;
         if self.flags & HAS_UE != 0 {
             let a = if self.flags & UE_IS_DST != 0 {
                 f.dst
@@ -142,6 +144,22 @@ impl HotPdr {
                 return false;
             }
         }
+        true
+    }
+
+    /// [`HotPdr::matches`] on the IPv4 key.
+    #[inline(always)]
+    fn matches4(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow4,
+    ) -> bool {
+        if !self.keys4(teid, qfi, f) {
+            return false;
+        }
+        let from_ue = self.flags & FROM_UE != 0;
         let (first, n) = (
             usize::from(self.filters >> 4),
             usize::from(self.filters & 15),
