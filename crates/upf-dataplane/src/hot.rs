@@ -7,9 +7,13 @@
 //! SDF filter lines, the FAR line (its header template), one line per (QER, direction) with
 //! the token bucket, and one line per URR with the volume counted since the last sync.
 //!
-//! Sessions that do not fit the shape (more rules than the lines hold, slow SDF filters, IPv6
-//! UE prefixes, framed routes, buffering or duplicating FARs, IPv6 tunnels, PPI) are marked
-//! cold and take the general path over [`Compiled`].
+//! A half whose SDF filters do not fit its filter lines keeps them in a run of lines of the
+//! pipeline's overflow arena ([`crate::overflow`]), found by slot beside the record; its
+//! head then tells the inline classification to look there (out of line).
+//!
+//! Sessions that do not fit the shape (more rules than the lines hold, more filters than a
+//! run holds, slow SDF filters, IPv6 UE prefixes, framed routes, buffering or duplicating
+//! FARs, IPv6 tunnels, PPI) are marked cold and take the general path over [`Compiled`].
 //!
 //! Where the state lives: the compiled session is the source of truth. While a session is
 //! hot, its QER buckets are *owned* by the hot record (copied back by [`Hot::sync`]) and the
@@ -24,6 +28,7 @@ use crate::fast::Template;
 use crate::filter::FastFilter;
 use crate::flow::{Flow, Flow4};
 use crate::meter::TokenBucket;
+use crate::overflow::{Line, MAX_RUN_LINES};
 use crate::packet::Port;
 use crate::session::{CPdr, Compiled, Strip};
 use std::time::{Duration, Instant};
@@ -63,7 +68,9 @@ pub(crate) struct HotPdr {
     qfi: u8,
     pub flags: u8,
     pub far: u8,
-    /// First filter (high nibble) and number of filters (low nibble); none: any packet.
+    /// First filter (high nibble) and number of filters (low nibble) on the inline lines;
+    /// in a half whose filters are in a run, the number of lines its filters take there
+    /// (each PDR's from the line after the previous PDR's). None: any packet.
     filters: u8,
     pub qers: [u8; 2],
     pub urrs: [u8; 2],
@@ -72,21 +79,15 @@ pub(crate) struct HotPdr {
 const _: () = assert!(size_of::<HotPdr>() == 16);
 
 impl HotPdr {
+    /// The PDR's keys other than its filters.
     #[inline(always)]
-    fn matches(
-        &self,
-        filters: &[[FastFilter; 2]; FILTER_LINES],
-        teid: u32,
-        qfi: Option<u8>,
-        f: &Flow,
-    ) -> bool {
+    fn keys(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
         if self.flags & HAS_TEID != 0 && self.teid != teid {
             return false;
         }
         if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
             return false;
         }
-        let from_ue = self.flags & FROM_UE != 0;
         if self.flags & HAS_UE != 0 {
             let a = if self.flags & UE_IS_DST != 0 {
                 f.dst
@@ -97,6 +98,21 @@ impl HotPdr {
                 return false;
             }
         }
+        true
+    }
+
+    #[inline(always)]
+    fn matches(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow,
+    ) -> bool {
+        if !self.keys(teid, qfi, f) {
+            return false;
+        }
+        let from_ue = self.flags & FROM_UE != 0;
         let (first, n) = (
             usize::from(self.filters >> 4),
             usize::from(self.filters & 15),
@@ -116,22 +132,15 @@ impl HotPdr {
 }
 
 impl HotPdr {
-    /// [`HotPdr::matches`] on the IPv4 key.
+    /// [`HotPdr::keys`] on the IPv4 key.
     #[inline(always)]
-    fn matches4(
-        &self,
-        filters: &[[FastFilter; 2]; FILTER_LINES],
-        teid: u32,
-        qfi: Option<u8>,
-        f: &Flow4,
-    ) -> bool {
+    fn keys4(&self, teid: u32, qfi: Option<u8>, f: &Flow4) -> bool {
         if self.flags & HAS_TEID != 0 && self.teid != teid {
             return false;
         }
         if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
             return false;
         }
-        let from_ue = self.flags & FROM_UE != 0;
         if self.flags & HAS_UE != 0 {
             let a = if self.flags & UE_IS_DST != 0 {
                 f.dst
@@ -142,6 +151,22 @@ impl HotPdr {
                 return false;
             }
         }
+        true
+    }
+
+    /// [`HotPdr::matches`] on the IPv4 key.
+    #[inline(always)]
+    fn matches4(
+        &self,
+        filters: &[[FastFilter; 2]; FILTER_LINES],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow4,
+    ) -> bool {
+        if !self.keys4(teid, qfi, f) {
+            return false;
+        }
+        let from_ue = self.flags & FROM_UE != 0;
         let (first, n) = (
             usize::from(self.filters >> 4),
             usize::from(self.filters & 15),
@@ -160,6 +185,52 @@ impl HotPdr {
     }
 }
 
+impl HotPdr {
+    /// Whether a packet matches this PDR of a half whose filters are in a run; `lines`: its
+    /// lines there (an odd list's last filter is there twice, so no count is checked).
+    #[inline(always)]
+    fn matches_run4(&self, lines: &[Line], teid: u32, qfi: Option<u8>, f: &Flow4) -> bool {
+        if !self.keys4(teid, qfi, f) {
+            return false;
+        }
+        // The key turned round once, UE side first, rather than at every filter.
+        let g = if self.flags & FROM_UE != 0 {
+            *f
+        } else {
+            Flow4 {
+                src: f.dst,
+                dst: f.src,
+                src_port: f.dst_port,
+                dst_port: f.src_port,
+                ..*f
+            }
+        };
+        lines.is_empty()
+            || lines
+                .iter()
+                .any(|l| l.0[0].matches4(&g, true) || l.0[1].matches4(&g, true))
+    }
+
+    /// [`HotPdr::matches_run4`] on the general key.
+    #[inline(always)]
+    fn matches_run(&self, lines: &[Line], teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
+        let from_ue = self.flags & FROM_UE != 0;
+        self.keys(teid, qfi, f)
+            && (lines.is_empty()
+                || lines
+                    .iter()
+                    .any(|l| l.0[0].matches(f, from_ue) || l.0[1].matches(f, from_ue)))
+    }
+
+    /// This PDR's lines at the start of `run` (its half's run from this PDR's first line on),
+    /// and the lines after them.
+    #[inline(always)]
+    fn split_run<'a>(&self, run: &'a [Line]) -> (&'a [Line], &'a [Line]) {
+        run.split_at_checked(usize::from(self.filters))
+            .unwrap_or((run, &[]))
+    }
+}
+
 /// The head line of a half: the PDRs of its list, by precedence.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
@@ -167,7 +238,10 @@ pub(crate) struct Head {
     /// The pipeline's clock + 1 at the last packet since the last sync; 0: none.
     pub last: u64,
     pub pdrs: [HotPdr; PDRS],
-    /// The number of PDRs, and [`SERVES`] when this half serves packets (the session is hot).
+    /// The number of PDRs matched on the inline filter lines (bits 0-1), or of those whose
+    /// filters are in an overflow run (bits 2-3: then the inline loop sees none, and a
+    /// packet it matched to no PDR looks at the run), and [`SERVES`] when this half serves
+    /// packets (the session is hot).
     state: u8,
     /// Each FAR's flags and egress port, so that a FAR without a tunnel needs no line of
     /// its own.
@@ -180,6 +254,8 @@ pub(crate) struct Head {
 
 /// In [`Head::state`].
 const SERVES: u8 = 0x80;
+const INLINE_PDRS: u8 = 3;
+const RUN_PDRS_SHIFT: u8 = 2;
 pub(crate) const MARK_QFI: u8 = 0x80;
 pub(crate) const MARK_RQI: u8 = 0x40;
 
@@ -200,7 +276,19 @@ impl Head {
 
     #[inline(always)]
     fn npdrs(&self) -> usize {
-        usize::from(self.state & !SERVES).min(PDRS)
+        usize::from(self.state & INLINE_PDRS)
+    }
+
+    /// The PDRs of a half whose filters are in a run (none otherwise).
+    #[inline(always)]
+    fn run_pdrs(&self) -> usize {
+        usize::from((self.state >> RUN_PDRS_SHIFT) & INLINE_PDRS)
+    }
+
+    /// Whether this half's filters are in an overflow run.
+    #[inline(always)]
+    pub fn overflows(&self) -> bool {
+        self.run_pdrs() != 0
     }
 }
 
@@ -359,6 +447,44 @@ impl Half {
         None
     }
 
+    /// [`Half::classify`] of a half whose filters are in `run` (none if they are inline).
+    #[inline(always)]
+    pub fn classify_run(
+        &self,
+        mut run: &[Line],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow,
+    ) -> Option<usize> {
+        for (i, p) in self.head.pdrs[..self.head.run_pdrs()].iter().enumerate() {
+            let (lines, rest) = p.split_run(run);
+            if p.matches_run(lines, teid, qfi, f) {
+                return Some(i);
+            }
+            run = rest;
+        }
+        None
+    }
+
+    /// [`Half::classify_run`] on the IPv4 key.
+    #[inline(always)]
+    pub fn classify_run4(
+        &self,
+        mut run: &[Line],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow4,
+    ) -> Option<usize> {
+        for (i, p) in self.head.pdrs[..self.head.run_pdrs()].iter().enumerate() {
+            let (lines, rest) = p.split_run(run);
+            if p.matches_run4(lines, teid, qfi, f) {
+                return Some(i);
+            }
+            run = rest;
+        }
+        None
+    }
+
     /// Prefetches the lines in use (`shape`, from [`Hot::shape`]) into L2: into L1, each of
     /// the ~50 lines in flight would hold one of its few miss buffers until it arrives, and
     /// the prefetches themselves stalled (docs/benchmarks.md).
@@ -398,9 +524,12 @@ pub(crate) const COLD: u16 = 1;
 pub(crate) const EMPTY: u16 = 0;
 /// Set in a hot half's shape.
 pub(crate) const HOT: u16 = 0x8000;
+/// Set in the shape of a hot half whose filters are in an overflow run (none inline).
+pub(crate) const OVERFLOW: u16 = 0x4000;
 
-/// The lines of a half in use: a hot bit, then 3 bits each for the number of filter lines,
-/// the FAR lines to read (a bit each), the numbers of (QER, direction) lines and URRs.
+/// The lines of a half in use: a hot bit, an overflow bit, then 3 bits each for the number
+/// of (inline) filter lines, the FAR lines to read (a bit each), the numbers of (QER,
+/// direction) lines and URRs.
 fn make_shape(nf: usize, na: usize, nq: usize, nu: usize) -> u16 {
     let b = |n: usize| u16::try_from(n & 7).unwrap_or(0);
     HOT | b(nf) | (b(na) << 3) | (b(nq) << 6) | (b(nu) << 9)
@@ -411,13 +540,19 @@ fn unshape(s: u16) -> (usize, usize, usize, usize) {
     (f(0), f(3), f(6), f(9))
 }
 
-/// A built half, the (QER slot, uplink) pairs whose buckets it owns, and its shape.
-type Built = (Half, Vec<(u16, bool)>, u16);
+/// A built half.
+struct Built {
+    half: Half,
+    /// The (QER slot, uplink) pairs whose buckets it owns.
+    qers: Vec<(u16, bool)>,
+    shape: u16,
+    /// The lines of its overflow run (none: its filters are inline).
+    run: Vec<Line>,
+}
 
 /// Builds one half from a PDR list; `None` if it does not fit.
 struct HalfBuilder {
     half: Half,
-    filters: Vec<FastFilter>,
     fars: Vec<u16>,
     /// (QER slot, uplink)
     qers: Vec<(u16, bool)>,
@@ -428,7 +563,6 @@ impl HalfBuilder {
     fn new() -> Self {
         Self {
             half: Half::default(),
-            filters: Vec::new(),
             fars: Vec::new(),
             qers: Vec::new(),
             urrs: Vec::new(),
@@ -454,23 +588,6 @@ impl HalfBuilder {
             0 => QFI_ANY,
             1 => u8::try_from(p.qfis().trailing_zeros()).ok()?,
             _ => return None,
-        };
-        let fast = p.fast_filters();
-        let filters = if fast.is_empty() {
-            0
-        } else {
-            // Sessions often give a bearer's uplink and downlink PDRs the same filters.
-            let start = match self.filters.windows(fast.len()).position(|w| w == fast) {
-                Some(i) => i,
-                None => {
-                    self.filters.extend_from_slice(fast);
-                    self.filters.len() - fast.len()
-                }
-            };
-            if self.filters.len() > 2 * FILTER_LINES || fast.len() > 15 {
-                return None;
-            }
-            u8::try_from((start << 4) | fast.len()).ok()?
         };
         let mut flags = 0;
         let (ue_v4, teid) = (p.ue_v4(), p.teid);
@@ -510,10 +627,52 @@ impl HalfBuilder {
             qfi,
             flags,
             far,
-            filters,
+            filters: 0,
             qers,
             urrs,
         })
+    }
+
+    /// Lays the PDRs' filters out on the inline lines; the number of filters there, or
+    /// `None` if they do not fit.
+    fn inline_filters(&mut self, pdrs: &[CPdr]) -> Option<usize> {
+        let mut all: Vec<FastFilter> = Vec::new();
+        for (hp, p) in self.half.head.pdrs.iter_mut().zip(pdrs) {
+            let fast = p.fast_filters();
+            if fast.is_empty() {
+                continue;
+            }
+            // Sessions often give a bearer's uplink and downlink PDRs the same filters.
+            let start = match all.windows(fast.len()).position(|w| w == fast) {
+                Some(i) => i,
+                None => {
+                    all.extend_from_slice(fast);
+                    all.len() - fast.len()
+                }
+            };
+            if all.len() > 2 * FILTER_LINES || fast.len() > 15 {
+                return None;
+            }
+            hp.filters = u8::try_from((start << 4) | fast.len()).ok()?;
+        }
+        for (k, f) in all.iter().enumerate() {
+            self.half.filters[k / 2][k % 2] = *f;
+        }
+        Some(all.len())
+    }
+
+    /// Lays the PDRs' filters out for an overflow run: each PDR's from a line of its own
+    /// on, after the previous PDR's (not shared: then a PDR needs only its number of lines,
+    /// which fits its byte), an odd list's last filter twice; `None` past what a run holds.
+    fn run_filters(&mut self, pdrs: &[CPdr]) -> Option<Vec<Line>> {
+        let mut run = Vec::new();
+        for (hp, p) in self.half.head.pdrs.iter_mut().zip(pdrs) {
+            let fast = p.fast_filters();
+            let lines = fast.chunks(2).map(|c| Line([c[0], c[c.len() - 1]]));
+            run.extend(lines);
+            hp.filters = u8::try_from(fast.len().div_ceil(2)).ok()?;
+        }
+        (run.len() <= MAX_RUN_LINES).then_some(run)
     }
 
     fn build(mut self, pdrs: &[CPdr], s: &Compiled) -> Option<Built> {
@@ -523,10 +682,17 @@ impl HalfBuilder {
         for (k, p) in pdrs.iter().enumerate() {
             self.half.head.pdrs[k] = self.pdr(p)?;
         }
-        self.half.head.state = u8::try_from(pdrs.len()).ok()? | SERVES;
-        for (k, f) in self.filters.iter().enumerate() {
-            self.half.filters[k / 2][k % 2] = *f;
-        }
+        let n = u8::try_from(pdrs.len()).ok()?;
+        let (inline, run) = match self.inline_filters(pdrs) {
+            Some(inline) => {
+                self.half.head.state = n | SERVES;
+                (inline, Vec::new())
+            }
+            None => {
+                self.half.head.state = (n << RUN_PDRS_SHIFT) | SERVES;
+                (0, self.run_filters(pdrs)?)
+            }
+        };
         // Only FARs with a tunnel have a line to read (their header template).
         let mut far_lines = 0;
         for (k, &f) in self.fars.iter().enumerate() {
@@ -585,13 +751,21 @@ impl HalfBuilder {
                 }
             }
         }
-        let shape = make_shape(
-            self.filters.len().div_ceil(2),
+        let mut shape = make_shape(
+            inline.div_ceil(2),
             far_lines,
             self.qers.len(),
             self.urrs.len(),
         );
-        Some((self.half, self.qers, shape))
+        if !run.is_empty() {
+            shape |= OVERFLOW;
+        }
+        Some(Built {
+            half: self.half,
+            qers: self.qers,
+            shape,
+            run,
+        })
     }
 }
 
@@ -636,23 +810,25 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
 }
 
 impl Hot {
-    /// The hot record of `s` (state copied from it) and the prefetch shape of each half, or a
-    /// cold record.
-    pub fn build(s: &Compiled) -> (Hot, [u16; 2]) {
-        let cold = (Hot::default(), [COLD; 2]);
-        let Some((gtp, gq, gs)) = HalfBuilder::new().build(&s.gtp_pdrs, s) else {
+    /// The hot record of `s` (state copied from it), the prefetch shape of each half and the
+    /// lines of each half's overflow run (empty: none), or a cold record.
+    pub fn build(s: &Compiled) -> (Hot, [u16; 2], [Vec<Line>; 2]) {
+        let cold = (Hot::default(), [COLD; 2], Default::default());
+        let Some(gtp) = HalfBuilder::new().build(&s.gtp_pdrs, s) else {
             return cold;
         };
-        let Some((ip, iq, is)) = HalfBuilder::new().build(&s.ip_pdrs, s) else {
+        let Some(ip) = HalfBuilder::new().build(&s.ip_pdrs, s) else {
             return cold;
         };
         // A bucket is owned by one line only.
-        if gq.iter().any(|q| iq.contains(q)) {
+        if gtp.qers.iter().any(|q| ip.qers.contains(q)) {
             return cold;
         }
-        let mut h = Hot { halves: [gtp, ip] };
+        let mut h = Hot {
+            halves: [gtp.half, ip.half],
+        };
         h.set_urr_limits(s);
-        (h, [gs, is])
+        (h, [gtp.shape, ip.shape], [gtp.run, ip.run])
     }
 
     /// Budgets and quota flags of every URR line from the compiled URRs (pending volumes zero).

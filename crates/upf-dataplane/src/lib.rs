@@ -17,6 +17,7 @@ pub mod flow;
 mod hot;
 mod install;
 pub mod meter;
+mod overflow;
 pub mod packet;
 mod parse;
 pub mod pipeline;

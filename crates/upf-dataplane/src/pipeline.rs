@@ -4,8 +4,9 @@
 use crate::acl::AclAction;
 use crate::counters::{Counters, DropReason};
 use crate::flow::Addr;
-use crate::hot::{Hot, COLD, EMPTY, HOT};
+use crate::hot::{Hot, COLD, EMPTY, HOT, OVERFLOW};
 use crate::meter::RateLimit;
+use crate::overflow::{Arena, Run};
 use crate::packet::{Packet, Port, HEADROOM};
 use crate::parse::{flow_of, route_hop};
 use crate::session::{Compiled, Strip, Target};
@@ -51,6 +52,13 @@ const HINT_IP: u32 = 1 << 31;
 /// How many packets ahead the lines of a hot record are prefetched.
 const HOT_AHEAD: usize = 8;
 
+/// How many packets ahead the first lines of an overflow run are prefetched: the run's place
+/// is read from its slot's entry in `runs`, prefetched [`HOT_AHEAD`] packets ahead.
+const RUN_AHEAD: usize = 4;
+
+/// The lines of an overflow run prefetched: a half of 16 filters scans no more.
+const RUN_PREFETCH_LINES: usize = 8;
+
 /// How many packets ahead the session tables' buckets are prefetched while looking up hints.
 const HINT_AHEAD: usize = 8;
 
@@ -73,6 +81,9 @@ pub struct Pipeline {
     /// Per slot: the hot record ([`crate::hot`]), and which of its lines are in use.
     pub(crate) hot: Vec<Hot>,
     pub(crate) shapes: Vec<[u16; 2]>,
+    /// Per slot: the overflow run of each half whose shape has [`OVERFLOW`], in `arena`.
+    pub(crate) runs: Vec<[Run; 2]>,
+    pub(crate) arena: Arena,
     /// Sessions installed cold (prefetched by reference, in steps).
     pub(crate) cold: usize,
     /// `now` of this batch is exactly `epoch + clock_ns`: hot records may count in clock
@@ -104,25 +115,6 @@ pub struct Pipeline {
     pub(crate) clock_ns: u64,
 }
 
-/// [`Pipeline::classify_hot`] for packets without the common IPv4 form (IPv6, ICMP,
-/// options, later fragments).
-#[cold]
-#[inline(never)]
-fn classify_hot_general(
-    h: &crate::hot::Half,
-    acl: &crate::acl::Acl,
-    teid: u32,
-    qfi: Option<u8>,
-    ip: &[u8],
-) -> Result<usize, DropReason> {
-    let f = flow_of(ip).ok_or(DropReason::MalformedInner)?;
-    let i = h.classify(teid, qfi, &f).ok_or(DropReason::NoMatchingPdr)?;
-    if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0 && acl.check(&f) == AclAction::Deny {
-        return Err(DropReason::AclDenied);
-    }
-    Ok(i)
-}
-
 /// Counts the drop and frees the buffer; `None`, so that a stage can return it as "nothing
 /// to send".
 fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) -> Option<Packet> {
@@ -150,6 +142,8 @@ impl Pipeline {
             slots: reserved(n),
             hot: reserved(n),
             shapes: reserved(n),
+            runs: reserved(n),
+            arena: Arena::default(),
             cold: 0,
             hot_ok: true,
             hot_enabled: true,
@@ -296,6 +290,27 @@ impl Pipeline {
         if let Some(&shape) = self.shapes.get(slot).map(|s| &s[half]) {
             if shape & HOT != 0 {
                 self.hot[slot].halves[half].prefetch(shape);
+                if shape & OVERFLOW != 0 {
+                    upf_prefetch::l2(&self.runs, slot);
+                }
+            }
+        }
+    }
+
+    /// Prefetches the first lines of the overflow run (if any) that the packet with hint `h`
+    /// will read; its entry in `runs` was prefetched by [`Pipeline::prefetch_hot`].
+    #[inline(always)]
+    fn prefetch_run(&self, h: u32) {
+        let slot = (h & !HINT_IP) as usize;
+        let half = usize::from(h & HINT_IP != 0);
+        if self
+            .shapes
+            .get(slot)
+            .is_some_and(|s| s[half] & OVERFLOW != 0)
+        {
+            let run = self.arena.lines(self.runs[slot][half]);
+            for k in 0..run.len().min(RUN_PREFETCH_LINES) {
+                upf_prefetch::l2(run, k);
             }
         }
     }
@@ -340,6 +355,11 @@ impl Pipeline {
     fn prefetch_ahead(&self, hints: &[u32], i: usize) {
         if let Some(&h) = hints.get(i + HOT_AHEAD) {
             self.prefetch_hot(h);
+        }
+        if self.arena.live() != 0 {
+            if let Some(&h) = hints.get(i + RUN_AHEAD) {
+                self.prefetch_run(h);
+            }
         }
         if self.cold == 0 {
             return;
@@ -527,17 +547,73 @@ impl Pipeline {
     ) -> Result<usize, DropReason> {
         let h = &self.hot[slot as usize].halves[half];
         let Some(f) = crate::fast::flow_v4(ip) else {
-            return classify_hot_general(h, &self.cfg.uplink_acl, teid, qfi, ip);
+            return self.classify_hot_general(slot, half, teid, qfi, ip);
         };
-        let i = h
-            .classify4(teid, qfi, &f)
-            .ok_or(DropReason::NoMatchingPdr)?;
+        let i = match h.classify4(teid, qfi, &f) {
+            Some(i) => i,
+            // A half whose filters are in a run has no PDR the inline loop sees.
+            None => self
+                .classify_run4(slot, half, teid, qfi, &f)
+                .ok_or(DropReason::NoMatchingPdr)?,
+        };
         if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
             && self.cfg.uplink_acl.check4(&f) == AclAction::Deny
         {
             return Err(DropReason::AclDenied);
         }
         Ok(i)
+    }
+
+    /// [`Pipeline::classify_hot`] for packets without the common IPv4 form (IPv6, ICMP,
+    /// options, later fragments).
+    #[cold]
+    #[inline(never)]
+    fn classify_hot_general(
+        &self,
+        slot: u32,
+        half: usize,
+        teid: u32,
+        qfi: Option<u8>,
+        ip: &[u8],
+    ) -> Result<usize, DropReason> {
+        let h = &self.hot[slot as usize].halves[half];
+        let f = flow_of(ip).ok_or(DropReason::MalformedInner)?;
+        let i = if h.head.overflows() {
+            h.classify_run(self.run(slot, half), teid, qfi, &f)
+        } else {
+            h.classify(teid, qfi, &f)
+        };
+        let i = i.ok_or(DropReason::NoMatchingPdr)?;
+        if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
+            && self.cfg.uplink_acl.check(&f) == AclAction::Deny
+        {
+            return Err(DropReason::AclDenied);
+        }
+        Ok(i)
+    }
+
+    /// The PDR of a hot half whose filters are in an overflow run (none for other halves):
+    /// out of line, so that the inline classification stays as it is.
+    #[cold]
+    #[inline(never)]
+    fn classify_run4(
+        &self,
+        slot: u32,
+        half: usize,
+        teid: u32,
+        qfi: Option<u8>,
+        f: &crate::flow::Flow4,
+    ) -> Option<usize> {
+        let h = &self.hot[slot as usize].halves[half];
+        if !h.head.overflows() {
+            return None;
+        }
+        h.classify_run4(self.run(slot, half), teid, qfi, f)
+    }
+
+    /// The filter lines of a hot half's overflow run.
+    fn run(&self, slot: u32, half: usize) -> &[crate::overflow::Line] {
+        self.arena.lines(self.runs[slot as usize][half])
     }
 
     /// FAR, QER and URR of the matched PDR, then out.
@@ -757,15 +833,37 @@ impl Pipeline {
         }
     }
 
-    /// Builds the hot record of `slot` anew from its compiled session (which must be synced).
+    /// Builds the hot record of `slot` anew from its compiled session (which must be synced),
+    /// with its overflow runs.
     pub(crate) fn build_hot(&mut self, slot: u32) {
         let i = slot as usize;
         let was_cold = self.shapes[i][0] == COLD;
-        let (h, shape) = match &self.slots[i] {
-            Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2]),
+        // Freed first (last first: the free lists are stacks), so that a rebuild of the same
+        // rules takes the same runs back.
+        for r in std::mem::take(&mut self.runs[i]).into_iter().rev() {
+            self.arena.free(r);
+        }
+        let (mut h, mut shape, filters) = match &self.slots[i] {
+            Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2], Default::default()),
             Some(s) => Hot::build(s),
-            None => (Hot::default(), [EMPTY; 2]),
+            None => (Hot::default(), [EMPTY; 2], Default::default()),
         };
+        for (k, f) in filters.iter().enumerate() {
+            if f.is_empty() {
+                continue;
+            }
+            match self.arena.alloc(f) {
+                Some(r) => self.runs[i][k] = r,
+                None => {
+                    // No line index left (2^32 lines): cold.
+                    for r in std::mem::take(&mut self.runs[i]) {
+                        self.arena.free(r);
+                    }
+                    (h, shape) = (Hot::default(), [COLD; 2]);
+                    break;
+                }
+            }
+        }
         self.hot[i] = h;
         self.shapes[i] = shape;
         self.cold = self.cold + usize::from(shape[0] == COLD) - usize::from(was_cold);

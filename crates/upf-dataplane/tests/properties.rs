@@ -95,24 +95,95 @@ fn endpoint() -> impl Strategy<Value = String> {
         .prop_map(|(neg, a, ports)| format!("{}{a} {ports}", if neg { "!" } else { "" }))
 }
 
-fn flow_text() -> impl Strategy<Value = String> {
+/// A remote endpoint of the fast form: IPv4 or any, no negation, one port range (a port
+/// list, now and then, makes two fast filters of one).
+fn fast_remote() -> impl Strategy<Value = String> {
+    fast_endpoint(vec![
+        "any",
+        "any",
+        "10.0.0.0/8",
+        "198.51.100.0/24",
+        "198.51.100.7",
+        "198.51.100.200",
+        "192.168.0.0/16",
+        "172.16.0.1",
+        "0.0.0.0/0",
+    ])
+}
+
+/// The UE's endpoint, of the fast form.
+fn fast_ue() -> impl Strategy<Value = String> {
+    fast_endpoint(vec![
+        "assigned",
+        "assigned",
+        "any",
+        "10.0.0.1",
+        "10.0.0.0/8",
+    ])
+}
+
+fn fast_endpoint(addrs: Vec<&'static str>) -> impl Strategy<Value = String> {
+    (
+        select(addrs),
+        select(vec![
+            "",
+            "",
+            "53",
+            "99",
+            "1000-2000",
+            "2001",
+            "40000",
+            "1-100,40000-50000",
+        ]),
+    )
+        .prop_map(|(a, ports)| format!("{a} {ports}"))
+}
+
+fn flow_text_of(
+    from: impl Strategy<Value = String>,
+    to: impl Strategy<Value = String>,
+) -> impl Strategy<Value = String> {
     (
         select(vec![
             "permit", "permit", "permit", "permit", "permit", "deny",
         ]),
         select(vec!["in", "out"]),
         select(vec!["ip", "17", "6", "47"]),
-        endpoint(),
-        endpoint(),
+        from,
+        to,
     )
         .prop_map(|(a, d, p, f, t)| format!("{a} {d} {p} from {f} to {t}"))
 }
 
+fn flow_text() -> impl Strategy<Value = String> {
+    flow_text_of(endpoint(), endpoint())
+}
+
 fn sdf_filter() -> impl Strategy<Value = SdfFilter> {
-    (
-        prop::option::weighted(0.85, flow_text()),
-        prop::option::weighted(0.2, select(vec![(0xb8u8, 0xfcu8), (0, 0xfc), (1, 3)])),
+    sdf_filter_of(
+        flow_text(),
         prop::option::weighted(0.1, select(vec![0u32, 0x12345])),
+    )
+}
+
+/// Filters for long lists: a hot record holds a PDR with many filters only if every one has
+/// the fast form (one in ~50 does not: that session is cold).
+fn fast_sdf_filter() -> impl Strategy<Value = SdfFilter> {
+    prop_oneof![
+        49 => sdf_filter_of(flow_text_of(fast_remote(), fast_ue()), Just(None)),
+        1 => sdf_filter(),
+    ]
+}
+
+/// A filter of `flow` with a flow label from `label` (a label is not of the fast form).
+fn sdf_filter_of(
+    flow: impl Strategy<Value = String>,
+    label: impl Strategy<Value = Option<u32>>,
+) -> impl Strategy<Value = SdfFilter> {
+    (
+        prop::option::weighted(0.85, flow),
+        prop::option::weighted(0.2, select(vec![(0xb8u8, 0xfcu8), (0, 0xfc), (1, 3)])),
+        label,
     )
         .prop_map(|(flow, tos, flow_label)| SdfFilter {
             flow: flow.map(|t| FlowDescription::parse(&t).unwrap_or_else(|e| panic!("{t}: {e}"))),
@@ -139,6 +210,8 @@ fn gen_pdr() -> impl Strategy<Value = GenPdr> {
         prop_oneof![
             2 => Just(Vec::new()),
             3 => prop::collection::vec(sdf_filter(), 1..3),
+            // More than the inline lines of a hot record hold (its overflow run).
+            2 => prop::collection::vec(fast_sdf_filter(), 5..=20),
         ],
         prop::collection::vec(1u8..=3, 0..2),
         0u32..4,
@@ -779,6 +852,143 @@ fn a_plain_session_gets_a_hot_record() {
     assert_eq!(p.cold_sessions(), 1);
     p.set_hot_records(true);
     assert_eq!(p.cold_sessions(), 0);
+}
+
+/// `n` filters from flow `from` on: flow k is of any protocol (k a multiple of 3) or UDP
+/// between the UE and 198.51.100.(10 + k % 200) port 5000 + k.
+fn flows(from: u16, n: u16) -> Vec<SdfFilter> {
+    (from..from + n)
+        .map(|k| {
+            let proto = if k % 3 == 0 { "ip" } else { "17" };
+            let text = format!(
+                "permit out {proto} from 198.51.100.{} {} to assigned",
+                10 + k % 200,
+                5000 + k
+            );
+            SdfFilter {
+                flow: Some(FlowDescription::parse(&text).unwrap()),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// Per list: a PDR with `a` flows from flow 8 on (precedence 20), one with `b` flows from
+/// flow 0 on (precedence 10, listed second). Uplink PDRs are 1-2, downlink ones 3-4 (a
+/// hot half holds two FARs: a catch-all of its own would make the session cold).
+fn many_filters_session(a: u16, b: u16) -> Session {
+    let pdr = |teid: Option<u32>, filters, precedence| GenPdr {
+        teid,
+        ue: Some((true, None, teid.is_none())),
+        framed: false,
+        filters,
+        qfis: vec![],
+        precedence,
+    };
+    let mut pdrs = Vec::new();
+    for teid in [Some(1), None] {
+        pdrs.push(pdr(teid, flows(8, a), 20));
+        pdrs.push(pdr(teid, flows(0, b), 10));
+    }
+    session(&pdrs)
+}
+
+/// Uplink and downlink packets of flows 0..32 (UDP, TCP, and GRE, which the hot path
+/// classifies by the general key), and the PDR that the reference matcher picks for each.
+fn flow_packets(s: &Session) -> Vec<(Packet, Option<u16>)> {
+    let mut v = Vec::new();
+    for k in 0..32u16 {
+        let dn = Ipv4Addr::new(198, 51, 100, u8::try_from(10 + k).unwrap());
+        for proto in [17u8, 6, 47] {
+            for up in [true, false] {
+                let (src, dst, sport, dport) = if up {
+                    (UE4, dn, 4000, 5000 + k)
+                } else {
+                    (dn, UE4, 5000 + k, 4000)
+                };
+                let mut ip = udp4(src, dst, sport, dport, 24, 0);
+                ip[9] = proto;
+                fix_ipv4_checksum(&mut ip);
+                let (source, teid) = if up {
+                    (Interface::Access, Some(1))
+                } else {
+                    (Interface::Core, None)
+                };
+                let ports = proto != 47;
+                let meta = PacketMeta {
+                    source,
+                    teid: teid.map(Teid),
+                    qfi: None,
+                    src: src.into(),
+                    dst: dst.into(),
+                    protocol: proto,
+                    src_port: if ports { sport } else { 0 },
+                    dst_port: if ports { dport } else { 0 },
+                    tos: 0,
+                    spi: None,
+                    flow_label: None,
+                };
+                let pkt = if up { gpdu(1, None, &ip) } else { n6(&ip) };
+                v.push((pkt, s.classify(&meta).map(|p| p.id.0)));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn sixteen_filters_a_pdr_stay_hot_and_match_as_the_general_path_does() {
+    let t0 = Instant::now();
+    let s = many_filters_session(16, 16);
+    let (mut hot, mut cold) = (pipeline(t0), pipeline(t0));
+    cold.set_hot_records(false);
+    hot.install(t0, Arc::new(s.clone()), InstallFlags::default())
+        .unwrap();
+    cold.install(t0, Arc::new(s.clone()), InstallFlags::default())
+        .unwrap();
+    assert_eq!(hot.cold_sessions(), 0);
+    let mut seen = std::collections::BTreeSet::new();
+    for (pkt, want) in flow_packets(&s) {
+        let (mut oh, mut oc) = (Output::default(), Output::default());
+        hot.process(t0, &mut vec![pkt.clone()], &mut oh);
+        cold.process(t0, &mut vec![pkt], &mut oc);
+        let got = chosen(&oh.tx);
+        assert_eq!(got, want);
+        assert_eq!(chosen(&oc.tx), want);
+        let sent = |o: &Output| o.tx.iter().map(|p| p.data().to_vec()).collect::<Vec<_>>();
+        assert_eq!(sent(&oh), sent(&oc));
+        seen.insert(got);
+    }
+    // Every PDR took some (flows 8-15 are in both of a list: precedence), and some none.
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(
+        format!("{:?}", hot.counters()),
+        format!("{:?}", cold.counters())
+    );
+}
+
+#[test]
+fn a_pdr_or_a_list_past_the_caps_stays_cold_and_matches() {
+    let t0 = Instant::now();
+    // A list's run holds 128 lines, each PDR's filters from a line of their own on.
+    for (a, b, hot) in [
+        (256, 0, true),
+        (254, 2, true),
+        (255, 1, false),
+        (257, 0, false),
+        (200, 100, false),
+    ] {
+        let s = many_filters_session(a, b);
+        let mut p = pipeline(t0);
+        p.install(t0, Arc::new(s.clone()), InstallFlags::default())
+            .unwrap();
+        assert_eq!(p.cold_sessions(), usize::from(!hot), "{a} + {b} filters");
+        for (pkt, want) in flow_packets(&s) {
+            let mut o = Output::default();
+            p.process(t0, &mut vec![pkt], &mut o);
+            assert_eq!(chosen(&o.tx), want, "{a} + {b} filters");
+        }
+    }
 }
 
 /// A PDR of the shapes a hot record holds, most of the time (IPv4 UE address or none, no
