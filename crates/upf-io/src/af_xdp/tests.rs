@@ -514,6 +514,21 @@ impl Veth {
         let out = sh(&["ip", "link", "show", "dev", &self.a]);
         out.contains("prog/xdp") || out.contains(" xdp")
     }
+
+    /// Whether the program is gone within a second of its link's last descriptor closing:
+    /// the kernel may finish releasing the link after `close` returns (seen once in CI).
+    fn xdp_detached(&self) -> bool {
+        let end = Instant::now() + Duration::from_secs(1);
+        loop {
+            if !self.xdp_attached() {
+                return true;
+            }
+            if Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for Veth {
@@ -727,7 +742,7 @@ fn veth_n3_gtpu_rx_arp_and_tx() {
 
     drop(io);
     drop(iface);
-    assert!(!v.xdp_attached(), "program detached with the last socket");
+    assert!(v.xdp_detached(), "program detached with the last socket");
 }
 
 #[test]
@@ -797,7 +812,7 @@ fn veth_n6_plain_ip_rx() {
     }
     drop(io);
     drop(iface);
-    assert!(!v.xdp_attached());
+    assert!(v.xdp_detached());
 }
 
 /// Rough rates on a veth pair (2 vCPUs shared by sender and receiver; noisy):
