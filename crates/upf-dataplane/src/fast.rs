@@ -143,15 +143,22 @@ impl Template {
     }
 
     /// The same tunnel's header without a PDU Session Container: the first 36 octets with
-    /// the E flag cleared (lengths and checksum are written per packet).
+    /// the E flag cleared (lengths and checksum are written per packet). Taken per packet,
+    /// so nothing is summed again: the IPv4 header, and so its sum, is the same.
     pub fn without_psc(&self) -> Template {
         if !self.psc {
             return *self;
         }
-        let mut h = [0u8; 36];
+        let mut bytes = [0u8; TEMPLATE_LEN];
+        let h = &mut bytes[TEMPLATE_LEN - 36..];
         h.copy_from_slice(&self.header()[..36]);
         h[28] &= !0x04;
-        Self::new(&h, false).unwrap_or(Self::EMPTY)
+        Template {
+            bytes,
+            len: 36,
+            psc: false,
+            sum: self.sum,
+        }
     }
 
     /// `psc`: with a PDU Session Container (downlink type when `downlink`); its QFI octet is

@@ -447,18 +447,17 @@ impl Half {
         None
     }
 
-    /// [`Half::classify`] of a half whose filters are in `run` (none if they are inline).
+    /// The first PDR of a half whose filters are in `run` (none if they are inline) that
+    /// `matches` with its lines of the run.
     #[inline(always)]
-    pub fn classify_run(
+    fn first_in_run(
         &self,
         mut run: &[Line],
-        teid: u32,
-        qfi: Option<u8>,
-        f: &Flow,
+        matches: impl Fn(&HotPdr, &[Line]) -> bool,
     ) -> Option<usize> {
         for (i, p) in self.head.pdrs[..self.head.run_pdrs()].iter().enumerate() {
             let (lines, rest) = p.split_run(run);
-            if p.matches_run(lines, teid, qfi, f) {
+            if matches(p, lines) {
                 return Some(i);
             }
             run = rest;
@@ -466,23 +465,28 @@ impl Half {
         None
     }
 
+    /// [`Half::classify`] of a half whose filters are in `run` (none if they are inline).
+    #[inline(always)]
+    pub fn classify_run(
+        &self,
+        run: &[Line],
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow,
+    ) -> Option<usize> {
+        self.first_in_run(run, |p, lines| p.matches_run(lines, teid, qfi, f))
+    }
+
     /// [`Half::classify_run`] on the IPv4 key.
     #[inline(always)]
     pub fn classify_run4(
         &self,
-        mut run: &[Line],
+        run: &[Line],
         teid: u32,
         qfi: Option<u8>,
         f: &Flow4,
     ) -> Option<usize> {
-        for (i, p) in self.head.pdrs[..self.head.run_pdrs()].iter().enumerate() {
-            let (lines, rest) = p.split_run(run);
-            if p.matches_run4(lines, teid, qfi, f) {
-                return Some(i);
-            }
-            run = rest;
-        }
-        None
+        self.first_in_run(run, |p, lines| p.matches_run4(lines, teid, qfi, f))
     }
 
     /// Prefetches the lines in use (`shape`, from [`Hot::shape`]) into L2: into L1, each of
@@ -490,8 +494,8 @@ impl Half {
     /// the prefetches themselves stalled (docs/benchmarks.md).
     #[inline(always)]
     pub fn prefetch(&self, shape: u16) {
-        use upf_prefetch::{l2, l2_ref};
-        l2_ref(&self.head);
+        use upf_prefetch::l2;
+        // Not the head line: `Pipeline::process` prefetched it when it looked the slot up.
         let (nf, na, nq, nu) = unshape(shape);
         for k in 0..nf {
             l2(self.filters.as_slice(), k);

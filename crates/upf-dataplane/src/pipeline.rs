@@ -846,11 +846,8 @@ impl Pipeline {
     pub(crate) fn build_hot(&mut self, slot: u32) {
         let i = slot as usize;
         let was_cold = self.shapes[i][0] == COLD;
-        // Freed first (last first: the free lists are stacks), so that a rebuild of the same
-        // rules takes the same runs back.
-        for r in std::mem::take(&mut self.runs[i]).into_iter().rev() {
-            self.arena.free(r);
-        }
+        // Freed first, so that a rebuild of the same rules takes the same runs back.
+        self.free_runs(i);
         let (mut h, mut shape, filters) = match &self.slots[i] {
             Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2], Default::default()),
             Some(s) => Hot::build(s),
@@ -864,9 +861,7 @@ impl Pipeline {
                 Some(r) => self.runs[i][k] = r,
                 None => {
                     // No line index left (2^32 lines): cold.
-                    for r in std::mem::take(&mut self.runs[i]) {
-                        self.arena.free(r);
-                    }
+                    self.free_runs(i);
                     (h, shape) = (Hot::default(), [COLD; 2]);
                     break;
                 }
@@ -875,6 +870,14 @@ impl Pipeline {
         self.hot[i] = h;
         self.shapes[i] = shape;
         self.cold = self.cold + usize::from(shape[0] == COLD) - usize::from(was_cold);
+    }
+
+    /// Gives slot `i`'s overflow runs back to the arena, last first (its free lists are
+    /// stacks, so a rebuild takes them back in the same places).
+    fn free_runs(&mut self, i: usize) {
+        for r in std::mem::take(&mut self.runs[i]).into_iter().rev() {
+            self.arena.free(r);
+        }
     }
 
     /// The FAR, QER and URR lines of a hot session's matched PDR, then out: what
