@@ -16,6 +16,7 @@ mod filter;
 pub mod flow;
 mod hot;
 mod install;
+mod intmap;
 pub mod meter;
 mod overflow;
 pub mod packet;

@@ -2,6 +2,7 @@
 //! UE address (IPv4 exact, IPv6 per prefix length, framed routes longest-prefix first).
 
 use crate::flow::{Addr, Prefix};
+use crate::intmap::IntMap;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -52,144 +53,6 @@ impl Hasher for FoldHasher {
 }
 
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FoldHasher>>;
-
-/// A `u32 → u32` map by open addressing (linear probing, at most half full) in one array, so
-/// that the line a lookup will read is known from the key alone and can be prefetched a few
-/// packets ahead ([`IntMap::prefetch`]); a `HashMap` lookup reads a control group and then a
-/// bucket, two dependent misses that no prefetch can name.
-///
-/// Values are stored inverted (`!v`), so that a free bucket is all zeros: a new array comes
-/// zeroed from the allocator, untouched until used, and [`IntMap::with_capacity`] can size
-/// a table for every session up front at no resident cost (a table that doubles while a
-/// worker installs a session stalls its packets for the rehash).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct IntMap {
-    /// (key, !value); value [`VACANT`]: a free bucket.
-    buckets: Vec<(u32, u32)>,
-    len: usize,
-}
-
-const VACANT: u32 = 0;
-
-impl IntMap {
-    /// A table that holds `n` keys without growing.
-    pub fn with_capacity(n: usize) -> Self {
-        let mut m = Self::default();
-        if n > 0 {
-            m.buckets = vec![(0, VACANT); (n * 2).next_power_of_two().max(16)];
-        }
-        m
-    }
-
-    #[inline(always)]
-    fn home(&self, k: u32) -> usize {
-        // Fibonacci hashing: consecutive keys (TEIDs, addresses from a pool) spread out.
-        let h = u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-        usize::try_from(h).unwrap_or(0) & (self.buckets.len().wrapping_sub(1))
-    }
-
-    #[inline]
-    pub fn get(&self, k: u32) -> Option<u32> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        let mask = self.buckets.len() - 1;
-        let mut i = self.home(k);
-        loop {
-            let &(key, v) = self.buckets.get(i)?;
-            if v == VACANT {
-                return None;
-            }
-            if key == k {
-                return Some(!v);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Prefetches the bucket a lookup of `k` starts at.
-    #[inline(always)]
-    pub fn prefetch(&self, k: u32) {
-        if !self.buckets.is_empty() {
-            upf_prefetch::l1(self.buckets.as_slice(), self.home(k));
-        }
-    }
-
-    /// Inserts or replaces; `v` must not be `u32::MAX`.
-    pub fn insert(&mut self, k: u32, v: u32) {
-        debug_assert!(v != u32::MAX);
-        let v = !v;
-        if (self.len + 1) * 2 > self.buckets.len() {
-            let n = (self.buckets.len() * 2).max(16);
-            let old = std::mem::replace(&mut self.buckets, vec![(0, VACANT); n]);
-            self.len = 0;
-            for (key, val) in old {
-                if val != VACANT {
-                    self.insert(key, !val);
-                }
-            }
-        }
-        let mask = self.buckets.len() - 1;
-        let mut i = self.home(k);
-        loop {
-            let b = &mut self.buckets[i];
-            if b.1 == VACANT {
-                *b = (k, v);
-                self.len += 1;
-                return;
-            }
-            if b.0 == k {
-                b.1 = v;
-                return;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    pub fn remove(&mut self, k: u32) -> Option<u32> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        let mask = self.buckets.len() - 1;
-        let mut i = self.home(k);
-        loop {
-            let (key, v) = self.buckets[i];
-            if v == VACANT {
-                return None;
-            }
-            if key == k {
-                break;
-            }
-            i = (i + 1) & mask;
-        }
-        let removed = self.buckets[i].1;
-        self.buckets[i].1 = VACANT;
-        self.len -= 1;
-        // Backward-shift deletion: later entries of the run move into the hole unless their
-        // home lies between the hole and where they are.
-        let mut j = i;
-        loop {
-            j = (j + 1) & mask;
-            let (key, v) = self.buckets[j];
-            if v == VACANT {
-                break;
-            }
-            let from_home = j.wrapping_sub(self.home(key)) & mask;
-            let from_hole = j.wrapping_sub(i) & mask;
-            if from_home >= from_hole {
-                self.buckets[i] = (key, v);
-                self.buckets[j].1 = VACANT;
-                i = j;
-            }
-        }
-        Some(!removed)
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-}
 
 /// Downlink lookup by UE address.
 #[derive(Debug, Default)]
@@ -302,32 +165,6 @@ impl UeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        #[test]
-        fn int_map_agrees_with_hash_map(ops in proptest::collection::vec((0u8..3, 0u32..64, 0u32..1000), 0..400)) {
-            // Pre-sized or growing: the same map.
-            let mut m = if ops.len() % 2 == 0 { IntMap::default() } else { IntMap::with_capacity(ops.len()) };
-            let mut r = std::collections::HashMap::new();
-            for (op, k, v) in ops {
-                // Keys spread over a few clusters, so runs form and wrap.
-                let k = k.wrapping_mul(0x0100_0001) ^ (k & 3);
-                match op {
-                    0 => {
-                        m.insert(k, v);
-                        r.insert(k, v);
-                    }
-                    1 => prop_assert_eq!(m.remove(k), r.remove(&k)),
-                    _ => prop_assert_eq!(m.get(k), r.get(&k).copied()),
-                }
-                prop_assert_eq!(m.len(), r.len());
-            }
-            for (k, v) in &r {
-                prop_assert_eq!(m.get(*k), Some(*v));
-            }
-        }
-    }
 
     fn pfx(s: &str, len: u8) -> Prefix {
         Prefix::new(s.parse().unwrap(), len).unwrap()
