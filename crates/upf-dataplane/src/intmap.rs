@@ -1,25 +1,25 @@
 //! The `u32 → u32` maps of the lookup tables (TEID → slot, IPv4 UE address → slot).
 //!
 //! TEIDs and UE addresses come in dense runs: allocators, ours and the SMFs', hand them out
-//! in sequence from a range or pool. [`IntMap`] gives every block of 1,024 consecutive keys
-//! that holds enough of them a page of its own, found through a direct array by the key's
-//! high bits and indexed by its low bits: at 100k sessions the lines a lookup may read then
-//! lie in ~100 pages instead of the 512-1,024 a hashed table spreads them over, so the TLB
-//! holds them and the cache keeps more of them (docs/benchmarks.md: the lookup's page walk
+//! in sequence from a range or pool. [`IntMap`] gives every block of 4,096 consecutive keys
+//! that holds enough of them a page of its own (16 KiB), found through a direct array by the
+//! key's high bits and indexed by its low bits: at 100k sessions the lines a lookup may read
+//! then lie in ~100 4 KiB pages instead of the 512-1,024 a hashed table spreads them over, so
+//! the TLB holds them and the cache keeps more of them (docs/benchmarks.md: the lookup's page walk
 //! and miss were most of what 100k sessions cost over 1k). Keys of sparse blocks stay in a
 //! hashed table, [`Probed`].
 
 use crate::tables::FastMap;
 
-/// Keys a page maps: 4 KiB of values.
-const PAGE_KEYS: u32 = 1024;
+/// Keys a page maps: 16 KiB of values.
+const PAGE_KEYS: u32 = 4096;
 const PAGE_SHIFT: u32 = PAGE_KEYS.trailing_zeros();
 /// A block gets a page when it holds this many keys (then a key costs at most 64 octets, as
 /// much as 4 hashed ones) …
-const PROMOTE: u32 = 64;
+const PROMOTE: u32 = 256;
 /// … and gives it back when it falls below this many (so that churn at the edge does not
 /// move a block back and forth).
-const DEMOTE: u32 = 16;
+const DEMOTE: u32 = 64;
 
 /// The values of one block's keys, inverted (0: vacant), indexed by the key's low bits.
 #[derive(Debug, Clone)]
@@ -32,12 +32,11 @@ const EMPTY_PAGE: Page = Page([VACANT; PAGE_KEYS as usize]);
 /// must not be `u32::MAX`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct IntMap {
-    /// Block (key >> 10) → 1 + its index in `pages`, 0: none; empty until a block has a
-    /// page, then 16 MiB of address space of which only the lines of blocks with pages are
-    /// ever written (a block's entry read directly: no hashing before the page).
-    top: Vec<u32>,
+    /// Block (key >> 12) → 1 + its index in `pages`, 0: none; empty until a block has a
+    /// page, then 2 MiB (a block's entry is read directly: no hashing before the page).
+    top: Vec<u16>,
     pages: Vec<Page>,
-    free_pages: Vec<u32>,
+    free_pages: Vec<usize>,
     /// Keys of the blocks that have no page.
     rest: Probed,
     /// Keys per block that has any (read only when keys come and go).
@@ -61,7 +60,7 @@ impl IntMap {
     #[inline(always)]
     fn page_of(&self, block: u32) -> Option<usize> {
         match self.top.get(block as usize) {
-            Some(&p) if p != 0 => Some(p as usize - 1),
+            Some(&p) if p != 0 => Some(usize::from(p) - 1),
             _ => None,
         }
     }
@@ -143,25 +142,27 @@ impl IntMap {
         Some(removed)
     }
 
-    /// Gives `block` a page and moves its keys there.
+    /// Gives `block` a page and moves its keys there (unless every page index is taken:
+    /// then they stay hashed).
     fn promote(&mut self, block: u32) {
         let p = match self.free_pages.pop() {
             Some(p) => p,
-            None => {
+            None if self.pages.len() < usize::from(u16::MAX) => {
                 self.pages.push(EMPTY_PAGE);
-                u32::try_from(self.pages.len() - 1).unwrap_or(u32::MAX - 1)
+                self.pages.len() - 1
             }
+            None => return,
         };
         let first = block << PAGE_SHIFT;
         for i in 0..PAGE_KEYS {
             if let Some(v) = self.rest.remove(first | i) {
-                self.pages[p as usize].0[i as usize] = !v;
+                self.pages[p].0[i as usize] = !v;
             }
         }
         if self.top.is_empty() {
             self.top = vec![0; 1 << (32 - PAGE_SHIFT)];
         }
-        self.top[block as usize] = p + 1;
+        self.top[block as usize] = u16::try_from(p + 1).unwrap_or(0);
     }
 
     /// Moves `block`'s keys back to the hashed part and frees its page (if it has one).
@@ -178,7 +179,7 @@ impl IntMap {
                 *e = VACANT;
             }
         }
-        self.free_pages.push(u32::try_from(p).unwrap_or(u32::MAX));
+        self.free_pages.push(p);
     }
 
     #[cfg(test)]
@@ -364,14 +365,14 @@ mod tests {
         /// keys come and go.
         #[test]
         fn int_map_agrees_with_hash_map(
-            ops in proptest::collection::vec((0u8..4, 0u32..3, 0u32..96, 0u32..1000), 0..1500),
+            ops in proptest::collection::vec((0u8..4, 0u32..3, 0u32..400, 0u32..1000), 0..3000),
             presized in any::<bool>(),
         ) {
             let mut m = if presized { IntMap::with_capacity(300) } else { IntMap::default() };
             let mut r = std::collections::HashMap::new();
             for (op, block, low, v) in ops {
                 // Block 2 is the last of the key space.
-                let k = [0x1000_0000, 0x0a00_0400, 0xffff_fc00][block as usize] + low * 3;
+                let k = [0x1000_0000, 0x0a00_1000, 0xffff_f000][block as usize] + low * 7;
                 match op {
                     0 | 1 => {
                         m.insert(k, v);
@@ -386,7 +387,7 @@ mod tests {
                 prop_assert_eq!(m.get(*k), Some(*v));
             }
             // Whatever went in and out, a block with a page holds at least DEMOTE keys.
-            for b in [0x1000_0000u32, 0x0a00_0400, 0xffff_fc00].map(|k| k >> PAGE_SHIFT) {
+            for b in [0x1000_0000u32, 0x0a00_1000, 0xffff_f000].map(|k| k >> PAGE_SHIFT) {
                 let n = r.keys().filter(|&&k| k >> PAGE_SHIFT == b).count();
                 if m.page_of(b).is_some() {
                     prop_assert!(n >= DEMOTE as usize, "{n}");
@@ -397,8 +398,8 @@ mod tests {
 
     #[test]
     fn dense_keys_take_pages_and_give_them_back() {
-        let mut m = IntMap::with_capacity(4096);
-        for i in 0..3000u32 {
+        let mut m = IntMap::with_capacity(16384);
+        for i in 0..12000u32 {
             m.insert(0x1000_0000 + i, i);
         }
         assert_eq!(m.pages_in_use(), 3);
@@ -408,22 +409,22 @@ mod tests {
         assert_eq!(m.rest.len(), 1);
         assert_eq!(
             (
-                m.get(0x1000_0000 + 2999),
+                m.get(0x1000_0000 + 11999),
                 m.get(7),
-                m.get(0x1000_0000 + 3000)
+                m.get(0x1000_0000 + 12000)
             ),
-            (Some(2999), Some(70), None)
+            (Some(11999), Some(70), None)
         );
-        for i in 0..3000u32 {
+        for i in 0..12000u32 {
             assert_eq!(m.remove(0x1000_0000 + i), Some(i));
         }
         assert_eq!((m.pages_in_use(), m.free_pages.len(), m.len()), (0, 3, 1));
         // Freed pages are taken again, clean.
-        for i in 0..100u32 {
+        for i in 0..300u32 {
             m.insert(0x2000_0000 + i, i);
         }
         assert_eq!((m.pages_in_use(), m.free_pages.len()), (1, 2));
-        assert_eq!(m.get(0x2000_0000 + 100), None);
-        assert_eq!(m.get(0x2000_0000 + 99), Some(99));
+        assert_eq!(m.get(0x2000_0000 + 300), None);
+        assert_eq!(m.get(0x2000_0000 + 299), Some(299));
     }
 }
