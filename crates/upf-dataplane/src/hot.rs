@@ -78,27 +78,51 @@ pub(crate) struct HotPdr {
 
 const _: () = assert!(size_of::<HotPdr>() == 16);
 
+/// A packet's match key: the general [`Flow`], or the 12-octet [`Flow4`] of the common
+/// IPv4 form that the hot path classifies on.
+pub(crate) trait Key {
+    /// The source (or destination) address if it is IPv4.
+    fn v4(&self, dst: bool) -> Option<u32>;
+    /// Whether `filter` matches (`from_ue`: the packet travels from the UE).
+    fn matched_by(&self, filter: &FastFilter, from_ue: bool) -> bool;
+}
+
+impl Key for Flow {
+    #[inline(always)]
+    fn v4(&self, dst: bool) -> Option<u32> {
+        let a = if dst { self.dst } else { self.src };
+        u32::try_from(a.bits).ok().filter(|_| !a.v6)
+    }
+
+    #[inline(always)]
+    fn matched_by(&self, filter: &FastFilter, from_ue: bool) -> bool {
+        filter.matches(self, from_ue)
+    }
+}
+
+impl Key for Flow4 {
+    #[inline(always)]
+    fn v4(&self, dst: bool) -> Option<u32> {
+        Some(if dst { self.dst } else { self.src })
+    }
+
+    #[inline(always)]
+    fn matched_by(&self, filter: &FastFilter, from_ue: bool) -> bool {
+        filter.matches4(self, from_ue)
+    }
+}
+
 impl HotPdr {
     /// The PDR's keys other than its filters.
     #[inline(always)]
-    fn keys(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
+    fn keys(&self, teid: u32, qfi: Option<u8>, f: &impl Key) -> bool {
         if self.flags & HAS_TEID != 0 && self.teid != teid {
             return false;
         }
         if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
             return false;
         }
-        if self.flags & HAS_UE != 0 {
-            let a = if self.flags & UE_IS_DST != 0 {
-                f.dst
-            } else {
-                f.src
-            };
-            if a.v6 || a.bits != u128::from(self.ue_v4) {
-                return false;
-            }
-        }
-        true
+        self.flags & HAS_UE == 0 || f.v4(self.flags & UE_IS_DST != 0) == Some(self.ue_v4)
     }
 
     #[inline(always)]
@@ -107,7 +131,7 @@ impl HotPdr {
         filters: &[[FastFilter; 2]; FILTER_LINES],
         teid: u32,
         qfi: Option<u8>,
-        f: &Flow,
+        f: &impl Key,
     ) -> bool {
         if !self.keys(teid, qfi, f) {
             return false;
@@ -122,61 +146,7 @@ impl HotPdr {
         }
         for k in first..first + n {
             if let Some(l) = filters.get(k / 2) {
-                if l[k % 2].matches(f, from_ue) {
-                    return true;
-                }
-            }
-        }
-        false
-    }
-}
-
-impl HotPdr {
-    /// [`HotPdr::keys`] on the IPv4 key.
-    #[inline(always)]
-    fn keys4(&self, teid: u32, qfi: Option<u8>, f: &Flow4) -> bool {
-        if self.flags & HAS_TEID != 0 && self.teid != teid {
-            return false;
-        }
-        if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
-            return false;
-        }
-        if self.flags & HAS_UE != 0 {
-            let a = if self.flags & UE_IS_DST != 0 {
-                f.dst
-            } else {
-                f.src
-            };
-            if a != self.ue_v4 {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// [`HotPdr::matches`] on the IPv4 key.
-    #[inline(always)]
-    fn matches4(
-        &self,
-        filters: &[[FastFilter; 2]; FILTER_LINES],
-        teid: u32,
-        qfi: Option<u8>,
-        f: &Flow4,
-    ) -> bool {
-        if !self.keys4(teid, qfi, f) {
-            return false;
-        }
-        let from_ue = self.flags & FROM_UE != 0;
-        let (first, n) = (
-            usize::from(self.filters >> 4),
-            usize::from(self.filters & 15),
-        );
-        if n == 0 {
-            return true;
-        }
-        for k in first..first + n {
-            if let Some(l) = filters.get(k / 2) {
-                if l[k % 2].matches4(f, from_ue) {
+                if f.matched_by(&l[k % 2], from_ue) {
                     return true;
                 }
             }
@@ -190,7 +160,7 @@ impl HotPdr {
     /// lines there (an odd list's last filter is there twice, so no count is checked).
     #[inline(always)]
     fn matches_run4(&self, lines: &[Line], teid: u32, qfi: Option<u8>, f: &Flow4) -> bool {
-        if !self.keys4(teid, qfi, f) {
+        if !self.keys(teid, qfi, f) {
             return false;
         }
         // The key turned round once, UE side first, rather than at every filter.
@@ -424,23 +394,11 @@ pub(crate) struct Half {
 impl Half {
     /// The index of the first PDR (by precedence) that matches.
     #[inline(always)]
-    pub fn classify(&self, teid: u32, qfi: Option<u8>, f: &Flow) -> Option<usize> {
+    pub fn classify(&self, teid: u32, qfi: Option<u8>, f: &impl Key) -> Option<usize> {
         // A plain loop: `position` with a closure stayed an out-of-line call.
         let n = self.head.npdrs();
         for (i, p) in self.head.pdrs[..n].iter().enumerate() {
             if p.matches(&self.filters, teid, qfi, f) {
-                return Some(i);
-            }
-        }
-        None
-    }
-
-    /// [`Half::classify`] on the IPv4 key.
-    #[inline(always)]
-    pub fn classify4(&self, teid: u32, qfi: Option<u8>, f: &Flow4) -> Option<usize> {
-        let n = self.head.npdrs();
-        for (i, p) in self.head.pdrs[..n].iter().enumerate() {
-            if p.matches4(&self.filters, teid, qfi, f) {
                 return Some(i);
             }
         }

@@ -558,7 +558,7 @@ impl Pipeline {
         let Some(f) = crate::fast::flow_v4(ip) else {
             return self.classify_hot_general(slot, half, teid, qfi, ip);
         };
-        let i = match h.classify4(teid, qfi, &f) {
+        let i = match h.classify(teid, qfi, &f) {
             Some(i) => i,
             // A half whose filters are in a run has no PDR the inline loop sees.
             None => self
