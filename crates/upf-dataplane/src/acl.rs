@@ -378,6 +378,8 @@ trait Word:
     fn fold(src: Self, dst: Self) -> u64;
     /// Zero exactly when `self` is.
     fn any_bits(self) -> u64;
+    /// The top 16 bits of an IPv4 address (0 for wide words, which have no reach map).
+    fn top16(self) -> usize;
 }
 
 impl Word for u32 {
@@ -399,6 +401,10 @@ impl Word for u32 {
     #[inline(always)]
     fn any_bits(self) -> u64 {
         u64::from(self)
+    }
+    #[inline(always)]
+    fn top16(self) -> usize {
+        (self >> 16) as usize
     }
 }
 
@@ -422,6 +428,9 @@ impl Word for u128 {
     #[allow(clippy::cast_possible_truncation)] // both halves kept
     fn any_bits(self) -> u64 {
         (self as u64) | (self >> 64) as u64
+    }
+    fn top16(self) -> usize {
+        0
     }
 }
 
@@ -521,11 +530,25 @@ impl<W: Word> Table<W> {
 #[derive(Debug, Clone)]
 struct Family<W> {
     tables: Box<[Table<W>]>,
+    /// IPv4 only: bit b set when some rule's destination reaches into the /16 `b`, so that
+    /// a packet to a /16 no rule names skips the tables (an ACL of the operator's own
+    /// prefixes passes most traffic this way); empty when every /16 is reached.
+    reach: Box<[u64]>,
 }
 
 impl<W: Word> Family<W> {
     #[inline(always)]
     fn lookup(&self, src: W, dst: W, l4: L4, default: AclAction) -> AclAction {
+        if !self.reach.is_empty() {
+            let b = dst.top16();
+            if self
+                .reach
+                .get(b / 64)
+                .is_some_and(|w| w >> (b % 64) & 1 == 0)
+            {
+                return default;
+            }
+        }
         let m = meta(l4.proto, l4.src_port, l4.dst_port);
         let mut best = NEVER;
         let mut flags = 0;
@@ -572,6 +595,36 @@ impl<W: Word> Family<W> {
 
     fn is_empty(&self) -> bool {
         self.tables.is_empty()
+    }
+
+    /// The /16s the rules' destinations reach ([`Family::reach`]), for IPv4 destinations.
+    fn with_reach(mut self) -> Self {
+        if !W::NARROW {
+            return self;
+        }
+        let mut reach = vec![0u64; 1 << 10];
+        let mut set = |b: usize| {
+            if let Some(w) = reach.get_mut(b / 64) {
+                *w |= 1 << (b % 64);
+            }
+        };
+        // Entry 0 of each table matches nothing.
+        for e in self.tables.iter().flat_map(|t| t.entries.iter().skip(1)) {
+            let (net, mask) = (e.dst_net.top16(), e.dst_mask.top16());
+            let free = !mask & 0xffff;
+            if (free + 1).is_power_of_two() {
+                // A prefix: the /16s from its network to its last address.
+                (net & mask..=(net & mask) | free).for_each(&mut set);
+            } else {
+                (0..1 << 16).for_each(&mut set);
+            }
+        }
+        self.reach = if reach.iter().all(|&w| w == u64::MAX) {
+            Box::default()
+        } else {
+            reach.into_boxed_slice()
+        };
+        self
     }
 
     fn add_stats(&self, s: &mut AclStats) {
@@ -680,7 +733,7 @@ impl Acl {
             slots_per_key: tuning.slots_per_key.clamp(1, 1024).next_power_of_two(),
         };
         let families = Families {
-            v4: compile_family(rules, default, false, false, tuning),
+            v4: compile_family(rules, default, false, false, tuning).with_reach(),
             v6: compile_family(rules, default, true, true, tuning),
             v4_v6: compile_family(rules, default, false, true, tuning),
             v6_v4: compile_family(rules, default, true, false, tuning),
@@ -1038,6 +1091,7 @@ fn compile_family<W: Word>(
     tables.sort_by_key(|t| t.min);
     Family {
         tables: tables.into_boxed_slice(),
+        reach: Box::default(),
     }
 }
 
@@ -1326,6 +1380,33 @@ mod tests {
         assert_eq!(err.line, 3);
         assert_eq!(err.error, AclParseError::Out);
         assert!(err.to_string().starts_with("ACL line 3: "), "{err}");
+    }
+
+    #[test]
+    fn destinations_no_rule_names_skip_the_tables() {
+        let rules = [
+            rule("deny in ip from any to 100.64.0.0/10"),
+            rule("deny in udp from any to 198.51.100.0/24 53"),
+        ];
+        let acl = Acl::compile(&rules, AclAction::Permit);
+        let reach = &acl.families.as_ref().unwrap().v4.reach;
+        // 100.64/10 is 64 /16s, 198.51.100/24 lies in one.
+        assert_eq!(reach.iter().map(|w| w.count_ones()).sum::<u32>(), 65);
+        let check = |d, port, proto| acl.check(&flow("10.60.0.1", 4000, d, port, proto));
+        assert_eq!(check("100.127.255.1", 80, 6), AclAction::Deny);
+        assert_eq!(check("100.128.0.1", 80, 6), AclAction::Permit);
+        assert_eq!(check("198.51.100.7", 53, 17), AclAction::Deny);
+        assert_eq!(check("198.51.100.7", 54, 17), AclAction::Permit);
+        assert_eq!(check("198.51.101.7", 53, 17), AclAction::Permit);
+        // A rule for any destination reaches every /16: no map then.
+        let mut all = rules.to_vec();
+        all.push(rule("deny in tcp from any to any 25"));
+        let acl = Acl::compile(&all, AclAction::Permit);
+        assert!(acl.families.as_ref().unwrap().v4.reach.is_empty());
+        assert_eq!(
+            acl.check(&flow("10.60.0.1", 4000, "203.0.113.1", 25, 6)),
+            AclAction::Deny
+        );
     }
 
     #[test]
