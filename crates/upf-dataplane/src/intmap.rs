@@ -21,6 +21,12 @@ const PROMOTE: u32 = 256;
 /// move a block back and forth).
 const DEMOTE: u32 = 64;
 
+/// Where key `k` sits in its block's page: its low bits.
+#[inline(always)]
+fn in_page(k: u32) -> usize {
+    (k & (PAGE_KEYS - 1)) as usize
+}
+
 /// The values of one block's keys, inverted (0: vacant), indexed by the key's low bits.
 #[derive(Debug, Clone)]
 #[repr(C, align(4096))]
@@ -73,11 +79,7 @@ impl IntMap {
     #[inline(always)]
     pub fn get(&self, k: u32) -> Option<u32> {
         match self.page(k) {
-            Some(p) => {
-                p.0.get((k & (PAGE_KEYS - 1)) as usize)
-                    .filter(|&&v| v != VACANT)
-                    .map(|&v| !v)
-            }
+            Some(p) => p.0.get(in_page(k)).filter(|&&v| v != VACANT).map(|&v| !v),
             None => self.rest.get(k),
         }
     }
@@ -87,7 +89,7 @@ impl IntMap {
     #[inline(always)]
     pub fn prefetch(&self, k: u32) {
         match self.page(k) {
-            Some(p) => upf_prefetch::l1(p.0.as_slice(), (k & (PAGE_KEYS - 1)) as usize),
+            Some(p) => upf_prefetch::l1(p.0.as_slice(), in_page(k)),
             None => self.rest.prefetch(k),
         }
     }
@@ -96,19 +98,14 @@ impl IntMap {
     pub fn insert(&mut self, k: u32, v: u32) {
         debug_assert!(v != u32::MAX);
         let block = k >> PAGE_SHIFT;
-        let i = (k & (PAGE_KEYS - 1)) as usize;
         let new = match self.page_of(block) {
             Some(p) => {
-                let e = &mut self.pages[p].0[i];
+                let e = &mut self.pages[p].0[in_page(k)];
                 let new = *e == VACANT;
                 *e = !v;
                 new
             }
-            None => {
-                let new = self.rest.get(k).is_none();
-                self.rest.insert(k, v);
-                new
-            }
+            None => self.rest.insert(k, v),
         };
         if new {
             let c = self.counts.entry(block).or_insert(0);
@@ -123,7 +120,7 @@ impl IntMap {
         let block = k >> PAGE_SHIFT;
         let removed = match self.page_of(block) {
             Some(p) => {
-                let e = &mut self.pages[p].0[(k & (PAGE_KEYS - 1)) as usize];
+                let e = &mut self.pages[p].0[in_page(k)];
                 let v = std::mem::replace(e, VACANT);
                 (v != VACANT).then_some(!v)
             }
@@ -256,8 +253,8 @@ impl Probed {
         }
     }
 
-    /// Inserts or replaces; `v` must not be `u32::MAX`.
-    pub fn insert(&mut self, k: u32, v: u32) {
+    /// Inserts or replaces; `v` must not be `u32::MAX`. Whether `k` is new.
+    pub fn insert(&mut self, k: u32, v: u32) -> bool {
         debug_assert!(v != u32::MAX);
         let v = !v;
         if (self.len + 1) * 2 > self.buckets.len() {
@@ -277,11 +274,11 @@ impl Probed {
             if b.1 == VACANT {
                 *b = (k, v);
                 self.len += 1;
-                return;
+                return true;
             }
             if b.0 == k {
                 b.1 = v;
-                return;
+                return false;
             }
             i = (i + 1) & mask;
         }
@@ -347,10 +344,7 @@ mod tests {
                 // Keys spread over a few clusters, so runs form and wrap.
                 let k = k.wrapping_mul(0x0100_0001) ^ (k & 3);
                 match op {
-                    0 => {
-                        m.insert(k, v);
-                        r.insert(k, v);
-                    }
+                    0 => prop_assert_eq!(m.insert(k, v), r.insert(k, v).is_none()),
                     1 => prop_assert_eq!(m.remove(k), r.remove(&k)),
                     _ => prop_assert_eq!(m.get(k), r.get(&k).copied()),
                 }
