@@ -84,12 +84,12 @@ impl IntMap {
         }
     }
 
-    /// Prefetches the line a lookup of `k` will read (the block's entry in `top`, read here,
-    /// is one of a few lines that stay in cache).
+    /// Prefetches into L2 the line a lookup of `k` will read (the block's entry in `top`,
+    /// read here, is one of a few lines that stay in cache).
     #[inline(always)]
     pub fn prefetch(&self, k: u32) {
         match self.page(k) {
-            Some(p) => upf_prefetch::l1(p.0.as_slice(), in_page(k)),
+            Some(p) => upf_prefetch::l2(p.0.as_slice(), in_page(k)),
             None => self.rest.prefetch(k),
         }
     }
@@ -245,11 +245,11 @@ impl Probed {
         }
     }
 
-    /// Prefetches the bucket a lookup of `k` starts at.
+    /// Prefetches into L2 the bucket a lookup of `k` starts at.
     #[inline(always)]
     pub fn prefetch(&self, k: u32) {
         if !self.buckets.is_empty() {
-            upf_prefetch::l1(self.buckets.as_slice(), self.home(k));
+            upf_prefetch::l2(self.buckets.as_slice(), self.home(k));
         }
     }
 
