@@ -192,8 +192,8 @@ impl IntMap {
 }
 
 /// A `u32 → u32` map by open addressing (linear probing, at most half full) in one array, so
-/// that the line a lookup will read is known from the key alone and can be prefetched a few
-/// packets ahead ([`Probed::prefetch`]); a `HashMap` lookup reads a control group and then a
+/// that the line a lookup will read is known from the key alone and can be prefetched before
+/// the lookup ([`Probed::prefetch`]); a `HashMap` lookup reads a control group and then a
 /// bucket, two dependent misses that no prefetch can name.
 ///
 /// Values are stored inverted (`!v`), so that a free bucket is all zeros: a new array comes
