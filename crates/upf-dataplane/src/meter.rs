@@ -9,7 +9,7 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2000);
 /// A token bucket counting bits, in fixed point so that the per-packet refill is one
 /// 64×64-bit multiplication (no float conversion, no division). The bucket starts full; its
 /// depth is the rate times the averaging window, so a flow may burst for one window and is
-/// held to the rate after it. 32 octets, so that a session's hot record holds two a line.
+/// held to the rate after it. 32 octets (with u128 tokens it was 48).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
     /// Bits per nanosecond, fixed point with [`RATE_FRAC`] fraction bits (exact to 1e-4 at
