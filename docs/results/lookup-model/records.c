@@ -1,6 +1,7 @@
 // records: one random record a packet (its head prefetched for the whole batch first, its
 // other lines 8 packets ahead), dummy work; ns a packet by record size and count.
-// usage: ./records SESSIONS RECORD_OCTETS LINES WORK [GROUP=1]
+// usage: ./records SESSIONS RECORD_OCTETS LINES WORK [GROUP=1] [PER_PAGE=0]
+// PER_PAGE > 0: that many records at the start of each 4 KiB page, so that none crosses one.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -8,11 +9,13 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <x86intrin.h>
+static long PER=0, REC=0;
+#define ADDR(v) (PER ? (size_t)(v)/PER*4096 + (size_t)(v)%PER*REC : (size_t)(v)*REC)
 static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
 int main(int argc,char**argv){
   long n=atol(argv[1]); long rec=atol(argv[2]); int lines=atoi(argv[3]); int work=atoi(argv[4]);
-  int grp = argc>5 ? atoi(argv[5]) : 1;
-  size_t sz=(size_t)n*rec; sz=(sz+(2<<20)-1)&~((size_t)(2<<20)-1);
+  int grp = argc>5 ? atoi(argv[5]) : 1; PER = argc>6 ? atol(argv[6]) : 0; REC=rec;
+  size_t sz = PER ? (size_t)(n/PER+1)*4096 : (size_t)n*rec; sz=(sz+(2<<20)-1)&~((size_t)(2<<20)-1);
   char*b=mmap(0,sz,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS,-1,0);
   madvise(b,sz,MADV_HUGEPAGE); memset(b,1,sz);
   const int P=1<<22; uint32_t*idx=malloc(P*4); uint64_t s=88172645463325252ull;
@@ -22,10 +25,10 @@ int main(int argc,char**argv){
     double t0=now();
     for(int base=0;base<P;base+=256){
       uint32_t*x=idx+base;
-      if(grp) for(int j=0;j<256;j++) _mm_prefetch(b+(size_t)x[j]*rec,_MM_HINT_T1);
+      if(grp) for(int j=0;j<256;j++) _mm_prefetch(b+ADDR(x[j]),_MM_HINT_T1);
       for(int i=0;i<256;i++){
-        if(i+8<256){char*r=b+(size_t)x[i+8]*rec; if(!grp)_mm_prefetch(r,_MM_HINT_T1); for(int k=1;k<lines;k++)_mm_prefetch(r+64*k,_MM_HINT_T1);}
-        uint64_t*r=(uint64_t*)(b+(size_t)x[i]*rec);
+        if(i+8<256){char*r=b+ADDR(x[i+8]); if(!grp)_mm_prefetch(r,_MM_HINT_T1); for(int k=1;k<lines;k++)_mm_prefetch(r+64*k,_MM_HINT_T1);}
+        uint64_t*r=(uint64_t*)(b+ADDR(x[i]));
         uint64_t a=acc,c=i,d=3,e=5;
         for(int k=0;k<lines;k++) a+=r[8*k];
         for(int w=0;w<work;w++){ c=c*31+a; d^=d<<3^c; e+=d>>5; a+=w; }
@@ -34,5 +37,5 @@ int main(int argc,char**argv){
     }
     double t=(now()-t0)/P*1e9; if(t<best)best=t;
   }
-  printf("n=%ld rec=%ld lines=%d work=%d grp=%d: %.1f ns/pkt (%lu)\n",n,rec,lines,work,grp,best,acc&1);
+  printf("n=%ld rec=%ld lines=%d work=%d grp=%d per=%ld: %.1f ns/pkt (%lu)\n",n,rec,lines,work,grp,PER,best,acc&1);
 }
