@@ -15,6 +15,7 @@ static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t
 int main(int argc,char**argv){
   long n=atol(argv[1]); long rec=atol(argv[2]); int lines=atoi(argv[3]); int work=atoi(argv[4]);
   int grp = argc>5 ? atoi(argv[5]) : 1; PER = argc>6 ? atol(argv[6]) : 0; REC=rec;
+  if(PER*rec>4096){fprintf(stderr,"PER_PAGE x RECORD_OCTETS must fit 4096\n");return 1;}
   size_t sz = PER ? (size_t)(n/PER+1)*4096 : (size_t)n*rec; sz=(sz+(2<<20)-1)&~((size_t)(2<<20)-1);
   char*b=mmap(0,sz,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS,-1,0);
   madvise(b,sz,MADV_HUGEPAGE); memset(b,1,sz);
