@@ -3,9 +3,13 @@
 //! the lines a packet will touch are known from its slot alone and prefetched in one step.
 //!
 //! A record has two halves, one per PDR list (GTP-U PDRs found by TEID, IP PDRs found by UE
-//! address); a packet reads only its list's half: the head line (the PDRs' match keys), the
-//! SDF filter lines, the FAR line (its header template), one line per (QER, direction) with
-//! the token bucket, and one line per URR with the volume counted since the last sync.
+//! address), and between them the URR lines both index: a packet reads its list's half (the
+//! head line with the PDRs' match keys, the SDF filter lines, its FAR's line with the header
+//! template if it has a tunnel, one line per (QER, direction) with the token bucket) and its
+//! URRs' lines (the volume counted both ways since the last sync). URRs are the record's,
+//! not a half's, because SMFs give the PDRs of both directions the same URRs: a smaller
+//! record (1,152 octets instead of 1,280), and at 1M sessions the record's size is much of
+//! what a packet costs (docs/benchmarks.md).
 //!
 //! A half whose SDF filters do not fit its filter lines keeps them in a run of lines of the
 //! pipeline's overflow arena ([`crate::overflow`]), found by slot beside the record; its
@@ -21,8 +25,8 @@
 //! URR by [`Hot::sync`], which zeroes them). Every reader of the compiled state (usage
 //! reports, queries, timers, modification) syncs first, and the hot record is rebuilt from
 //! the compiled session afterwards ([`Hot::build`]). A URR line also holds a *budget*: the
-//! octets its half may count before some threshold, quota or START trigger could fire; the
-//! packet that exhausts it takes the exact check of [`UrrState`] after a sync.
+//! octets it may count before some threshold, quota or START trigger could fire; the packet
+//! that exhausts it takes the exact check of [`UrrState`] after a sync.
 
 use crate::fast::Template;
 use crate::filter::FastFilter;
@@ -46,6 +50,7 @@ pub(crate) const FILTER_LINES: usize = 2;
 pub(crate) const FARS: usize = 2;
 /// (QER, direction) lines per half.
 pub(crate) const QERS: usize = 3;
+/// URR lines per record.
 pub(crate) const URRS: usize = 2;
 
 // HotPdr.flags
@@ -264,7 +269,7 @@ impl Head {
 
 /// A FAR that forwards to one target (plain, or an IPv4 GTP-U tunnel by header template), or
 /// drops.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub(crate) struct HotFar {
     /// The tunnel's header with a PDU Session Container ([`Template::without_psc`] gives the
@@ -380,7 +385,7 @@ const _: () = assert!(size_of::<HotFar>() == 64);
 const _: () = assert!(size_of::<HotQer>() == 64);
 const _: () = assert!(size_of::<HotUrr>() == 64);
 
-/// The lines one PDR list's packets touch.
+/// The lines of one PDR list's own (its URRs' lines are the record's).
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct Half {
@@ -388,7 +393,6 @@ pub(crate) struct Half {
     pub filters: [[FastFilter; 2]; FILTER_LINES],
     pub fars: [HotFar; FARS],
     pub qers: [HotQer; QERS],
-    pub urrs: [HotUrr; URRS],
 }
 
 impl Half {
@@ -446,37 +450,73 @@ impl Half {
     ) -> Option<usize> {
         self.first_in_run(run, |p, lines| p.matches_run4(lines, teid, qfi, f))
     }
-
-    /// Prefetches the lines in use (`shape`, from [`Hot::shape`]) into L2: into L1, each of
-    /// the ~50 lines in flight would hold one of its few miss buffers until it arrives, and
-    /// the prefetches themselves stalled (docs/benchmarks.md).
-    #[inline(always)]
-    pub fn prefetch(&self, shape: u16) {
-        use upf_prefetch::l2;
-        // Not the head line: `Pipeline::process` prefetched it when it looked the slot up.
-        let (nf, na, nq, nu) = unshape(shape);
-        for k in 0..nf {
-            l2(self.filters.as_slice(), k);
-        }
-        for k in 0..FARS {
-            if na & (1 << k) != 0 {
-                l2(self.fars.as_slice(), k);
-            }
-        }
-        for k in 0..nq {
-            l2(self.qers.as_slice(), k);
-        }
-        for k in 0..nu {
-            l2(self.urrs.as_slice(), k);
-        }
-    }
 }
 
-/// The hot record of one session slot: half 0 for its GTP-U PDRs, half 1 for its IP PDRs.
+/// The hot record of one session slot: half 0 for its GTP-U PDRs, half 1 for its IP PDRs,
+/// and between them the URR lines both index (SMFs give a session's PDRs of both directions
+/// the same URRs: one line counts both ways), so that a packet's lines span no more octets
+/// than a half and its URR line: fewer packets cross into a second page.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct Hot {
-    pub halves: [Half; 2],
+    gtp: Half,
+    pub urrs: [HotUrr; URRS],
+    ip: Half,
+}
+
+const _: () = assert!(size_of::<Hot>() == 1152);
+
+impl Hot {
+    /// Half 0 (GTP-U PDRs) or 1 (IP PDRs).
+    #[inline(always)]
+    pub fn half(&self, i: usize) -> &Half {
+        if i == 0 {
+            &self.gtp
+        } else {
+            &self.ip
+        }
+    }
+
+    /// Half `i` and the URR lines, to change both.
+    #[inline(always)]
+    pub fn half_and_urrs(&mut self, i: usize) -> (&mut Half, &mut [HotUrr; URRS]) {
+        if i == 0 {
+            (&mut self.gtp, &mut self.urrs)
+        } else {
+            (&mut self.ip, &mut self.urrs)
+        }
+    }
+
+    pub fn halves_mut(&mut self) -> [&mut Half; 2] {
+        [&mut self.gtp, &mut self.ip]
+    }
+
+    /// Prefetches the lines in use by `half`'s packets (`shape`, from [`Hot::build`]) into
+    /// L2: into L1, each of the ~50 lines in flight would hold one of its few miss buffers
+    /// until it arrives, and the prefetches themselves stalled (docs/benchmarks.md).
+    #[inline(always)]
+    pub fn prefetch(&self, half: usize, shape: u16) {
+        use upf_prefetch::l2;
+        // Not the head line: `Pipeline::process` prefetched it when it looked the slot up.
+        let (nf, na, nq, nu) = unshape(shape);
+        let h = self.half(half);
+        for k in 0..nf {
+            l2(h.filters.as_slice(), k);
+        }
+        for k in 0..FARS {
+            if na & (1 << k) != 0 {
+                l2(h.fars.as_slice(), k);
+            }
+        }
+        for k in 0..nq {
+            l2(h.qers.as_slice(), k);
+        }
+        for k in 0..URRS {
+            if nu & (1 << k) != 0 {
+                l2(self.urrs.as_slice(), k);
+            }
+        }
+    }
 }
 
 /// A cold session's shape: nothing to prefetch by slot (the general path prefetches by
@@ -490,8 +530,8 @@ pub(crate) const HOT: u16 = 0x8000;
 pub(crate) const OVERFLOW: u16 = 0x4000;
 
 /// The lines of a half in use: a hot bit, an overflow bit, then 3 bits each for the number
-/// of (inline) filter lines, the FAR lines to read (a bit each), the numbers of (QER,
-/// direction) lines and URRs.
+/// of (inline) filter lines, the FAR lines to read (a bit each), the number of (QER,
+/// direction) lines and the record's URR lines to read (a bit each).
 fn make_shape(nf: usize, na: usize, nq: usize, nu: usize) -> u16 {
     let b = |n: usize| u16::try_from(n & 7).unwrap_or(0);
     HOT | b(nf) | (b(na) << 3) | (b(nq) << 6) | (b(nu) << 9)
@@ -507,6 +547,8 @@ struct Built {
     half: Half,
     /// The (QER slot, uplink) pairs whose buckets it owns.
     qers: Vec<(u16, bool)>,
+    /// The record's URRs (by slot in the compiled session) so far.
+    urrs: Vec<u16>,
     shape: u16,
     /// The lines of its overflow run (none: its filters are inline).
     run: Vec<Line>,
@@ -515,19 +557,23 @@ struct Built {
 /// Builds one half from a PDR list; `None` if it does not fit.
 struct HalfBuilder {
     half: Half,
-    fars: Vec<u16>,
+    /// FARs that act alike are one (SMFs such as free5GC give every PDR a FAR of its own,
+    /// the same for every PDR of a tunnel).
+    fars: Vec<HotFar>,
     /// (QER slot, uplink)
     qers: Vec<(u16, bool)>,
+    /// The record's, from the halves built before on.
     urrs: Vec<u16>,
 }
 
 impl HalfBuilder {
-    fn new() -> Self {
+    /// A builder taking the record's URRs as the halves before left them.
+    fn new(urrs: Vec<u16>) -> Self {
         Self {
             half: Half::default(),
             fars: Vec::new(),
             qers: Vec::new(),
-            urrs: Vec::new(),
+            urrs,
         }
     }
 
@@ -542,7 +588,7 @@ impl HalfBuilder {
         (i < cap).then(|| u8::try_from(i).ok()).flatten()
     }
 
-    fn pdr(&mut self, p: &CPdr) -> Option<HotPdr> {
+    fn pdr(&mut self, p: &CPdr, s: &Compiled) -> Option<HotPdr> {
         if !p.fast_form() {
             return None;
         }
@@ -569,7 +615,7 @@ impl HalfBuilder {
             flags |= STRIP;
         }
         let far = match p.far {
-            Some(f) => Self::slot(&mut self.fars, f, FARS)?,
+            Some(f) => Self::slot(&mut self.fars, hot_far(s.fars.get(usize::from(f))?)?, FARS)?,
             None => NONE,
         };
         let mut qers = [NONE; 2];
@@ -642,7 +688,7 @@ impl HalfBuilder {
             return None;
         }
         for (k, p) in pdrs.iter().enumerate() {
-            self.half.head.pdrs[k] = self.pdr(p)?;
+            self.half.head.pdrs[k] = self.pdr(p, s)?;
         }
         let n = u8::try_from(pdrs.len()).ok()?;
         let (inline, run) = match self.inline_filters(pdrs) {
@@ -655,16 +701,25 @@ impl HalfBuilder {
                 (0, self.run_filters(pdrs)?)
             }
         };
-        // Only FARs with a tunnel have a line to read (their header template).
+        // Only FARs with a tunnel have a line to read (their header template), and only
+        // this half's PDRs' FARs and URRs are read by its packets.
         let mut far_lines = 0;
-        for (k, &f) in self.fars.iter().enumerate() {
-            let far = hot_far(s.fars.get(usize::from(f))?)?;
-            self.half.head.far_flags[k] = far.flags;
-            self.half.head.far_port[k] = far.port;
-            if far.flags & FAR_ENCAP != 0 {
-                far_lines |= 1 << k;
+        let mut urr_lines = 0;
+        for p in &self.half.head.pdrs[..pdrs.len()] {
+            if let Some(&far) = self.fars.get(usize::from(p.far)) {
+                let k = usize::from(p.far);
+                self.half.head.far_flags[k] = far.flags;
+                self.half.head.far_port[k] = far.port;
+                if far.flags & FAR_ENCAP != 0 {
+                    far_lines |= 1 << k;
+                }
+                self.half.fars[k] = far;
             }
-            self.half.fars[k] = far;
+            for &u in &p.urrs {
+                if usize::from(u) < URRS {
+                    urr_lines |= 1 << u;
+                }
+            }
         }
         for (k, &(q, uplink)) in self.qers.iter().enumerate() {
             let c = s.qers.get(usize::from(q))?;
@@ -689,9 +744,6 @@ impl HalfBuilder {
                 qfi: c.qfi.unwrap_or(NONE),
             };
         }
-        for (k, &u) in self.urrs.iter().enumerate() {
-            self.half.urrs[k].urr = u8::try_from(u).ok()?;
-        }
         // What the QERs decide for every packet of a PDR alike, resolved once here.
         let head = &mut self.half.head;
         for (pdr, mark) in head.pdrs.iter_mut().zip(&mut head.marks) {
@@ -713,18 +765,14 @@ impl HalfBuilder {
                 }
             }
         }
-        let mut shape = make_shape(
-            inline.div_ceil(2),
-            far_lines,
-            self.qers.len(),
-            self.urrs.len(),
-        );
+        let mut shape = make_shape(inline.div_ceil(2), far_lines, self.qers.len(), urr_lines);
         if !run.is_empty() {
             shape |= OVERFLOW;
         }
         Some(Built {
             half: self.half,
             qers: self.qers,
+            urrs: self.urrs,
             shape,
             run,
         })
@@ -776,10 +824,10 @@ impl Hot {
     /// lines of each half's overflow run (empty: none), or a cold record.
     pub fn build(s: &Compiled) -> (Hot, [u16; 2], [Vec<Line>; 2]) {
         let cold = (Hot::default(), [COLD; 2], Default::default());
-        let Some(gtp) = HalfBuilder::new().build(&s.gtp_pdrs, s) else {
+        let Some(gtp) = HalfBuilder::new(Vec::new()).build(&s.gtp_pdrs, s) else {
             return cold;
         };
-        let Some(ip) = HalfBuilder::new().build(&s.ip_pdrs, s) else {
+        let Some(ip) = HalfBuilder::new(gtp.urrs).build(&s.ip_pdrs, s) else {
             return cold;
         };
         // A bucket is owned by one line only.
@@ -787,22 +835,29 @@ impl Hot {
             return cold;
         }
         let mut h = Hot {
-            halves: [gtp.half, ip.half],
+            gtp: gtp.half,
+            ip: ip.half,
+            ..Hot::default()
         };
+        for (k, line) in h.urrs.iter_mut().enumerate() {
+            line.urr = match ip.urrs.get(k).map(|&u| u8::try_from(u)) {
+                Some(Ok(u)) if u != NONE => u,
+                Some(_) => return cold,
+                // No URR: nothing to sync into.
+                None => NONE,
+            };
+        }
         h.set_urr_limits(s);
         (h, [gtp.shape, ip.shape], [gtp.run, ip.run])
     }
 
     /// Budgets and quota flags of every URR line from the compiled URRs (pending volumes zero).
     pub fn set_urr_limits(&mut self, s: &Compiled) {
-        for half in &mut self.halves {
-            for u in &mut half.urrs {
-                if let Some(c) = s.urrs.get(usize::from(u.urr)) {
-                    // Each half may count half of what is left: together they cannot cross a
-                    // limit without one of them running the check.
-                    u.budget = c.budget() / 2;
-                    u.exhausted = c.exhausted;
-                }
+        for u in &mut self.urrs {
+            if let Some(c) = s.urrs.get(usize::from(u.urr)) {
+                // One line counts both halves' packets: it may count all that is left.
+                u.budget = c.budget();
+                u.exhausted = c.exhausted;
             }
         }
     }
@@ -811,12 +866,12 @@ impl Hot {
     /// pending, the GBR accounting, the buckets, the last packet time. Pending values are
     /// zeroed, so syncing twice adds nothing.
     pub fn sync(&mut self, s: &mut Compiled, epoch: Instant) {
-        if !self.halves[0].head.hot() {
+        if !self.gtp.head.hot() {
             return;
         }
         let at = |c: u64| epoch + Duration::from_nanos(c - 1);
         let mut last = 0;
-        for half in &mut self.halves {
+        for half in self.halves_mut() {
             last = last.max(std::mem::take(&mut half.head.last));
             for q in &mut half.qers {
                 let Some(c) = s.qers.get_mut(usize::from(q.qer)) else {
@@ -831,25 +886,25 @@ impl Hot {
                     }
                 }
             }
-            for u in &mut half.urrs {
-                let Some(c) = s.urrs.get_mut(usize::from(u.urr)) else {
-                    continue;
-                };
-                if u.first != 0 {
-                    c.add_pending(
-                        (u.ul_bytes, u.ul_packets),
-                        (u.dl_bytes, u.dl_packets),
-                        at(u.first),
-                        at(u.last),
-                    );
-                }
-                *u = HotUrr {
-                    urr: u.urr,
-                    budget: u.budget,
-                    exhausted: u.exhausted,
-                    ..HotUrr::default()
-                };
+        }
+        for u in &mut self.urrs {
+            let Some(c) = s.urrs.get_mut(usize::from(u.urr)) else {
+                continue;
+            };
+            if u.first != 0 {
+                c.add_pending(
+                    (u.ul_bytes, u.ul_packets),
+                    (u.dl_bytes, u.dl_packets),
+                    at(u.first),
+                    at(u.last),
+                );
             }
+            *u = HotUrr {
+                urr: u.urr,
+                budget: u.budget,
+                exhausted: u.exhausted,
+                ..HotUrr::default()
+            };
         }
         if last != 0 {
             let t = at(last);
@@ -872,5 +927,100 @@ impl Hot {
         let t = s.urrs.get_mut(usize::from(urr))?.check();
         self.set_urr_limits(s);
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Pipeline, PipelineConfig};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+    use upf_rules::*;
+
+    /// A session as SMFs like free5GC give it: a FAR of its own for every PDR (the two
+    /// downlink ones alike: the same gNB tunnel), one URR on every PDR.
+    fn far_per_pdr() -> Arc<Session> {
+        let mut s = Session::new(Seid(1), Seid(1), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        for (id, uplink, qfi) in [(1, true, 1), (2, true, 9), (3, false, 1), (4, false, 9)] {
+            let mut pdi = Pdi::any(if uplink {
+                Interface::Access
+            } else {
+                Interface::Core
+            });
+            pdi.local_f_teid = uplink.then_some(LocalFTeid {
+                teid: Teid(7),
+                ipv4: Some(Ipv4Addr::new(192, 0, 2, 1)),
+                ipv6: None,
+            });
+            pdi.ue_ip = Some(UeIp {
+                ipv4: Some(Ipv4Addr::new(10, 0, 0, 1)),
+                ipv6: None,
+                is_destination: !uplink,
+            });
+            if uplink {
+                pdi.qfis = [Qfi(qfi)].into_iter().collect();
+            }
+            s.insert_pdr(Pdr {
+                id: PdrId(id),
+                precedence: Precedence(u32::from(id)),
+                pdi,
+                outer_header_removal: uplink.then_some(OuterHeaderRemoval::GtpuUdpIp {
+                    delete_pdu_session_container: false,
+                }),
+                far: Some(FarId(id.into())),
+                qers: Default::default(),
+                urrs: [UrrId(1)].into_iter().collect(),
+            })
+            .unwrap();
+            let mut fw = Forwarding::to(if uplink {
+                Interface::Core
+            } else {
+                Interface::Access
+            });
+            if !uplink {
+                fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+                    teid: Teid(0x100),
+                    peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 200)),
+                });
+            }
+            s.insert_far(Far {
+                id: FarId(id.into()),
+                action: ApplyAction::FORW,
+                forwarding: Some(fw),
+                duplicating: Box::default(),
+                bar: None,
+            })
+            .unwrap();
+        }
+        s.insert_urr(Urr::new(UrrId(1))).unwrap();
+        Arc::new(s)
+    }
+
+    #[test]
+    fn fars_alike_take_one_line_and_both_halves_count_in_one_urr_line() {
+        let now = std::time::Instant::now();
+        let cfg = PipelineConfig {
+            n3: crate::LocalAddrs {
+                v4: Some(Ipv4Addr::new(192, 0, 2, 1)),
+                v6: None,
+            },
+            ..Default::default()
+        };
+        let mut p = Pipeline::new(now, cfg);
+        p.install(now, far_per_pdr(), InstallFlags::default())
+            .unwrap();
+        assert_eq!(p.cold_sessions(), 0);
+        let slot = p.by_seid[&Seid(1)] as usize;
+        let r = &p.hot[slot];
+        for half in 0..2 {
+            let pdrs = &r.half(half).head.pdrs;
+            assert_eq!((pdrs[0].far, pdrs[1].far), (0, 0), "half {half}");
+            assert_eq!((pdrs[0].urrs[0], pdrs[1].urrs[0]), (0, 0), "half {half}");
+            let (_, fars, _, urrs) = unshape(p.shapes[slot][half]);
+            // The uplink FAR has no tunnel: no line to read; the downlink one line.
+            assert_eq!((fars, urrs), (half, 1), "half {half}");
+        }
+        assert_eq!(r.urrs.map(|u| u.urr), [0, NONE]);
     }
 }
