@@ -3,7 +3,7 @@
 //! the lines a packet will touch are known from its slot alone and prefetched in one step.
 //!
 //! A record has two halves, one per PDR list (GTP-U PDRs found by TEID, IP PDRs found by UE
-//! address), and between them the URR lines both index: a packet reads its list's half (the
+//! address), and after them the URR lines both index: a packet reads its list's half (the
 //! head line with the PDRs' match keys, the SDF filter lines, its FAR's line with the header
 //! template if it has a tunnel, one line per (QER, direction) with the token bucket) and its
 //! URRs' lines (the volume counted both ways since the last sync). URRs are the record's,
@@ -453,44 +453,19 @@ impl Half {
 }
 
 /// The hot record of one session slot: half 0 for its GTP-U PDRs, half 1 for its IP PDRs,
-/// and between them the URR lines both index (SMFs give a session's PDRs of both directions
-/// the same URRs: one line counts both ways), so that a packet's lines span no more octets
-/// than a half and its URR line: fewer packets cross into a second page.
+/// then the URR lines both index (SMFs give a session's PDRs of both directions the same
+/// URRs: one line counts both ways). Between the halves, they measured faster at 1M
+/// sessions but slower at 1k and 100k (the halves then are no array: docs/benchmarks.md).
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct Hot {
-    gtp: Half,
+    pub halves: [Half; 2],
     pub urrs: [HotUrr; URRS],
-    ip: Half,
 }
 
 const _: () = assert!(size_of::<Hot>() == 1152);
 
 impl Hot {
-    /// Half 0 (GTP-U PDRs) or 1 (IP PDRs).
-    #[inline(always)]
-    pub fn half(&self, i: usize) -> &Half {
-        if i == 0 {
-            &self.gtp
-        } else {
-            &self.ip
-        }
-    }
-
-    /// Half `i` and the URR lines, to change both.
-    #[inline(always)]
-    pub fn half_and_urrs(&mut self, i: usize) -> (&mut Half, &mut [HotUrr; URRS]) {
-        if i == 0 {
-            (&mut self.gtp, &mut self.urrs)
-        } else {
-            (&mut self.ip, &mut self.urrs)
-        }
-    }
-
-    pub fn halves_mut(&mut self) -> [&mut Half; 2] {
-        [&mut self.gtp, &mut self.ip]
-    }
-
     /// Prefetches the lines in use by `half`'s packets (`shape`, from [`Hot::build`]) into
     /// L2: into L1, each of the ~50 lines in flight would hold one of its few miss buffers
     /// until it arrives, and the prefetches themselves stalled (docs/benchmarks.md).
@@ -499,7 +474,7 @@ impl Hot {
         use upf_prefetch::l2;
         // Not the head line: `Pipeline::process` prefetched it when it looked the slot up.
         let (nf, na, nq, nu) = unshape(shape);
-        let h = self.half(half);
+        let h = &self.halves[half];
         for k in 0..nf {
             l2(h.filters.as_slice(), k);
         }
@@ -835,8 +810,7 @@ impl Hot {
             return cold;
         }
         let mut h = Hot {
-            gtp: gtp.half,
-            ip: ip.half,
+            halves: [gtp.half, ip.half],
             ..Hot::default()
         };
         for (k, line) in h.urrs.iter_mut().enumerate() {
@@ -866,12 +840,12 @@ impl Hot {
     /// pending, the GBR accounting, the buckets, the last packet time. Pending values are
     /// zeroed, so syncing twice adds nothing.
     pub fn sync(&mut self, s: &mut Compiled, epoch: Instant) {
-        if !self.gtp.head.hot() {
+        if !self.halves[0].head.hot() {
             return;
         }
         let at = |c: u64| epoch + Duration::from_nanos(c - 1);
         let mut last = 0;
-        for half in self.halves_mut() {
+        for half in &mut self.halves {
             last = last.max(std::mem::take(&mut half.head.last));
             for q in &mut half.qers {
                 let Some(c) = s.qers.get_mut(usize::from(q.qer)) else {
@@ -1014,7 +988,7 @@ mod tests {
         let slot = p.by_seid[&Seid(1)] as usize;
         let r = &p.hot[slot];
         for half in 0..2 {
-            let pdrs = &r.half(half).head.pdrs;
+            let pdrs = &r.halves[half].head.pdrs;
             assert_eq!((pdrs[0].far, pdrs[1].far), (0, 0), "half {half}");
             assert_eq!((pdrs[0].urrs[0], pdrs[1].urrs[0]), (0, 0), "half {half}");
             let (_, fars, _, urrs) = unshape(p.shapes[slot][half]);

@@ -243,7 +243,7 @@ impl Pipeline {
                 // neighbouring lookups; issued HOT_AHEAD packets ahead in the processing
                 // loop, each walk stalled that loop on its own (1M: 210 -> 123 ns a packet).
                 if let Some(r) = self.hot.get(slot) {
-                    upf_prefetch::l2_ref(&r.half(usize::from(h & HINT_IP != 0)).head);
+                    upf_prefetch::l2_ref(&r.halves[usize::from(h & HINT_IP != 0)].head);
                 }
             }
             hints.push(h);
@@ -552,7 +552,7 @@ impl Pipeline {
         qfi: Option<u8>,
         ip: &[u8],
     ) -> Result<usize, DropReason> {
-        let h = self.hot[slot as usize].half(half);
+        let h = &self.hot[slot as usize].halves[half];
         let Some(f) = crate::fast::flow_v4(ip) else {
             return self.classify_hot_general(slot, half, teid, qfi, ip);
         };
@@ -583,7 +583,7 @@ impl Pipeline {
         qfi: Option<u8>,
         ip: &[u8],
     ) -> Result<usize, DropReason> {
-        let h = self.hot[slot as usize].half(half);
+        let h = &self.hot[slot as usize].halves[half];
         let f = flow_of(ip).ok_or(DropReason::MalformedInner)?;
         let i = if h.head.overflows() {
             h.classify_run(self.run(slot, half), teid, qfi, &f)
@@ -611,7 +611,7 @@ impl Pipeline {
         qfi: Option<u8>,
         f: &crate::flow::Flow4,
     ) -> Option<usize> {
-        let h = self.hot[slot as usize].half(half);
+        let h = &self.hot[slot as usize].halves[half];
         if !h.head.overflows() {
             return None;
         }
@@ -818,10 +818,10 @@ impl Pipeline {
         let hot = self
             .hot
             .get(slot as usize)
-            .is_some_and(|h| h.half(half).head.hot());
+            .is_some_and(|h| h.halves[half].head.hot());
         if hot && !self.hot_ok {
             self.sync_slot(slot);
-            for h in self.hot[slot as usize].halves_mut() {
+            for h in &mut self.hot[slot as usize].halves {
                 h.head.set_hot(false);
             }
             self.rehot.push(slot);
@@ -907,7 +907,7 @@ impl Pipeline {
             ..
         } = self;
         let record = &mut hot[slot as usize];
-        let (h, urrs) = record.half_and_urrs(half);
+        let h = &mut record.halves[half];
         h.head.last = clock1;
         let pdr = h.head.pdrs[pdr_index];
         let far = usize::from(pdr.far);
@@ -950,7 +950,7 @@ impl Pipeline {
         if pdr
             .urrs
             .iter()
-            .any(|&u| urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+            .any(|&u| record.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
         {
             return drop_to(out, counters, p, DropReason::QuotaExhausted);
         }
@@ -970,7 +970,7 @@ impl Pipeline {
         let rqi = mark & MARK_RQI != 0;
         let mut check = [NONE; 2];
         for (k, &u) in pdr.urrs.iter().enumerate() {
-            if let Some(u) = urrs.get_mut(usize::from(u)) {
+            if let Some(u) = record.urrs.get_mut(usize::from(u)) {
                 if !u.count(clock1, len, uplink) {
                     check[k] = u.urr;
                 }
