@@ -676,20 +676,19 @@ impl HalfBuilder {
                 (0, self.run_filters(pdrs)?)
             }
         };
-        // Only FARs with a tunnel have a line to read (their header template), and only
-        // this half's PDRs' FARs and URRs are read by its packets.
+        // Only FARs with a tunnel have a line to read (their header template).
         let mut far_lines = 0;
+        for (k, &far) in self.fars.iter().enumerate() {
+            self.half.head.far_flags[k] = far.flags;
+            self.half.head.far_port[k] = far.port;
+            if far.flags & FAR_ENCAP != 0 {
+                far_lines |= 1 << k;
+            }
+            self.half.fars[k] = far;
+        }
+        // The record's URR lines that this half's PDRs count into.
         let mut urr_lines = 0;
         for p in &self.half.head.pdrs[..pdrs.len()] {
-            if let Some(&far) = self.fars.get(usize::from(p.far)) {
-                let k = usize::from(p.far);
-                self.half.head.far_flags[k] = far.flags;
-                self.half.head.far_port[k] = far.port;
-                if far.flags & FAR_ENCAP != 0 {
-                    far_lines |= 1 << k;
-                }
-                self.half.fars[k] = far;
-            }
             for &u in &p.urrs {
                 if usize::from(u) < URRS {
                     urr_lines |= 1 << u;
