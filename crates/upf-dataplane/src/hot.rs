@@ -15,7 +15,7 @@
 //! pipeline's overflow arena ([`crate::overflow`]), found by slot beside the record; its
 //! head then tells the inline classification to look there (out of line).
 //!
-//! Sessions that do not fit the shape (more rules than the lines hold, more filters than a
+//! Sessions that do not fit the layout (more rules than the lines hold, more filters than a
 //! run holds, slow SDF filters, IPv6 UE prefixes, framed routes, buffering or duplicating
 //! FARs, IPv6 tunnels, PPI) are marked cold and take the general path over [`Compiled`].
 //!
@@ -466,56 +466,42 @@ pub(crate) struct Hot {
 const _: () = assert!(size_of::<Hot>() == 1152);
 
 impl Hot {
-    /// Prefetches the lines in use by `half`'s packets (`shape`, from [`Hot::build`]) into
-    /// L2: into L1, each of the ~50 lines in flight would hold one of its few miss buffers
-    /// until it arrives, and the prefetches themselves stalled (docs/benchmarks.md).
+    /// Prefetches every line `half`'s packets may read, into L2: into L1, each of the ~50
+    /// lines in flight would hold one of its few miss buffers until it arrives, and the
+    /// prefetches themselves stalled. Every line, not only those in use: a line prefetched
+    /// and not read measured free, while reading which lines are in use cost a line of its
+    /// own a packet (a per-slot array) and ~35 instructions (docs/benchmarks.md).
     #[inline(always)]
-    pub fn prefetch(&self, half: usize, shape: u16) {
+    pub fn prefetch(&self, half: usize) {
         use upf_prefetch::l2;
         // Not the head line: `Pipeline::process` prefetched it when it looked the slot up.
-        let (nf, na, nq, nu) = unshape(shape);
         let h = &self.halves[half];
-        for k in 0..nf {
+        for k in 0..FILTER_LINES {
             l2(h.filters.as_slice(), k);
         }
         for k in 0..FARS {
-            if na & (1 << k) != 0 {
-                l2(h.fars.as_slice(), k);
-            }
+            l2(h.fars.as_slice(), k);
         }
-        for k in 0..nq {
+        for k in 0..QERS {
             l2(h.qers.as_slice(), k);
         }
         for k in 0..URRS {
-            if nu & (1 << k) != 0 {
-                l2(self.urrs.as_slice(), k);
-            }
+            l2(self.urrs.as_slice(), k);
         }
     }
 }
 
-/// A cold session's shape: nothing to prefetch by slot (the general path prefetches by
-/// reference).
-pub(crate) const COLD: u16 = 1;
-/// An empty slot's shape.
-pub(crate) const EMPTY: u16 = 0;
-/// Set in a hot half's shape.
-pub(crate) const HOT: u16 = 0x8000;
-/// Set in the shape of a hot half whose filters are in an overflow run (none inline).
-pub(crate) const OVERFLOW: u16 = 0x4000;
-
-/// The lines of a half in use: a hot bit, an overflow bit, then 3 bits each for the number
-/// of (inline) filter lines, the FAR lines to read (a bit each), the number of (QER,
-/// direction) lines and the record's URR lines to read (a bit each).
-fn make_shape(nf: usize, na: usize, nq: usize, nu: usize) -> u16 {
-    let b = |n: usize| u16::try_from(n & 7).unwrap_or(0);
-    HOT | b(nf) | (b(na) << 3) | (b(nq) << 6) | (b(nu) << 9)
-}
-
-fn unshape(s: u16) -> (usize, usize, usize, usize) {
-    let f = |k: u16| usize::from((s >> k) & 7);
-    (f(0), f(3), f(6), f(9))
-}
+/// What a slot's half is, per slot and half in `Pipeline::kinds`: read only when some
+/// session is cold or some half's filters are in an overflow run.
+pub(crate) type Kind = u8;
+/// An empty slot.
+pub(crate) const EMPTY: Kind = 0;
+/// A cold session: it takes the general path, prefetched by reference.
+pub(crate) const COLD: Kind = 1;
+/// A hot half.
+pub(crate) const HOT: Kind = 2;
+/// A hot half whose filters are in an overflow run (none inline).
+pub(crate) const HOT_RUN: Kind = HOT | 4;
 
 /// A built half.
 struct Built {
@@ -524,7 +510,7 @@ struct Built {
     qers: Vec<(u16, bool)>,
     /// The record's URRs (by slot in the compiled session) so far.
     urrs: Vec<u16>,
-    shape: u16,
+    kind: Kind,
     /// The lines of its overflow run (none: its filters are inline).
     run: Vec<Line>,
 }
@@ -616,9 +602,8 @@ impl HalfBuilder {
         })
     }
 
-    /// Lays the PDRs' filters out on the inline lines; the number of filters there, or
-    /// `None` if they do not fit.
-    fn inline_filters(&mut self, pdrs: &[CPdr]) -> Option<usize> {
+    /// Lays the PDRs' filters out on the inline lines; `false` if they do not fit.
+    fn inline_filters(&mut self, pdrs: &[CPdr]) -> bool {
         let mut all: Vec<FastFilter> = Vec::new();
         for (hp, p) in self.half.head.pdrs.iter_mut().zip(pdrs) {
             let fast = p.fast_filters();
@@ -634,14 +619,17 @@ impl HalfBuilder {
                 }
             };
             if all.len() > 2 * FILTER_LINES || fast.len() > 15 {
-                return None;
+                return false;
             }
-            hp.filters = u8::try_from((start << 4) | fast.len()).ok()?;
+            let Ok(b) = u8::try_from((start << 4) | fast.len()) else {
+                return false;
+            };
+            hp.filters = b;
         }
         for (k, f) in all.iter().enumerate() {
             self.half.filters[k / 2][k % 2] = *f;
         }
-        Some(all.len())
+        true
     }
 
     /// Lays the PDRs' filters out for an overflow run: each PDR's from a line of its own
@@ -666,34 +654,17 @@ impl HalfBuilder {
             self.half.head.pdrs[k] = self.pdr(p, s)?;
         }
         let n = u8::try_from(pdrs.len()).ok()?;
-        let (inline, run) = match self.inline_filters(pdrs) {
-            Some(inline) => {
-                self.half.head.state = n | SERVES;
-                (inline, Vec::new())
-            }
-            None => {
-                self.half.head.state = (n << RUN_PDRS_SHIFT) | SERVES;
-                (0, self.run_filters(pdrs)?)
-            }
+        let run = if self.inline_filters(pdrs) {
+            self.half.head.state = n | SERVES;
+            Vec::new()
+        } else {
+            self.half.head.state = (n << RUN_PDRS_SHIFT) | SERVES;
+            self.run_filters(pdrs)?
         };
-        // Only FARs with a tunnel have a line to read (their header template).
-        let mut far_lines = 0;
         for (k, &far) in self.fars.iter().enumerate() {
             self.half.head.far_flags[k] = far.flags;
             self.half.head.far_port[k] = far.port;
-            if far.flags & FAR_ENCAP != 0 {
-                far_lines |= 1 << k;
-            }
             self.half.fars[k] = far;
-        }
-        // The record's URR lines that this half's PDRs count into.
-        let mut urr_lines = 0;
-        for p in &self.half.head.pdrs[..pdrs.len()] {
-            for &u in &p.urrs {
-                if usize::from(u) < URRS {
-                    urr_lines |= 1 << u;
-                }
-            }
         }
         for (k, &(q, uplink)) in self.qers.iter().enumerate() {
             let c = s.qers.get(usize::from(q))?;
@@ -739,15 +710,11 @@ impl HalfBuilder {
                 }
             }
         }
-        let mut shape = make_shape(inline.div_ceil(2), far_lines, self.qers.len(), urr_lines);
-        if !run.is_empty() {
-            shape |= OVERFLOW;
-        }
         Some(Built {
             half: self.half,
             qers: self.qers,
             urrs: self.urrs,
-            shape,
+            kind: if run.is_empty() { HOT } else { HOT_RUN },
             run,
         })
     }
@@ -794,9 +761,9 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
 }
 
 impl Hot {
-    /// The hot record of `s` (state copied from it), the prefetch shape of each half and the
-    /// lines of each half's overflow run (empty: none), or a cold record.
-    pub fn build(s: &Compiled) -> (Hot, [u16; 2], [Vec<Line>; 2]) {
+    /// The hot record of `s` (state copied from it), the kind of each half and the lines of
+    /// each half's overflow run (empty: none), or a cold record.
+    pub fn build(s: &Compiled) -> (Hot, [Kind; 2], [Vec<Line>; 2]) {
         let cold = (Hot::default(), [COLD; 2], Default::default());
         let Some(gtp) = HalfBuilder::new(Vec::new()).build(&s.gtp_pdrs, s) else {
             return cold;
@@ -821,7 +788,7 @@ impl Hot {
             };
         }
         h.set_urr_limits(s);
-        (h, [gtp.shape, ip.shape], [gtp.run, ip.run])
+        (h, [gtp.kind, ip.kind], [gtp.run, ip.run])
     }
 
     /// Budgets and quota flags of every URR line from the compiled URRs (pending volumes zero).
@@ -990,9 +957,9 @@ mod tests {
             let pdrs = &r.halves[half].head.pdrs;
             assert_eq!((pdrs[0].far, pdrs[1].far), (0, 0), "half {half}");
             assert_eq!((pdrs[0].urrs[0], pdrs[1].urrs[0]), (0, 0), "half {half}");
-            let (_, fars, _, urrs) = unshape(p.shapes[slot][half]);
-            // The uplink FAR has no tunnel: no line to read; the downlink one line.
-            assert_eq!((fars, urrs), (half, 1), "half {half}");
+            // The uplink FAR has no tunnel, the downlink one has (in the one line).
+            let encap = r.halves[half].head.far_flags.map(|f| f & FAR_ENCAP != 0);
+            assert_eq!(encap, [half == 1, false], "half {half}");
         }
         assert_eq!(r.urrs.map(|u| u.urr), [0, NONE]);
     }

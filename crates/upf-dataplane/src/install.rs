@@ -78,7 +78,7 @@ impl Pipeline {
                 None => {
                     self.slots.push(None);
                     self.hot.push(crate::hot::Hot::default());
-                    self.shapes.push([crate::hot::EMPTY; 2]);
+                    self.kinds.push([crate::hot::EMPTY; 2]);
                     self.runs.push(Default::default());
                     self.generations.push(0);
                     u32::try_from(self.slots.len() - 1)

@@ -4,7 +4,7 @@
 use crate::acl::AclAction;
 use crate::counters::{Counters, DropReason};
 use crate::flow::Addr;
-use crate::hot::{Hot, COLD, EMPTY, HOT, OVERFLOW};
+use crate::hot::{Hot, Kind, COLD, EMPTY, HOT_RUN};
 use crate::intmap::IntMap;
 use crate::meter::RateLimit;
 use crate::overflow::{Arena, Run};
@@ -76,10 +76,10 @@ pub struct Output {
 pub struct Pipeline {
     pub(crate) cfg: PipelineConfig,
     pub(crate) slots: Vec<Option<Compiled>>,
-    /// Per slot: the hot record ([`crate::hot`]), and which of its lines are in use.
+    /// Per slot: the hot record ([`crate::hot`]), and what each of its halves is.
     pub(crate) hot: Vec<Hot>,
-    pub(crate) shapes: Vec<[u16; 2]>,
-    /// Per slot: the overflow run of each half whose shape has [`OVERFLOW`], in `arena`.
+    pub(crate) kinds: Vec<[Kind; 2]>,
+    /// Per slot: the overflow run of each half of kind [`HOT_RUN`], in `arena`.
     pub(crate) runs: Vec<[Run; 2]>,
     pub(crate) arena: Arena,
     /// Sessions installed cold (prefetched by reference, in steps).
@@ -139,7 +139,7 @@ impl Pipeline {
         Self {
             slots: reserved(n),
             hot: reserved(n),
-            shapes: reserved(n),
+            kinds: reserved(n),
             runs: reserved(n),
             arena: Arena::default(),
             cold: 0,
@@ -237,7 +237,9 @@ impl Pipeline {
             let h = self.slot_hint(p).unwrap_or(NO_HINT);
             if h != NO_HINT {
                 let slot = (h & !HINT_IP) as usize;
-                upf_prefetch::l2(&self.shapes, slot);
+                if self.cold != 0 || self.arena.live() != 0 {
+                    upf_prefetch::l2(&self.kinds, slot);
+                }
                 // The record's first line now, where its page walk (a TLB miss per packet
                 // at 1M sessions, nested under the hypervisor's) overlaps those of the
                 // neighbouring lookups; issued HOT_AHEAD packets ahead in the processing
@@ -294,13 +296,13 @@ impl Pipeline {
     fn prefetch_hot(&self, h: u32) {
         let slot = (h & !HINT_IP) as usize;
         let half = usize::from(h & HINT_IP != 0);
-        if let Some(&shape) = self.shapes.get(slot).map(|s| &s[half]) {
-            if shape & HOT != 0 {
-                self.hot[slot].prefetch(half, shape);
-                if shape & OVERFLOW != 0 {
-                    upf_prefetch::l2(&self.runs, slot);
-                }
-            }
+        // Whatever the slot holds: a cold or empty slot's lines are prefetched for nothing,
+        // which costs less than reading for every packet what the slot holds.
+        if let Some(r) = self.hot.get(slot) {
+            r.prefetch(half);
+        }
+        if self.arena.live() != 0 && self.kinds.get(slot).is_some_and(|k| k[half] == HOT_RUN) {
+            upf_prefetch::l2(&self.runs, slot);
         }
     }
 
@@ -310,11 +312,7 @@ impl Pipeline {
     fn prefetch_run(&self, h: u32) {
         let slot = (h & !HINT_IP) as usize;
         let half = usize::from(h & HINT_IP != 0);
-        if self
-            .shapes
-            .get(slot)
-            .is_some_and(|s| s[half] & OVERFLOW != 0)
-        {
+        if self.kinds.get(slot).is_some_and(|s| s[half] == HOT_RUN) {
             let run = self.arena.lines(self.runs[slot][half]);
             for k in 0..run.len().min(RUN_PREFETCH_LINES) {
                 upf_prefetch::l2(run, k);
@@ -352,8 +350,8 @@ impl Pipeline {
 
     /// Prefetches (not loads: a load would stall retirement) what the packets after the `i`th
     /// will read. A hot session's lines are known from its slot: they are prefetched in one
-    /// step, [`HOT_AHEAD`] packets ahead (the shape word saying which lines are in use was
-    /// prefetched when the hints were looked up). A cold session's are reached one pointer level per step, each step's
+    /// step, [`HOT_AHEAD`] packets ahead. A cold session's are reached one pointer level per
+    /// step, each step's
     /// addresses known from lines the previous step fetched: the session record 16 ahead;
     /// its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF filters and FAR
     /// targets 4 ahead. (Longer distances measured no better: the lines start to leave L1
@@ -373,7 +371,7 @@ impl Pipeline {
         }
         let cold = |h: u32| {
             let slot = (h & !HINT_IP) as usize;
-            self.shapes.get(slot).is_some_and(|s| s[0] == COLD)
+            self.kinds.get(slot).is_some_and(|s| s[0] == COLD)
         };
         if let Some(&h) = hints.get(i + 16).filter(|&&h| cold(h)) {
             prefetch_index(&self.slots, (h & !HINT_IP) as usize);
@@ -844,10 +842,10 @@ impl Pipeline {
     /// with its overflow runs.
     pub(crate) fn build_hot(&mut self, slot: u32) {
         let i = slot as usize;
-        let was_cold = self.shapes[i][0] == COLD;
+        let was_cold = self.kinds[i][0] == COLD;
         // Freed first, so that a rebuild of the same rules takes the same runs back.
         self.free_runs(i);
-        let (mut h, mut shape, filters) = match &self.slots[i] {
+        let (mut h, mut kind, filters) = match &self.slots[i] {
             Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2], Default::default()),
             Some(s) => Hot::build(s),
             None => (Hot::default(), [EMPTY; 2], Default::default()),
@@ -861,14 +859,14 @@ impl Pipeline {
                 None => {
                     // No line index left (2^32 lines): cold.
                     self.free_runs(i);
-                    (h, shape) = (Hot::default(), [COLD; 2]);
+                    (h, kind) = (Hot::default(), [COLD; 2]);
                     break;
                 }
             }
         }
         self.hot[i] = h;
-        self.shapes[i] = shape;
-        self.cold = self.cold + usize::from(shape[0] == COLD) - usize::from(was_cold);
+        self.kinds[i] = kind;
+        self.cold = self.cold + usize::from(kind[0] == COLD) - usize::from(was_cold);
     }
 
     /// Gives slot `i`'s overflow runs back to the arena, last first (its free lists are
