@@ -1,5 +1,6 @@
 // masks: N records of REC octets; per packet read lines RMASK, write lines WMASK, prefetch
-// lines PMASK 8 packets ahead (T1), and line 0 of the batch's records first if GRP.
+// lines PMASK 8 packets ahead (T1), and line 0 of the batch's records first if GRP; env WK:
+// rounds of work a packet (default 60; 35 makes 1k cost what the pipeline's 1k costs).
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@ static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t
 int main(int argc,char**argv){
   long n=atol(argv[1]); long rec=atol(argv[2]); unsigned rm=strtoul(argv[3],0,0), wm=strtoul(argv[4],0,0), pm=strtoul(argv[5],0,0); int grp=atoi(argv[6]);
   int hint = argc>7 ? atoi(argv[7]) : 2; // 2: T1, 3: T0, 0: NTA, 9: prefetchw
+  int WK = getenv("WK") ? atoi(getenv("WK")) : 60; // rounds of work a packet
   size_t sz=(size_t)n*rec; sz=(sz+(2<<20)-1)&~((size_t)(2<<20)-1);
   char*b=mmap(0,sz,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS,-1,0);
   madvise(b,sz,MADV_HUGEPAGE); for(size_t i=0;i<sz;i+=64) b[i]=1;
@@ -27,7 +29,7 @@ int main(int argc,char**argv){
         uint64_t*r=(uint64_t*)(b+(size_t)x[i]*rec);
         uint64_t a=acc,c=i,d=3,e=5;
         for(int k=0;k<20;k++) if(rm>>k&1) a+=r[8*k];
-        for(int w=0;w<60;w++){ c=c*31+a; d^=d<<3^c; e+=d>>5; a+=w; }
+        for(int w=0;w<WK;w++){ c=c*31+a; d^=d<<3^c; e+=d>>5; a+=w; }
         for(int k=0;k<20;k++) if(wm>>k&1) r[8*k]+=c^d^e;
         acc=a;
       }
