@@ -351,10 +351,9 @@ impl Pipeline {
     /// Prefetches (not loads: a load would stall retirement) what the packets after the `i`th
     /// will read. A hot session's lines are known from its slot: they are prefetched in one
     /// step, [`HOT_AHEAD`] packets ahead. A cold session's are reached one pointer level per
-    /// step, each step's
-    /// addresses known from lines the previous step fetched: the session record 16 ahead;
-    /// its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF filters and FAR
-    /// targets 4 ahead. (Longer distances measured no better: the lines start to leave L1
+    /// step, each step's addresses known from lines the previous step fetched: the session
+    /// record 16 ahead; its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF
+    /// filters and FAR targets 4 ahead. (Longer distances measured no better: the lines start to leave L1
     /// before use.)
     #[inline(always)]
     fn prefetch_ahead(&self, hints: &[u32], i: usize) {
