@@ -353,8 +353,8 @@ impl Pipeline {
     /// step, [`HOT_AHEAD`] packets ahead. A cold session's are reached one pointer level per
     /// step, each step's addresses known from lines the previous step fetched: the session
     /// record 16 ahead; its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF
-    /// filters and FAR targets 4 ahead. (Longer distances measured no better: the lines start to leave L1
-    /// before use.)
+    /// filters and FAR targets 4 ahead. (Longer distances measured no better: the lines start
+    /// to leave L1 before use.)
     #[inline(always)]
     fn prefetch_ahead(&self, hints: &[u32], i: usize) {
         if let Some(&h) = hints.get(i + HOT_AHEAD) {
