@@ -501,7 +501,7 @@ pub(crate) const COLD: Kind = 1;
 /// A hot half.
 pub(crate) const HOT: Kind = 2;
 /// A hot half whose filters are in an overflow run (none inline).
-pub(crate) const HOT_RUN: Kind = HOT | 4;
+pub(crate) const HOT_RUN: Kind = 3;
 
 /// A built half.
 struct Built {

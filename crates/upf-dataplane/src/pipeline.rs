@@ -301,9 +301,15 @@ impl Pipeline {
         if let Some(r) = self.hot.get(slot) {
             r.prefetch(half);
         }
-        if self.arena.live() != 0 && self.kinds.get(slot).is_some_and(|k| k[half] == HOT_RUN) {
+        if self.arena.live() != 0 && self.has_run(slot, half) {
             upf_prefetch::l2(&self.runs, slot);
         }
+    }
+
+    /// Whether `half` of `slot` keeps its filters in an overflow run.
+    #[inline(always)]
+    fn has_run(&self, slot: usize, half: usize) -> bool {
+        self.kinds.get(slot).is_some_and(|k| k[half] == HOT_RUN)
     }
 
     /// Prefetches the first lines of the overflow run (if any) that the packet with hint `h`
@@ -312,7 +318,7 @@ impl Pipeline {
     fn prefetch_run(&self, h: u32) {
         let slot = (h & !HINT_IP) as usize;
         let half = usize::from(h & HINT_IP != 0);
-        if self.kinds.get(slot).is_some_and(|s| s[half] == HOT_RUN) {
+        if self.has_run(slot, half) {
             let run = self.arena.lines(self.runs[slot][half]);
             for k in 0..run.len().min(RUN_PREFETCH_LINES) {
                 upf_prefetch::l2(run, k);
