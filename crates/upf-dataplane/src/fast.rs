@@ -91,7 +91,7 @@ pub fn flow_v4(ip: &[u8]) -> Option<Flow4> {
 
 /// A GTP-U/UDP/IPv4 header to copy in front of packets: built once by the general encoder
 /// with an empty payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Template {
     /// The header, right-aligned: every write copies all 44 octets, ending where the
     /// payload starts (a shorter header's leading octets land in the headroom), so that the
@@ -198,6 +198,20 @@ impl Template {
         Self::new(buf.get(start..)?, psc.is_some())
     }
 
+    /// This template with its peer address and TEID zero (what sessions alike share), and
+    /// those two apart (each session's own), for [`Template::write_tunnel`].
+    pub fn generic(&self) -> Option<(Template, Tunnel)> {
+        let at = TEMPLATE_LEN.checked_sub(usize::from(self.len))?;
+        let mut t = *self;
+        let h = t.bytes.get_mut(at..)?;
+        let peer: [u8; 4] = h.get(16..20)?.try_into().ok()?;
+        let teid: [u8; 4] = h.get(32..36)?.try_into().ok()?;
+        h.get_mut(16..20)?.fill(0);
+        h.get_mut(32..36)?.fill(0);
+        t.sum = checksum::sum(h.get(..20)?);
+        Some((t, Tunnel { peer, teid }))
+    }
+
     /// Writes the header in front of `buf[ds..de]`; returns the new start, or `None` without
     /// touching `buf` when there is no room or the packet would be too long.
     #[inline(always)]
@@ -209,6 +223,37 @@ impl Template {
         ident: u16,
         ecn: u8,
         qfi_octet: u8,
+    ) -> Option<usize> {
+        self.write_with(buf, ds, de, ident, ecn, qfi_octet, None)
+    }
+
+    /// [`Template::write`] of a [`Template::generic`] template with `tunnel`'s peer and TEID.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn write_tunnel(
+        &self,
+        buf: &mut [u8],
+        ds: usize,
+        de: usize,
+        ident: u16,
+        ecn: u8,
+        qfi_octet: u8,
+        tunnel: &Tunnel,
+    ) -> Option<usize> {
+        self.write_with(buf, ds, de, ident, ecn, qfi_octet, Some(tunnel))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn write_with(
+        &self,
+        buf: &mut [u8],
+        ds: usize,
+        de: usize,
+        ident: u16,
+        ecn: u8,
+        qfi_octet: u8,
+        tunnel: Option<&Tunnel>,
     ) -> Option<usize> {
         let hl = usize::from(self.len);
         let start = ds.checked_sub(hl)?;
@@ -225,7 +270,16 @@ impl Template {
         h[2..4].copy_from_slice(&total.to_be_bytes());
         h[4..6].copy_from_slice(&ident.to_be_bytes());
         // ECN sits in the low octet of the first word.
-        let c = !checksum::combine(&[self.sum, total, ident, u16::from(ecn)]);
+        let c = match tunnel {
+            None => !checksum::combine(&[self.sum, total, ident, u16::from(ecn)]),
+            Some(t) => {
+                h[16..20].copy_from_slice(&t.peer);
+                h[32..36].copy_from_slice(&t.teid);
+                let [a, b, c, d] = t.peer;
+                let words = [u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d])];
+                !checksum::combine(&[self.sum, total, ident, u16::from(ecn), words[0], words[1]])
+            }
+        };
         h[10..12].copy_from_slice(&c.to_be_bytes());
         h[24..26].copy_from_slice(&(total - 20).to_be_bytes());
         h[30..32].copy_from_slice(&(total - 36).to_be_bytes());
@@ -234,6 +288,14 @@ impl Template {
         }
         Some(start)
     }
+}
+
+/// A GTP-U tunnel's peer address and TEID as they are written into a [`Template::generic`]
+/// header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tunnel {
+    peer: [u8; 4],
+    teid: [u8; 4],
 }
 
 #[cfg(test)]

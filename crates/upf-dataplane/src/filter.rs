@@ -140,7 +140,7 @@ impl Filter {
 /// side, no negation, SPI or flow label, and which side is the UE's resolved at compile time
 /// from the PDR's UE address. [`Filter::fast`] says whether a filter has this form; the PDR
 /// falls back to the full [`Filter`]s when any of its filters does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct FastFilter {
     /// Protocol, or 0x100 for any.
     proto: u16,

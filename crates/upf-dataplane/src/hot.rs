@@ -1,44 +1,55 @@
-//! The hot record of a session: what processing a packet reads and writes, in a fixed layout
-//! of 64-octet lines of plain integers, one record per session slot in a plain `Vec`, so that
-//! the lines a packet will touch are known from its slot alone and prefetched in one step.
+//! The hot form of a session: what processing a packet reads and writes, in fixed layouts of
+//! 64-octet lines of plain integers, split in two:
 //!
-//! A record has two halves, one per PDR list (GTP-U PDRs found by TEID, IP PDRs found by UE
-//! address), and after them the URR lines both index: a packet reads its list's half (the
-//! head line with the PDRs' match keys, the SDF filter lines, its FAR's line with the header
-//! template if it has a tunnel, one line per (QER, direction) with the token bucket) and its
-//! URRs' lines (the volume counted both ways since the last sync). URRs are the record's,
-//! not a half's, because SMFs give the PDRs of both directions the same URRs: a smaller
-//! record (1,152 octets instead of 1,280), and at 1M sessions the record's size is much of
-//! what a packet costs (docs/benchmarks.md).
+//! - its **record** ([`Hot`], one per session slot in a plain `Vec`, 320 octets): what is the
+//!   session's own, the TEIDs and UE address its PDRs match, its tunnels' peers and TEIDs,
+//!   its buckets' fills, its URRs' counts; a packet reads the keys line, its direction's
+//!   fills line and its URRs' lines, all known from the slot and prefetched in one step;
+//! - its **shape** ([`Shape`], interned in [`crate::shapes`]): everything else, the PDRs'
+//!   match keys and slots, the SDF filters, the FARs' header templates without peer and
+//!   TEID, the QERs' rates and flags. Sessions an SMF builds from the same policy (the same
+//!   PCC rules, QoS and charging) share one, which stays in cache however many sessions
+//!   there are.
+//!
+//! At 1M sessions a packet's cost over 1k is mostly the page walk and misses of its record:
+//! 320 octets instead of the 1,152 that held everything, so a quarter of the pages and of
+//! the host page-table entries a walk misses on (docs/benchmarks.md).
+//!
+//! A shape has two halves, one per PDR list (GTP-U PDRs found by TEID, IP PDRs found by UE
+//! address): the head line with the PDRs, the SDF filter lines, the FARs, the QERs of the
+//! list's direction. URRs are the record's, not a half's, because SMFs give the PDRs of both
+//! directions the same URRs.
 //!
 //! A half whose SDF filters do not fit its filter lines keeps them in a run of lines of the
-//! pipeline's overflow arena ([`crate::overflow`]), found by slot beside the record; its
-//! head then tells the inline classification to look there (out of line).
+//! pipeline's overflow arena ([`crate::overflow`]), held by the shape; its head then tells
+//! the inline classification to look there (out of line).
 //!
 //! Sessions that do not fit the layout (more rules than the lines hold, more filters than a
 //! run holds, slow SDF filters, IPv6 UE prefixes, framed routes, buffering or duplicating
 //! FARs, IPv6 tunnels, PPI) are marked cold and take the general path over [`Compiled`].
 //!
 //! Where the state lives: the compiled session is the source of truth. While a session is
-//! hot, its QER buckets are *owned* by the hot record (copied back by [`Hot::sync`]) and the
-//! URR volumes counted since the last sync are *pending* in the hot record (added to the
+//! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`]) and
+//! the URR volumes counted since the last sync are *pending* in the record (added to the
 //! URR by [`Hot::sync`], which zeroes them). Every reader of the compiled state (usage
-//! reports, queries, timers, modification) syncs first, and the hot record is rebuilt from
-//! the compiled session afterwards ([`Hot::build`]). A URR line also holds a *budget*: the
+//! reports, queries, timers, modification) syncs first, and the record is rebuilt from the
+//! compiled session afterwards ([`Hot::build`]). A URR line also holds a *budget*: the
 //! octets it may count before some threshold, quota or START trigger could fire; the packet
 //! that exhausts it takes the exact check of [`UrrState`] after a sync.
+//!
+//! [`UrrState`]: crate::usage::UrrState
 
-use crate::fast::Template;
+use crate::fast::{Template, Tunnel};
 use crate::filter::FastFilter;
 use crate::flow::{Flow, Flow4};
-use crate::meter::TokenBucket;
-use crate::overflow::{Line, MAX_RUN_LINES};
+use crate::meter::{Fill, Rate, TokenBucket};
+use crate::overflow::{Line, Run, MAX_RUN_LINES};
 use crate::packet::Port;
 use crate::session::{CPdr, Compiled, Strip};
 use std::time::{Duration, Instant};
 use upf_rules::ApplyAction;
 
-/// An absent slot (FAR, QER, URR) in a line.
+/// An absent slot (FAR, QER, URR, GBR count) in a line.
 pub(crate) const NONE: u8 = u8::MAX;
 /// A PDR without a QFI condition.
 const QFI_ANY: u8 = u8::MAX;
@@ -48,10 +59,16 @@ pub(crate) const PDRS: usize = 3;
 /// SDF filter lines per half (two filters a line).
 pub(crate) const FILTER_LINES: usize = 2;
 pub(crate) const FARS: usize = 2;
-/// (QER, direction) lines per half.
+/// (QER, direction) pairs per half.
 pub(crate) const QERS: usize = 3;
+/// Of those, the ones that account a GBR.
+const GBRS: usize = 2;
 /// URR lines per record.
 pub(crate) const URRS: usize = 2;
+/// GTP-U tunnels (FARs that encapsulate) per record.
+const TUNNELS: usize = 4;
+/// Distinct F-TEIDs of the GTP-U PDRs per record (a 4G session's bearers each have one).
+const TEIDS: usize = 2;
 
 // HotPdr.flags
 const HAS_TEID: u8 = 1;
@@ -64,12 +81,13 @@ pub(crate) const GATE_SHUT: u8 = 32;
 /// The PDR's first QER polices an MBR in its direction; `MBR0 << 1`: its second.
 pub(crate) const MBR0: u8 = 64;
 
-/// One PDR's match keys and rule slots (slots index the lines of its half).
-#[derive(Debug, Clone, Copy, Default)]
+/// One PDR's match conditions and rule slots (slots index the lines of its half), and what
+/// its FAR and QERs decide for every packet alike, resolved when built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C)]
 pub(crate) struct HotPdr {
-    teid: u32,
-    ue_v4: u32,
+    /// Its F-TEID's index in the record's [`Keys::teids`] (with [`HAS_TEID`]).
+    teid: u8,
     qfi: u8,
     pub flags: u8,
     pub far: u8,
@@ -79,9 +97,31 @@ pub(crate) struct HotPdr {
     filters: u8,
     pub qers: [u8; 2],
     pub urrs: [u8; 2],
+    /// Its FAR's flags (none without a FAR: dropped) and egress port, so that a FAR
+    /// without a tunnel needs no line of its own.
+    pub far_flags: u8,
+    pub port: Port,
+    /// [`MARK_QFI`] and the QFI of the first of its QERs that has one, [`MARK_RQI`] if any
+    /// sets RQI.
+    pub mark: u8,
 }
 
-const _: () = assert!(size_of::<HotPdr>() == 16);
+impl Default for HotPdr {
+    fn default() -> Self {
+        Self {
+            teid: 0,
+            qfi: QFI_ANY,
+            flags: 0,
+            far: NONE,
+            filters: 0,
+            qers: [NONE; 2],
+            urrs: [NONE; 2],
+            far_flags: 0,
+            port: Port::N6,
+            mark: 0,
+        }
+    }
+}
 
 /// A packet's match key: the general [`Flow`], or the 12-octet [`Flow4`] of the common
 /// IPv4 form that the hot path classifies on.
@@ -118,27 +158,28 @@ impl Key for Flow4 {
 }
 
 impl HotPdr {
-    /// The PDR's keys other than its filters.
+    /// The PDR's conditions other than its filters, against the record's keys `k`.
     #[inline(always)]
-    fn keys(&self, teid: u32, qfi: Option<u8>, f: &impl Key) -> bool {
-        if self.flags & HAS_TEID != 0 && self.teid != teid {
+    fn keys(&self, k: &Keys, teid: u32, qfi: Option<u8>, f: &impl Key) -> bool {
+        if self.flags & HAS_TEID != 0 && k.teids[usize::from(self.teid) % TEIDS] != teid {
             return false;
         }
         if self.qfi != QFI_ANY && qfi != Some(self.qfi) {
             return false;
         }
-        self.flags & HAS_UE == 0 || f.v4(self.flags & UE_IS_DST != 0) == Some(self.ue_v4)
+        self.flags & HAS_UE == 0 || f.v4(self.flags & UE_IS_DST != 0) == Some(k.ue_v4)
     }
 
     #[inline(always)]
     fn matches(
         &self,
         filters: &[[FastFilter; 2]; FILTER_LINES],
+        k: &Keys,
         teid: u32,
         qfi: Option<u8>,
         f: &impl Key,
     ) -> bool {
-        if !self.keys(teid, qfi, f) {
+        if !self.keys(k, teid, qfi, f) {
             return false;
         }
         let from_ue = self.flags & FROM_UE != 0;
@@ -149,23 +190,28 @@ impl HotPdr {
         if n == 0 {
             return true;
         }
-        for k in first..first + n {
-            if let Some(l) = filters.get(k / 2) {
-                if f.matched_by(&l[k % 2], from_ue) {
+        for j in first..first + n {
+            if let Some(l) = filters.get(j / 2) {
+                if f.matched_by(&l[j % 2], from_ue) {
                     return true;
                 }
             }
         }
         false
     }
-}
 
-impl HotPdr {
     /// Whether a packet matches this PDR of a half whose filters are in a run; `lines`: its
     /// lines there (an odd list's last filter is there twice, so no count is checked).
     #[inline(always)]
-    fn matches_run4(&self, lines: &[Line], teid: u32, qfi: Option<u8>, f: &Flow4) -> bool {
-        if !self.keys(teid, qfi, f) {
+    fn matches_run4(
+        &self,
+        lines: &[Line],
+        k: &Keys,
+        teid: u32,
+        qfi: Option<u8>,
+        f: &Flow4,
+    ) -> bool {
+        if !self.keys(k, teid, qfi, f) {
             return false;
         }
         // The key turned round once, UE side first, rather than at every filter.
@@ -188,9 +234,9 @@ impl HotPdr {
 
     /// [`HotPdr::matches_run4`] on the general key.
     #[inline(always)]
-    fn matches_run(&self, lines: &[Line], teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
+    fn matches_run(&self, lines: &[Line], k: &Keys, teid: u32, qfi: Option<u8>, f: &Flow) -> bool {
         let from_ue = self.flags & FROM_UE != 0;
-        self.keys(teid, qfi, f)
+        self.keys(k, teid, qfi, f)
             && (lines.is_empty()
                 || lines
                     .iter()
@@ -207,48 +253,23 @@ impl HotPdr {
 }
 
 /// The head line of a half: the PDRs of its list, by precedence.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, align(64))]
 pub(crate) struct Head {
-    /// The pipeline's clock + 1 at the last packet since the last sync; 0: none.
-    pub last: u64,
     pub pdrs: [HotPdr; PDRS],
     /// The number of PDRs matched on the inline filter lines (bits 0-1), or of those whose
     /// filters are in an overflow run (bits 2-3: then the inline loop sees none, and a
-    /// packet it matched to no PDR looks at the run), and [`SERVES`] when this half serves
-    /// packets (the session is hot).
+    /// packet it matched to no PDR looks at the run).
     state: u8,
-    /// Each FAR's flags and egress port, so that a FAR without a tunnel needs no line of
-    /// its own.
-    pub far_flags: [u8; FARS],
-    pub far_port: [Port; FARS],
-    /// Each PDR's marks from its QERs, resolved when built: [`MARK_QFI`] and the QFI of the
-    /// first QER that has one, [`MARK_RQI`] if any QER sets RQI.
-    pub marks: [u8; PDRS],
 }
 
 /// In [`Head::state`].
-const SERVES: u8 = 0x80;
 const INLINE_PDRS: u8 = 3;
 const RUN_PDRS_SHIFT: u8 = 2;
 pub(crate) const MARK_QFI: u8 = 0x80;
 pub(crate) const MARK_RQI: u8 = 0x40;
 
 impl Head {
-    /// Whether this half serves packets (the session is hot).
-    #[inline(always)]
-    pub fn hot(&self) -> bool {
-        self.state & SERVES != 0
-    }
-
-    pub fn set_hot(&mut self, on: bool) {
-        self.state = if on {
-            self.state | SERVES
-        } else {
-            self.state & !SERVES
-        };
-    }
-
     #[inline(always)]
     fn npdrs(&self) -> usize {
         usize::from(self.state & INLINE_PDRS)
@@ -267,16 +288,27 @@ impl Head {
     }
 }
 
+impl Default for Head {
+    fn default() -> Self {
+        Self {
+            state: 0,
+            pdrs: [HotPdr::default(); PDRS],
+        }
+    }
+}
+
 /// A FAR that forwards to one target (plain, or an IPv4 GTP-U tunnel by header template), or
 /// drops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, align(64))]
 pub(crate) struct HotFar {
     /// The tunnel's header with a PDU Session Container ([`Template::without_psc`] gives the
-    /// one without).
+    /// one without); in a shape, [`Template::generic`], the record's [`Keys::tunnels`] at
+    /// `tunnel` holding its peer and TEID.
     pub template: Template,
     pub port: Port,
     pub flags: u8,
+    pub tunnel: u8,
 }
 
 pub(crate) const FAR_FORW: u8 = 1;
@@ -284,40 +316,27 @@ pub(crate) const FAR_TARGET: u8 = 2;
 pub(crate) const FAR_ENCAP: u8 = 4;
 pub(crate) const FAR_TO_ACCESS: u8 = 8;
 
-impl Default for Head {
-    fn default() -> Self {
-        Self {
-            last: 0,
-            state: 0,
-            far_flags: [0; FARS],
-            pdrs: [HotPdr::default(); PDRS],
-            far_port: [Port::N6; FARS],
-            marks: [0; PDRS],
-        }
-    }
-}
-
 impl Default for HotFar {
     fn default() -> Self {
         Self {
             template: Template::EMPTY,
             port: Port::N6,
             flags: 0,
+            tunnel: NONE,
         }
     }
 }
 
-/// One direction of one QER: its gate, its MBR bucket (owned here while hot), the octets
-/// accounted against its GBR since the last sync, and its marks.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, align(64))]
+/// One direction of one QER: its gate, where the record counts its GBR octets, its marks
+/// (its MBR bucket's rate is in [`Half::rates`], its fill in the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct HotQer {
-    pub bucket: TokenBucket,
-    pub gbr_pending: u64,
     /// Index in the compiled session's QERs.
     pub qer: u8,
     pub flags: u8,
     pub qfi: u8,
+    /// Index in the record's [`Fills::gbr_pending`] (with [`QER_GBR`]).
+    pub gbr: u8,
 }
 
 pub(crate) const QER_OPEN: u8 = 1;
@@ -329,17 +348,16 @@ const QER_UPLINK: u8 = 16;
 impl Default for HotQer {
     fn default() -> Self {
         Self {
-            bucket: TokenBucket::new(0, 0, Duration::ZERO),
-            gbr_pending: 0,
             qer: NONE,
             flags: 0,
             qfi: NONE,
+            gbr: NONE,
         }
     }
 }
 
-/// One URR as one half counts it: the volume since the last sync, and how much more may be
-/// counted before its exact check must run.
+/// One URR as the record counts it: the volume since the last sync, and how much more may
+/// be counted before its exact check must run.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct HotUrr {
@@ -380,29 +398,66 @@ impl HotUrr {
     }
 }
 
+/// The first line of a record: what its shape's PDRs and FARs refer to, and its shape.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct Keys {
+    /// The pipeline's clock + 1 at the last packet since the last sync; 0: none.
+    pub last: u64,
+    /// The shape's index in the pipeline's [`crate::shapes::Shapes`].
+    pub shape: u32,
+    /// The UE's IPv4 address the PDRs with [`HAS_UE`] match.
+    pub ue_v4: u32,
+    pub teids: [u32; TEIDS],
+    pub tunnels: [Tunnel; TUNNELS],
+    /// The session is hot: its packets take the hot path.
+    pub serves: bool,
+}
+
+impl Keys {
+    /// The peer and TEID of the tunnel FAR whose [`HotFar::tunnel`] is `i`.
+    #[inline(always)]
+    pub fn tunnel(&self, i: u8) -> &Tunnel {
+        &self.tunnels[usize::from(i) % TUNNELS]
+    }
+}
+
+/// A half's (QER, direction) buckets' fills and GBR octets since the last sync: one line,
+/// so that both buckets a packet polices (session AMBR and flow MBR) come in one.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct Fills {
+    pub fills: [Fill; QERS],
+    pub gbr_pending: [u64; GBRS],
+}
+
 const _: () = assert!(size_of::<Head>() == 64);
 const _: () = assert!(size_of::<HotFar>() == 64);
-const _: () = assert!(size_of::<HotQer>() == 64);
 const _: () = assert!(size_of::<HotUrr>() == 64);
+const _: () = assert!(size_of::<Keys>() == 64);
+const _: () = assert!(size_of::<Fills>() == 64);
 
-/// The lines of one PDR list's own (its URRs' lines are the record's).
-#[derive(Debug, Clone, Copy, Default)]
+/// The shared part of one PDR list's half.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[repr(C, align(64))]
 pub(crate) struct Half {
     pub head: Head,
     pub filters: [[FastFilter; 2]; FILTER_LINES],
     pub fars: [HotFar; FARS],
     pub qers: [HotQer; QERS],
+    /// The MBR buckets' rates, by the same index as `qers` and the record's fills (apart
+    /// from `qers`, so that one offset finds a bucket's rate and its fill).
+    pub rates: [Rate; QERS],
 }
 
 impl Half {
     /// The index of the first PDR (by precedence) that matches.
     #[inline(always)]
-    pub fn classify(&self, teid: u32, qfi: Option<u8>, f: &impl Key) -> Option<usize> {
+    pub fn classify(&self, k: &Keys, teid: u32, qfi: Option<u8>, f: &impl Key) -> Option<usize> {
         // A plain loop: `position` with a closure stayed an out-of-line call.
         let n = self.head.npdrs();
         for (i, p) in self.head.pdrs[..n].iter().enumerate() {
-            if p.matches(&self.filters, teid, qfi, f) {
+            if p.matches(&self.filters, k, teid, qfi, f) {
                 return Some(i);
             }
         }
@@ -432,11 +487,12 @@ impl Half {
     pub fn classify_run(
         &self,
         run: &[Line],
+        k: &Keys,
         teid: u32,
         qfi: Option<u8>,
         f: &Flow,
     ) -> Option<usize> {
-        self.first_in_run(run, |p, lines| p.matches_run(lines, teid, qfi, f))
+        self.first_in_run(run, |p, lines| p.matches_run(lines, k, teid, qfi, f))
     }
 
     /// [`Half::classify_run`] on the IPv4 key.
@@ -444,47 +500,62 @@ impl Half {
     pub fn classify_run4(
         &self,
         run: &[Line],
+        k: &Keys,
         teid: u32,
         qfi: Option<u8>,
         f: &Flow4,
     ) -> Option<usize> {
-        self.first_in_run(run, |p, lines| p.matches_run4(lines, teid, qfi, f))
+        self.first_in_run(run, |p, lines| p.matches_run4(lines, k, teid, qfi, f))
+    }
+
+    /// Prefetches this half's lines into L2 (for shapes too many to stay in cache).
+    #[inline(always)]
+    pub fn prefetch(&self) {
+        use upf_prefetch::{l2, l2_ref};
+        l2_ref(&self.head);
+        for k in 0..FILTER_LINES {
+            l2(self.filters.as_slice(), k);
+        }
+        for k in 0..FARS {
+            l2(self.fars.as_slice(), k);
+        }
+        l2(self.qers.as_slice(), 0);
+        l2(self.rates.as_slice(), 0);
+        l2(self.rates.as_slice(), QERS - 1);
     }
 }
 
-/// The hot record of one session slot: half 0 for its GTP-U PDRs, half 1 for its IP PDRs,
-/// then the URR lines both index (SMFs give a session's PDRs of both directions the same
-/// URRs: one line counts both ways). Between the halves, they measured faster at 1M
-/// sessions but slower at 1k and 100k (the halves then are no array: docs/benchmarks.md).
+/// What sessions alike share: the halves, and the overflow runs of the halves whose
+/// filters are in one (in the pipeline's arena; owned by the shape).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shape {
+    pub halves: [Half; 2],
+    pub runs: [Run; 2],
+}
+
+/// The record of one session slot: its keys line, one line of bucket fills per half (0:
+/// the GTP-U PDRs', 1: the IP PDRs'), then the URR lines both halves index (SMFs give a
+/// session's PDRs of both directions the same URRs: one line counts both ways).
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct Hot {
-    pub halves: [Half; 2],
+    pub keys: Keys,
+    pub fills: [Fills; 2],
     pub urrs: [HotUrr; URRS],
 }
 
-const _: () = assert!(size_of::<Hot>() == 1152);
+const _: () = assert!(size_of::<Hot>() == 320);
 
 impl Hot {
-    /// Prefetches every line `half`'s packets may read, into L2: into L1, each of the ~50
-    /// lines in flight would hold one of its few miss buffers until it arrives, and the
-    /// prefetches themselves stalled. Every line, not only those in use: a line prefetched
-    /// and not read measured free, while reading which lines are in use cost a line of its
-    /// own a packet (a per-slot array) and ~35 instructions (docs/benchmarks.md).
+    /// Prefetches every line of the record `half`'s packets may read, into L2 (into L1,
+    /// each of the lines in flight would hold one of its few miss buffers until it arrives,
+    /// and the prefetches themselves stalled), all of them whether in use or not: a line
+    /// prefetched and not read measured free (docs/benchmarks.md). Not the keys line:
+    /// `Pipeline::process` prefetched it when it looked the slot up.
     #[inline(always)]
     pub fn prefetch(&self, half: usize) {
         use upf_prefetch::l2;
-        // Not the head line: `Pipeline::process` prefetched it when it looked the slot up.
-        let h = &self.halves[half];
-        for k in 0..FILTER_LINES {
-            l2(h.filters.as_slice(), k);
-        }
-        for k in 0..FARS {
-            l2(h.fars.as_slice(), k);
-        }
-        for k in 0..QERS {
-            l2(h.qers.as_slice(), k);
-        }
+        l2(self.fills.as_slice(), half);
         for k in 0..URRS {
             l2(self.urrs.as_slice(), k);
         }
@@ -503,50 +574,67 @@ pub(crate) const HOT: Kind = 2;
 /// A hot half whose filters are in an overflow run (none inline).
 pub(crate) const HOT_RUN: Kind = 3;
 
-/// A built half.
-struct Built {
+/// A session's hot form as [`Hot::build`] gives it: the record (its shape not yet
+/// interned), the shape's halves, each half's kind and the lines of its overflow run
+/// (empty: none).
+pub(crate) struct Built {
+    pub record: Hot,
+    pub halves: [Half; 2],
+    pub kinds: [Kind; 2],
+    pub runs: [Vec<Line>; 2],
+}
+
+/// What the halves of one record share while they are built: the record's keys (by slot),
+/// URRs (by slot in the compiled session) and tunnels, so far.
+#[derive(Default)]
+struct Record {
+    teids: Vec<u32>,
+    ue_v4: Option<u32>,
+    urrs: Vec<u16>,
+    tunnels: Vec<Tunnel>,
+}
+
+/// One half as built: its shared part, its fills, its kind and overflow run.
+struct BuiltHalf {
     half: Half,
+    fills: Fills,
     /// The (QER slot, uplink) pairs whose buckets it owns.
     qers: Vec<(u16, bool)>,
-    /// The record's URRs (by slot in the compiled session) so far.
-    urrs: Vec<u16>,
     kind: Kind,
-    /// The lines of its overflow run (none: its filters are inline).
     run: Vec<Line>,
 }
 
 /// Builds one half from a PDR list; `None` if it does not fit.
-struct HalfBuilder {
+struct HalfBuilder<'r> {
     half: Half,
     /// FARs that act alike are one (SMFs such as free5GC give every PDR a FAR of its own,
     /// the same for every PDR of a tunnel).
     fars: Vec<HotFar>,
     /// (QER slot, uplink)
     qers: Vec<(u16, bool)>,
-    /// The record's, from the halves built before on.
-    urrs: Vec<u16>,
+    record: &'r mut Record,
 }
 
-impl HalfBuilder {
-    /// A builder taking the record's URRs as the halves before left them.
-    fn new(urrs: Vec<u16>) -> Self {
+/// The index of `x` in `v` (pushed if new), if it is below `cap`.
+fn slot<T: PartialEq + Copy>(v: &mut Vec<T>, x: T, cap: usize) -> Option<u8> {
+    let i = match v.iter().position(|&y| y == x) {
+        Some(i) => i,
+        None => {
+            v.push(x);
+            v.len() - 1
+        }
+    };
+    (i < cap).then(|| u8::try_from(i).ok()).flatten()
+}
+
+impl<'r> HalfBuilder<'r> {
+    fn new(record: &'r mut Record) -> Self {
         Self {
             half: Half::default(),
             fars: Vec::new(),
             qers: Vec::new(),
-            urrs,
+            record,
         }
-    }
-
-    fn slot<T: PartialEq + Copy>(v: &mut Vec<T>, x: T, cap: usize) -> Option<u8> {
-        let i = match v.iter().position(|&y| y == x) {
-            Some(i) => i,
-            None => {
-                v.push(x);
-                v.len() - 1
-            }
-        };
-        (i < cap).then(|| u8::try_from(i).ok()).flatten()
     }
 
     fn pdr(&mut self, p: &CPdr, s: &Compiled) -> Option<HotPdr> {
@@ -559,11 +647,16 @@ impl HalfBuilder {
             _ => return None,
         };
         let mut flags = 0;
-        let (ue_v4, teid) = (p.ue_v4(), p.teid);
-        if teid.is_some() {
+        let mut teid = 0;
+        if let Some(t) = p.teid {
             flags |= HAS_TEID;
+            teid = slot(&mut self.record.teids, t, TEIDS)?;
         }
-        if ue_v4.is_some() {
+        if let Some(ue) = p.ue_v4() {
+            // One UE address a record.
+            if *self.record.ue_v4.get_or_insert(ue) != ue {
+                return None;
+            }
             flags |= HAS_UE;
         }
         if p.ue_is_destination() {
@@ -576,7 +669,7 @@ impl HalfBuilder {
             flags |= STRIP;
         }
         let far = match p.far {
-            Some(f) => Self::slot(&mut self.fars, hot_far(s.fars.get(usize::from(f))?)?, FARS)?,
+            Some(f) => slot(&mut self.fars, hot_far(s.fars.get(usize::from(f))?)?, FARS)?,
             None => NONE,
         };
         let mut qers = [NONE; 2];
@@ -584,21 +677,22 @@ impl HalfBuilder {
             return None;
         }
         for (k, &q) in p.qers.iter().enumerate() {
-            qers[k] = Self::slot(&mut self.qers, (q, p.from_ue), QERS)?;
+            qers[k] = slot(&mut self.qers, (q, p.from_ue), QERS)?;
         }
         let mut urrs = [NONE; 2];
         for (k, &u) in p.urrs.iter().enumerate() {
-            urrs[k] = Self::slot(&mut self.urrs, u, URRS)?;
+            urrs[k] = slot(&mut self.record.urrs, u, URRS)?;
         }
         Some(HotPdr {
-            teid: teid.unwrap_or(0),
-            ue_v4: ue_v4.unwrap_or(0),
+            teid,
             qfi,
             flags,
             far,
             filters: 0,
             qers,
             urrs,
+            // Resolved once the half's FARs and QERs are.
+            ..HotPdr::default()
         })
     }
 
@@ -646,7 +740,7 @@ impl HalfBuilder {
         (run.len() <= MAX_RUN_LINES).then_some(run)
     }
 
-    fn build(mut self, pdrs: &[CPdr], s: &Compiled) -> Option<Built> {
+    fn build(mut self, pdrs: &[CPdr], s: &Compiled) -> Option<BuiltHalf> {
         if pdrs.len() > PDRS {
             return None;
         }
@@ -655,17 +749,24 @@ impl HalfBuilder {
         }
         let n = u8::try_from(pdrs.len()).ok()?;
         let run = if self.inline_filters(pdrs) {
-            self.half.head.state = n | SERVES;
+            self.half.head.state = n;
             Vec::new()
         } else {
-            self.half.head.state = (n << RUN_PDRS_SHIFT) | SERVES;
+            self.half.head.state = n << RUN_PDRS_SHIFT;
             self.run_filters(pdrs)?
         };
         for (k, &far) in self.fars.iter().enumerate() {
-            self.half.head.far_flags[k] = far.flags;
-            self.half.head.far_port[k] = far.port;
+            let mut far = far;
+            if far.flags & FAR_ENCAP != 0 {
+                // The peer and TEID are the record's; the rest of the header the shape's.
+                let (template, tunnel) = far.template.generic()?;
+                far.template = template;
+                far.tunnel = slot(&mut self.record.tunnels, tunnel, TUNNELS)?;
+            }
             self.half.fars[k] = far;
         }
+        let mut fills = Fills::default();
+        let mut gbrs = 0;
         for (k, &(q, uplink)) in self.qers.iter().enumerate() {
             let c = s.qers.get(usize::from(q))?;
             if c.ppi.is_some() {
@@ -679,19 +780,31 @@ impl HalfBuilder {
             let mut flags = if uplink { QER_UPLINK } else { 0 };
             flags |= if gate { QER_OPEN } else { 0 };
             flags |= if mbr.is_some() { QER_MBR } else { 0 };
-            flags |= if c.gbr.is_some() { QER_GBR } else { 0 };
             flags |= if c.rqi { QER_RQI } else { 0 };
+            let mut gbr = NONE;
+            if c.gbr.is_some() {
+                if gbrs == GBRS {
+                    return None;
+                }
+                flags |= QER_GBR;
+                gbr = u8::try_from(gbrs).ok()?;
+                gbrs += 1;
+            }
+            let mbr = mbr.unwrap_or(TokenBucket::new(0, 0, Duration::ZERO));
+            fills.fills[k] = mbr.fill;
+            self.half.rates[k] = mbr.rate;
             self.half.qers[k] = HotQer {
-                bucket: mbr.unwrap_or(HotQer::default().bucket),
-                gbr_pending: 0,
                 qer: u8::try_from(q).ok()?,
                 flags,
                 qfi: c.qfi.unwrap_or(NONE),
+                gbr,
             };
         }
         // What the QERs decide for every packet of a PDR alike, resolved once here.
-        let head = &mut self.half.head;
-        for (pdr, mark) in head.pdrs.iter_mut().zip(&mut head.marks) {
+        for pdr in &mut self.half.head.pdrs {
+            if let Some(far) = self.half.fars.get(usize::from(pdr.far)) {
+                (pdr.far_flags, pdr.port) = (far.flags, far.port);
+            }
             for (j, &q) in pdr.qers.iter().enumerate() {
                 let Some(line) = self.half.qers.get(usize::from(q)) else {
                     continue;
@@ -702,18 +815,18 @@ impl HalfBuilder {
                 if line.flags & QER_MBR != 0 {
                     pdr.flags |= MBR0 << j;
                 }
-                if *mark & MARK_QFI == 0 && line.qfi != NONE {
-                    *mark |= MARK_QFI | (line.qfi & 0x3f);
+                if pdr.mark & MARK_QFI == 0 && line.qfi != NONE {
+                    pdr.mark |= MARK_QFI | (line.qfi & 0x3f);
                 }
                 if line.flags & QER_RQI != 0 {
-                    *mark |= MARK_RQI;
+                    pdr.mark |= MARK_RQI;
                 }
             }
         }
-        Some(Built {
+        Some(BuiltHalf {
             half: self.half,
+            fills,
             qers: self.qers,
-            urrs: self.urrs,
             kind: if run.is_empty() { HOT } else { HOT_RUN },
             run,
         })
@@ -757,38 +870,48 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
         template,
         port: t.port,
         flags,
+        tunnel: NONE,
     })
 }
 
 impl Hot {
-    /// The hot record of `s` (state copied from it), the kind of each half and the lines of
-    /// each half's overflow run (empty: none), or a cold record.
-    pub fn build(s: &Compiled) -> (Hot, [Kind; 2], [Vec<Line>; 2]) {
-        let cold = (Hot::default(), [COLD; 2], Default::default());
-        let Some(gtp) = HalfBuilder::new(Vec::new()).build(&s.gtp_pdrs, s) else {
-            return cold;
-        };
-        let Some(ip) = HalfBuilder::new(gtp.urrs).build(&s.ip_pdrs, s) else {
-            return cold;
-        };
+    /// The hot form of `s` (state copied from it), or `None`: the session is cold.
+    pub fn build(s: &Compiled) -> Option<Built> {
+        let mut r = Record::default();
+        let gtp = HalfBuilder::new(&mut r).build(&s.gtp_pdrs, s)?;
+        let ip = HalfBuilder::new(&mut r).build(&s.ip_pdrs, s)?;
         // A bucket is owned by one line only.
         if gtp.qers.iter().any(|q| ip.qers.contains(q)) {
-            return cold;
+            return None;
         }
         let mut h = Hot {
-            halves: [gtp.half, ip.half],
+            fills: [gtp.fills, ip.fills],
             ..Hot::default()
         };
+        let k = &mut h.keys;
+        k.serves = true;
+        k.ue_v4 = r.ue_v4.unwrap_or(0);
+        for (d, t) in k.teids.iter_mut().zip(&r.teids) {
+            *d = *t;
+        }
+        for (d, t) in k.tunnels.iter_mut().zip(&r.tunnels) {
+            *d = *t;
+        }
         for (k, line) in h.urrs.iter_mut().enumerate() {
-            line.urr = match ip.urrs.get(k).map(|&u| u8::try_from(u)) {
+            line.urr = match r.urrs.get(k).map(|&u| u8::try_from(u)) {
                 Some(Ok(u)) if u != NONE => u,
-                Some(_) => return cold,
+                Some(_) => return None,
                 // No URR: nothing to sync into.
                 None => NONE,
             };
         }
         h.set_urr_limits(s);
-        (h, [gtp.kind, ip.kind], [gtp.run, ip.run])
+        Some(Built {
+            record: h,
+            halves: [gtp.half, ip.half],
+            kinds: [gtp.kind, ip.kind],
+            runs: [gtp.run, ip.run],
+        })
     }
 
     /// Budgets and quota flags of every URR line from the compiled URRs (pending volumes zero).
@@ -802,27 +925,28 @@ impl Hot {
         }
     }
 
-    /// Moves the state the hot record owns into the compiled session: the URR volumes
-    /// pending, the GBR accounting, the buckets, the last packet time. Pending values are
-    /// zeroed, so syncing twice adds nothing.
-    pub fn sync(&mut self, s: &mut Compiled, epoch: Instant) {
-        if !self.halves[0].head.hot() {
+    /// Moves the state the record owns into the compiled session (`shape`: the record's):
+    /// the URR volumes pending, the GBR accounting, the buckets' fills, the last packet
+    /// time. Pending values are zeroed, so syncing twice adds nothing.
+    pub fn sync(&mut self, shape: &Shape, s: &mut Compiled, epoch: Instant) {
+        if !self.keys.serves {
             return;
         }
         let at = |c: u64| epoch + Duration::from_nanos(c - 1);
-        let mut last = 0;
-        for half in &mut self.halves {
-            last = last.max(std::mem::take(&mut half.head.last));
-            for q in &mut half.qers {
+        for (half, fills) in shape.halves.iter().zip(&mut self.fills) {
+            for ((q, &rate), fill) in half.qers.iter().zip(&half.rates).zip(fills.fills) {
                 let Some(c) = s.qers.get_mut(usize::from(q.qer)) else {
                     continue;
                 };
-                c.gbr_bytes += std::mem::take(&mut q.gbr_pending);
+                if let Some(g) = fills.gbr_pending.get_mut(usize::from(q.gbr)) {
+                    c.gbr_bytes += std::mem::take(g);
+                }
                 if q.flags & QER_MBR != 0 {
+                    let b = Some(TokenBucket { rate, fill });
                     if q.flags & QER_UPLINK != 0 {
-                        c.mbr_ul = Some(q.bucket);
+                        c.mbr_ul = b;
                     } else {
-                        c.mbr_dl = Some(q.bucket);
+                        c.mbr_dl = b;
                     }
                 }
             }
@@ -846,6 +970,7 @@ impl Hot {
                 ..HotUrr::default()
             };
         }
+        let last = std::mem::take(&mut self.keys.last);
         if last != 0 {
             let t = at(last);
             if t > s.last_packet {
@@ -859,11 +984,12 @@ impl Hot {
     /// session's URRs) on everything counted, then fresh budgets for every line.
     pub fn check_urr(
         &mut self,
+        shape: &Shape,
         s: &mut Compiled,
         epoch: Instant,
         urr: u8,
     ) -> Option<upf_rules::UsageTrigger> {
-        self.sync(s, epoch);
+        self.sync(shape, s, epoch);
         let t = s.urrs.get_mut(usize::from(urr))?.check();
         self.set_urr_limits(s);
         t
@@ -953,13 +1079,15 @@ mod tests {
         assert_eq!(p.cold_sessions(), 0);
         let slot = p.by_seid[&Seid(1)] as usize;
         let r = &p.hot[slot];
+        let shape = p.shapes.get(r.keys.shape);
         for half in 0..2 {
-            let pdrs = &r.halves[half].head.pdrs;
+            let pdrs = &shape.halves[half].head.pdrs;
             assert_eq!((pdrs[0].far, pdrs[1].far), (0, 0), "half {half}");
             assert_eq!((pdrs[0].urrs[0], pdrs[1].urrs[0]), (0, 0), "half {half}");
             // The uplink FAR has no tunnel, the downlink one has (in the one line).
-            let encap = r.halves[half].head.far_flags.map(|f| f & FAR_ENCAP != 0);
-            assert_eq!(encap, [half == 1, false], "half {half}");
+            let encap = pdrs.map(|p| p.far_flags & FAR_ENCAP != 0);
+            assert_eq!(encap[..2], [half == 1; 2], "half {half}");
+            assert_eq!(shape.halves[half].fars[1].flags, 0, "half {half}");
         }
         assert_eq!(r.urrs.map(|u| u.urr), [0, NONE]);
     }

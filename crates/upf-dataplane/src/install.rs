@@ -79,7 +79,6 @@ impl Pipeline {
                     self.slots.push(None);
                     self.hot.push(crate::hot::Hot::default());
                     self.kinds.push([crate::hot::EMPTY; 2]);
-                    self.runs.push(Default::default());
                     self.generations.push(0);
                     u32::try_from(self.slots.len() - 1)
                         .map_err(|_| DatapathError::NoResources("sessions"))?

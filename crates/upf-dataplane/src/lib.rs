@@ -24,6 +24,7 @@ mod parse;
 pub mod pipeline;
 mod prefetch;
 mod session;
+mod shapes;
 mod tables;
 mod usage;
 

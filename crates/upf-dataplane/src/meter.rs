@@ -9,15 +9,28 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2000);
 /// A token bucket counting bits, in fixed point so that the per-packet refill is one
 /// 64×64-bit multiplication (no float conversion, no division). The bucket starts full; its
 /// depth is the rate times the averaging window, so a flow may burst for one window and is
-/// held to the rate after it. 32 octets (with u128 tokens it was 48).
+/// held to the rate after it. 32 octets: its [`Rate`] (what sessions with the same QER share)
+/// and its [`Fill`] (each session's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
+    pub rate: Rate,
+    pub fill: Fill,
+}
+
+/// A bucket's rate and depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Rate {
     /// Bits per nanosecond, fixed point with [`RATE_FRAC`] fraction bits (exact to 1e-4 at
     /// 10 bit/s).
     rate: u64,
     /// Bits, fixed point with [`TOKEN_FRAC`] fraction bits: up to 2^40 bits (1.1 Tbit) of
     /// burst; a deeper bucket is that deep.
     depth: u64,
+}
+
+/// A bucket's tokens and the time of its last refill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fill {
     tokens: u64,
     /// The pipeline's clock (nanoseconds since its epoch) at the last refill.
     last: u64,
@@ -39,48 +52,62 @@ impl TokenBucket {
             (u128::from(bits_per_s).saturating_mul(window.as_nanos()) / 1_000_000_000).max(12_000);
         let depth = u64::try_from(bits.saturating_mul(ONE.into())).unwrap_or(u64::MAX);
         Self {
-            rate,
-            depth,
-            tokens: depth,
-            last: now,
-        }
-    }
-
-    /// Refills for the time since the last call; never goes back in time. The time of a
-    /// refill worth less than a token's fraction is kept for the next (at a tiny rate and
-    /// a high packet rate every refill would round to nothing).
-    #[inline(always)]
-    fn refill(&mut self, now: u64) {
-        if now > self.last {
-            let add =
-                (u128::from(now - self.last) * u128::from(self.rate)) >> (RATE_FRAC - TOKEN_FRAC);
-            if add != 0 {
-                let add = u64::try_from(add).unwrap_or(u64::MAX);
-                self.tokens = self.tokens.saturating_add(add).min(self.depth);
-                self.last = now;
-            }
+            rate: Rate { rate, depth },
+            fill: Fill {
+                tokens: depth,
+                last: now,
+            },
         }
     }
 
     /// Whether `bits` fit now (refilling first); does not take them.
     #[inline(always)]
     pub fn conforms(&mut self, now: u64, bits: u64) -> bool {
-        self.refill(now);
-        self.tokens >= bits.saturating_mul(ONE)
+        self.fill.conforms(&self.rate, now, bits)
     }
 
     /// Takes `bits` (after [`TokenBucket::conforms`] said they fit).
     #[inline(always)]
     pub fn take(&mut self, bits: u64) {
-        self.tokens = self.tokens.saturating_sub(bits.saturating_mul(ONE));
+        self.fill.take(bits);
     }
 
     /// Takes the rate and depth of `other` (a modified QER), keeping this bucket's tokens so
     /// that a modification does not reset policing.
     pub fn set_rate_from(&mut self, other: &TokenBucket) {
         self.rate = other.rate;
-        self.depth = other.depth;
-        self.tokens = self.tokens.min(self.depth);
+        self.fill.tokens = self.fill.tokens.min(self.rate.depth);
+    }
+}
+
+impl Fill {
+    /// Refills at `r` for the time since the last call; never goes back in time. The time
+    /// of a refill worth less than a token's fraction is kept for the next (at a tiny rate
+    /// and a high packet rate every refill would round to nothing).
+    #[inline(always)]
+    fn refill(&mut self, r: &Rate, now: u64) {
+        if now > self.last {
+            let add =
+                (u128::from(now - self.last) * u128::from(r.rate)) >> (RATE_FRAC - TOKEN_FRAC);
+            if add != 0 {
+                let add = u64::try_from(add).unwrap_or(u64::MAX);
+                self.tokens = self.tokens.saturating_add(add).min(r.depth);
+                self.last = now;
+            }
+        }
+    }
+
+    /// [`TokenBucket::conforms`] of the bucket of rate `r` and this fill.
+    #[inline(always)]
+    pub fn conforms(&mut self, r: &Rate, now: u64, bits: u64) -> bool {
+        self.refill(r, now);
+        self.tokens >= bits.saturating_mul(ONE)
+    }
+
+    /// [`TokenBucket::take`].
+    #[inline(always)]
+    pub fn take(&mut self, bits: u64) {
+        self.tokens = self.tokens.saturating_sub(bits.saturating_mul(ONE));
     }
 }
 
@@ -98,8 +125,8 @@ impl RateLimit {
         // An event is EVENT "bits", so that a low rate checked often loses little to the
         // truncation of each refill.
         let mut b = TokenBucket::new(0, u64::from(per_s) * EVENT, Duration::ZERO);
-        b.depth = u64::from(burst.max(1)).saturating_mul(EVENT * ONE);
-        b.tokens = b.depth;
+        b.rate.depth = u64::from(burst.max(1)).saturating_mul(EVENT * ONE);
+        b.fill.tokens = b.rate.depth;
         Self {
             bucket: b,
             epoch: now,
@@ -157,9 +184,9 @@ mod tests {
         // 40 % here (the smallest PFCP rate, 1 kbit/s, loses at most 0.06 % so).
         let want = ONE / 5;
         assert!(
-            (want / 2..=want).contains(&b.tokens),
+            (want / 2..=want).contains(&b.fill.tokens),
             "{} vs {want}",
-            b.tokens
+            b.fill.tokens
         );
     }
 

@@ -12,7 +12,7 @@
 use crate::filter::FastFilter;
 
 /// A line of two filters (a half's inline filter lines have the same layout).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[repr(C, align(64))]
 pub(crate) struct Line(pub [FastFilter; 2]);
 
@@ -126,7 +126,7 @@ impl Arena {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{Pipeline, PipelineConfig};
     use std::net::{IpAddr, Ipv4Addr};
@@ -136,7 +136,9 @@ mod tests {
     use upf_rules::*;
 
     /// Session `i`: an uplink and a downlink PDR with `n` filters each, forwarding to N6.
-    fn session(i: u32, n: u16) -> Arc<Session> {
+    /// Each session's filters are its own (remote address by `i`), so each has a shape and
+    /// runs of its own.
+    pub(crate) fn session(i: u32, n: u16) -> Arc<Session> {
         let mut s = Session::new(
             Seid(i.into()),
             Seid(i.into()),
@@ -147,7 +149,8 @@ mod tests {
             .map(|k| SdfFilter {
                 flow: Some(
                     FlowDescription::parse(&format!(
-                        "permit out 17 from 198.51.100.7 {} to assigned",
+                        "permit out 17 from 198.51.{}.7 {} to assigned",
+                        i % 256,
                         5000 + k
                     ))
                     .unwrap(),
@@ -211,9 +214,11 @@ mod tests {
             for i in 1..=40u32 {
                 // A rebuild of the same rules takes its runs back.
                 let slot = p.by_seid[&Seid(i.into())] as usize;
-                let runs = p.runs[slot];
+                let shape = p.hot[slot].keys.shape;
+                let runs = p.shapes.get(shape).runs;
                 p.query(now, Seid(i.into()), &[]).unwrap();
-                assert_eq!(p.runs[slot], runs);
+                assert_eq!(p.hot[slot].keys.shape, shape);
+                assert_eq!(p.shapes.get(shape).runs, runs);
                 // A modification to another size frees its runs for others.
                 let n = sizes[(i + round + 1) as usize % 3];
                 p.install(now, session(i, n), InstallFlags::default())

@@ -4,13 +4,14 @@
 use crate::acl::AclAction;
 use crate::counters::{Counters, DropReason};
 use crate::flow::Addr;
-use crate::hot::{Hot, Kind, COLD, EMPTY, HOT_RUN};
+use crate::hot::{Hot, Kind, COLD, EMPTY, HOT, HOT_RUN};
 use crate::intmap::IntMap;
 use crate::meter::RateLimit;
-use crate::overflow::{Arena, Run};
+use crate::overflow::Arena;
 use crate::packet::{Packet, Port, HEADROOM};
 use crate::parse::{flow_of, route_hop};
 use crate::session::{Compiled, Strip, Target};
+use crate::shapes::Shapes;
 use crate::tables::{FastMap, UeTable};
 use crate::PipelineConfig;
 use std::cmp::Reverse;
@@ -54,8 +55,12 @@ const HINT_IP: u32 = 1 << 31;
 const HOT_AHEAD: usize = 8;
 
 /// How many packets ahead the first lines of an overflow run are prefetched: the run's place
-/// is read from its slot's entry in `runs`, prefetched [`HOT_AHEAD`] packets ahead.
+/// is read from the record's shape (its keys line was prefetched with the batch's lookups).
 const RUN_AHEAD: usize = 4;
+
+/// Shapes up to which they stay in cache (~900 octets each) without being prefetched;
+/// past them, a packet's shape lines are prefetched with its record's.
+const SHARED_SHAPES: usize = 64;
 
 /// The lines of an overflow run prefetched: a half of 16 filters scans no more.
 const RUN_PREFETCH_LINES: usize = 8;
@@ -79,8 +84,8 @@ pub struct Pipeline {
     /// Per slot: the hot record ([`crate::hot`]), and what each of its halves is.
     pub(crate) hot: Vec<Hot>,
     pub(crate) kinds: Vec<[Kind; 2]>,
-    /// Per slot: the overflow run of each half of kind [`HOT_RUN`], in `arena`.
-    pub(crate) runs: Vec<[Run; 2]>,
+    /// The hot records' shapes, and the overflow runs of those with [`HOT_RUN`] halves.
+    pub(crate) shapes: Shapes,
     pub(crate) arena: Arena,
     /// Sessions installed cold (prefetched by reference, in steps).
     pub(crate) cold: usize,
@@ -140,7 +145,7 @@ impl Pipeline {
             slots: reserved(n),
             hot: reserved(n),
             kinds: reserved(n),
-            runs: reserved(n),
+            shapes: Shapes::default(),
             arena: Arena::default(),
             cold: 0,
             hot_ok: true,
@@ -245,7 +250,7 @@ impl Pipeline {
                 // neighbouring lookups; issued HOT_AHEAD packets ahead in the processing
                 // loop, each walk stalled that loop on its own (1M: 210 -> 123 ns a packet).
                 if let Some(r) = self.hot.get(slot) {
-                    upf_prefetch::l2_ref(&r.halves[usize::from(h & HINT_IP != 0)].head);
+                    upf_prefetch::l2_ref(&r.keys);
                 }
             }
             hints.push(h);
@@ -300,9 +305,10 @@ impl Pipeline {
         // which costs less than reading for every packet what the slot holds.
         if let Some(r) = self.hot.get(slot) {
             r.prefetch(half);
-        }
-        if self.arena.live() != 0 && self.has_run(slot, half) {
-            upf_prefetch::l2(&self.runs, slot);
+            // The keys line, read here, was prefetched when the batch was looked up.
+            if self.shapes.live() > SHARED_SHAPES && r.keys.serves {
+                self.shapes.get(r.keys.shape).halves[half].prefetch();
+            }
         }
     }
 
@@ -313,13 +319,12 @@ impl Pipeline {
     }
 
     /// Prefetches the first lines of the overflow run (if any) that the packet with hint `h`
-    /// will read; its entry in `runs` was prefetched by [`Pipeline::prefetch_hot`].
+    /// will read.
     #[inline(always)]
     fn prefetch_run(&self, h: u32) {
-        let slot = (h & !HINT_IP) as usize;
         let half = usize::from(h & HINT_IP != 0);
-        if self.has_run(slot, half) {
-            let run = self.arena.lines(self.runs[slot][half]);
+        if self.has_run((h & !HINT_IP) as usize, half) {
+            let run = self.run(h & !HINT_IP, half);
             for k in 0..run.len().min(RUN_PREFETCH_LINES) {
                 upf_prefetch::l2(run, k);
             }
@@ -489,7 +494,7 @@ impl Pipeline {
         // that is what is forwarded and what URRs count.
         let end = inner.start + ip_len(ip).min(ip.len());
         let abs = (p.start() + inner.start, p.start() + end);
-        if self.is_hot(slot, 0) {
+        if self.is_hot(slot) {
             return match self.classify_hot(slot, 0, teid, qfi, ip) {
                 Ok(i) => self.apply_hot(now, slot, 0, i, p, abs, qfi, out),
                 Err(r) => drop_to(out, &mut self.counters, p, r),
@@ -525,7 +530,7 @@ impl Pipeline {
             slot
         };
         let inner = (p.start(), p.start() + p.len());
-        if self.is_hot(slot, 1) {
+        if self.is_hot(slot) {
             return match self.classify_hot(slot, 1, 0, None, p.data()) {
                 Ok(i) => self.apply_hot(now, slot, 1, i, p, inner, None, out),
                 Err(r) => drop_to(out, &mut self.counters, p, r),
@@ -555,11 +560,12 @@ impl Pipeline {
         qfi: Option<u8>,
         ip: &[u8],
     ) -> Result<usize, DropReason> {
-        let h = &self.hot[slot as usize].halves[half];
+        let k = &self.hot[slot as usize].keys;
+        let h = &self.shapes.get(k.shape).halves[half];
         let Some(f) = crate::fast::flow_v4(ip) else {
             return self.classify_hot_general(slot, half, teid, qfi, ip);
         };
-        let i = match h.classify(teid, qfi, &f) {
+        let i = match h.classify(k, teid, qfi, &f) {
             Some(i) => i,
             // A half whose filters are in a run has no PDR the inline loop sees.
             None => self
@@ -586,12 +592,13 @@ impl Pipeline {
         qfi: Option<u8>,
         ip: &[u8],
     ) -> Result<usize, DropReason> {
-        let h = &self.hot[slot as usize].halves[half];
+        let k = &self.hot[slot as usize].keys;
+        let h = &self.shapes.get(k.shape).halves[half];
         let f = flow_of(ip).ok_or(DropReason::MalformedInner)?;
         let i = if h.head.overflows() {
-            h.classify_run(self.run(slot, half), teid, qfi, &f)
+            h.classify_run(self.run(slot, half), k, teid, qfi, &f)
         } else {
-            h.classify(teid, qfi, &f)
+            h.classify(k, teid, qfi, &f)
         };
         let i = i.ok_or(DropReason::NoMatchingPdr)?;
         if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
@@ -614,16 +621,18 @@ impl Pipeline {
         qfi: Option<u8>,
         f: &crate::flow::Flow4,
     ) -> Option<usize> {
-        let h = &self.hot[slot as usize].halves[half];
+        let k = &self.hot[slot as usize].keys;
+        let h = &self.shapes.get(k.shape).halves[half];
         if !h.head.overflows() {
             return None;
         }
-        h.classify_run4(self.run(slot, half), teid, qfi, f)
+        h.classify_run4(self.run(slot, half), k, teid, qfi, f)
     }
 
     /// The filter lines of a hot half's overflow run.
     fn run(&self, slot: u32, half: usize) -> &[crate::overflow::Line] {
-        self.arena.lines(self.runs[slot as usize][half])
+        let shape = self.shapes.get(self.hot[slot as usize].keys.shape);
+        self.arena.lines(shape.runs[half])
     }
 
     /// FAR, QER and URR of the matched PDR, then out.
@@ -813,20 +822,14 @@ impl Pipeline {
         Some(p)
     }
 
-    /// Whether packets of `slot` looked up through `half` take the hot path. When this
-    /// batch's clock is not exact, a hot session is synced and served cold until the batch
-    /// ends.
+    /// Whether packets of `slot` take the hot path. When this batch's clock is not exact, a
+    /// hot session is synced and served cold until the batch ends.
     #[inline(always)]
-    fn is_hot(&mut self, slot: u32, half: usize) -> bool {
-        let hot = self
-            .hot
-            .get(slot as usize)
-            .is_some_and(|h| h.halves[half].head.hot());
+    fn is_hot(&mut self, slot: u32) -> bool {
+        let hot = self.hot.get(slot as usize).is_some_and(|h| h.keys.serves);
         if hot && !self.hot_ok {
             self.sync_slot(slot);
-            for h in &mut self.hot[slot as usize].halves {
-                h.head.set_hot(false);
-            }
+            self.hot[slot as usize].keys.serves = false;
             self.rehot.push(slot);
             return false;
         }
@@ -839,47 +842,41 @@ impl Pipeline {
             self.hot.get_mut(slot as usize),
             self.slots.get_mut(slot as usize),
         ) {
-            h.sync(s, self.epoch);
+            if h.keys.serves {
+                h.sync(self.shapes.get(h.keys.shape), s, self.epoch);
+            }
         }
     }
 
     /// Builds the hot record of `slot` anew from its compiled session (which must be synced),
-    /// with its overflow runs.
+    /// its shape interned.
     pub(crate) fn build_hot(&mut self, slot: u32) {
         let i = slot as usize;
-        let was_cold = self.kinds[i][0] == COLD;
-        // Freed first, so that a rebuild of the same rules takes the same runs back.
-        self.free_runs(i);
-        let (mut h, mut kind, filters) = match &self.slots[i] {
-            Some(_) if !self.hot_enabled => (Hot::default(), [COLD; 2], Default::default()),
-            Some(s) => Hot::build(s),
-            None => (Hot::default(), [EMPTY; 2], Default::default()),
+        let was = self.kinds[i][0];
+        let built = match &self.slots[i] {
+            Some(s) if self.hot_enabled => Hot::build(s),
+            _ => None,
         };
-        for (k, f) in filters.iter().enumerate() {
-            if f.is_empty() {
-                continue;
+        let interned = built.and_then(|b| {
+            let id = self.shapes.intern(b.halves, b.runs, &mut self.arena)?;
+            Some((b.record, b.kinds, id))
+        });
+        let (h, kind) = match interned {
+            Some((mut h, kind, id)) => {
+                h.keys.shape = id;
+                (h, kind)
             }
-            match self.arena.alloc(f) {
-                Some(r) => self.runs[i][k] = r,
-                None => {
-                    // No line index left (2^32 lines): cold.
-                    self.free_runs(i);
-                    (h, kind) = (Hot::default(), [COLD; 2]);
-                    break;
-                }
-            }
+            // It does not fit, or no line index is left in the arena (2^32 lines): cold.
+            None if self.slots[i].is_some() => (Hot::default(), [COLD; 2]),
+            None => (Hot::default(), [EMPTY; 2]),
+        };
+        // Released after the new one is interned: a rebuild of the same rules keeps its shape.
+        if was >= HOT {
+            self.shapes.release(self.hot[i].keys.shape, &mut self.arena);
         }
         self.hot[i] = h;
         self.kinds[i] = kind;
-        self.cold = self.cold + usize::from(kind[0] == COLD) - usize::from(was_cold);
-    }
-
-    /// Gives slot `i`'s overflow runs back to the arena, last first (its free lists are
-    /// stacks, so a rebuild takes them back in the same places).
-    fn free_runs(&mut self, i: usize) {
-        for r in std::mem::take(&mut self.runs[i]).into_iter().rev() {
-            self.arena.free(r);
-        }
+        self.cold = self.cold + usize::from(kind[0] == COLD) - usize::from(was == COLD);
     }
 
     /// The FAR, QER and URR lines of a hot session's matched PDR, then out: what
@@ -902,6 +899,7 @@ impl Pipeline {
         let clock1 = clock + 1;
         let Self {
             hot,
+            shapes,
             slots,
             counters,
             events,
@@ -910,15 +908,12 @@ impl Pipeline {
             ..
         } = self;
         let record = &mut hot[slot as usize];
-        let h = &mut record.halves[half];
-        h.head.last = clock1;
+        record.keys.last = clock1;
+        let shape = shapes.get(record.keys.shape);
+        let h = &shape.halves[half];
+        let fills = &mut record.fills[half];
         let pdr = h.head.pdrs[pdr_index];
-        let far = usize::from(pdr.far);
-        let (Some(&far_flags), Some(&far_port)) =
-            (h.head.far_flags.get(far), h.head.far_port.get(far))
-        else {
-            return drop_to(out, counters, p, DropReason::FarDrop);
-        };
+        let (far_flags, far_port) = (pdr.far_flags, pdr.port);
         if far_flags & FAR_FORW == 0 {
             return drop_to(out, counters, p, DropReason::FarDrop);
         }
@@ -943,8 +938,11 @@ impl Pipeline {
         }
         for (j, &q) in pdr.qers.iter().enumerate() {
             if pdr.flags & (MBR0 << j) != 0 {
-                if let Some(q) = h.qers.get_mut(usize::from(q)) {
-                    if !q.bucket.conforms(clock, bits) {
+                if let (Some(r), Some(f)) = (
+                    h.rates.get(usize::from(q)),
+                    fills.fills.get_mut(usize::from(q)),
+                ) {
+                    if !f.conforms(r, clock, bits) {
                         return drop_to(out, counters, p, DropReason::MbrExceeded);
                     }
                 }
@@ -958,17 +956,20 @@ impl Pipeline {
             return drop_to(out, counters, p, DropReason::QuotaExhausted);
         }
         for (j, &q) in pdr.qers.iter().enumerate() {
-            let Some(q) = h.qers.get_mut(usize::from(q)) else {
+            let (Some(line), Some(f)) = (
+                h.qers.get(usize::from(q)),
+                fills.fills.get_mut(usize::from(q)),
+            ) else {
                 continue;
             };
             if pdr.flags & (MBR0 << j) != 0 {
-                q.bucket.take(bits);
+                f.take(bits);
             }
-            if q.flags & QER_GBR != 0 {
-                q.gbr_pending += len;
+            if let Some(g) = fills.gbr_pending.get_mut(usize::from(line.gbr)) {
+                *g += len;
             }
         }
-        let mark = h.head.marks[pdr_index];
+        let mark = pdr.mark;
         let mark_qfi = (mark & MARK_QFI != 0).then_some(mark & 0x3f);
         let rqi = mark & MARK_RQI != 0;
         let mut check = [NONE; 2];
@@ -986,7 +987,9 @@ impl Pipeline {
             qfi_in.or(mark_qfi)
         };
         p.set_port(far_port);
-        let sent = if let Some(far) = h.fars.get(far).filter(|_| far_flags & FAR_ENCAP != 0) {
+        let encap = h.fars.get(usize::from(pdr.far));
+        let sent = if let Some(far) = encap.filter(|_| far_flags & FAR_ENCAP != 0) {
+            let tunnel = record.keys.tunnel(far.tunnel);
             let ip = p.data_at(ds, de);
             let ecn = match ip.first().map(|v| v >> 4) {
                 Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
@@ -995,10 +998,15 @@ impl Pipeline {
             };
             *ident = ident.wrapping_add(1);
             let written = match qfi {
-                None => far
-                    .template
-                    .without_psc()
-                    .write(p.buffer_mut(), ds, de, *ident, ecn, 0),
+                None => far.template.without_psc().write_tunnel(
+                    p.buffer_mut(),
+                    ds,
+                    de,
+                    *ident,
+                    ecn,
+                    0,
+                    tunnel,
+                ),
                 Some(q) => {
                     let octet = if to_access {
                         (u8::from(rqi) << 6) | (q & 0x3f)
@@ -1006,7 +1014,7 @@ impl Pipeline {
                         q & 0x3f
                     };
                     far.template
-                        .write(p.buffer_mut(), ds, de, *ident, ecn, octet)
+                        .write_tunnel(p.buffer_mut(), ds, de, *ident, ecn, octet, tunnel)
                 }
             };
             written.map(|start| p.set_range(start, de)).is_some()
@@ -1028,7 +1036,7 @@ impl Pipeline {
             let Some(Some(s)) = slots.get_mut(slot as usize) else {
                 continue;
             };
-            if let Some(t) = record.check_urr(s, *epoch, u) {
+            if let Some(t) = record.check_urr(shape, s, *epoch, u) {
                 let seid = s.seid;
                 if let Some(c) = s.urrs.get_mut(usize::from(u)) {
                     events.push_back(DatapathEvent::Usage(c.report(now, seid, t)));
