@@ -186,6 +186,16 @@ impl FastFilter {
             && rp <= self.remote_ports.1
     }
 
+    /// This filter for a PDR that matched the packet's UE-side address to `ue` already: a
+    /// UE-side prefix that holds `ue` then always holds, as `assigned` does, and is left out.
+    pub fn given_ue(&self, ue: u32) -> FastFilter {
+        let mut f = *self;
+        if ue & f.ue_mask == f.ue_net {
+            (f.ue_net, f.ue_mask) = (0, 0);
+        }
+        f
+    }
+
     /// [`FastFilter::matches`] on the IPv4 key, every part compared without a branch: which
     /// of a PDR's filters a packet matches is what a predictor cannot learn.
     #[inline(always)]

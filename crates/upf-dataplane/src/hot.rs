@@ -700,7 +700,7 @@ impl<'r> HalfBuilder<'r> {
     fn inline_filters(&mut self, pdrs: &[CPdr]) -> bool {
         let mut all: Vec<FastFilter> = Vec::new();
         for (hp, p) in self.half.head.pdrs.iter_mut().zip(pdrs) {
-            let fast = p.fast_filters();
+            let fast = &shared_filters(p);
             if fast.is_empty() {
                 continue;
             }
@@ -732,7 +732,7 @@ impl<'r> HalfBuilder<'r> {
     fn run_filters(&mut self, pdrs: &[CPdr]) -> Option<Vec<Line>> {
         let mut run = Vec::new();
         for (hp, p) in self.half.head.pdrs.iter_mut().zip(pdrs) {
-            let fast = p.fast_filters();
+            let fast = shared_filters(p);
             let lines = fast.chunks(2).map(|c| Line([c[0], c[c.len() - 1]]));
             run.extend(lines);
             hp.filters = u8::try_from(fast.len().div_ceil(2)).ok()?;
@@ -830,6 +830,18 @@ impl<'r> HalfBuilder<'r> {
             kind: if run.is_empty() { HOT } else { HOT_RUN },
             run,
         })
+    }
+}
+
+/// `p`'s fast filters as its shape holds them: a PDR that matches its UE address on the
+/// side its filters take for the UE's (as SMFs give them) needs no UE-side prefix that
+/// holds that address, so sessions whose filters name their own address instead of
+/// `assigned` share a shape.
+fn shared_filters(p: &CPdr) -> Vec<FastFilter> {
+    let fast = p.fast_filters().iter();
+    match p.ue_v4() {
+        Some(ue) if p.ue_is_destination() != p.from_ue => fast.map(|f| f.given_ue(ue)).collect(),
+        _ => fast.copied().collect(),
     }
 }
 

@@ -147,8 +147,8 @@ mod tests {
 
     /// Session `i` of one policy (an uplink and a downlink PDR, a downlink tunnel to its
     /// gNB, one QER with an MBR of `kbps` both ways): its TEID, UE address and tunnel are
-    /// its own.
-    fn session(i: u32, kbps: u64) -> Arc<Session> {
+    /// its own. `named`: the PDRs' one SDF filter names the UE's address, not `assigned`.
+    fn session_with(i: u32, kbps: u64, named: bool) -> Arc<Session> {
         let mut s = Session::new(
             Seid(i.into()),
             Seid(i.into()),
@@ -170,6 +170,15 @@ mod tests {
                 ipv6: None,
                 is_destination: !uplink,
             });
+            if named {
+                let text = format!("permit out 17 from 198.51.100.1 443 to {}", ue(i));
+                pdi.sdf_filters = [SdfFilter {
+                    flow: Some(upf_rules::sdf::FlowDescription::parse(&text).unwrap()),
+                    ..Default::default()
+                }]
+                .into_iter()
+                .collect();
+            }
             s.insert_pdr(Pdr {
                 id: PdrId(id),
                 precedence: Precedence(10),
@@ -211,8 +220,22 @@ mod tests {
         Arc::new(s)
     }
 
-    /// A downlink UDP packet to UE `i`.
-    fn down(i: u32) -> Packet {
+    fn session(i: u32, kbps: u64) -> Arc<Session> {
+        session_with(i, kbps, false)
+    }
+
+    fn config() -> PipelineConfig {
+        PipelineConfig {
+            n3: crate::LocalAddrs {
+                v4: Some(Ipv4Addr::new(192, 0, 2, 1)),
+                v6: None,
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A downlink UDP packet to UE `i` from 198.51.100.1 port `sport`.
+    fn down_from(i: u32, sport: u16) -> Packet {
         let mut ip = vec![0u8; 48];
         ip[0] = 0x45;
         ip[2..4].copy_from_slice(&48u16.to_be_bytes());
@@ -222,23 +245,20 @@ mod tests {
         ip[16..20].copy_from_slice(&ue(i).octets());
         let c = !upf_wire::checksum::sum(&ip[..20]);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
-        ip[20..22].copy_from_slice(&443u16.to_be_bytes());
+        ip[20..22].copy_from_slice(&sport.to_be_bytes());
         ip[22..24].copy_from_slice(&5000u16.to_be_bytes());
         ip[24..26].copy_from_slice(&28u16.to_be_bytes());
         Packet::from_bytes(Port::N6, &ip).unwrap()
     }
 
+    fn down(i: u32) -> Packet {
+        down_from(i, 443)
+    }
+
     #[test]
     fn sessions_alike_share_one_shape_and_keep_their_own_tunnels() {
         let now = Instant::now();
-        let cfg = PipelineConfig {
-            n3: crate::LocalAddrs {
-                v4: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                v6: None,
-            },
-            ..Default::default()
-        };
-        let mut p = Pipeline::new(now, cfg);
+        let mut p = Pipeline::new(now, config());
         let n = 100;
         for i in 1..=n {
             p.install(now, session(i, 1_000_000), InstallFlags::default())
@@ -270,6 +290,29 @@ mod tests {
             let _ = p.remove(now, Seid(i.into()));
         }
         assert_eq!(p.shapes.live(), 0);
+    }
+
+    #[test]
+    fn filters_that_name_the_ue_share_a_shape_and_still_filter() {
+        let now = Instant::now();
+        let mut p = Pipeline::new(now, config());
+        for i in 1..=20 {
+            p.install(
+                now,
+                session_with(i, 1_000_000, true),
+                InstallFlags::default(),
+            )
+            .unwrap();
+        }
+        assert_eq!((p.cold_sessions(), p.shapes.live()), (0, 1));
+        // From the filter's port, forwarded; from another, no PDR matches.
+        let mut rx: Vec<Packet> = (1..=20)
+            .flat_map(|i| [down(i), down_from(i, 444)])
+            .collect();
+        let mut out = Output::default();
+        p.process(now, &mut rx, &mut out);
+        assert_eq!(out.tx.len(), 20);
+        assert_eq!(p.counters().dropped(crate::DropReason::NoMatchingPdr), 20);
     }
 
     #[test]
