@@ -255,6 +255,22 @@ impl Pipeline {
             }
             hints.push(h);
         }
+        // Shapes too many to stay in cache: each packet's shape head now, its page walk
+        // overlapped with the others' as the records' were (from the keys lines prefetched
+        // above, a batch ago for the first of them); issued HOT_AHEAD packets ahead, each walk
+        // would stall the loop on its own.
+        if self.shapes.live() > SHARED_SHAPES {
+            for &h in hints.iter().filter(|&&h| h != NO_HINT) {
+                if let Some(r) = self
+                    .hot
+                    .get((h & !HINT_IP) as usize)
+                    .filter(|r| r.keys.serves)
+                {
+                    let half = usize::from(h & HINT_IP != 0);
+                    upf_prefetch::l2_ref(&self.shapes.get(r.keys.shape).halves[half].head);
+                }
+            }
+        }
         // The first packets' lines (the loop below prefetches HOT_AHEAD packets on).
         for h in hints.iter().take(HOT_AHEAD) {
             self.prefetch_hot(*h);

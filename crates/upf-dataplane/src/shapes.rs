@@ -9,10 +9,16 @@ use crate::tables::{FastMap, FoldHasher};
 use smallvec::SmallVec;
 use std::hash::{BuildHasher, BuildHasherDefault};
 
+/// Shapes a chunk: ~1 MB.
+const CHUNK: usize = 1024;
+
 #[derive(Debug, Default)]
 pub(crate) struct Shapes {
-    /// By index; a free index holds its last shape until reused.
-    list: Vec<Shape>,
+    /// By index, in chunks that never move (a `Vec` of a million shapes, ~1 GB, grown by
+    /// copying held up the install that grew it for a second); a free index holds its
+    /// last shape until reused.
+    chunks: Vec<Box<[Shape; CHUNK]>>,
+    len: usize,
     refs: Vec<u32>,
     /// The indices in use by hash of their halves and runs' lines (a shape is ~900
     /// octets: not kept twice, should every session have its own).
@@ -28,7 +34,14 @@ fn hash(halves: &[Half; 2], runs: &[&[Line]; 2]) -> u64 {
 impl Shapes {
     #[inline(always)]
     pub fn get(&self, id: u32) -> &Shape {
-        &self.list[id as usize]
+        let i = id as usize;
+        // A chunk is an array: the offset in it needs no bounds check.
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
+
+    fn get_mut(&mut self, id: u32) -> &mut Shape {
+        let i = id as usize;
+        &mut self.chunks[i / CHUNK][i % CHUNK]
     }
 
     /// Shapes in use.
@@ -53,7 +66,7 @@ impl Shapes {
         if let Some(&id) = self
             .ids
             .get(&h)
-            .and_then(|ids| ids.iter().find(|&&id| same(&self.list[id as usize])))
+            .and_then(|ids| ids.iter().find(|&&id| same(self.get(id))))
         {
             self.refs[id as usize] += 1;
             return Some(id);
@@ -76,16 +89,21 @@ impl Shapes {
         }
         let id = match self.free.pop() {
             Some(id) => {
-                self.list[id as usize] = shape;
+                *self.get_mut(id) = shape;
                 self.refs[id as usize] = 1;
                 id
             }
             None => {
-                let Ok(id) = u32::try_from(self.list.len()) else {
+                let Ok(id) = u32::try_from(self.len) else {
                     free_runs(&shape, arena);
                     return None;
                 };
-                self.list.push(shape);
+                if self.len.is_multiple_of(CHUNK) {
+                    let chunk = vec![Shape::default(); CHUNK].into_boxed_slice();
+                    self.chunks.push(chunk.try_into().ok()?);
+                }
+                *self.get_mut(id) = shape;
+                self.len += 1;
                 self.refs.push(1);
                 id
             }
@@ -105,7 +123,7 @@ impl Shapes {
         if *r != 0 {
             return;
         }
-        let s = &self.list[i];
+        let s = *self.get(id);
         let h = hash(&s.halves, &[arena.lines(s.runs[0]), arena.lines(s.runs[1])]);
         if let Some(ids) = self.ids.get_mut(&h) {
             ids.retain(|&mut x| x != id);
@@ -113,7 +131,7 @@ impl Shapes {
                 self.ids.remove(&h);
             }
         }
-        free_runs(s, arena);
+        free_runs(&s, arena);
         self.free.push(id);
         self.live -= 1;
     }
