@@ -185,7 +185,7 @@ fn stages(c: &mut Criterion) {
     let tmpl = Template::v4(UPF, Ipv4Addr::new(192, 0, 2, 100), 7, 0, 64, Some(true)).unwrap();
     let mut buf = vec![0u8; 256];
     grp.bench_function("encap/template", |b| {
-        b.iter(|| tmpl.write(black_box(&mut buf), 128, 192, 1, 0, 9))
+        b.iter(|| tmpl.write(black_box(&mut buf), 128, 192, 1, 0, 9, None))
     });
     let e = EncapV4 {
         src: UPF,

@@ -199,7 +199,7 @@ impl Template {
     }
 
     /// This template with its peer address and TEID zero (what sessions alike share), and
-    /// those two apart (each session's own), for [`Template::write_tunnel`].
+    /// those two apart (each session's own), for [`Template::write`].
     pub fn generic(&self) -> Option<(Template, Tunnel)> {
         let at = TEMPLATE_LEN.checked_sub(usize::from(self.len))?;
         let mut t = *self;
@@ -213,39 +213,11 @@ impl Template {
     }
 
     /// Writes the header in front of `buf[ds..de]`; returns the new start, or `None` without
-    /// touching `buf` when there is no room or the packet would be too long.
+    /// touching `buf` when there is no room or the packet would be too long. `tunnel`: the
+    /// peer and TEID of a [`Template::generic`] template (none: the template's own).
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn write(
-        &self,
-        buf: &mut [u8],
-        ds: usize,
-        de: usize,
-        ident: u16,
-        ecn: u8,
-        qfi_octet: u8,
-    ) -> Option<usize> {
-        self.write_with(buf, ds, de, ident, ecn, qfi_octet, None)
-    }
-
-    /// [`Template::write`] of a [`Template::generic`] template with `tunnel`'s peer and TEID.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub fn write_tunnel(
-        &self,
-        buf: &mut [u8],
-        ds: usize,
-        de: usize,
-        ident: u16,
-        ecn: u8,
-        qfi_octet: u8,
-        tunnel: &Tunnel,
-    ) -> Option<usize> {
-        self.write_with(buf, ds, de, ident, ecn, qfi_octet, Some(tunnel))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn write_with(
         &self,
         buf: &mut [u8],
         ds: usize,
@@ -395,7 +367,7 @@ mod tests {
             let mut b = a.clone();
             let qfi = 9;
             let sa = t
-                .write(&mut a, 128, 128 + inner.len(), 77, 2, 0x40 | qfi)
+                .write(&mut a, 128, 128 + inner.len(), 77, 2, 0x40 | qfi, None)
                 .unwrap();
             let p = EncapV4 {
                 src: Ipv4Addr::new(192, 0, 2, 1),
@@ -481,7 +453,7 @@ mod tests {
             let t = Template::v4(src, dst, teid, dscp, ttl, psc).unwrap();
             let mut a = vec![0xa5u8; 200 + len];
             let mut b = a.clone();
-            let sa = t.write(&mut a, 150, 150 + len, ident, ecn, 0).unwrap();
+            let sa = t.write(&mut a, 150, 150 + len, ident, ecn, 0, None).unwrap();
             let p = EncapV4 {
                 src,
                 dst,
@@ -501,6 +473,12 @@ mod tests {
             prop_assert_eq!(sa, sb);
             prop_assert_eq!(&a[sa..], &b[sb..]);
             prop_assert_eq!(&a[..150 - 44], &b[..150 - 44]);
+            // The shared template with the tunnel written per packet writes the same.
+            let (g, tunnel) = t.generic().unwrap();
+            let mut c = vec![0xa5u8; 200 + len];
+            let sc = g.write(&mut c, 150, 150 + len, ident, ecn, 0, Some(&tunnel)).unwrap();
+            prop_assert_eq!(sc, sb);
+            prop_assert_eq!(&c, &a);
             prop_assert_eq!(checksum::checksum(&a[sa..sa + 20]), 0);
         }
     }

@@ -1014,14 +1014,14 @@ impl Pipeline {
             };
             *ident = ident.wrapping_add(1);
             let written = match qfi {
-                None => far.template.without_psc().write_tunnel(
+                None => far.template.without_psc().write(
                     p.buffer_mut(),
                     ds,
                     de,
                     *ident,
                     ecn,
                     0,
-                    tunnel,
+                    Some(tunnel),
                 ),
                 Some(q) => {
                     let octet = if to_access {
@@ -1030,7 +1030,7 @@ impl Pipeline {
                         q & 0x3f
                     };
                     far.template
-                        .write_tunnel(p.buffer_mut(), ds, de, *ident, ecn, octet, tunnel)
+                        .write(p.buffer_mut(), ds, de, *ident, ecn, octet, Some(tunnel))
                 }
             };
             written.map(|start| p.set_range(start, de)).is_some()
@@ -1226,7 +1226,7 @@ fn emit(
             Some(q) => (with_psc, q & 0x3f),
         };
         *ident = ident.wrapping_add(1);
-        return match tmpl.write(p.buffer_mut(), ds, de, *ident, ecn, octet) {
+        return match tmpl.write(p.buffer_mut(), ds, de, *ident, ecn, octet, None) {
             Some(start) => {
                 p.set_range(start, de);
                 true
@@ -1404,7 +1404,7 @@ pub fn null_forward(rx: &mut Vec<Packet>, out: &mut Output, tunnel: &EncapV4) {
                 flow_of(p.data()).is_some()
                     && route_hop(p.data_mut())
                     && match template
-                        .and_then(|t| t.write(p.buffer_mut(), s, s + l, ident, ecn, qfi))
+                        .and_then(|t| t.write(p.buffer_mut(), s, s + l, ident, ecn, qfi, None))
                     {
                         Some(start) => {
                             p.set_range(start, s + l);
