@@ -1011,6 +1011,7 @@ impl Hot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rules::{far, pdi, N3};
     use crate::{Pipeline, PipelineConfig};
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
@@ -1021,21 +1022,7 @@ mod tests {
     fn far_per_pdr() -> Arc<Session> {
         let mut s = Session::new(Seid(1), Seid(1), IpAddr::V4(Ipv4Addr::LOCALHOST));
         for (id, uplink, qfi) in [(1, true, 1), (2, true, 9), (3, false, 1), (4, false, 9)] {
-            let mut pdi = Pdi::any(if uplink {
-                Interface::Access
-            } else {
-                Interface::Core
-            });
-            pdi.local_f_teid = uplink.then_some(LocalFTeid {
-                teid: Teid(7),
-                ipv4: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                ipv6: None,
-            });
-            pdi.ue_ip = Some(UeIp {
-                ipv4: Some(Ipv4Addr::new(10, 0, 0, 1)),
-                ipv6: None,
-                is_destination: !uplink,
-            });
+            let mut pdi = pdi(uplink, 7, Ipv4Addr::new(10, 0, 0, 1));
             if uplink {
                 pdi.qfis = [Qfi(qfi)].into_iter().collect();
             }
@@ -1051,25 +1038,8 @@ mod tests {
                 urrs: [UrrId(1)].into_iter().collect(),
             })
             .unwrap();
-            let mut fw = Forwarding::to(if uplink {
-                Interface::Core
-            } else {
-                Interface::Access
-            });
-            if !uplink {
-                fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
-                    teid: Teid(0x100),
-                    peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 200)),
-                });
-            }
-            s.insert_far(Far {
-                id: FarId(id.into()),
-                action: ApplyAction::FORW,
-                forwarding: Some(fw),
-                duplicating: Box::default(),
-                bar: None,
-            })
-            .unwrap();
+            let tunnel = (!uplink).then_some((0x100, Ipv4Addr::new(192, 0, 2, 200)));
+            s.insert_far(far(id.into(), tunnel)).unwrap();
         }
         s.insert_urr(Urr::new(UrrId(1))).unwrap();
         Arc::new(s)
@@ -1080,7 +1050,7 @@ mod tests {
         let now = std::time::Instant::now();
         let cfg = PipelineConfig {
             n3: crate::LocalAddrs {
-                v4: Some(Ipv4Addr::new(192, 0, 2, 1)),
+                v4: Some(N3),
                 v6: None,
             },
             ..Default::default()

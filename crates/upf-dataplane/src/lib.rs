@@ -26,6 +26,8 @@ mod prefetch;
 mod session;
 mod shapes;
 mod tables;
+#[cfg(test)]
+mod test_rules;
 mod usage;
 
 pub use counters::{Counters, DropReason};

@@ -159,21 +159,7 @@ pub(crate) mod tests {
             })
             .collect();
         for (id, uplink) in [(1, true), (2, false)] {
-            let mut pdi = Pdi::any(if uplink {
-                Interface::Access
-            } else {
-                Interface::Core
-            });
-            pdi.local_f_teid = uplink.then_some(LocalFTeid {
-                teid: Teid(i),
-                ipv4: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                ipv6: None,
-            });
-            pdi.ue_ip = Some(UeIp {
-                ipv4: Some(ue),
-                ipv6: None,
-                is_destination: !uplink,
-            });
+            let mut pdi = crate::test_rules::pdi(uplink, i, ue);
             pdi.sdf_filters = filters.clone().into();
             s.insert_pdr(Pdr {
                 id: PdrId(id),
@@ -186,14 +172,7 @@ pub(crate) mod tests {
             })
             .unwrap();
         }
-        s.insert_far(Far {
-            id: FarId(1),
-            action: ApplyAction::FORW,
-            forwarding: Some(Forwarding::to(Interface::Core)),
-            duplicating: Box::default(),
-            bar: None,
-        })
-        .unwrap();
+        s.insert_far(crate::test_rules::far(1, None)).unwrap();
         Arc::new(s)
     }
 

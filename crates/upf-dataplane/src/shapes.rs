@@ -149,6 +149,7 @@ fn free_runs(shape: &Shape, arena: &mut Arena) {
 mod tests {
     use crate::packet::{Packet, Port};
     use crate::pipeline::Output;
+    use crate::test_rules::{far, pdi, N3};
     use crate::{Pipeline, PipelineConfig};
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
@@ -173,21 +174,7 @@ mod tests {
             IpAddr::V4(Ipv4Addr::LOCALHOST),
         );
         for (id, uplink) in [(1, true), (2, false)] {
-            let mut pdi = Pdi::any(if uplink {
-                Interface::Access
-            } else {
-                Interface::Core
-            });
-            pdi.local_f_teid = uplink.then_some(LocalFTeid {
-                teid: Teid(i),
-                ipv4: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                ipv6: None,
-            });
-            pdi.ue_ip = Some(UeIp {
-                ipv4: Some(ue(i)),
-                ipv6: None,
-                is_destination: !uplink,
-            });
+            let mut pdi = pdi(uplink, i, ue(i));
             if named {
                 let text = format!("permit out 17 from 198.51.100.1 443 to {}", ue(i));
                 pdi.sdf_filters = [SdfFilter {
@@ -209,25 +196,8 @@ mod tests {
                 urrs: Default::default(),
             })
             .unwrap();
-            let mut fw = Forwarding::to(if uplink {
-                Interface::Core
-            } else {
-                Interface::Access
-            });
-            if !uplink {
-                fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
-                    teid: Teid(0x1000 + i),
-                    peer: IpAddr::V4(gnb(i)),
-                });
-            }
-            s.insert_far(Far {
-                id: FarId(id.into()),
-                action: ApplyAction::FORW,
-                forwarding: Some(fw),
-                duplicating: Box::default(),
-                bar: None,
-            })
-            .unwrap();
+            let tunnel = (!uplink).then_some((0x1000 + i, gnb(i)));
+            s.insert_far(far(id.into(), tunnel)).unwrap();
         }
         let mut q = Qer::open(QerId(1));
         q.mbr = Some(Bitrate {
@@ -245,7 +215,7 @@ mod tests {
     fn config() -> PipelineConfig {
         PipelineConfig {
             n3: crate::LocalAddrs {
-                v4: Some(Ipv4Addr::new(192, 0, 2, 1)),
+                v4: Some(N3),
                 v6: None,
             },
             ..Default::default()
