@@ -58,7 +58,7 @@ const HOT_AHEAD: usize = 8;
 /// is read from the record's shape (its keys line was prefetched with the batch's lookups).
 const RUN_AHEAD: usize = 4;
 
-/// Shapes up to which they stay in cache (~900 octets each) without being prefetched;
+/// Shapes up to which they stay in cache (~960 octets each) without being prefetched;
 /// past them, a packet's shape lines are prefetched with its record's.
 const SHARED_SHAPES: usize = 64;
 

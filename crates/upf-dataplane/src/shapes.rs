@@ -20,7 +20,7 @@ pub(crate) struct Shapes {
     chunks: Vec<Box<[Shape; CHUNK]>>,
     len: usize,
     refs: Vec<u32>,
-    /// The indices in use by hash of their halves and runs' lines (a shape is ~900
+    /// The indices in use by hash of their halves and runs' lines (a shape is ~960
     /// octets: not kept twice, should every session have its own).
     ids: FastMap<u64, SmallVec<[u32; 1]>>,
     free: Vec<u32>,
