@@ -18,13 +18,12 @@ pub(crate) struct Shapes {
     /// copying held up the install that grew it for a second); a free index holds its
     /// last shape until reused.
     chunks: Vec<Box<[Shape; CHUNK]>>,
-    len: usize,
+    /// By index, every index handed out so far.
     refs: Vec<u32>,
     /// The indices in use by hash of their halves and runs' lines (a shape is ~960
     /// octets: not kept twice, should every session have its own).
     ids: FastMap<u64, SmallVec<[u32; 1]>>,
     free: Vec<u32>,
-    live: usize,
 }
 
 fn hash(halves: &[Half; 2], runs: &[&[Line]; 2]) -> u64 {
@@ -47,7 +46,7 @@ impl Shapes {
     /// Shapes in use.
     #[inline(always)]
     pub fn live(&self) -> usize {
-        self.live
+        self.refs.len() - self.free.len()
     }
 
     /// The index of the shape of `halves` whose overflow runs hold `runs` (one more session
@@ -94,22 +93,21 @@ impl Shapes {
                 id
             }
             None => {
-                let Ok(id) = u32::try_from(self.len) else {
+                let made = self.refs.len();
+                let Ok(id) = u32::try_from(made) else {
                     free_runs(&shape, arena);
                     return None;
                 };
-                if self.len.is_multiple_of(CHUNK) {
+                if made.is_multiple_of(CHUNK) {
                     let chunk = vec![Shape::default(); CHUNK].into_boxed_slice();
                     self.chunks.push(chunk.try_into().ok()?);
                 }
                 *self.get_mut(id) = shape;
-                self.len += 1;
                 self.refs.push(1);
                 id
             }
         };
         self.ids.entry(h).or_default().push(id);
-        self.live += 1;
         Some(id)
     }
 
@@ -133,7 +131,6 @@ impl Shapes {
         }
         free_runs(&s, arena);
         self.free.push(id);
-        self.live -= 1;
     }
 }
 
