@@ -62,7 +62,7 @@ pub(crate) const FARS: usize = 2;
 /// (QER, direction) pairs per half.
 pub(crate) const QERS: usize = 3;
 /// Of those, the ones that account a GBR.
-const GBRS: usize = 2;
+pub(crate) const GBRS: usize = 2;
 /// URR lines per record.
 pub(crate) const URRS: usize = 2;
 /// GTP-U tunnels (FARs that encapsulate) per record.
@@ -78,8 +78,6 @@ pub(crate) const FROM_UE: u8 = 8;
 pub(crate) const STRIP: u8 = 16;
 /// A QER of the PDR has its gate closed in the PDR's direction (resolved when built).
 pub(crate) const GATE_SHUT: u8 = 32;
-/// The PDR's first QER polices an MBR in its direction; `MBR0 << 1`: its second.
-pub(crate) const MBR0: u8 = 64;
 
 /// One PDR's match conditions and rule slots (slots index the lines of its half), and what
 /// its FAR and QERs decide for every packet alike, resolved when built.
@@ -95,8 +93,14 @@ pub(crate) struct HotPdr {
     /// in a half whose filters are in a run, the number of lines its filters take there
     /// (each PDR's from the line after the previous PDR's). None: any packet.
     filters: u8,
-    pub qers: [u8; 2],
-    pub urrs: [u8; 2],
+    qers: [u8; 2],
+    /// Its URRs' lines in the record, a bit each.
+    pub urrs: u8,
+    /// The buckets it polices in its direction (the record's fills, the half's rates), a
+    /// bit each; resolved when built, as are `gbr` and the fields below.
+    pub police: u8,
+    /// The record's GBR counts its packets add to, a bit each.
+    pub gbr: u8,
     /// Its FAR's flags (none without a FAR: dropped) and egress port, so that a FAR
     /// without a tunnel needs no line of its own.
     pub far_flags: u8,
@@ -115,7 +119,9 @@ impl Default for HotPdr {
             far: NONE,
             filters: 0,
             qers: [NONE; 2],
-            urrs: [NONE; 2],
+            urrs: 0,
+            police: 0,
+            gbr: 0,
             far_flags: 0,
             port: Port::N6,
             mark: 0,
@@ -627,6 +633,13 @@ fn slot<T: PartialEq + Copy>(v: &mut Vec<T>, x: T, cap: usize) -> Option<u8> {
     (i < cap).then(|| u8::try_from(i).ok()).flatten()
 }
 
+/// `mask` with bit `i` set; `None` if it was set already (a PDR that lists a rule twice,
+/// which the general path applies twice, is left to it).
+fn bit(mask: u8, i: u8) -> Option<u8> {
+    let b = 1u8.checked_shl(u32::from(i))?;
+    (mask & b == 0).then_some(mask | b)
+}
+
 impl<'r> HalfBuilder<'r> {
     fn new(record: &'r mut Record) -> Self {
         Self {
@@ -679,9 +692,9 @@ impl<'r> HalfBuilder<'r> {
         for (k, &q) in p.qers.iter().enumerate() {
             qers[k] = slot(&mut self.qers, (q, p.from_ue), QERS)?;
         }
-        let mut urrs = [NONE; 2];
-        for (k, &u) in p.urrs.iter().enumerate() {
-            urrs[k] = slot(&mut self.record.urrs, u, URRS)?;
+        let mut urrs = 0;
+        for &u in &p.urrs {
+            urrs = bit(urrs, slot(&mut self.record.urrs, u, URRS)?)?;
         }
         Some(HotPdr {
             teid,
@@ -805,7 +818,7 @@ impl<'r> HalfBuilder<'r> {
             if let Some(far) = self.half.fars.get(usize::from(pdr.far)) {
                 (pdr.far_flags, pdr.port) = (far.flags, far.port);
             }
-            for (j, &q) in pdr.qers.iter().enumerate() {
+            for &q in &pdr.qers {
                 let Some(line) = self.half.qers.get(usize::from(q)) else {
                     continue;
                 };
@@ -813,7 +826,10 @@ impl<'r> HalfBuilder<'r> {
                     pdr.flags |= GATE_SHUT;
                 }
                 if line.flags & QER_MBR != 0 {
-                    pdr.flags |= MBR0 << j;
+                    pdr.police = bit(pdr.police, q)?;
+                }
+                if line.flags & QER_GBR != 0 {
+                    pdr.gbr = bit(pdr.gbr, line.gbr)?;
                 }
                 if pdr.mark & MARK_QFI == 0 && line.qfi != NONE {
                     pdr.mark |= MARK_QFI | (line.qfi & 0x3f);
@@ -1065,7 +1081,8 @@ mod tests {
         for half in 0..2 {
             let pdrs = &shape.halves[half].head.pdrs;
             assert_eq!((pdrs[0].far, pdrs[1].far), (0, 0), "half {half}");
-            assert_eq!((pdrs[0].urrs[0], pdrs[1].urrs[0]), (0, 0), "half {half}");
+            // Both count on the record's first URR line.
+            assert_eq!((pdrs[0].urrs, pdrs[1].urrs), (1, 1), "half {half}");
             // The uplink FAR has no tunnel, the downlink one has (in the one line).
             let encap = pdrs.map(|p| p.far_flags & FAR_ENCAP != 0);
             assert_eq!(encap[..2], [half == 1; 2], "half {half}");

@@ -48,6 +48,12 @@ fn reserved<T>(n: usize) -> Vec<T> {
 /// No session found by [`Pipeline::slot_hint`].
 const NO_HINT: u32 = u32::MAX;
 
+/// In a batch's lookup keys ([`lookup_key`]): the key is an N6 packet's IPv4 destination,
+/// not a TEID.
+const KEY_UE: u64 = 1 << 32;
+/// No key at fixed offsets: the packet is looked up in full when processed.
+const NO_KEY: u64 = 1 << 33;
+
 /// Set in a hint for a packet looked up by UE address (the IP PDRs' half of a hot record).
 const HINT_IP: u32 = 1 << 31;
 
@@ -111,11 +117,38 @@ pub struct Pipeline {
     pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     pub(crate) error_indications: RateLimit,
     pub(crate) ident: u16,
-    /// Per-batch scratch: each packet's session slot, from [`Pipeline::slot_hint`].
+    /// Per-batch scratch: each packet's lookup key ([`lookup_key`]), then its session slot
+    /// ([`Pipeline::slot_hint`]).
+    pub(crate) keys: Vec<u64>,
     pub(crate) hints: Vec<u32>,
     /// The meters' clock: `now` of the current batch as nanoseconds since `epoch`.
     pub(crate) epoch: Instant,
     pub(crate) clock_ns: u64,
+}
+
+/// A packet's lookup key from fixed offsets (an outer IPv4 header without options): the
+/// TEID of a GTP-U packet, or with [`KEY_UE`] the destination of an IPv4 N6 packet;
+/// [`NO_KEY`] for anything else, which the full parse looks up.
+#[inline(always)]
+fn lookup_key(port: Port, d: &[u8]) -> u64 {
+    match port {
+        Port::N3 | Port::N9 => match d.get(..36) {
+            Some(h) if h[0] == 0x45 => u64::from(u32::from_be_bytes([h[32], h[33], h[34], h[35]])),
+            _ => NO_KEY,
+        },
+        Port::N6 => match d.get(..20) {
+            Some(h) if h[0] >> 4 == 4 => {
+                KEY_UE | u64::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]]))
+            }
+            _ => NO_KEY,
+        },
+    }
+}
+
+/// The TEID or address of a lookup key.
+#[allow(clippy::cast_possible_truncation)] // the low 32 bits are the value
+const fn key_value(k: u64) -> u32 {
+    k as u32
 }
 
 /// Counts the drop and frees the buffer; `None`, so that a stage can return it as "nothing
@@ -167,6 +200,7 @@ impl Pipeline {
             timers: BinaryHeap::new(),
             error_indications,
             ident: 0,
+            keys: Vec::new(),
             hints: Vec::new(),
             epoch: now,
             clock_ns: 0,
@@ -233,13 +267,25 @@ impl Pipeline {
         // table) come from DRAM, further off than a prefetch a few packets ahead reached.
         // Into L2 only, here and below: into L1, a batch of misses would queue on its few
         // miss buffers (and at 1k sessions, whose records stay in cache, cost ~13 ns a packet).
+        // Each packet's key is read once, here, where its octets are already being loaded;
+        // the lookups below read only the keys. Received packets are counted here too.
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        for p in rx.iter() {
+            let (port, d) = (p.port(), p.data());
+            self.counters.rx(port, d.len());
+            let k = lookup_key(port, d);
+            if k & KEY_UE != 0 {
+                self.ue.prefetch_v4(key_value(k));
+            } else if k != NO_KEY {
+                self.teids.prefetch(key_value(k));
+            }
+            keys.push(k);
+        }
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
-        for p in rx.iter() {
-            self.prefetch_hint(p);
-        }
-        for p in rx.iter() {
-            let h = self.slot_hint(p).unwrap_or(NO_HINT);
+        for &k in keys.iter() {
+            let h = self.slot_hint(k);
             if h != NO_HINT {
                 let slot = (h & !HINT_IP) as usize;
                 if self.cold != 0 || self.arena.live() != 0 {
@@ -255,6 +301,7 @@ impl Pipeline {
             }
             hints.push(h);
         }
+        self.keys = keys;
         // Shapes too many to stay in cache: each packet's shape head now, its page walk
         // overlapped with the others' as the records' were (from the keys lines prefetched
         // above, a batch ago for the first of them); issued HOT_AHEAD packets ahead, each walk
@@ -277,7 +324,6 @@ impl Pipeline {
         }
         for (i, p) in rx.drain(..).enumerate() {
             self.prefetch_ahead(&hints, i);
-            self.counters.rx(p.port(), p.len());
             // The packet comes back in registers and is stored once into `out.tx` here: a
             // push inside `handle` read it back from the stack whole, right after it was
             // written there field by field, and stalled on the store forwarding.
@@ -289,26 +335,6 @@ impl Pipeline {
         while let Some(slot) = self.rehot.pop() {
             self.sync_slot(slot);
             self.build_hot(slot);
-        }
-    }
-
-    /// Prefetches what [`Pipeline::slot_hint`] will read for `p` first.
-    #[inline(always)]
-    fn prefetch_hint(&self, p: &Packet) {
-        let d = p.data();
-        match p.port() {
-            Port::N3 | Port::N9 => {
-                if let Some(t) = d.get(32..36) {
-                    self.teids
-                        .prefetch(u32::from_be_bytes([t[0], t[1], t[2], t[3]]));
-                }
-            }
-            Port::N6 => {
-                if let Some(a) = d.get(16..20) {
-                    self.ue
-                        .prefetch_v4(u32::from_be_bytes([a[0], a[1], a[2], a[3]]));
-                }
-            }
         }
     }
 
@@ -347,32 +373,21 @@ impl Pipeline {
         }
     }
 
-    /// The session a packet probably belongs to, from fixed offsets only (IPv4 outer header
-    /// without options; anything else is left to the full parse).
+    /// The session a packet with lookup key `k` probably belongs to, as a hint: its slot,
+    /// with [`HINT_IP`] when found by UE address; [`NO_HINT`] if none.
     #[inline(always)]
-    fn slot_hint(&self, p: &Packet) -> Option<u32> {
-        let d = p.data();
-        match p.port() {
-            Port::N3 | Port::N9 => {
-                if d.first() != Some(&0x45) {
-                    return None;
-                }
-                let t = d.get(32..36)?;
-                self.teids
-                    .get(u32::from_be_bytes([t[0], t[1], t[2], t[3]]))
-                    .filter(|&s| s < HINT_IP)
-            }
-            Port::N6 => match d.first()? >> 4 {
-                4 => {
-                    let a = d.get(16..20)?;
-                    self.ue
-                        .lookup(Addr::v4([a[0], a[1], a[2], a[3]].into()))
-                        .filter(|&s| s < HINT_IP)
-                        .map(|s| s | HINT_IP)
-                }
-                _ => None,
-            },
-        }
+    fn slot_hint(&self, k: u64) -> u32 {
+        let slot = if k & KEY_UE != 0 {
+            self.ue
+                .lookup(Addr::v4(key_value(k).into()))
+                .filter(|&s| s < HINT_IP)
+                .map(|s| s | HINT_IP)
+        } else if k != NO_KEY {
+            self.teids.get(key_value(k)).filter(|&s| s < HINT_IP)
+        } else {
+            None
+        };
+        slot.unwrap_or(NO_HINT)
     }
 
     /// Prefetches (not loads: a load would stall retirement) what the packets after the `i`th
@@ -952,48 +967,36 @@ impl Pipeline {
         if pdr.flags & GATE_SHUT != 0 {
             return drop_to(out, counters, p, DropReason::GateClosed);
         }
-        for (j, &q) in pdr.qers.iter().enumerate() {
-            if pdr.flags & (MBR0 << j) != 0 {
-                if let (Some(r), Some(f)) = (
-                    h.rates.get(usize::from(q)),
-                    fills.fills.get_mut(usize::from(q)),
-                ) {
-                    if !f.conforms(r, clock, bits) {
-                        return drop_to(out, counters, p, DropReason::MbrExceeded);
-                    }
-                }
+        // Loops over the few lines a record has, a bit each: unrolled, with constant
+        // indices. Every bucket the PDR polices conforms before any is taken.
+        let (police, urrs) = (pdr.police, pdr.urrs);
+        for q in 0..QERS {
+            if police & (1 << q) != 0 && !fills.fills[q].conforms(&h.rates[q], clock, bits) {
+                return drop_to(out, counters, p, DropReason::MbrExceeded);
             }
         }
-        if pdr
-            .urrs
-            .iter()
-            .any(|&u| record.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
-        {
-            return drop_to(out, counters, p, DropReason::QuotaExhausted);
-        }
-        for (j, &q) in pdr.qers.iter().enumerate() {
-            let (Some(line), Some(f)) = (
-                h.qers.get(usize::from(q)),
-                fills.fills.get_mut(usize::from(q)),
-            ) else {
-                continue;
-            };
-            if pdr.flags & (MBR0 << j) != 0 {
-                f.take(bits);
+        for u in 0..URRS {
+            if urrs & (1 << u) != 0 && record.urrs[u].exhausted {
+                return drop_to(out, counters, p, DropReason::QuotaExhausted);
             }
-            if let Some(g) = fills.gbr_pending.get_mut(usize::from(line.gbr)) {
-                *g += len;
+        }
+        for q in 0..QERS {
+            if police & (1 << q) != 0 {
+                fills.fills[q].take(bits);
+            }
+        }
+        for g in 0..GBRS {
+            if pdr.gbr & (1 << g) != 0 {
+                fills.gbr_pending[g] += len;
             }
         }
         let mark = pdr.mark;
         let mark_qfi = (mark & MARK_QFI != 0).then_some(mark & 0x3f);
         let rqi = mark & MARK_RQI != 0;
-        let mut check = [NONE; 2];
-        for (k, &u) in pdr.urrs.iter().enumerate() {
-            if let Some(u) = record.urrs.get_mut(usize::from(u)) {
-                if !u.count(clock1, len, uplink) {
-                    check[k] = u.urr;
-                }
+        let mut check = [NONE; URRS];
+        for (u, (c, line)) in check.iter_mut().zip(&mut record.urrs).enumerate() {
+            if urrs & (1 << u) != 0 && !line.count(clock1, len, uplink) {
+                *c = line.urr;
             }
         }
         let to_access = far_flags & FAR_TO_ACCESS != 0;
