@@ -145,6 +145,15 @@ fn lookup_key(port: Port, d: &[u8]) -> u64 {
     }
 }
 
+/// What a batch prefetches besides hot records: shapes' lines (when too many to stay in
+/// cache), overflow runs, cold sessions (when there are any).
+#[derive(Clone, Copy)]
+struct Extra {
+    shapes: bool,
+    runs: bool,
+    cold: bool,
+}
+
 /// The TEID or address of a lookup key.
 #[allow(clippy::cast_possible_truncation)] // the low 32 bits are the value
 const fn key_value(k: u64) -> u32 {
@@ -282,13 +291,20 @@ impl Pipeline {
             }
             keys.push(k);
         }
+        // What this batch prefetches besides hot records, fixed for the batch: packets do
+        // not install sessions or shapes.
+        let extra = Extra {
+            shapes: self.shapes.live() > SHARED_SHAPES,
+            runs: self.arena.live() != 0,
+            cold: self.cold != 0,
+        };
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
         for &k in keys.iter() {
             let h = self.slot_hint(k);
             if h != NO_HINT {
                 let slot = (h & !HINT_IP) as usize;
-                if self.cold != 0 || self.arena.live() != 0 {
+                if extra.cold || extra.runs {
                     upf_prefetch::l2(&self.kinds, slot);
                 }
                 // The record's first line now, where its page walk (a TLB miss per packet
@@ -306,7 +322,7 @@ impl Pipeline {
         // overlapped with the others' as the records' were (from the keys lines prefetched
         // above, a batch ago for the first of them); issued HOT_AHEAD packets ahead, each walk
         // would stall the loop on its own.
-        if self.shapes.live() > SHARED_SHAPES {
+        if extra.shapes {
             for &h in hints.iter().filter(|&&h| h != NO_HINT) {
                 if let Some(r) = self
                     .hot
@@ -320,10 +336,10 @@ impl Pipeline {
         }
         // The first packets' lines (the loop below prefetches HOT_AHEAD packets on).
         for h in hints.iter().take(HOT_AHEAD) {
-            self.prefetch_hot(*h);
+            self.prefetch_hot(*h, extra.shapes);
         }
         for (i, p) in rx.drain(..).enumerate() {
-            self.prefetch_ahead(&hints, i);
+            self.prefetch_ahead(&hints, i, extra);
             // The packet comes back in registers and is stored once into `out.tx` here: a
             // push inside `handle` read it back from the stack whole, right after it was
             // written there field by field, and stalled on the store forwarding.
@@ -340,7 +356,7 @@ impl Pipeline {
 
     /// Prefetches the lines of a hot record that the packet with hint `h` will read.
     #[inline(always)]
-    fn prefetch_hot(&self, h: u32) {
+    fn prefetch_hot(&self, h: u32, shapes: bool) {
         let slot = (h & !HINT_IP) as usize;
         let half = usize::from(h & HINT_IP != 0);
         // Whatever the slot holds: a cold or empty slot's lines are prefetched for nothing,
@@ -348,7 +364,7 @@ impl Pipeline {
         if let Some(r) = self.hot.get(slot) {
             r.prefetch(half);
             // The keys line, read here, was prefetched when the batch was looked up.
-            if self.shapes.live() > SHARED_SHAPES && r.keys.serves {
+            if shapes && r.keys.serves {
                 self.shapes.get(r.keys.shape).halves[half].prefetch();
             }
         }
@@ -398,16 +414,16 @@ impl Pipeline {
     /// filters and FAR targets 4 ahead. (Longer distances measured no better: the lines start
     /// to leave L1 before use.)
     #[inline(always)]
-    fn prefetch_ahead(&self, hints: &[u32], i: usize) {
+    fn prefetch_ahead(&self, hints: &[u32], i: usize, extra: Extra) {
         if let Some(&h) = hints.get(i + HOT_AHEAD) {
-            self.prefetch_hot(h);
+            self.prefetch_hot(h, extra.shapes);
         }
-        if self.arena.live() != 0 {
+        if extra.runs {
             if let Some(&h) = hints.get(i + RUN_AHEAD) {
                 self.prefetch_run(h);
             }
         }
-        if self.cold == 0 {
+        if !extra.cold {
             return;
         }
         let cold = |h: u32| {
