@@ -140,58 +140,100 @@ impl Filter {
 /// side, no negation, SPI or flow label, and which side is the UE's resolved at compile time
 /// from the PDR's UE address. [`Filter::fast`] says whether a filter has this form; the PDR
 /// falls back to the full [`Filter`]s when any of its filters does not.
+///
+/// Packed in four words so that a packet is matched by a few integer operations and no
+/// branch: the addresses as one masked compare of both, the port and protocol ranges as one
+/// subtraction each way over lanes with guard bits ([`FastFilter::matches4`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct FastFilter {
-    /// Protocol, or 0x100 for any.
-    proto: u16,
-    tos_value: u8,
-    tos_mask: u8,
-    ue_net: u32,
-    ue_mask: u32,
-    remote_net: u32,
-    remote_mask: u32,
-    /// Both addresses are "any": the filter also matches IPv6 packets.
+    /// The UE side's IPv4 network (high half) and the remote side's (low half).
+    net: u64,
+    mask: u64,
+    /// The ranges' lower bounds in lanes ([`lanes`]); the ToS value and mask in the top
+    /// octets (above the lanes, so that they never reach a guard bit).
+    lo: u64,
+    /// The ranges' upper bounds in lanes, each lane's guard bit set; [`ANY_VERSION`].
+    hi: u64,
+}
+
+/// Lanes of 17 bits, the top one a guard: the remote port's at bit 0, the UE port's at
+/// [`UE_PORT`], the protocol's at [`PROTO`] (9 bits). `(x | GUARDS) - lo` keeps a lane's
+/// guard bit exactly when its value is at least the bound and never borrows from the next
+/// lane; `hi - x` likewise for the upper bound.
+const UE_PORT: u32 = 17;
+const PROTO: u32 = 34;
+const GUARDS: u64 = 1 << 16 | 1 << (UE_PORT + 16) | 1 << (PROTO + 8);
+const TOS_VALUE: u32 = 48;
+const TOS_MASK: u32 = 56;
+/// In `hi`: both addresses are "any", so the filter also matches IPv6 packets.
+const ANY_VERSION: u64 = 1 << 63;
+
+/// A packet's ports and protocol in the lanes of [`FastFilter::lo`].
+#[inline(always)]
+fn lanes(remote_port: u16, ue_port: u16, proto: u8) -> u64 {
+    u64::from(remote_port) | u64::from(ue_port) << UE_PORT | u64::from(proto) << PROTO
+}
+
+/// The parts of a [`FastFilter`].
+struct Parts {
+    /// `None`: any protocol.
+    proto: Option<u8>,
+    tos: (u8, u8),
+    ue: (u32, u32),
+    remote: (u32, u32),
     any_version: bool,
     ue_ports: (u16, u16),
     remote_ports: (u16, u16),
 }
 
 impl FastFilter {
+    fn new(p: &Parts) -> Self {
+        let (proto_lo, proto_hi) = p.proto.map_or((0, u8::MAX), |v| (v, v));
+        let (tos_value, tos_mask) = p.tos;
+        Self {
+            net: u64::from(p.ue.0) << 32 | u64::from(p.remote.0),
+            mask: u64::from(p.ue.1) << 32 | u64::from(p.remote.1),
+            lo: lanes(p.remote_ports.0, p.ue_ports.0, proto_lo)
+                | u64::from(tos_value & tos_mask) << TOS_VALUE
+                | u64::from(tos_mask) << TOS_MASK,
+            hi: lanes(p.remote_ports.1, p.ue_ports.1, proto_hi)
+                | GUARDS
+                | if p.any_version { ANY_VERSION } else { 0 },
+        }
+    }
+
+    /// Whether the ports, protocol and ToS match (`x`: the packet's [`lanes`]).
+    #[inline(always)]
+    fn ranges(&self, x: u64, tos: u8) -> bool {
+        let inside = ((x | GUARDS).wrapping_sub(self.lo) & self.hi.wrapping_sub(x)) & GUARDS;
+        let [.., tos_value, tos_mask] = self.lo.to_le_bytes();
+        (inside == GUARDS) & (tos & tos_mask == tos_value)
+    }
+
     #[inline(always)]
     pub fn matches(&self, p: &Flow, from_ue: bool) -> bool {
-        if self.proto != 0x100 && self.proto != u16::from(p.proto) {
-            return false;
-        }
-        if p.tos & self.tos_mask != self.tos_value {
-            return false;
-        }
         let ((ua, up), (ra, rp)) = if from_ue {
             ((p.src, p.src_port), (p.dst, p.dst_port))
         } else {
             ((p.dst, p.dst_port), (p.src, p.src_port))
         };
-        if ua.v6 {
-            if !self.any_version {
-                return false;
-            }
+        let addrs = if ua.v6 {
+            self.hi & ANY_VERSION != 0
         } else {
-            let (u, r) = (ua.low32(), ra.low32());
-            if u & self.ue_mask != self.ue_net || r & self.remote_mask != self.remote_net {
-                return false;
-            }
-        }
-        self.ue_ports.0 <= up
-            && up <= self.ue_ports.1
-            && self.remote_ports.0 <= rp
-            && rp <= self.remote_ports.1
+            let a = u64::from(ua.low32()) << 32 | u64::from(ra.low32());
+            a & self.mask == self.net
+        };
+        addrs && self.ranges(lanes(rp, up, p.proto), p.tos)
     }
 
     /// This filter for a PDR that matched the packet's UE-side address to `ue` already: a
     /// UE-side prefix that holds `ue` then always holds, as `assigned` does, and is left out.
     pub fn given_ue(&self, ue: u32) -> FastFilter {
         let mut f = *self;
-        if ue & f.ue_mask == f.ue_net {
-            (f.ue_net, f.ue_mask) = (0, 0);
+        let ue = u64::from(ue) << 32;
+        if (ue ^ f.net) & f.mask >> 32 << 32 == 0 {
+            f.net &= u64::from(u32::MAX);
+            f.mask &= u64::from(u32::MAX);
         }
         f
     }
@@ -205,14 +247,8 @@ impl FastFilter {
         } else {
             ((p.dst, p.dst_port), (p.src, p.src_port))
         };
-        let proto = (self.proto == 0x100) | (self.proto == u16::from(p.proto));
-        let tos = p.tos & self.tos_mask == self.tos_value;
-        let addrs = ((u & self.ue_mask) ^ self.ue_net) | ((r & self.remote_mask) ^ self.remote_net);
-        let ports = (self.ue_ports.0 <= up)
-            & (up <= self.ue_ports.1)
-            & (self.remote_ports.0 <= rp)
-            & (rp <= self.remote_ports.1);
-        proto & tos & (addrs == 0) & ports
+        let a = u64::from(u) << 32 | u64::from(r);
+        (a & self.mask == self.net) & self.ranges(lanes(rp, up, p.proto), p.tos)
     }
 }
 
@@ -252,18 +288,15 @@ impl Filter {
         }
         let (tos_value, tos_mask) = self.tos.map_or((0, 0), |(v, m)| (v & m, m));
         let Some(f) = &self.flow else {
-            return Some(smallvec::smallvec![FastFilter {
-                proto: 0x100,
-                tos_value,
-                tos_mask,
-                ue_net: 0,
-                ue_mask: 0,
-                remote_net: 0,
-                remote_mask: 0,
+            return Some(smallvec::smallvec![FastFilter::new(&Parts {
+                proto: None,
+                tos: (tos_value, tos_mask),
+                ue: (0, 0),
+                remote: (0, 0),
                 any_version: true,
                 ue_ports: (0, u16::MAX),
                 remote_ports: (0, u16::MAX),
-            }]);
+            })]);
         };
         if !f.permit {
             return Some(SmallVec::new());
@@ -295,20 +328,99 @@ impl Filter {
         let mut v = SmallVec::new();
         for &ue_ports in &us.port_ranges() {
             for &remote_ports in &rs.port_ranges() {
-                v.push(FastFilter {
-                    proto: f.proto.map_or(0x100, u16::from),
-                    tos_value,
-                    tos_mask,
-                    ue_net,
-                    ue_mask,
-                    remote_net,
-                    remote_mask,
+                v.push(FastFilter::new(&Parts {
+                    proto: f.proto,
+                    tos: (tos_value, tos_mask),
+                    ue: (ue_net, ue_mask),
+                    remote: (remote_net, remote_mask),
                     any_version,
                     ue_ports,
                     remote_ports,
-                });
+                }));
             }
         }
         Some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A prefix of `len` bits of `a` as (network, mask).
+    fn prefix(a: u32, len: u32) -> (u32, u32) {
+        let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+        (a & mask, mask)
+    }
+
+    fn range((a, b): (u16, u16)) -> (u16, u16) {
+        (a.min(b), a.max(b))
+    }
+
+    /// Values near the edges a range check gets wrong, and any others.
+    fn port() -> impl Strategy<Value = u16> {
+        prop_oneof![
+            Just(0u16),
+            Just(1),
+            Just(1000),
+            Just(1001),
+            Just(u16::MAX),
+            any::<u16>()
+        ]
+    }
+
+    proptest! {
+        /// The packed words and their lanes decide as the parts compared one by one do.
+        #[test]
+        fn packed_filter_matches_as_its_parts_do(
+            proto in proptest::option::of(prop_oneof![Just(0u8), Just(6), Just(17), Just(255), any::<u8>()]),
+            tos in (any::<u8>(), prop_oneof![Just(0u8), Just(0xfc), Just(0xff), any::<u8>()]),
+            ue in (any::<u32>(), 0u32..=32),
+            remote in (any::<u32>(), 0u32..=32),
+            ue_ports in (port(), port()),
+            remote_ports in (port(), port()),
+            src: u32, dst: u32,
+            src_port in port(), dst_port in port(),
+            pkt_proto in prop_oneof![Just(0u8), Just(6), Just(17), Just(255), any::<u8>()],
+            pkt_tos: u8,
+            from_ue: bool,
+        ) {
+            let parts = Parts {
+                proto,
+                tos: (tos.0 & tos.1, tos.1),
+                ue: prefix(ue.0, ue.1),
+                remote: prefix(remote.0, remote.1),
+                any_version: false,
+                ue_ports: range(ue_ports),
+                remote_ports: range(remote_ports),
+            };
+            let f = FastFilter::new(&parts);
+            // Now and then the packet's addresses are the filter's own.
+            let (src, dst) = if src % 3 == 0 { (ue.0, remote.0) } else { (src, dst) };
+            let (src, dst) = if from_ue { (src, dst) } else { (dst, src) };
+            let p = Flow4 { src, dst, src_port, dst_port, proto: pkt_proto, tos: pkt_tos };
+            let ((u, up), (r, rp)) = if from_ue {
+                ((src, src_port), (dst, dst_port))
+            } else {
+                ((dst, dst_port), (src, src_port))
+            };
+            let inside = |x: u16, (lo, hi): (u16, u16)| lo <= x && x <= hi;
+            let want = proto.is_none_or(|v| v == pkt_proto)
+                && pkt_tos & parts.tos.1 == parts.tos.0
+                && u & parts.ue.1 == parts.ue.0
+                && r & parts.remote.1 == parts.remote.0
+                && inside(up, parts.ue_ports)
+                && inside(rp, parts.remote_ports);
+            prop_assert_eq!(f.matches4(&p, from_ue), want);
+            prop_assert_eq!(f.matches(&p.into(), from_ue), want);
+            // Given a UE address its prefix holds, the filter no longer looks at it.
+            if u & parts.ue.1 == parts.ue.0 {
+                let g = f.given_ue(u);
+                let moved = if from_ue { Flow4 { src: !src, ..p } } else { Flow4 { dst: !dst, ..p } };
+                prop_assert_eq!(g.matches4(&moved, from_ue), want);
+                prop_assert_eq!(g.matches4(&p, from_ue), want);
+            }
+        }
     }
 }

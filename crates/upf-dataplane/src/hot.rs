@@ -196,11 +196,9 @@ impl HotPdr {
         if n == 0 {
             return true;
         }
-        for j in first..first + n {
-            if let Some(l) = filters.get(j / 2) {
-                if f.matched_by(&l[j % 2], from_ue) {
-                    return true;
-                }
+        for x in filters.as_flattened().get(first..first + n).unwrap_or(&[]) {
+            if f.matched_by(x, from_ue) {
+                return true;
             }
         }
         false
