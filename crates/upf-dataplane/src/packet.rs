@@ -114,7 +114,8 @@ impl Packet {
     }
 
     pub fn data(&self) -> &[u8] {
-        self.buf.get(self.start()..self.end()).unwrap_or(&[])
+        let (s, e) = self.range();
+        &self.buf[s..e]
     }
 
     /// `buffer[start..end]`, empty when out of range.
@@ -123,8 +124,16 @@ impl Packet {
     }
 
     pub fn data_mut(&mut self) -> &mut [u8] {
-        let (s, e) = (self.start(), self.end());
-        self.buf.get_mut(s..e).unwrap_or(&mut [])
+        let (s, e) = self.range();
+        &mut self.buf[s..e]
+    }
+
+    /// (start, end), which every setter keeps within the buffer and in order; clamped here
+    /// as well so that the compiler sees it and indexes without a check.
+    #[inline(always)]
+    fn range(&self) -> (usize, usize) {
+        let e = self.end().min(BUF_LEN);
+        (self.start().min(e), e)
     }
 
     pub fn len(&self) -> usize {
