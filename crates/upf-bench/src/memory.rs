@@ -67,6 +67,10 @@ pub struct Args {
     /// huge pages: an A/B switch within one binary.
     #[arg(long)]
     no_huge_pages: bool,
+    /// Each session's AMBR a value of its own (the profile's plus the session's index, in
+    /// kbit/s), so that no two sessions share a shape: the worst case for shared shapes.
+    #[arg(long)]
+    own_ambr: bool,
     /// Tables grown as sessions come instead of sized for them up front (what
     /// `PipelineConfig::expected_sessions` avoids): an A/B switch for the slowest install.
     #[arg(long)]
@@ -351,7 +355,8 @@ pub fn run(a: &Args) -> Result<(), String> {
 /// Measures every size (or the mix) of `a`; returns the summary `memory` prints.
 pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
     let (prof, _) = crate::spec::load(&a.profile)?;
-    let t = &profile::Workload::new(&prof, a.mix.as_deref(), a.sessions, a.sdf_filters)?;
+    let t = &profile::Workload::new(&prof, a.mix.as_deref(), a.sessions, a.sdf_filters)?
+        .own_ambr(a.own_ambr);
     let mix = t.mix().map(|(n, mean)| (n.to_string(), mean));
     let sizes = if mix.is_some() {
         vec![0]
@@ -465,6 +470,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         "null_forward_mpps_per_core": min("null_forward_mpps_per_core"),
         "memory_per_session_bytes": memory_per_session.round(),
         "tables_presized": !a.no_presize,
+        "own_ambr": a.own_ambr,
         "slowest_install_us": slowest_install.as_secs_f64() * 1e6,
         "sizes": rows,
         "notes": prof.memory_notes(),

@@ -281,6 +281,8 @@ struct Kind {
 pub struct Workload {
     bearers: Vec<spec::Bearer>,
     ambr_kbps: Option<u64>,
+    /// Session `i`'s AMBR is `ambr_kbps + i` (see [`Workload::own_ambr`]).
+    own_ambr: bool,
     urr: bool,
     gnbs: u32,
     /// Index of the first flow of each bearer among the session's flows.
@@ -355,6 +357,7 @@ impl Workload {
         let mut w = Workload {
             bearers,
             ambr_kbps: p.sessions.ambr_kbps,
+            own_ambr: false,
             urr: p.sessions.urr,
             gnbs: p.sessions.gnbs,
             first_flow,
@@ -377,9 +380,18 @@ impl Workload {
         Ok(w)
     }
 
+    /// Gives each session an AMBR of its own value (the profile's plus its index, kbit/s),
+    /// so that no two share a policy: the worst case for the pipeline's shared shapes.
+    pub fn own_ambr(mut self, on: bool) -> Self {
+        self.own_ambr = on;
+        self
+    }
+
     /// The session of background UE `i`.
     pub fn session(&self, i: u32) -> Arc<Session> {
-        build_session(i, &self.bearers, self.ambr_kbps, self.urr, self.gnbs)
+        let own = if self.own_ambr { u64::from(i) } else { 0 };
+        let ambr = self.ambr_kbps.map(|a| a + own);
+        build_session(i, &self.bearers, ambr, self.urr, self.gnbs)
     }
 
     /// The peak UE and its session, installed on every worker.

@@ -7,7 +7,7 @@ use crate::report;
 use crate::spec::{self, Origin, Sweep};
 use std::net::IpAddr;
 use upf_rules::PacketMeta;
-use upf_rules::{Interface, PdrId, Qfi, Teid};
+use upf_rules::{Interface, PdrId, QerId, Qfi, Session, Teid};
 
 fn shipped(name: &str) -> spec::Profile {
     spec::load(name).expect("shipped profile loads").0
@@ -57,6 +57,27 @@ fn invalid_profiles_name_the_key() {
     let e = spec::parse(&s1.replacen("bearer = \"hp\"", "bearer = \"vip\"", 1)).unwrap_err();
     assert!(e.contains("mixes[0].packets[0].bearer"), "{e}");
     assert!(spec::load("s9").unwrap_err().contains("unknown profile"));
+}
+
+#[test]
+fn own_ambr_gives_each_session_its_own_rate_and_nothing_else() {
+    let p = shipped("s0");
+    let shared = Workload::new(&p, None, 10, None).unwrap();
+    let own = Workload::new(&p, None, 10, None).unwrap().own_ambr(true);
+    let ambr = |s: &Session| s.qers.iter().find(|q| q.id == QerId(1)).unwrap().mbr;
+    let base = ambr(&shared.session(3)).unwrap().uplink_kbps;
+    assert_eq!(ambr(&shared.session(7)), ambr(&shared.session(3)));
+    for i in [0u32, 3, 7] {
+        let (a, b) = (shared.session(i), own.session(i));
+        assert_eq!(ambr(&b).unwrap().uplink_kbps, base + u64::from(i));
+        assert_eq!(ambr(&b).unwrap().downlink_kbps, base + u64::from(i));
+        // Everything else as the profile gives it.
+        let strip = |s: &Session| Session {
+            qers: Vec::new(),
+            ..s.clone()
+        };
+        assert_eq!(strip(&a), strip(&b));
+    }
 }
 
 #[test]

@@ -187,7 +187,7 @@ impl Pipeline {
             slots: reserved(n),
             hot: reserved(n),
             kinds: reserved(n),
-            shapes: Shapes::default(),
+            shapes: Shapes::with_capacity(n),
             arena: Arena::default(),
             cold: 0,
             hot_ok: true,

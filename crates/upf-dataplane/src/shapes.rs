@@ -31,6 +31,16 @@ fn hash(halves: &[Half; 2], runs: &[&[Line]; 2]) -> u64 {
 }
 
 impl Shapes {
+    /// Room for `n` shapes' indices and hashes (a shape a session at most), where it can be
+    /// had: a map of a million grown by rehashing held up the install that grew it. The
+    /// chunks come as they are needed.
+    pub fn with_capacity(n: usize) -> Self {
+        let mut s = Self::default();
+        let _ = s.refs.try_reserve_exact(n);
+        let _ = s.ids.try_reserve(n);
+        s
+    }
+
     #[inline(always)]
     pub fn get(&self, id: u32) -> &Shape {
         let i = id as usize;
