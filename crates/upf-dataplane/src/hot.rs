@@ -1059,6 +1059,54 @@ mod tests {
         Arc::new(s)
     }
 
+    /// A session of one uplink PDR policed by the QERs `qers` (each an MBR, the second also
+    /// a GBR) and counted by one URR.
+    fn policed(qers: &[u32]) -> Arc<Session> {
+        let mut s = Session::new(Seid(1), Seid(1), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        s.insert_pdr(Pdr {
+            id: PdrId(1),
+            precedence: Precedence(1),
+            pdi: pdi(true, 7, Ipv4Addr::new(10, 0, 0, 1)),
+            outer_header_removal: Some(OuterHeaderRemoval::GtpuUdpIp {
+                delete_pdu_session_container: false,
+            }),
+            far: Some(FarId(1)),
+            qers: qers.iter().map(|&q| QerId(q)).collect(),
+            urrs: [UrrId(1)].into_iter().collect(),
+        })
+        .unwrap();
+        s.insert_far(far(1, None)).unwrap();
+        let rate = Bitrate {
+            uplink_kbps: 1000,
+            downlink_kbps: 1000,
+        };
+        for q in [1, 2] {
+            let mut qer = Qer::open(QerId(q));
+            qer.mbr = Some(rate);
+            qer.gbr = (q == 2).then_some(rate);
+            s.insert_qer(qer).unwrap();
+        }
+        s.insert_urr(Urr::new(UrrId(1))).unwrap();
+        Arc::new(s)
+    }
+
+    #[test]
+    fn a_pdr_polices_and_counts_by_bit_masks_and_one_listing_a_rule_twice_is_cold() {
+        let now = std::time::Instant::now();
+        let mut p = Pipeline::new(now, PipelineConfig::default());
+        p.install(now, policed(&[1, 2]), InstallFlags::default())
+            .unwrap();
+        assert_eq!(p.cold_sessions(), 0);
+        let r = &p.hot[p.by_seid[&Seid(1)] as usize];
+        let pdr = p.shapes.get(r.keys.shape).halves[0].head.pdrs[0];
+        assert_eq!((pdr.police, pdr.gbr, pdr.urrs), (0b11, 0b1, 0b1));
+        // Listed twice, a QER would be taken twice a packet by the general path.
+        p.remove_session(now, Seid(1)).unwrap();
+        p.install(now, policed(&[1, 1]), InstallFlags::default())
+            .unwrap();
+        assert_eq!(p.cold_sessions(), 1);
+    }
+
     #[test]
     fn fars_alike_take_one_line_and_both_halves_count_in_one_urr_line() {
         let now = std::time::Instant::now();
