@@ -278,9 +278,10 @@ impl Pipeline {
         // miss buffers (and at 1k sessions, whose records stay in cache, cost ~13 ns a packet).
         // Each packet's key is read once, here, where its octets are already being loaded;
         // the lookups below read only the keys. Received packets are counted here too.
+        // (Both passes `extend` from the batch's exact length: one capacity check a batch.)
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
-        for p in rx.iter() {
+        keys.extend(rx.iter().map(|p| {
             let (port, d) = (p.port(), p.data());
             self.counters.rx(port, d.len());
             let k = lookup_key(port, d);
@@ -289,8 +290,8 @@ impl Pipeline {
             } else if k != NO_KEY {
                 self.teids.prefetch(key_value(k));
             }
-            keys.push(k);
-        }
+            k
+        }));
         // What this batch prefetches besides hot records, fixed for the batch: packets do
         // not install sessions or shapes.
         let extra = Extra {
@@ -300,7 +301,7 @@ impl Pipeline {
         };
         let mut hints = std::mem::take(&mut self.hints);
         hints.clear();
-        for &k in keys.iter() {
+        hints.extend(keys.iter().map(|&k| {
             let h = self.slot_hint(k);
             if h != NO_HINT {
                 let slot = (h & !HINT_IP) as usize;
@@ -315,8 +316,8 @@ impl Pipeline {
                     upf_prefetch::l2_ref(&r.keys);
                 }
             }
-            hints.push(h);
-        }
+            h
+        }));
         self.keys = keys;
         // Shapes too many to stay in cache: each packet's shape head now, its page walk
         // overlapped with the others' as the records' were (from the keys lines prefetched
