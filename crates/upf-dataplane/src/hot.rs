@@ -46,6 +46,7 @@ use crate::meter::{Fill, Rate, TokenBucket};
 use crate::overflow::{Line, Run, MAX_RUN_LINES};
 use crate::packet::Port;
 use crate::session::{CPdr, Compiled, Strip};
+use crate::shapes::Shapes;
 use std::time::{Duration, Instant};
 use upf_rules::ApplyAction;
 
@@ -579,13 +580,20 @@ pub(crate) const HOT: Kind = 2;
 pub(crate) const HOT_RUN: Kind = 3;
 
 /// A session's hot form as [`Hot::build`] gives it: the record (its shape not yet
-/// interned), the shape's halves, each half's kind and the lines of its overflow run
-/// (empty: none).
+/// interned), the shape's halves and the lines of each half's overflow run (empty: none).
 pub(crate) struct Built {
     pub record: Hot,
     pub halves: [Half; 2],
-    pub kinds: [Kind; 2],
     pub runs: [Vec<Line>; 2],
+}
+
+impl Built {
+    /// Each half's kind: [`HOT_RUN`] if its filters are in a run, else [`HOT`].
+    pub fn kinds(&self) -> [Kind; 2] {
+        self.runs
+            .each_ref()
+            .map(|r| if r.is_empty() { HOT } else { HOT_RUN })
+    }
 }
 
 /// What the halves of one record share while they are built: the record's keys (by slot),
@@ -598,13 +606,12 @@ struct Record {
     tunnels: Vec<Tunnel>,
 }
 
-/// One half as built: its shared part, its fills, its kind and overflow run.
+/// One half as built: its shared part, its fills, its overflow run.
 struct BuiltHalf {
     half: Half,
     fills: Fills,
     /// The (QER slot, uplink) pairs whose buckets it owns.
     qers: Vec<(u16, bool)>,
-    kind: Kind,
     run: Vec<Line>,
 }
 
@@ -841,7 +848,6 @@ impl<'r> HalfBuilder<'r> {
             half: self.half,
             fills,
             qers: self.qers,
-            kind: if run.is_empty() { HOT } else { HOT_RUN },
             run,
         })
     }
@@ -935,7 +941,6 @@ impl Hot {
         Some(Built {
             record: h,
             halves: [gtp.half, ip.half],
-            kinds: [gtp.kind, ip.kind],
             runs: [gtp.run, ip.run],
         })
     }
@@ -951,13 +956,15 @@ impl Hot {
         }
     }
 
-    /// Moves the state the record owns into the compiled session (`shape`: the record's):
-    /// the URR volumes pending, the GBR accounting, the buckets' fills, the last packet
-    /// time. Pending values are zeroed, so syncing twice adds nothing.
-    pub fn sync(&mut self, shape: &Shape, s: &mut Compiled, epoch: Instant) {
+    /// Moves the state the record owns into the compiled session (its shape is in
+    /// `shapes`): the URR volumes pending, the GBR accounting, the buckets' fills, the last
+    /// packet time. Pending values are zeroed, so syncing twice adds nothing. A record that
+    /// does not serve owns nothing (and has no shape).
+    pub fn sync(&mut self, shapes: &Shapes, s: &mut Compiled, epoch: Instant) {
         if !self.keys.serves {
             return;
         }
+        let shape = shapes.get(self.keys.shape);
         let at = |c: u64| epoch + Duration::from_nanos(c - 1);
         for (half, fills) in shape.halves.iter().zip(&mut self.fills) {
             for ((q, &rate), fill) in half.qers.iter().zip(&half.rates).zip(fills.fills) {
@@ -1010,12 +1017,12 @@ impl Hot {
     /// session's URRs) on everything counted, then fresh budgets for every line.
     pub fn check_urr(
         &mut self,
-        shape: &Shape,
+        shapes: &Shapes,
         s: &mut Compiled,
         epoch: Instant,
         urr: u8,
     ) -> Option<upf_rules::UsageTrigger> {
-        self.sync(shape, s, epoch);
+        self.sync(shapes, s, epoch);
         let t = s.urrs.get_mut(usize::from(urr))?.check();
         self.set_urr_limits(s);
         t

@@ -890,9 +890,7 @@ impl Pipeline {
             self.hot.get_mut(slot as usize),
             self.slots.get_mut(slot as usize),
         ) {
-            if h.keys.serves {
-                h.sync(self.shapes.get(h.keys.shape), s, self.epoch);
-            }
+            h.sync(&self.shapes, s, self.epoch);
         }
     }
 
@@ -906,8 +904,9 @@ impl Pipeline {
             _ => None,
         };
         let interned = built.and_then(|b| {
+            let kinds = b.kinds();
             let id = self.shapes.intern(b.halves, b.runs, &mut self.arena)?;
-            Some((b.record, b.kinds, id))
+            Some((b.record, kinds, id))
         });
         let (h, kind) = match interned {
             Some((mut h, kind, id)) => {
@@ -1072,7 +1071,7 @@ impl Pipeline {
             let Some(Some(s)) = slots.get_mut(slot as usize) else {
                 continue;
             };
-            if let Some(t) = record.check_urr(shape, s, *epoch, u) {
+            if let Some(t) = record.check_urr(shapes, s, *epoch, u) {
                 let seid = s.seid;
                 if let Some(c) = s.urrs.get_mut(usize::from(u)) {
                     events.push_back(DatapathEvent::Usage(c.report(now, seid, t)));
