@@ -238,6 +238,22 @@ impl FastFilter {
         f
     }
 
+    /// This filter for a key taken the other way round: `f.flipped()` matches a packet with
+    /// `from_ue` turned round as `f` matches it (the UE and remote sides swap places), so a
+    /// half can lay out all its PDRs' filters for one orientation of its packets' key.
+    pub fn flipped(&self) -> FastFilter {
+        const LANE: u64 = (1 << UE_PORT) - 1;
+        let ports = |x: u64| {
+            (x & !(LANE | LANE << UE_PORT)) | (x & LANE) << UE_PORT | (x >> UE_PORT) & LANE
+        };
+        Self {
+            net: self.net.rotate_left(32),
+            mask: self.mask.rotate_left(32),
+            lo: ports(self.lo),
+            hi: ports(self.hi),
+        }
+    }
+
     /// [`FastFilter::matches`] on the IPv4 key, every part compared without a branch: which
     /// of a PDR's filters a packet matches is what a predictor cannot learn.
     #[inline(always)]
@@ -414,6 +430,10 @@ mod tests {
                 && inside(rp, parts.remote_ports);
             prop_assert_eq!(f.matches4(&p, from_ue), want);
             prop_assert_eq!(f.matches(&p.into(), from_ue), want);
+            // Flipped, it matches with the sides turned round.
+            prop_assert_eq!(f.flipped().matches4(&p, !from_ue), want);
+            prop_assert_eq!(f.flipped().matches(&p.into(), !from_ue), want);
+            prop_assert_eq!(f.flipped().flipped(), f);
             // Given a UE address its prefix holds, the filter no longer looks at it.
             if u & parts.ue.1 == parts.ue.0 {
                 let g = f.given_ue(u);

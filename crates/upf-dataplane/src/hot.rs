@@ -177,6 +177,8 @@ impl HotPdr {
         self.flags & HAS_UE == 0 || f.v4(self.flags & UE_IS_DST != 0) == Some(k.ue_v4)
     }
 
+    /// `ue_src`: the orientation its half's inline filters are laid out for
+    /// ([`ue_is_source`]), whatever the PDR's own.
     #[inline(always)]
     fn matches(
         &self,
@@ -185,11 +187,11 @@ impl HotPdr {
         teid: u32,
         qfi: Option<u8>,
         f: &impl Key,
+        ue_src: bool,
     ) -> bool {
         if !self.keys(k, teid, qfi, f) {
             return false;
         }
-        let from_ue = self.flags & FROM_UE != 0;
         let (first, n) = (
             usize::from(self.filters >> 4),
             usize::from(self.filters & 15),
@@ -198,7 +200,7 @@ impl HotPdr {
             return true;
         }
         for x in filters.as_flattened().get(first..first + n).unwrap_or(&[]) {
-            if f.matched_by(x, from_ue) {
+            if f.matched_by(x, ue_src) {
                 return true;
             }
         }
@@ -456,13 +458,21 @@ pub(crate) struct Half {
 }
 
 impl Half {
-    /// The index of the first PDR (by precedence) that matches.
+    /// The index of the first PDR (by precedence) that matches; `half`: which half this is.
     #[inline(always)]
-    pub fn classify(&self, k: &Keys, teid: u32, qfi: Option<u8>, f: &impl Key) -> Option<usize> {
+    pub fn classify(
+        &self,
+        half: usize,
+        k: &Keys,
+        teid: u32,
+        qfi: Option<u8>,
+        f: &impl Key,
+    ) -> Option<usize> {
         // A plain loop: `position` with a closure stayed an out-of-line call.
         let n = self.head.npdrs();
+        let ue_src = ue_is_source(half);
         for (i, p) in self.head.pdrs[..n].iter().enumerate() {
-            if p.matches(&self.filters, k, teid, qfi, f) {
+            if p.matches(&self.filters, k, teid, qfi, f, ue_src) {
                 return Some(i);
             }
         }
@@ -617,6 +627,8 @@ struct BuiltHalf {
 
 /// Builds one half from a PDR list; `None` if it does not fit.
 struct HalfBuilder<'r> {
+    /// [`ue_is_source`] of the half built.
+    ue_src: bool,
     half: Half,
     /// FARs that act alike are one (SMFs such as free5GC give every PDR a FAR of its own,
     /// the same for every PDR of a tunnel).
@@ -638,6 +650,15 @@ fn slot<T: PartialEq + Copy>(v: &mut Vec<T>, x: T, cap: usize) -> Option<u8> {
     (i < cap).then(|| u8::try_from(i).ok()).flatten()
 }
 
+/// Whether the inline filters of half `half` are laid out for keys with the UE side first
+/// as the packet's source (the GTP-U half's packets mostly come from UEs) or as its
+/// destination (the N6 half's go to them). A PDR of the other direction has its filters
+/// [`FastFilter::flipped`], so a packet's key is put together one way only.
+#[inline(always)]
+pub(crate) const fn ue_is_source(half: usize) -> bool {
+    half == 0
+}
+
 /// `mask` with bit `i` set; `None` if it was set already (a PDR that lists a rule twice,
 /// which the general path applies twice, is left to it).
 fn bit(mask: u8, i: u8) -> Option<u8> {
@@ -646,8 +667,9 @@ fn bit(mask: u8, i: u8) -> Option<u8> {
 }
 
 impl<'r> HalfBuilder<'r> {
-    fn new(record: &'r mut Record) -> Self {
+    fn new(record: &'r mut Record, ue_src: bool) -> Self {
         Self {
+            ue_src,
             half: Half::default(),
             fars: Vec::new(),
             qers: Vec::new(),
@@ -718,7 +740,11 @@ impl<'r> HalfBuilder<'r> {
     fn inline_filters(&mut self, pdrs: &[CPdr]) -> bool {
         let mut all: Vec<FastFilter> = Vec::new();
         for (hp, p) in self.half.head.pdrs.iter_mut().zip(pdrs) {
-            let fast = &shared_filters(p);
+            let mut fast = shared_filters(p);
+            if p.from_ue != self.ue_src {
+                fast.iter_mut().for_each(|f| *f = f.flipped());
+            }
+            let fast = &fast;
             if fast.is_empty() {
                 continue;
             }
@@ -910,8 +936,8 @@ impl Hot {
     /// The hot form of `s` (state copied from it), or `None`: the session is cold.
     pub fn build(s: &Compiled) -> Option<Built> {
         let mut r = Record::default();
-        let gtp = HalfBuilder::new(&mut r).build(&s.gtp_pdrs, s)?;
-        let ip = HalfBuilder::new(&mut r).build(&s.ip_pdrs, s)?;
+        let gtp = HalfBuilder::new(&mut r, ue_is_source(0)).build(&s.gtp_pdrs, s)?;
+        let ip = HalfBuilder::new(&mut r, ue_is_source(1)).build(&s.ip_pdrs, s)?;
         // A bucket is owned by one line only.
         if gtp.qers.iter().any(|q| ip.qers.contains(q)) {
             return None;

@@ -613,11 +613,11 @@ impl Pipeline {
         let Some(f) = crate::fast::flow_v4(ip) else {
             return self.classify_hot_general(slot, half, teid, qfi, ip);
         };
-        let i = match h.classify(k, teid, qfi, &f) {
+        let i = match h.classify(half, k, teid, qfi, &f) {
             Some(i) => i,
             // A half whose filters are in a run has no PDR the inline loop sees.
             None => self
-                .classify_run4(slot, half, teid, qfi, &f)
+                .classify_run4(slot, half, teid, qfi, f)
                 .ok_or(DropReason::NoMatchingPdr)?,
         };
         if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
@@ -646,7 +646,7 @@ impl Pipeline {
         let i = if h.head.overflows() {
             h.classify_run(self.run(slot, half), k, teid, qfi, &f)
         } else {
-            h.classify(k, teid, qfi, &f)
+            h.classify(half, k, teid, qfi, &f)
         };
         let i = i.ok_or(DropReason::NoMatchingPdr)?;
         if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
@@ -667,14 +667,14 @@ impl Pipeline {
         half: usize,
         teid: u32,
         qfi: Option<u8>,
-        f: &crate::flow::Flow4,
+        f: crate::flow::Flow4,
     ) -> Option<usize> {
         let k = &self.hot[slot as usize].keys;
         let h = &self.shapes.get(k.shape).halves[half];
         if !h.head.overflows() {
             return None;
         }
-        h.classify_run4(self.run(slot, half), k, teid, qfi, f)
+        h.classify_run4(self.run(slot, half), k, teid, qfi, &f)
     }
 
     /// The filter lines of a hot half's overflow run.
@@ -947,11 +947,8 @@ impl Pipeline {
         let Self {
             hot,
             shapes,
-            slots,
             counters,
-            events,
             ident,
-            epoch,
             ..
         } = self;
         let record = &mut hot[slot as usize];
@@ -1009,10 +1006,11 @@ impl Pipeline {
         let mark = pdr.mark;
         let mark_qfi = (mark & MARK_QFI != 0).then_some(mark & 0x3f);
         let rqi = mark & MARK_RQI != 0;
-        let mut check = [NONE; URRS];
-        for (u, (c, line)) in check.iter_mut().zip(&mut record.urrs).enumerate() {
+        // The URR lines whose budget this packet spent, a bit each.
+        let mut spent = 0u8;
+        for (u, line) in record.urrs.iter_mut().enumerate() {
             if urrs & (1 << u) != 0 && !line.count(clock1, len, uplink) {
-                *c = line.urr;
+                spent |= 1 << u;
             }
         }
         let to_access = far_flags & FAR_TO_ACCESS != 0;
@@ -1063,23 +1061,43 @@ impl Pipeline {
         } else {
             drop_to(out, counters, p, DropReason::EncapFailed)
         };
-        // A URR whose budget ran out: the exact check, and its report if one fired.
-        for u in check {
-            if u == NONE {
+        if spent != 0 {
+            self.urrs_spent(now, slot, spent);
+        }
+        p
+    }
+
+    /// The URR lines of `slot`'s record (bits of `spent`) whose budget a packet ran out: the
+    /// exact check of each, and its report if one fired (out of line: rare).
+    #[cold]
+    #[inline(never)]
+    fn urrs_spent(&mut self, now: Instant, slot: u32, spent: u8) {
+        let Self {
+            hot,
+            shapes,
+            slots,
+            events,
+            epoch,
+            ..
+        } = self;
+        let (Some(record), Some(Some(s))) =
+            (hot.get_mut(slot as usize), slots.get_mut(slot as usize))
+        else {
+            return;
+        };
+        for u in 0..crate::hot::URRS {
+            if spent & (1 << u) == 0 {
                 continue;
             }
-            let Some(Some(s)) = slots.get_mut(slot as usize) else {
-                continue;
-            };
-            if let Some(t) = record.check_urr(shapes, s, *epoch, u) {
+            let urr = record.urrs[u].urr;
+            if let Some(t) = record.check_urr(shapes, s, *epoch, urr) {
                 let seid = s.seid;
-                if let Some(c) = s.urrs.get_mut(usize::from(u)) {
+                if let Some(c) = s.urrs.get_mut(usize::from(urr)) {
                     events.push_back(DatapathEvent::Usage(c.report(now, seid, t)));
                 }
                 record.set_urr_limits(s);
             }
         }
-        p
     }
 
     fn echo(&mut self, mut p: Packet, d: &Decapsulated, out: &mut Output) {

@@ -290,3 +290,64 @@ fn no_matching_pdr_is_dropped_and_counted() {
     assert_eq!(got, [Some(5), None, Some(6), None]);
     assert_eq!(r.dp().counters().dropped(DropReason::NoMatchingPdr), 2);
 }
+
+/// An I-UPF's N9 downlink: a PDR on a GTP-U tunnel from the core, beside an uplink PDR on a
+/// tunnel from the gNB. Its filter has the UE as the destination, the other way round from
+/// the uplink PDR's on the same (GTP-U) list, and matches that way, hot or not.
+#[test]
+fn a_core_pdr_on_a_tunnel_matches_its_filter_with_the_ue_as_destination() {
+    for hot in [true, false] {
+        let mut pdrs = four(200, 100);
+        pdrs.retain(|p| p.sdf.is_some());
+        let mut req = session(&pdrs);
+        let ue = smf::ue_ip(smf::UeAddr::Static(UE), true);
+        let mut pdi = smf::pdi(
+            SourceInterface::CORE,
+            Some(smf::choose_teid(2)),
+            Some(ue),
+            None,
+        );
+        pdi.sdf_filters = flow(FLOW).into_iter().collect();
+        pdi.qfis = Default::default();
+        req.create_pdrs
+            .push(smf::create_pdr(7, 100, pdi, 7, &[], &[], true));
+        req.create_fars.push(smf::create_far(
+            7,
+            ApplyAction::FORW,
+            Some(smf::forwarding(
+                DestinationInterface::ACCESS,
+                Some(OuterHeaderCreation::gtpu_ipv4(7, GNB)),
+            )),
+            None,
+        ));
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let (_, resp) = r.establish(req);
+        assert_eq!(r.dp().cold_sessions(), usize::from(!hot));
+        let teid = |id: u16| {
+            resp.created_pdrs
+                .iter()
+                .find(|c| c.pdr_id == PdrId(id))
+                .and_then(|c| match c.local_f_teid {
+                    Some(FTeid::Assigned { teid, .. }) => Some(teid),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let (access, core) = (teid(5), teid(7));
+        let from_psa = |src: [u8; 4], sport: u16, dport: u16| {
+            gpdu(core, None, &udp4(src.into(), UE, sport, dport, 20, 0))
+        };
+        let got = which(
+            &mut r,
+            vec![
+                from_psa([198, 51, 100, 7], 1500, 4000),
+                from_psa([198, 51, 100, 7], 4000, 1500),
+                from_psa([198, 51, 101, 7], 1500, 4000),
+                gpdu(access, Some(9), &up_udp([198, 51, 100, 7], 1500)),
+                gpdu(access, Some(9), &up_udp([198, 51, 100, 7], 4000)),
+            ],
+        );
+        assert_eq!(got, [Some(7), None, None, Some(5), None], "hot {hot}");
+    }
+}
