@@ -324,17 +324,7 @@ fn a_core_pdr_on_a_tunnel_matches_its_filter_with_the_ue_as_destination() {
         r.dp().set_hot_records(hot);
         let (_, resp) = r.establish(req);
         assert_eq!(r.dp().cold_sessions(), usize::from(!hot));
-        let teid = |id: u16| {
-            resp.created_pdrs
-                .iter()
-                .find(|c| c.pdr_id == PdrId(id))
-                .and_then(|c| match c.local_f_teid {
-                    Some(FTeid::Assigned { teid, .. }) => Some(teid),
-                    _ => None,
-                })
-                .unwrap()
-        };
-        let (access, core) = (teid(5), teid(7));
+        let (access, core) = (pdr_teid(&resp, 5), pdr_teid(&resp, 7));
         let from_psa = |src: [u8; 4], sport: u16, dport: u16| {
             gpdu(core, None, &udp4(src.into(), UE, sport, dport, 20, 0))
         };

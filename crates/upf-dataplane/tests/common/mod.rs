@@ -279,15 +279,29 @@ pub fn n6(inner: &[u8]) -> Packet {
     Packet::from_bytes(Port::N6, inner).unwrap()
 }
 
+/// The TEID the UPF allocated for a created PDR, if it allocated one.
+fn assigned_teid(c: &CreatedPdr) -> Option<u32> {
+    match c.local_f_teid {
+        Some(FTeid::Assigned { teid, .. }) => Some(teid),
+        _ => None,
+    }
+}
+
 /// The TEID the UPF allocated for the first created PDR with an F-TEID.
 pub fn local_teid(r: &SessionEstablishmentResponse) -> u32 {
     r.created_pdrs
         .iter()
-        .find_map(|c| match c.local_f_teid {
-            Some(FTeid::Assigned { teid, .. }) => Some(teid),
-            _ => None,
-        })
+        .find_map(assigned_teid)
         .expect("an allocated F-TEID")
+}
+
+/// The TEID the UPF allocated for PDR `id`.
+pub fn pdr_teid(r: &SessionEstablishmentResponse, id: u16) -> u32 {
+    r.created_pdrs
+        .iter()
+        .filter(|c| c.pdr_id == PdrId(id))
+        .find_map(assigned_teid)
+        .expect("an allocated F-TEID for the PDR")
 }
 
 pub fn ip(s: &str) -> IpAddr {
