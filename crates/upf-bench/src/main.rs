@@ -21,6 +21,7 @@
 
 mod ab;
 mod control;
+mod floor;
 mod harness;
 mod memory;
 mod profile;

@@ -4,6 +4,7 @@
 //! checksum: a few stores) so the next round sees the same input; the null-forward loop pays
 //! the same restore, so the ratio is fair.
 
+use crate::floor::Floor;
 use crate::profile;
 use serde_json::json;
 use std::sync::Arc;
@@ -75,6 +76,10 @@ pub struct Args {
     /// `PipelineConfig::expected_sessions` avoids): an A/B switch for the slowest install.
     #[arg(long)]
     no_presize: bool,
+    /// Also measure the floor model (`floor.rs`: S0's work written for S0's shape alone) on
+    /// the same packets, in the same run: what a general pipeline could reach at best.
+    #[arg(long)]
+    floor: bool,
 }
 
 /// Where each pooled packet must be put back to.
@@ -92,6 +97,7 @@ struct Orig {
 
 struct Worker {
     pipeline: Pipeline,
+    floor: Option<Floor>,
     batches: Vec<Vec<Packet>>,
     origs: Vec<Vec<Orig>>,
     /// UE indices, drawn at random; each round the pool carries the next stretch of them.
@@ -124,8 +130,16 @@ impl Rng {
     }
 }
 
-/// One worker's result: sessions, null forward, pipeline, RSS, slowest install.
-type Measured = (usize, Drive, Drive, u64, Duration);
+/// One worker's result: sessions, null forward, pipeline, RSS, slowest install, floor.
+type Measured = (usize, Drive, Drive, u64, Duration, Option<Drive>);
+
+/// What a measurement loop runs its batches through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Loop {
+    Null,
+    Pipeline,
+    Floor,
+}
 
 fn build_worker(
     a: &Args,
@@ -171,6 +185,19 @@ fn build_worker(
     if a.cold {
         pipeline.set_hot_records(false);
     }
+    let floor = if a.floor {
+        let sessions: Vec<_> = ues.iter().map(|&i| t.session(i)).collect();
+        let ttl = pipeline.config().outer_ttl;
+        Some(Floor::new(
+            now,
+            &sessions,
+            acl.clone(),
+            ttl,
+            profile::UPF_N3,
+        )?)
+    } else {
+        None
+    };
     if pipeline.cold_sessions() > 0 {
         eprintln!(
             "  worker {w}: {} of {} sessions on the general path",
@@ -208,6 +235,7 @@ fn build_worker(
         .collect();
     Ok(Worker {
         pipeline,
+        floor,
         batches,
         origs,
         ues: seq,
@@ -264,7 +292,7 @@ struct Drive {
 }
 
 /// Runs the worker's pool for `secs`.
-fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<Drive, String> {
+fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
     let tunnel = EncapV4 {
         src: profile::UPF_N3,
         dst: profile::gnb_addr(0),
@@ -300,10 +328,10 @@ fn drive(w: &mut Worker, secs: f64, null: bool) -> Result<Drive, String> {
         for (i, batch) in w.batches.iter_mut().enumerate() {
             let n = batch.len();
             let t0 = Instant::now();
-            if null {
-                null_forward(batch, &mut out, &tunnel);
-            } else {
-                w.pipeline.process(t0, batch, &mut out);
+            match (what, w.floor.as_mut()) {
+                (Loop::Null, _) => null_forward(batch, &mut out, &tunnel),
+                (Loop::Floor, Some(f)) => f.process(t0, batch, &mut out),
+                _ => w.pipeline.process(t0, batch, &mut out),
             }
             busy += t0.elapsed();
             if out.tx.len() != n || !out.free.is_empty() {
@@ -389,9 +417,14 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                         }
                         let mut wk = build_worker(a, t, w, size, now, acl)?;
                         let sessions = wk.pipeline.sessions();
-                        let null = drive(&mut wk, a.seconds, true)?;
-                        let full = drive(&mut wk, a.seconds, false)?;
-                        Ok((sessions, null, full, rss_bytes(), wk.slowest_install))
+                        let null = drive(&mut wk, a.seconds, Loop::Null)?;
+                        let full = drive(&mut wk, a.seconds, Loop::Pipeline)?;
+                        let rss = rss_bytes();
+                        let floor = match wk.floor {
+                            Some(_) => Some(drive(&mut wk, a.seconds, Loop::Floor)?),
+                            None => None,
+                        };
+                        Ok((sessions, null, full, rss, wk.slowest_install, floor))
                     })
                 })
                 .collect();
@@ -414,6 +447,11 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         };
         let (null_pps, _) = rate(|r| r.1);
         let (pps, bps) = rate(|r| r.2);
+        let floor_per_core = results
+            .iter()
+            .map(|r| r.5.map(|d| d.packets as f64 / d.busy.as_secs_f64()))
+            .sum::<Option<f64>>()
+            .map(|pps| pps / a.workers as f64 / 1e6);
         // Packets each loop processed (all workers): per-packet figures from a whole-run
         // profile (callgrind, cachegrind) divide by these.
         let null_packets: u64 = results.iter().map(|r| r.1.packets).sum();
@@ -436,6 +474,9 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             "packets": packets,
             "null_forward_packets": null_packets,
             "cpu_share": cpu_share,
+            "floor_mpps_per_core": floor_per_core,
+            "floor_ratio_to_null": floor_per_core.map(|f| f / null_per_core),
+            "floor_packets": results.iter().map(|r| r.5.map(|d| d.packets)).sum::<Option<u64>>(),
         });
         eprintln!(
             "  {:>5}: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}{}",
@@ -447,6 +488,14 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                 .filter(|&c| c < 0.95)
                 .map_or(String::new(), |c| format!(" (preempted: {:.0} % of a core)", c * 100.0))
         );
+        if let Some(f) = floor_per_core {
+            eprintln!(
+                "         floor {f:6.2} Mpps/core ({:5.1} ns/packet), ratio to null forward {:.2}; the pipeline reaches {:.2} of it",
+                1e3 / f,
+                f / null_per_core,
+                per_core / f
+            );
+        }
         rows.push(row);
     }
     let min = |k: &str| {

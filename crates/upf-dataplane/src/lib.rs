@@ -32,7 +32,7 @@ mod usage;
 
 pub use counters::{Counters, DropReason};
 pub use packet::{Packet, Port, BUF_LEN, HEADROOM};
-pub use parse::flow_of;
+pub use parse::{flow_of, route_hop};
 pub use pipeline::{null_forward, Output, Pipeline, GTPU_PORT};
 pub use tables::{FastMap, FoldHasher};
 
