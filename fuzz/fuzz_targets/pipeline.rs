@@ -1,5 +1,6 @@
-//! Arbitrary packets through a pipeline holding one session with filters, QERs, a URR and a
-//! buffering FAR: never panics, and every packet is accounted for.
+//! Arbitrary packets through a pipeline holding two sessions with filters, QERs and a URR,
+//! one with a buffering FAR (the general path) and one without (a hot record): never
+//! panics, and every packet is accounted for.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -13,13 +14,14 @@ use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
 use upf_wire::ext::PduSessionContainer;
 
 const UPF: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const UE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 
-fn session() -> Arc<Session> {
-    let mut s = Session::new(Seid(1), Seid(1), IpAddr::V4(UPF));
-    let ue = |dst| UeIp { ipv4: Some(UE), ipv6: None, is_destination: dst };
+/// Session `n` (1 or 2): UE 10.0.0.n, uplink TEID n; session 1's filtered downlink PDR
+/// buffers (so it takes the general path), session 2's forwards (a hot record).
+fn session(n: u8) -> Arc<Session> {
+    let mut s = Session::new(Seid(n.into()), Seid(n.into()), IpAddr::V4(UPF));
+    let ue = |dst| UeIp { ipv4: Some(Ipv4Addr::new(10, 0, 0, n)), ipv6: None, is_destination: dst };
     let mut ul = Pdi::any(Interface::Access);
-    ul.local_f_teid = Some(LocalFTeid { teid: Teid(1), ipv4: Some(UPF), ipv6: None });
+    ul.local_f_teid = Some(LocalFTeid { teid: Teid(n.into()), ipv4: Some(UPF), ipv6: None });
     ul.ue_ip = Some(ue(false));
     let mut ul2 = ul.clone();
     ul2.sdf_filters = vec![SdfFilter {
@@ -40,7 +42,8 @@ fn session() -> Arc<Session> {
         qers: [QerId(1)].into_iter().collect(),
         urrs: [UrrId(1)].into_iter().collect(),
     };
-    s.pdrs = vec![pdr(1, 100, ul, 1), pdr(2, 10, ul2, 1), pdr(3, 100, dl, 2), pdr(4, 10, dl2, 3)];
+    let dl2_far = if n == 1 { 3 } else { 2 };
+    s.pdrs = vec![pdr(1, 100, ul, 1), pdr(2, 10, ul2, 1), pdr(3, 100, dl, 2), pdr(4, 10, dl2, dl2_far)];
     let far = |id, action, fw| Far { id: FarId(id), action, forwarding: fw, duplicating: Box::default(), bar: None };
     s.fars = vec![
         far(1, ApplyAction::FORW, Some(Forwarding::to(Interface::Core))),
@@ -65,9 +68,12 @@ fuzz_target!(|data: &[u8]| {
     let t0 = Instant::now();
     let cfg = PipelineConfig { n3: LocalAddrs { v4: Some(UPF), v6: None }, ..Default::default() };
     let mut dp = Pipeline::new(t0, cfg);
-    dp.install(t0, session(), InstallFlags::default()).unwrap();
+    dp.install(t0, session(1), InstallFlags::default()).unwrap();
+    dp.install(t0, session(2), InstallFlags::default()).unwrap();
+    assert_eq!(dp.cold_sessions(), 1);
     let mut rx = Vec::new();
-    // Chunks: [kind, len, bytes…]: kind bit 0 N6 or N3; bit 1: wrap as a G-PDU for TEID 1.
+    // Chunks: [kind, len, bytes…]: kind bit 0 N6 or N3; bit 1: wrap as a G-PDU for TEID 1
+    // (2 if `len` is odd), bits 2-7 its QFI.
     let mut rest = data;
     while let [kind, len, tail @ ..] = rest {
         let n = usize::from(*len).min(tail.len());
@@ -82,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
                 dst: UPF,
                 ident: 0,
                 dont_frag: false,
-                tunnel: GtpuTunnel { teid: 1, src_port: 2152, dst_port: 2152, psc: Some(PduSessionContainer::ul(kind >> 2 & 0x3f)), ttl: 64, dscp: 0, ecn: 0 },
+                tunnel: GtpuTunnel { teid: 1 + u32::from(*len & 1), src_port: 2152, dst_port: 2152, psc: Some(PduSessionContainer::ul(kind >> 2 & 0x3f)), ttl: 64, dscp: 0, ecn: 0 },
             };
             if let Ok(start) = encapsulate_gtpu_v4(p.buffer_mut(), s, l, &e) {
                 p.set_range(start, s + l);
@@ -96,5 +102,6 @@ fuzz_target!(|data: &[u8]| {
     dp.handle_timeout(t0 + Duration::from_secs(5));
     while dp.poll_event().is_some() {}
     dp.remove(t0, Seid(1)).unwrap();
+    dp.remove(t0, Seid(2)).unwrap();
     assert!(dp.counters().balanced(), "{:?}", dp.counters());
 });
