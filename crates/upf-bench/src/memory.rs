@@ -76,8 +76,9 @@ pub struct Args {
     /// `PipelineConfig::expected_sessions` avoids): an A/B switch for the slowest install.
     #[arg(long)]
     no_presize: bool,
-    /// Also measure the floor model (`floor.rs`: S0's work written for S0's shape alone) on
-    /// the same packets, in the same run: what a general pipeline could reach at best.
+    /// Also measure the floor model (`floor.rs`: S0's work written for S0's session shape
+    /// alone) on the same packets, in the same run, after the pipeline (and after the memory
+    /// a session takes is measured).
     #[arg(long)]
     floor: bool,
 }
@@ -185,19 +186,6 @@ fn build_worker(
     if a.cold {
         pipeline.set_hot_records(false);
     }
-    let floor = if a.floor {
-        let sessions: Vec<_> = ues.iter().map(|&i| t.session(i)).collect();
-        let ttl = pipeline.config().outer_ttl;
-        Some(Floor::new(
-            now,
-            &sessions,
-            acl.clone(),
-            ttl,
-            profile::UPF_N3,
-        )?)
-    } else {
-        None
-    };
     if pipeline.cold_sessions() > 0 {
         eprintln!(
             "  worker {w}: {} of {} sessions on the general path",
@@ -235,13 +223,31 @@ fn build_worker(
         .collect();
     Ok(Worker {
         pipeline,
-        floor,
+        floor: None,
         batches,
         origs,
         ues: seq,
         next_ue: 0,
         slowest_install: slowest,
     })
+}
+
+/// The floor model of worker `w`'s sessions.
+fn floor_model(
+    a: &Args,
+    t: &profile::Workload,
+    w: usize,
+    now: Instant,
+    acl: &Arc<Acl>,
+    pipeline: &Pipeline,
+) -> Result<Floor, String> {
+    let sessions: Vec<_> = (0..a.sessions)
+        .filter(|i| *i as usize % a.workers == w)
+        .map(|i| t.session(i))
+        .collect();
+    let ttl = pipeline.config().outer_ttl;
+    Floor::new(now, &sessions, acl.clone(), ttl, profile::UPF_N3)
+        .map_err(|e| format!("--floor holds S0's session shape only: {e}"))
 }
 
 /// Puts a packet back as built, carrying UE `ue` now: the range, port, TTL; the UE address
@@ -328,10 +334,13 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
         for (i, batch) in w.batches.iter_mut().enumerate() {
             let n = batch.len();
             let t0 = Instant::now();
-            match (what, w.floor.as_mut()) {
-                (Loop::Null, _) => null_forward(batch, &mut out, &tunnel),
-                (Loop::Floor, Some(f)) => f.process(t0, batch, &mut out),
-                _ => w.pipeline.process(t0, batch, &mut out),
+            match what {
+                Loop::Null => null_forward(batch, &mut out, &tunnel),
+                Loop::Pipeline => w.pipeline.process(t0, batch, &mut out),
+                Loop::Floor => match w.floor.as_mut() {
+                    Some(f) => f.process(t0, batch, &mut out),
+                    None => return Err("no floor model built".into()),
+                },
             }
             busy += t0.elapsed();
             if out.tx.len() != n || !out.free.is_empty() {
@@ -420,9 +429,11 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                         let null = drive(&mut wk, a.seconds, Loop::Null)?;
                         let full = drive(&mut wk, a.seconds, Loop::Pipeline)?;
                         let rss = rss_bytes();
-                        let floor = match wk.floor {
-                            Some(_) => Some(drive(&mut wk, a.seconds, Loop::Floor)?),
-                            None => None,
+                        let floor = if a.floor {
+                            wk.floor = Some(floor_model(a, t, w, now, acl, &wk.pipeline)?);
+                            Some(drive(&mut wk, a.seconds, Loop::Floor)?)
+                        } else {
+                            None
                         };
                         Ok((sessions, null, full, rss, wk.slowest_install, floor))
                     })
