@@ -23,6 +23,16 @@ use upf_rules::{OuterHeaderCreation, Pdr, Session};
 /// S0's filters per PDR.
 const FILTERS: usize = 4;
 
+/// Parts of the work a measurement may leave out ([`Floor::without`]), to see what each
+/// costs: the PDR choice (every packet takes the default PDR), the uplink ACL, the QER
+/// buckets and GBR octets, the URR's counts. With all four left out, what remains is the
+/// session lookup, the FAR and the counters.
+pub const CLASSIFY: u8 = 1;
+pub const ACL: u8 = 2;
+pub const QER: u8 = 4;
+pub const URR: u8 = 8;
+pub const POLICY: u8 = CLASSIFY | ACL | QER | URR;
+
 /// An SDF filter of S0's form, `permit out PROTO from NET/LEN PORTS to assigned`: the remote
 /// side matched, the UE side is the session's address.
 #[derive(Debug, Clone, Copy, Default)]
@@ -157,6 +167,8 @@ pub struct Floor {
     acl: std::sync::Arc<Acl>,
     epoch: Instant,
     ident: u16,
+    /// The parts left out ([`CLASSIFY`] …).
+    without: u8,
     /// Per-batch scratch: each packet's session.
     slots: Vec<Option<usize>>,
     /// Packets and octets received and sent, by port.
@@ -307,16 +319,42 @@ impl Floor {
             acl,
             epoch: now,
             ident: 0,
+            without: 0,
             slots: Vec::new(),
             rx: [[0; 2]; 3],
             tx: [[0; 2]; 3],
         })
     }
 
+    /// This model with the parts `without` ([`CLASSIFY`] …: one of them, or [`POLICY`])
+    /// left out of every packet's work.
+    pub fn without(mut self, without: u8) -> Result<Self, String> {
+        match without {
+            0 | CLASSIFY | ACL | QER | URR | POLICY => {
+                self.without = without;
+                Ok(self)
+            }
+            _ => Err("one part, or all of the policy".into()),
+        }
+    }
+
     /// Runs `rx` to completion as `Pipeline::process` does for S0's packets; anything else
-    /// is dropped.
+    /// is dropped. (Each choice of parts left out is compiled apart: the full model checks
+    /// nothing for them.)
     #[inline(never)]
     pub fn process(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
+        match self.without {
+            0 => self.run::<0>(now, rx, out),
+            CLASSIFY => self.run::<CLASSIFY>(now, rx, out),
+            ACL => self.run::<ACL>(now, rx, out),
+            QER => self.run::<QER>(now, rx, out),
+            URR => self.run::<URR>(now, rx, out),
+            _ => self.run::<POLICY>(now, rx, out),
+        }
+    }
+
+    #[inline(always)]
+    fn run<const W: u8>(&mut self, now: Instant, rx: &mut Vec<Packet>, out: &mut Output) {
         let clock =
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(0);
         // Every packet's session first, its lines prefetched, as the pipeline does: the
@@ -341,8 +379,8 @@ impl Floor {
             self.rx[port as usize][1] += p.len() as u64;
             let ok = match (port, slot) {
                 (_, None) => false,
-                (Port::N3 | Port::N9, Some(i)) => self.uplink(clock, i, &mut p),
-                (Port::N6, Some(i)) => self.downlink(clock, i, &mut p),
+                (Port::N3 | Port::N9, Some(i)) => self.uplink::<W>(clock, i, &mut p),
+                (Port::N6, Some(i)) => self.downlink::<W>(clock, i, &mut p),
             };
             if ok {
                 let port = p.port() as usize;
@@ -357,7 +395,7 @@ impl Floor {
     }
 
     #[inline(always)]
-    fn uplink(&mut self, clock: u64, slot: usize, p: &mut Packet) -> bool {
+    fn uplink<const W: u8>(&mut self, clock: u64, slot: usize, p: &mut Packet) -> bool {
         let start = p.start();
         let d = p.data();
         let Some(g) = gpdu_v4(d) else { return false };
@@ -372,18 +410,22 @@ impl Floor {
             return false;
         }
         let len = usize::from(u16::from_be_bytes([ip[2], ip[3]])).min(ip.len());
-        let first = s.ul.first(g.qfi, f.dst, f.dst_port, f.proto);
-        if self.acl.check4(&f) == AclAction::Deny {
+        let first = W & CLASSIFY == 0 && s.ul.first(g.qfi, f.dst, f.dst_port, f.proto);
+        if W & ACL == 0 && self.acl.check4(&f) == AclAction::Deny {
             return false;
         }
         let bytes = len as u64;
-        if !s.ul.police(clock, first, bytes * 8) {
-            return false;
+        if W & QER == 0 {
+            if !s.ul.police(clock, first, bytes * 8) {
+                return false;
+            }
+            if first {
+                s.gbr_bytes += bytes;
+            }
         }
-        if first {
-            s.gbr_bytes += bytes;
+        if W & URR == 0 {
+            count(s, clock, 0, bytes);
         }
-        count(s, clock, 0, bytes);
         let (is, ie) = (start + g.inner.start, start + g.inner.start + len);
         p.set_range(is, ie);
         p.set_port(Port::N6);
@@ -391,7 +433,7 @@ impl Floor {
     }
 
     #[inline(always)]
-    fn downlink(&mut self, clock: u64, slot: usize, p: &mut Packet) -> bool {
+    fn downlink<const W: u8>(&mut self, clock: u64, slot: usize, p: &mut Packet) -> bool {
         let d = p.data();
         let Some(f) = flow_v4(d) else { return false };
         let Some(s) = self.sessions.get_mut(slot) else {
@@ -400,15 +442,19 @@ impl Floor {
         if f.dst != s.ue {
             return false;
         }
-        let first = s.dl.first(None, f.src, f.src_port, f.proto);
+        let first = W & CLASSIFY == 0 && s.dl.first(None, f.src, f.src_port, f.proto);
         let bytes = p.len() as u64;
-        if !s.dl.police(clock, first, bytes * 8) {
-            return false;
+        if W & QER == 0 {
+            if !s.dl.police(clock, first, bytes * 8) {
+                return false;
+            }
+            if first {
+                s.gbr_bytes += bytes;
+            }
         }
-        if first {
-            s.gbr_bytes += bytes;
+        if W & URR == 0 {
+            count(s, clock, 2, bytes);
         }
-        count(s, clock, 2, bytes);
         let ecn = d[1] & 3;
         if !route_hop(p.data_mut()) {
             return false;

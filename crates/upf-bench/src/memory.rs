@@ -4,7 +4,7 @@
 //! checksum: a few stores) so the next round sees the same input; the null-forward loop pays
 //! the same restore, so the ratio is fair.
 
-use crate::floor::Floor;
+use crate::floor::{self, Floor};
 use crate::profile;
 use serde_json::json;
 use std::sync::Arc;
@@ -81,6 +81,11 @@ pub struct Args {
     /// a session takes is measured).
     #[arg(long)]
     floor: bool,
+    /// With `--floor`: leave one part of the work out of the floor model, to see what it
+    /// costs (classify: every packet takes the default PDR; acl; qer: buckets and GBR
+    /// octets; urr), or all four (policy).
+    #[arg(long, value_parser = ["classify", "acl", "qer", "urr", "policy"])]
+    floor_without: Option<String>,
 }
 
 /// Where each pooled packet must be put back to.
@@ -246,8 +251,17 @@ fn floor_model(
         .map(|i| t.session(i))
         .collect();
     let ttl = pipeline.config().outer_ttl;
+    let without = match a.floor_without.as_deref() {
+        None => 0,
+        Some("classify") => floor::CLASSIFY,
+        Some("acl") => floor::ACL,
+        Some("qer") => floor::QER,
+        Some("urr") => floor::URR,
+        Some(_) => floor::POLICY,
+    };
     Floor::new(now, &sessions, acl.clone(), ttl, profile::UPF_N3)
-        .map_err(|e| format!("--floor holds S0's session shape only: {e}"))
+        .map_err(|e| format!("--floor holds S0's session shape only: {e}"))?
+        .without(without)
 }
 
 /// Puts a packet back as built, carrying UE `ue` now: the range, port, TTL; the UE address
@@ -402,6 +416,9 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
     };
     if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
         return Err("--workers, --sessions and --batch must be positive".into());
+    }
+    if a.floor_without.is_some() && !a.floor {
+        return Err("--floor-without needs --floor".into());
     }
     let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules)).map_err(|e| e.to_string())?);
     let acl = &acl;
