@@ -6,61 +6,71 @@ use std::time::{Duration, Instant};
 /// Averaging window when the QER gives none (TS 23.501 §5.7.3.6: 2000 ms by default).
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2000);
 
-/// A token bucket counting bits, in fixed point so that the per-packet refill is one
-/// 64×64-bit multiplication (no float conversion, no division). The bucket starts full; its
-/// depth is the rate times the averaging window, so a flow may burst for one window and is
-/// held to the rate after it. 32 octets: its [`Rate`] (what sessions with the same QER share)
-/// and its [`Fill`] (each session's own).
+/// A token bucket for bits, kept as the time its spent tokens take to come back (its
+/// *backlog*) rather than as tokens: time passing drains the backlog one for one, so the
+/// per-packet refill is a subtraction, and the packet's cost (its bits times the time a bit
+/// takes at the rate) is a multiplication that does not wait for the bucket's state. (As a
+/// count of tokens, the refill was the time since the last packet times the rate, a
+/// multiplication in the middle of a chain of dependent steps that cost ~9 ns a packet for
+/// S0's two buckets: docs/benchmarks.md.) The bucket starts full (no backlog); it holds the
+/// rate times the averaging window, so a flow may burst for one window and is held to the
+/// rate after it. 32 octets: its [`Rate`] (what sessions with the same QER share) and its
+/// [`Fill`] (each session's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
     pub rate: Rate,
     pub fill: Fill,
 }
 
-/// A bucket's rate and depth.
+/// A bucket's rate and depth, in ticks of 2^-[`TICK_FRAC`] ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Rate {
-    /// Bits per nanosecond, fixed point with [`RATE_FRAC`] fraction bits (exact to 1e-4 at
-    /// 10 bit/s).
-    rate: u64,
-    /// Bits, fixed point with [`TOKEN_FRAC`] fraction bits: up to 2^40 bits (1.1 Tbit) of
-    /// burst; a deeper bucket is that deep.
+    /// The time one bit takes at the rate, rounded up (never faster than the rate): exact to
+    /// 1e-5 at 100 Gbit/s.
+    cost: u64,
+    /// The time a full bucket's bits take: the most backlog a packet may leave (up to 2^40
+    /// ns, ~18 minutes; a longer window is that long).
     depth: u64,
 }
 
-/// A bucket's tokens and the time of its last refill.
+/// A bucket's backlog and the time it was last drained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Fill {
-    tokens: u64,
-    /// The pipeline's clock (nanoseconds since its epoch) at the last refill.
+    /// Ticks until the bucket is full again.
+    backlog: u64,
+    /// The pipeline's clock (nanoseconds since its epoch) at the last drain.
     last: u64,
 }
 
-const RATE_FRAC: u32 = 40;
-const TOKEN_FRAC: u32 = 24;
-const ONE: u64 = 1 << TOKEN_FRAC;
+const TICK_FRAC: u32 = 24;
+const NS_PER_S: u128 = 1_000_000_000;
 
 impl TokenBucket {
     /// `now`: the pipeline's clock, nanoseconds since its epoch (one subtraction per packet
     /// instead of `Instant` arithmetic).
     pub fn new(now: u64, bits_per_s: u64, window: Duration) -> Self {
-        // Rounded up: a refill is never short of the configured rate.
-        let rate = u64::try_from((u128::from(bits_per_s) << RATE_FRAC).div_ceil(1_000_000_000))
+        // Rounded up: the bucket never passes more than the configured rate.
+        let cost = u64::try_from((NS_PER_S << TICK_FRAC).div_ceil(u128::from(bits_per_s.max(1))))
             .unwrap_or(u64::MAX);
-        // At least one full-size packet, so that a tiny rate still passes something.
+        // At least one full-size packet, so that a tiny rate still passes something; no
+        // rate, nothing.
         let bits =
-            (u128::from(bits_per_s).saturating_mul(window.as_nanos()) / 1_000_000_000).max(12_000);
-        let depth = u64::try_from(bits.saturating_mul(ONE.into())).unwrap_or(u64::MAX);
+            (u128::from(bits_per_s).saturating_mul(window.as_nanos()) / NS_PER_S).max(12_000);
+        let depth = if bits_per_s == 0 {
+            0
+        } else {
+            u64::try_from(bits.saturating_mul(cost.into())).unwrap_or(u64::MAX)
+        };
         Self {
-            rate: Rate { rate, depth },
+            rate: Rate { cost, depth },
             fill: Fill {
-                tokens: depth,
+                backlog: 0,
                 last: now,
             },
         }
     }
 
-    /// Whether `bits` fit now (refilling first); does not take them.
+    /// Whether `bits` fit now (draining first); does not take them.
     #[inline(always)]
     pub fn conforms(&mut self, now: u64, bits: u64) -> bool {
         self.fill.conforms(&self.rate, now, bits)
@@ -69,49 +79,56 @@ impl TokenBucket {
     /// Takes `bits` (after [`TokenBucket::conforms`] said they fit).
     #[inline(always)]
     pub fn take(&mut self, bits: u64) {
-        self.fill.take(bits);
+        self.fill.take(&self.rate, bits);
     }
 
     /// Takes the rate and depth of `other` (a modified QER), keeping this bucket's tokens so
     /// that a modification does not reset policing.
     pub fn set_rate_from(&mut self, other: &TokenBucket) {
+        let old = self.rate;
         self.rate = other.rate;
-        self.fill.tokens = self.fill.tokens.min(self.rate.depth);
+        // Tokens left, in bits at the old rate, as backlog at the new one.
+        let tokens = (old.depth - self.fill.backlog.min(old.depth))
+            .checked_div(old.cost)
+            .unwrap_or(u64::MAX);
+        let depth_bits = self
+            .rate
+            .depth
+            .checked_div(self.rate.cost)
+            .unwrap_or(u64::MAX);
+        self.fill.backlog = self
+            .rate
+            .depth
+            .saturating_sub(tokens.min(depth_bits).saturating_mul(self.rate.cost));
     }
 }
 
 impl Fill {
-    /// Refills at `r` for the time since the last call; never goes back in time. The time
-    /// of a refill worth less than a token's fraction is kept for the next (at a tiny rate
-    /// and a high packet rate every refill would round to nothing).
+    /// Drains the backlog by the time since the last call; never goes back in time.
     #[inline(always)]
-    fn refill(&mut self, r: &Rate, now: u64) {
-        if now > self.last {
-            let add =
-                (u128::from(now - self.last) * u128::from(r.rate)) >> (RATE_FRAC - TOKEN_FRAC);
-            if add != 0 {
-                let add = u64::try_from(add).unwrap_or(u64::MAX);
-                self.tokens = self.tokens.saturating_add(add).min(r.depth);
-                self.last = now;
-            }
-        }
+    fn drain(&mut self, now: u64) {
+        let passed = now.saturating_sub(self.last).min(u64::MAX >> TICK_FRAC);
+        self.backlog = self.backlog.saturating_sub(passed << TICK_FRAC);
+        self.last = self.last.max(now);
     }
 
     /// [`TokenBucket::conforms`] of the bucket of rate `r` and this fill.
     #[inline(always)]
     pub fn conforms(&mut self, r: &Rate, now: u64, bits: u64) -> bool {
-        self.refill(r, now);
-        self.tokens >= bits.saturating_mul(ONE)
+        self.drain(now);
+        self.backlog.saturating_add(bits.saturating_mul(r.cost)) <= r.depth
     }
 
-    /// [`TokenBucket::take`].
+    /// [`TokenBucket::take`] of the bucket of rate `r` and this fill: an empty bucket stays
+    /// empty (the backlog is at most the depth).
     #[inline(always)]
-    pub fn take(&mut self, bits: u64) {
-        self.tokens = self.tokens.saturating_sub(bits.saturating_mul(ONE));
+    pub fn take(&mut self, r: &Rate, bits: u64) {
+        self.backlog = self
+            .backlog
+            .saturating_add(bits.saturating_mul(r.cost))
+            .min(r.depth);
     }
 }
-
-const EVENT: u64 = 1 << 10;
 
 /// Events per second with a burst, for Error Indications and similar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,11 +139,11 @@ pub struct RateLimit {
 
 impl RateLimit {
     pub fn new(now: Instant, per_s: u32, burst: u32) -> Self {
-        // An event is EVENT "bits", so that a low rate checked often loses little to the
-        // truncation of each refill.
-        let mut b = TokenBucket::new(0, u64::from(per_s) * EVENT, Duration::ZERO);
-        b.rate.depth = u64::from(burst.max(1)).saturating_mul(EVENT * ONE);
-        b.fill.tokens = b.rate.depth;
+        // An event is a "bit"; none a second, none at all.
+        let mut b = TokenBucket::new(0, u64::from(per_s), Duration::ZERO);
+        if per_s > 0 {
+            b.rate.depth = u64::from(burst.max(1)).saturating_mul(b.rate.cost);
+        }
         Self {
             bucket: b,
             epoch: now,
@@ -137,9 +154,9 @@ impl RateLimit {
     pub fn allow(&mut self, now: Instant) -> bool {
         let ns =
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
-        let ok = self.bucket.conforms(ns, EVENT);
+        let ok = self.bucket.conforms(ns, 1);
         if ok {
-            self.bucket.take(EVENT);
+            self.bucket.take(1);
         }
         ok
     }
@@ -170,30 +187,49 @@ mod tests {
     }
 
     #[test]
-    fn tiny_rate_survives_frequent_refills() {
-        // 1 bit/s refilled every 50 ns: each refill is worth ~2^-24.6 of a bit, less than a
-        // token's fraction; the time is kept until it is worth one.
-        let mut b = TokenBucket::new(0, 1, Duration::ZERO);
-        b.take(u64::MAX >> TOKEN_FRAC);
+    fn slow_rate_survives_frequent_drains() {
+        // 1 kbit/s (PFCP's least) drained every 5 µs, each drain worth 1/200 of a bit: a
+        // 1500-octet packet after an empty bucket fits after 12 s, not before.
+        let mut b = TokenBucket::new(0, 1000, Duration::ZERO);
+        assert!(b.conforms(0, 12_000));
+        b.take(12_000);
         let mut now = 0u64;
-        while now < 200_000_000 {
-            now += 50;
-            b.conforms(now, 0);
+        while now < 11_990_000_000 {
+            now += 5_000;
+            assert!(!b.conforms(now, 12_000), "early at {now} ns");
         }
-        // 0.2 bit earned; each refill that adds truncates less than one fraction, up to
-        // 40 % here (the smallest PFCP rate, 1 kbit/s, loses at most 0.06 % so).
-        let want = ONE / 5;
-        assert!(
-            (want / 2..=want).contains(&b.fill.tokens),
-            "{} vs {want}",
-            b.fill.tokens
-        );
+        while now < 12_000_000_000 {
+            now += 5_000;
+        }
+        assert!(b.conforms(now, 12_000));
+    }
+
+    #[test]
+    fn no_rate_passes_nothing() {
+        let mut b = TokenBucket::new(0, 0, Duration::from_secs(1));
+        assert!(!b.conforms(1_000_000_000, 8));
+    }
+
+    #[test]
+    fn a_new_rate_keeps_the_tokens_left() {
+        // 1 Mbit/s, 1 s: 1 Mbit of burst; 400 kbit spent, 600 kbit left.
+        let mut b = TokenBucket::new(0, 1_000_000, Duration::from_secs(1));
+        assert!(b.conforms(0, 400_000));
+        b.take(400_000);
+        // At 10 Mbit/s the 600 kbit are still there, and no more.
+        b.set_rate_from(&TokenBucket::new(0, 10_000_000, Duration::from_secs(1)));
+        assert!(b.conforms(0, 600_000));
+        assert!(!b.conforms(0, 601_000));
+        // At 100 kbit/s (100 kbit deep) the bucket is full, not over-full.
+        b.set_rate_from(&TokenBucket::new(0, 100_000, Duration::from_secs(1)));
+        assert!(b.conforms(0, 100_000));
+        assert!(!b.conforms(0, 101_000));
     }
 
     #[test]
     fn huge_rates_and_windows_saturate() {
         let mut b = TokenBucket::new(0, u64::MAX, Duration::MAX);
-        assert!(b.conforms(0, u64::MAX >> TOKEN_FRAC));
+        assert!(b.conforms(0, u64::MAX >> TICK_FRAC));
         assert!(b.conforms(u64::MAX, 12_000));
     }
 
@@ -228,7 +264,7 @@ mod tests {
             let gap = (u128::from(size) * 1_000_000_000 / (2 * u128::from(bps))).max(1);
             let gap = u64::try_from(gap).unwrap_or(u64::MAX / 1024);
             let (mut now, mut sent) = (0u64, 0u128);
-            b.take(u64::MAX >> TOKEN_FRAC); // the burst spent
+            b.take(u64::MAX >> TICK_FRAC); // the burst spent
             let start = now;
             for _ in 0..400 {
                 now += gap;
@@ -252,5 +288,7 @@ mod tests {
         assert_eq!((0..10).filter(|_| r.allow(t0)).count(), 3);
         assert!(r.allow(t0 + Duration::from_millis(100)));
         assert!(!r.allow(t0 + Duration::from_millis(100)));
+        let mut none = RateLimit::new(t0, 0, 3);
+        assert!(!none.allow(t0 + Duration::from_secs(100)));
     }
 }

@@ -995,7 +995,7 @@ impl Pipeline {
         }
         for q in 0..QERS {
             if police & (1 << q) != 0 {
-                fills.fills[q].take(bits);
+                fills.fills[q].take(&h.rates[q], bits);
             }
         }
         for g in 0..GBRS {
