@@ -414,17 +414,8 @@ impl Floor {
         if W & ACL == 0 && self.acl.check4(&f) == AclAction::Deny {
             return false;
         }
-        let bytes = len as u64;
-        if W & QER == 0 {
-            if !s.ul.police(clock, first, bytes * 8) {
-                return false;
-            }
-            if first {
-                s.gbr_bytes += bytes;
-            }
-        }
-        if W & URR == 0 {
-            count(s, clock, 0, bytes);
+        if !s.charge::<W>(true, clock, first, len as u64) {
+            return false;
         }
         let (is, ie) = (start + g.inner.start, start + g.inner.start + len);
         p.set_range(is, ie);
@@ -443,17 +434,8 @@ impl Floor {
             return false;
         }
         let first = W & CLASSIFY == 0 && s.dl.first(None, f.src, f.src_port, f.proto);
-        let bytes = p.len() as u64;
-        if W & QER == 0 {
-            if !s.dl.police(clock, first, bytes * 8) {
-                return false;
-            }
-            if first {
-                s.gbr_bytes += bytes;
-            }
-        }
-        if W & URR == 0 {
-            count(s, clock, 2, bytes);
+        if !s.charge::<W>(false, clock, first, p.len() as u64) {
+            return false;
         }
         let ecn = d[1] & 3;
         if !route_hop(p.data_mut()) {
@@ -476,17 +458,33 @@ impl Floor {
     }
 }
 
-/// Counts a packet on the session's URR (`at`: 0 uplink, 2 downlink); its budget spent,
-/// the exact check would run (S0's threshold is never reached).
-#[inline(always)]
-fn count(s: &mut Sess, clock: u64, at: usize, bytes: u64) {
-    s.urr[at] += bytes;
-    s.urr[at + 1] += 1;
-    if s.first == 0 {
-        s.first = clock + 1;
+impl Sess {
+    /// A packet of `bytes` octets on the PDR `first` names: its QER buckets and GBR octets,
+    /// its URR counts (the parts not left out by `W`); false if a bucket does not conform.
+    /// The URR's budget spent, the exact check would run (S0's threshold is never reached).
+    #[inline(always)]
+    fn charge<const W: u8>(&mut self, uplink: bool, clock: u64, first: bool, bytes: u64) -> bool {
+        if W & QER == 0 {
+            let d = if uplink { &mut self.ul } else { &mut self.dl };
+            if !d.police(clock, first, bytes * 8) {
+                return false;
+            }
+            if first {
+                self.gbr_bytes += bytes;
+            }
+        }
+        if W & URR == 0 {
+            let at = if uplink { 0 } else { 2 };
+            self.urr[at] += bytes;
+            self.urr[at + 1] += 1;
+            if self.first == 0 {
+                self.first = clock + 1;
+            }
+            self.last = clock + 1;
+            self.budget = self.budget.saturating_sub(bytes);
+        }
+        true
     }
-    s.last = clock + 1;
-    s.budget = s.budget.saturating_sub(bytes);
 }
 
 #[cfg(test)]
