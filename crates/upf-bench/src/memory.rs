@@ -147,6 +147,11 @@ enum Loop {
     Floor,
 }
 
+/// The UEs whose sessions worker `w` holds.
+fn worker_ues(a: &Args, w: usize) -> impl Iterator<Item = u32> + '_ {
+    (0..a.sessions).filter(move |i| *i as usize % a.workers == w)
+}
+
 fn build_worker(
     a: &Args,
     t: &profile::Workload,
@@ -169,9 +174,7 @@ fn build_worker(
         ..Default::default()
     };
     let mut pipeline = Pipeline::new(now, cfg);
-    let ues: Vec<u32> = (0..a.sessions)
-        .filter(|i| *i as usize % a.workers == w)
-        .collect();
+    let ues: Vec<u32> = worker_ues(a, w).collect();
     // A peak-rate UE is spread over every worker (the runtime divides its rates).
     if let Some((i, s)) = t.peak() {
         pipeline
@@ -246,10 +249,7 @@ fn floor_model(
     acl: &Arc<Acl>,
     pipeline: &Pipeline,
 ) -> Result<Floor, String> {
-    let sessions: Vec<_> = (0..a.sessions)
-        .filter(|i| *i as usize % a.workers == w)
-        .map(|i| t.session(i))
-        .collect();
+    let sessions: Vec<_> = worker_ues(a, w).map(|i| t.session(i)).collect();
     let ttl = pipeline.config().outer_ttl;
     let without = match a.floor_without.as_deref() {
         None => 0,
