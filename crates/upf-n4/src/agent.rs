@@ -5,7 +5,7 @@
 use crate::alloc::{SeidAllocator, TeidAllocator, UeIpPools};
 use crate::config::{AllowedPeer, Config};
 use crate::reject::Reject;
-use crate::reliability::{Outstanding, ResponseCache};
+use crate::reliability::{CacheStats, Outstanding, ResponseCache};
 use crate::session::SessionCtx;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -230,7 +230,7 @@ impl<D: Datapath> Agent<D> {
             sdf_filters: Interner::default(),
             forwarding_extras: Interner::default(),
             pdi_extras: Interner::default(),
-            cache: ResponseCache::new(cfg.limits.response_cache, cfg.response_ttl),
+            cache: ResponseCache::new(cfg.response_cache()),
             outstanding: Outstanding::new(cfg.t1, cfg.n1),
             setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),
             epoch: (now, ntp_now),
@@ -752,6 +752,11 @@ impl<D: Datapath> Agent<D> {
         for d in dests {
             self.request(now, d, None, m.clone().into(), Pending::AssociationUpdate);
         }
+    }
+
+    /// The response cache's contents and evictions.
+    pub fn response_cache(&self) -> CacheStats {
+        self.cache.stats()
     }
 
     /// Requests of ours still waiting for their response.

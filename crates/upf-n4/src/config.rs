@@ -2,6 +2,7 @@
 //! timers and its limits.
 
 use crate::alloc::UePoolConfig;
+use crate::reliability::CacheBounds;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 use upf_pfcp::ie::{NodeId, UpFunctionFeatures};
@@ -39,8 +40,11 @@ pub struct Limits {
     pub sdf_filters_per_pdr: usize,
     /// UP-initiated requests awaiting a response (reports beyond it are dropped and counted).
     pub pending_requests: usize,
-    /// Responses kept for retransmitted requests.
+    /// Responses kept for retransmitted requests (§6.4): how many, their bytes (payload and
+    /// `reliability::CACHE_ENTRY_OVERHEAD` each), and the bytes of those to one peer address.
     pub response_cache: usize,
+    pub response_cache_bytes: usize,
+    pub response_cache_bytes_per_peer: usize,
 }
 
 impl Default for Limits {
@@ -52,6 +56,11 @@ impl Default for Limits {
             sdf_filters_per_pdr: 64,
             pending_requests: 16_384,
             response_cache: 65_536,
+            // A peer's 12 s window at ~1,000 procedures/s of ~500 B (with overhead) is ~6 MB;
+            // the total lets eight such peers keep theirs whole, and is what one flooding peer
+            // can pin at most (with the per-peer bound, only 8 MiB of it).
+            response_cache_bytes: 64 << 20,
+            response_cache_bytes_per_peer: 8 << 20,
         }
     }
 }
@@ -78,13 +87,32 @@ pub struct Config {
     /// TS 29.244 §6.4: T1 (retransmission timer) and N1 (retransmissions) of our requests.
     pub t1: Duration,
     pub n1: u32,
-    /// How long a response is kept to answer a retransmitted request (> the SMF's T1 × N1).
-    pub response_ttl: Duration,
+    /// The SMFs' T1 and N1 (TS 29.244 §6.4): how long their retransmissions of a request can
+    /// come, so how long its response is kept (see `response_cache`).
+    pub smf_t1: Duration,
+    pub smf_n1: u32,
     /// SMFs to which this UPF sets up associations itself (UP-initiated, TS 29.244 §6.2.6.2).
     pub smfs: Vec<SocketAddr>,
     /// If not empty, only these peers (by Node ID or source address) may associate.
     pub allowed_peers: Vec<AllowedPeer>,
     pub limits: Limits,
+}
+
+impl Config {
+    /// The response cache's bounds. An SMF retransmits a request T1 after each transmission,
+    /// N1 times, and waits T1 after the last for the response: past (N1 + 1) × T1 from its
+    /// first transmission it uses no answer. A response is kept that long from when the first
+    /// transmission arrived (no earlier than it was sent), so every retransmission the SMF can
+    /// still use an answer to finds it; the extra T1 over N1 × T1 is the margin for the
+    /// retransmission's network delay and its wait in our socket's queue.
+    pub fn response_cache(&self) -> CacheBounds {
+        CacheBounds {
+            entries: self.limits.response_cache,
+            bytes: self.limits.response_cache_bytes,
+            bytes_per_peer: self.limits.response_cache_bytes_per_peer,
+            ttl: self.smf_t1.saturating_mul(self.smf_n1.saturating_add(1)),
+        }
+    }
 }
 
 /// An entry of the association allow-list.
@@ -121,7 +149,8 @@ impl Config {
             heartbeat_interval: Duration::from_secs(10),
             t1: Duration::from_secs(3),
             n1: 3,
-            response_ttl: Duration::from_secs(60),
+            smf_t1: Duration::from_secs(3),
+            smf_n1: 3,
             smfs: Vec::new(),
             allowed_peers: Vec::new(),
             limits: Limits::default(),

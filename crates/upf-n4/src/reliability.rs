@@ -4,137 +4,238 @@
 //! receiver answers a retransmitted request (same peer, same sequence number, §7.2.2.1) with
 //! the response it gave the first time rather than executing it again.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Largest PFCP sequence number: the field is 24 bits (§7.2.2.1).
 pub const MAX_SEQUENCE: u32 = 0x00FF_FFFF;
 
+/// A request's (or response's) peer and sequence number.
+type Key = (SocketAddr, u32);
+
 #[derive(Debug, Clone)]
 struct Cached {
+    /// Insertion number: orders entries by age, globally and per peer.
+    id: u64,
     inserted: Instant,
-    generation: u64,
-    bytes: Vec<u8>,
+    response: Vec<u8>,
+}
+
+/// What an entry costs besides its payload's capacity: its slot in the map, in the age order
+/// and in its peer's age order, each counted twice for the empty slots of a hash table (at
+/// most 7/8 full, doubling) and of half-full B-tree nodes. 290 bytes on 64-bit targets.
+pub const CACHE_ENTRY_OVERHEAD: usize = 2
+    * (std::mem::size_of::<(Key, Cached)>()
+        + 1
+        + std::mem::size_of::<(u64, Key)>()
+        + std::mem::size_of::<u64>());
+
+/// Why an entry left the response cache before it expired (index into
+/// [`CacheStats::evicted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The count bound (`CacheBounds::entries`): the oldest entry of any peer.
+    Entries = 0,
+    /// The total bytes bound: the oldest entry of any peer.
+    Bytes = 1,
+    /// The per-peer bytes bound: that peer's oldest entry.
+    PeerBytes = 2,
+}
+
+impl Eviction {
+    pub const ALL: [Eviction; 3] = [Self::Entries, Self::Bytes, Self::PeerBytes];
+
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Entries => "entries",
+            Self::Bytes => "bytes",
+            Self::PeerBytes => "peer_bytes",
+        }
+    }
+}
+
+/// Bounds of the response cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheBounds {
+    /// Responses held at most.
+    pub entries: usize,
+    /// Bytes held at most (payload capacity plus [`CACHE_ENTRY_OVERHEAD`] per entry) …
+    pub bytes: usize,
+    /// … and by the responses to one peer IP address (whatever its ports).
+    pub bytes_per_peer: usize,
+    /// How long a response is kept: the peer's retransmission window.
+    pub ttl: Duration,
+}
+
+/// What the response cache holds and what it let go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub entries: usize,
+    pub bytes: usize,
+    /// Entries dropped before expiry to stay within a bound, by [`Eviction`].
+    pub evicted: [u64; 3],
+    /// Entries dropped because their time was up.
+    pub expired: u64,
+}
+
+/// One peer address's share of the cache.
+#[derive(Debug, Clone, Default)]
+struct PeerShare {
+    bytes: usize,
+    /// Its entries' insertion numbers, oldest first.
+    ids: BTreeSet<u64>,
 }
 
 /// Responses we sent, kept so that a retransmitted request (same peer, same sequence number) is
-/// answered with the same bytes without being executed again (§6.4). Bounded: at most
-/// `capacity` entries (oldest evicted first), each kept for `ttl` (should exceed the peer's
-/// T1×N1; default 30 s is the caller's business).
+/// answered with the same bytes without being executed again (§6.4). Each is kept for `ttl`;
+/// the cache holds at most `entries` responses and `bytes` bytes, and the responses to one peer
+/// address at most `bytes_per_peer`. Past a peer's bound its own oldest response goes; past the
+/// total bounds the oldest of anyone's: so a peer flooding it evicts only itself until the
+/// total is reached.
 ///
-/// Since `ttl` is constant, insertion order is expiry order: a `VecDeque` in insertion order is
-/// the expiry queue. Entries replaced or forgotten leave stale queue items, recognised by their
-/// generation and compacted away once they outnumber the live entries.
+/// Since `ttl` is constant, insertion order is expiry order: `order` (by insertion number) is
+/// both the eviction and the expiry queue.
 #[derive(Debug, Clone)]
 pub struct ResponseCache {
-    capacity: usize,
-    ttl: Duration,
-    map: HashMap<(SocketAddr, u32), Cached>,
-    order: VecDeque<(Instant, u64, SocketAddr, u32)>,
-    generation: u64,
+    bounds: CacheBounds,
+    map: HashMap<Key, Cached>,
+    order: BTreeMap<u64, Key>,
+    peers: HashMap<IpAddr, PeerShare>,
+    next_id: u64,
+    stats: CacheStats,
+}
+
+/// What an entry whose payload has this capacity costs.
+fn footprint(capacity: usize) -> usize {
+    capacity.saturating_add(CACHE_ENTRY_OVERHEAD)
 }
 
 impl ResponseCache {
-    /// At most `capacity` responses, each kept `ttl`.
-    pub fn new(capacity: usize, ttl: Duration) -> Self {
+    pub fn new(bounds: CacheBounds) -> Self {
         Self {
-            capacity,
-            ttl,
+            bounds,
             map: HashMap::new(),
-            order: VecDeque::new(),
-            generation: 0,
+            order: BTreeMap::new(),
+            peers: HashMap::new(),
+            next_id: 0,
+            stats: CacheStats::default(),
         }
     }
 
     fn expired(&self, now: Instant, inserted: Instant) -> bool {
-        now.saturating_duration_since(inserted) >= self.ttl
+        now.saturating_duration_since(inserted) >= self.bounds.ttl
     }
 
-    fn is_current(&self, generation: u64, peer: SocketAddr, seq: u32) -> bool {
-        self.map
-            .get(&(peer, seq))
-            .is_some_and(|c| c.generation == generation)
+    fn remove(&mut self, key: Key) -> Option<Cached> {
+        let c = self.map.remove(&key)?;
+        self.order.remove(&c.id);
+        let size = footprint(c.response.capacity());
+        self.stats.bytes -= size;
+        let ip = key.0.ip();
+        if let Some(p) = self.peers.get_mut(&ip) {
+            p.bytes -= size;
+            p.ids.remove(&c.id);
+            if p.ids.is_empty() {
+                self.peers.remove(&ip);
+            }
+        }
+        self.stats.entries = self.map.len();
+        Some(c)
     }
 
     /// The response given to request `seq` from `peer`, if still cached.
     pub fn get(&mut self, now: Instant, peer: SocketAddr, seq: u32) -> Option<&[u8]> {
         let inserted = self.map.get(&(peer, seq))?.inserted;
         if self.expired(now, inserted) {
-            self.map.remove(&(peer, seq));
+            self.remove((peer, seq));
+            self.stats.expired += 1;
             return None;
         }
-        self.map.get(&(peer, seq)).map(|c| c.bytes.as_slice())
+        self.map.get(&(peer, seq)).map(|c| c.response.as_slice())
     }
 
-    /// Caches the response to request `seq` from `peer`, replacing an earlier one; evicts the
-    /// oldest entries beyond `capacity`.
+    /// Caches the response to request `seq` from `peer`, replacing an earlier one; then evicts
+    /// the peer's oldest entries beyond its bound, and the oldest of all beyond the total
+    /// bounds (which may be this one, if it alone exceeds a bound).
     pub fn insert(&mut self, now: Instant, peer: SocketAddr, seq: u32, response: Vec<u8>) {
-        if self.capacity == 0 {
+        self.expire(now);
+        if self.bounds.entries == 0 {
             return;
         }
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
+        self.remove((peer, seq));
+        let size = footprint(response.capacity());
+        let id = self.next_id;
+        self.next_id += 1;
         self.map.insert(
             (peer, seq),
             Cached {
+                id,
                 inserted: now,
-                generation,
-                bytes: response,
+                response,
             },
         );
-        self.order.push_back((now, generation, peer, seq));
-        while self.map.len() > self.capacity {
-            match self.order.pop_front() {
-                Some((_, g, p, s)) => {
-                    if self.is_current(g, p, s) {
-                        self.map.remove(&(p, s));
-                    }
-                }
-                None => break,
-            }
-        }
-        self.compact();
-    }
+        self.order.insert(id, (peer, seq));
+        let share = self.peers.entry(peer.ip()).or_default();
+        share.bytes += size;
+        share.ids.insert(id);
+        self.stats.bytes += size;
+        self.stats.entries = self.map.len();
 
-    /// Drops queue items of replaced or forgotten entries once they dominate the queue.
-    fn compact(&mut self) {
-        if self.order.len() > 2 * self.map.len() + 16 {
-            let map = &self.map;
-            self.order
-                .retain(|&(_, g, p, s)| map.get(&(p, s)).is_some_and(|c| c.generation == g));
-        }
-    }
-
-    /// Drops expired entries (called from the agent's timeout handling). Amortised O(1) per
-    /// entry.
-    pub fn expire(&mut self, now: Instant) {
-        while let Some(&(inserted, g, p, s)) = self.order.front() {
-            if !self.is_current(g, p, s) {
-                self.order.pop_front();
-            } else if self.expired(now, inserted) {
-                self.order.pop_front();
-                self.map.remove(&(p, s));
-            } else {
+        let ip = peer.ip();
+        while let Some(p) = self.peers.get(&ip) {
+            if p.bytes <= self.bounds.bytes_per_peer {
                 break;
             }
+            let Some(key) = p.ids.first().and_then(|i| self.order.get(i)).copied() else {
+                break;
+            };
+            self.remove(key);
+            self.stats.evicted[Eviction::PeerBytes as usize] += 1;
         }
-        // A burst leaves both tables at its peak size; give that back once they are mostly
-        // empty (shrinking to twice the entries keeps this amortised O(1)).
+        loop {
+            let reason = if self.stats.bytes > self.bounds.bytes {
+                Eviction::Bytes
+            } else if self.map.len() > self.bounds.entries {
+                Eviction::Entries
+            } else {
+                break;
+            };
+            let Some((_, &key)) = self.order.first_key_value() else {
+                break;
+            };
+            self.remove(key);
+            self.stats.evicted[reason as usize] += 1;
+        }
+    }
+
+    /// Drops expired entries (called from the agent's timeout handling, and before each
+    /// insert). O(log n) per entry dropped.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some((_, &key)) = self.order.first_key_value() {
+            match self.map.get(&key) {
+                Some(c) if !self.expired(now, c.inserted) => break,
+                _ => {
+                    self.remove(key);
+                    self.stats.expired += 1;
+                }
+            }
+        }
+        // A burst leaves the hash tables at their peak size; give that back once they are
+        // mostly empty (shrinking to twice the entries keeps this amortised O(1)).
         if self.map.capacity() > 4 * self.map.len() + 64 {
             self.map.shrink_to(2 * self.map.len());
         }
-        if self.order.capacity() > 4 * self.order.len() + 64 {
-            self.order.shrink_to(2 * self.order.len());
+        if self.peers.capacity() > 4 * self.peers.len() + 64 {
+            self.peers.shrink_to(2 * self.peers.len());
         }
     }
 
     /// When the oldest entry expires (None if empty, or if that instant is not representable).
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.order
-            .iter()
-            .find(|&&(_, g, p, s)| self.is_current(g, p, s))
-            .and_then(|&(inserted, ..)| inserted.checked_add(self.ttl))
+        let (_, key) = self.order.first_key_value()?;
+        self.map.get(key)?.inserted.checked_add(self.bounds.ttl)
     }
 
     /// Number of cached responses (some may have expired but not yet been dropped).
@@ -147,15 +248,29 @@ impl ResponseCache {
         self.map.is_empty()
     }
 
-    /// Drops every entry of a peer (association released).
+    /// What it holds (entries, bytes) and has let go.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Drops every entry of a peer (association released); not counted as evictions.
     pub fn forget_peer(&mut self, peer: SocketAddr) {
-        self.map.retain(|&(p, _), _| p != peer);
-        self.order.retain(|&(_, _, p, _)| p != peer);
+        let Some(p) = self.peers.get(&peer.ip()) else {
+            return;
+        };
+        let keys: Vec<Key> = p
+            .ids
+            .iter()
+            .filter_map(|i| self.order.get(i))
+            .filter(|k| k.0 == peer)
+            .copied()
+            .collect();
+        for k in keys {
+            self.remove(k);
+        }
     }
 }
 
-/// An outstanding request: (peer, sequence number).
-type Key = (SocketAddr, u32);
 /// A deadline, and an insertion counter to break ties.
 type TimerKey = (Instant, u64);
 
@@ -355,11 +470,20 @@ mod tests {
     fn s(n: u64) -> Duration {
         Duration::from_secs(n)
     }
+    /// A cache bounded by count only.
+    fn counted(entries: usize, ttl: Duration) -> ResponseCache {
+        ResponseCache::new(CacheBounds {
+            entries,
+            bytes: usize::MAX,
+            bytes_per_peer: usize::MAX,
+            ttl,
+        })
+    }
 
     #[test]
     fn cache_hit_same_bytes_only_same_peer_and_seq() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(10, s(30));
+        let mut c = counted(10, s(30));
         assert!(c.is_empty());
         c.insert(t0, peer(1), 7, vec![1, 2, 3]);
         assert_eq!(c.get(t0 + s(1), peer(1), 7), Some(&[1u8, 2, 3][..]));
@@ -371,7 +495,7 @@ mod tests {
     #[test]
     fn cache_expires_after_ttl() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(10, s(30));
+        let mut c = counted(10, s(30));
         c.insert(t0, peer(1), 1, vec![1]);
         c.insert(t0 + s(10), peer(1), 2, vec![2]);
         assert_eq!(c.next_expiry(), Some(t0 + s(30)));
@@ -390,28 +514,28 @@ mod tests {
     #[test]
     fn cache_gives_back_its_peak_size_once_expired() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(10_000, s(30));
+        let mut c = counted(10_000, s(30));
         for seq in 0..5000 {
             c.insert(t0, peer(1), seq, vec![0]);
         }
         c.insert(t0 + s(20), peer(1), 9999, vec![1]);
         c.expire(t0 + s(30));
         assert_eq!(c.len(), 1);
-        assert!(c.map.capacity() < 100 && c.order.capacity() < 100);
+        assert!(c.map.capacity() < 100 && c.peers.capacity() < 100);
         assert_eq!(c.get(t0 + s(31), peer(1), 9999), Some(&[1u8][..]));
     }
 
     #[test]
     fn cache_capacity_evicts_oldest() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(2, s(30));
+        let mut c = counted(2, s(30));
         c.insert(t0, peer(1), 1, vec![1]);
         c.insert(t0, peer(1), 2, vec![2]);
         c.insert(t0, peer(1), 3, vec![3]);
         assert_eq!(c.len(), 2);
         assert_eq!(c.get(t0, peer(1), 1), None);
         assert_eq!(c.get(t0, peer(1), 3), Some(&[3u8][..]));
-        let mut z = ResponseCache::new(0, s(30));
+        let mut z = counted(0, s(30));
         z.insert(t0, peer(1), 1, vec![1]);
         assert!(z.is_empty());
     }
@@ -419,7 +543,7 @@ mod tests {
     #[test]
     fn cache_reinsert_replaces_and_restarts_ttl() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(2, s(30));
+        let mut c = counted(2, s(30));
         c.insert(t0, peer(1), 1, vec![1]);
         c.insert(t0 + s(1), peer(1), 2, vec![2]);
         c.insert(t0 + s(2), peer(1), 1, vec![9]);
@@ -436,7 +560,7 @@ mod tests {
     #[test]
     fn cache_forget_peer() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(10, s(30));
+        let mut c = counted(10, s(30));
         c.insert(t0, peer(1), 1, vec![1]);
         c.insert(t0, peer(2), 1, vec![2]);
         c.insert(t0, peer(1), 2, vec![3]);
@@ -449,12 +573,179 @@ mod tests {
     #[test]
     fn cache_queue_stays_bounded_under_reinsert() {
         let t0 = Instant::now();
-        let mut c = ResponseCache::new(4, s(30));
+        let mut c = counted(4, s(30));
         for _ in 0..10_000 {
             c.insert(t0, peer(1), 1, vec![1]);
         }
         assert_eq!(c.len(), 1);
-        assert!(c.order.len() <= 2 * c.len() + 17);
+        assert_eq!(c.order.len(), 1);
+        assert_eq!(c.stats().bytes, 1 + CACHE_ENTRY_OVERHEAD);
+    }
+
+    fn at(ip: u8, port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, ip], port))
+    }
+    /// A payload whose entry costs exactly `n` bytes (n ≥ the overhead).
+    fn costing(n: usize) -> Vec<u8> {
+        vec![0; n - CACHE_ENTRY_OVERHEAD]
+    }
+    fn bounded(entries: usize, bytes: usize, bytes_per_peer: usize) -> ResponseCache {
+        ResponseCache::new(CacheBounds {
+            entries,
+            bytes,
+            bytes_per_peer,
+            ttl: s(30),
+        })
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn cache_entry_overhead_is_what_the_docs_say() {
+        assert_eq!(CACHE_ENTRY_OVERHEAD, 290);
+    }
+
+    #[test]
+    fn cache_peer_bound_evicts_that_peers_oldest_whatever_its_port() {
+        let t0 = Instant::now();
+        let mut c = bounded(100, 10_000, 2_000);
+        c.insert(t0, at(2, 8805), 1, costing(1_000));
+        c.insert(t0, at(1, 1000), 1, costing(1_000));
+        c.insert(t0, at(1, 2000), 1, costing(1_000));
+        assert_eq!(c.stats().evicted, [0, 0, 0]);
+        // Peer 1's third entry (another port, same address) evicts its own oldest.
+        c.insert(t0, at(1, 3000), 1, costing(1_000));
+        assert_eq!(c.stats().evicted, [0, 0, 1]);
+        assert_eq!(c.get(t0, at(1, 1000), 1), None);
+        assert!(c.get(t0, at(1, 2000), 1).is_some());
+        assert!(
+            c.get(t0, at(2, 8805), 1).is_some(),
+            "the other peer's oldest stays"
+        );
+        assert_eq!(
+            c.stats(),
+            CacheStats {
+                entries: 3,
+                bytes: 3_000,
+                evicted: [0, 0, 1],
+                expired: 0
+            }
+        );
+    }
+
+    #[test]
+    fn cache_total_bounds_evict_the_oldest_of_anyone() {
+        let t0 = Instant::now();
+        let mut c = bounded(100, 3_000, 2_000);
+        c.insert(t0, at(2, 8805), 1, costing(1_000));
+        c.insert(t0, at(1, 8805), 1, costing(1_000));
+        c.insert(t0, at(1, 8805), 2, costing(1_000));
+        c.insert(t0, at(3, 8805), 1, costing(1_000));
+        assert_eq!(c.stats().evicted, [0, 1, 0]);
+        assert_eq!(c.get(t0, at(2, 8805), 1), None);
+        assert_eq!(c.stats().bytes, 3_000);
+
+        let mut c = bounded(2, usize::MAX, usize::MAX);
+        for ip in 1..=3u8 {
+            c.insert(t0, at(ip, 8805), 0, vec![1]);
+        }
+        assert_eq!(c.stats().evicted, [1, 0, 0]);
+        assert_eq!(c.get(t0, at(1, 8805), 0), None);
+        assert!(c.get(t0, at(2, 8805), 0).is_some());
+    }
+
+    #[test]
+    fn cache_keeps_no_entry_larger_than_a_bound() {
+        let t0 = Instant::now();
+        let mut c = bounded(100, 10_000, 2_000);
+        c.insert(t0, at(1, 8805), 1, costing(1_000));
+        c.insert(t0, at(1, 8805), 2, costing(2_001));
+        assert_eq!(
+            c.stats().evicted,
+            [0, 0, 2],
+            "its own older entry went first"
+        );
+        assert!(c.is_empty());
+        assert_eq!(c.stats().bytes, 0);
+        assert!(c.peers.is_empty());
+    }
+
+    #[test]
+    fn cache_counts_expiries_in_get_and_expire() {
+        let t0 = Instant::now();
+        let mut c = bounded(100, 10_000, 10_000);
+        c.insert(t0, at(1, 8805), 1, vec![1]);
+        c.insert(t0, at(1, 8805), 2, vec![1]);
+        assert_eq!(c.get(t0 + s(30), at(1, 8805), 1), None);
+        c.expire(t0 + s(30));
+        assert_eq!(c.stats().expired, 2);
+        assert_eq!((c.stats().entries, c.stats().bytes), (0, 0));
+        // Forgetting a peer is neither.
+        c.insert(t0 + s(31), at(1, 8805), 3, vec![1]);
+        c.insert(t0 + s(31), at(1, 9999), 3, vec![1]);
+        c.forget_peer(at(1, 8805));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.stats().expired, 2);
+        assert_eq!(c.stats().evicted, [0, 0, 0]);
+    }
+
+    /// The sums the cache keeps agree with its contents, and every index has each entry once.
+    fn check_accounting(c: &ResponseCache) -> Result<(), TestCaseError> {
+        let mut per_peer: HashMap<IpAddr, (usize, usize)> = HashMap::new();
+        let mut total = 0;
+        for (k, e) in &c.map {
+            let f = e.response.capacity() + CACHE_ENTRY_OVERHEAD;
+            total += f;
+            let p = per_peer.entry(k.0.ip()).or_default();
+            p.0 += f;
+            p.1 += 1;
+            prop_assert_eq!(c.order.get(&e.id), Some(k));
+            prop_assert!(c.peers[&k.0.ip()].ids.contains(&e.id));
+        }
+        prop_assert_eq!(c.stats().bytes, total);
+        prop_assert_eq!(c.stats().entries, c.map.len());
+        prop_assert_eq!(c.order.len(), c.map.len());
+        prop_assert_eq!(c.peers.len(), per_peer.len());
+        for (ip, (bytes, n)) in per_peer {
+            prop_assert_eq!(c.peers[&ip].bytes, bytes);
+            prop_assert_eq!(c.peers[&ip].ids.len(), n);
+        }
+        Ok(())
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert {
+            ip: u8,
+            port: u16,
+            seq: u32,
+            len: usize,
+        },
+        Get {
+            ip: u8,
+            port: u16,
+            seq: u32,
+        },
+        Expire,
+        Forget {
+            ip: u8,
+            port: u16,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = (Op, u64)> {
+        let ip = 1u8..4;
+        let port = 1u16..3;
+        let seq = 0u32..6;
+        (
+            prop_oneof![
+                6 => (ip.clone(), port.clone(), seq.clone(), 0usize..3_000)
+                    .prop_map(|(ip, port, seq, len)| Op::Insert { ip, port, seq, len }),
+                2 => (ip.clone(), port.clone(), seq).prop_map(|(ip, port, seq)| Op::Get { ip, port, seq }),
+                1 => Just(Op::Expire),
+                1 => (ip, port).prop_map(|(ip, port)| Op::Forget { ip, port }),
+            ],
+            0u64..40,
+        )
     }
 
     #[test]
@@ -561,12 +852,105 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever the inserts, gets, expiries and forgetting: the bounds hold, the sums agree
+        /// with the contents, and an insert that hits only its peer's bound evicts nothing of
+        /// another peer's.
+        #[test]
+        fn cache_bounded_in_bytes_per_peer(
+            entries in 0usize..12,
+            bytes in 0usize..12_000,
+            bytes_per_peer in 0usize..6_000,
+            ops in prop::collection::vec(op(), 0..150),
+        ) {
+            let t0 = Instant::now();
+            let mut c = ResponseCache::new(CacheBounds { entries, bytes, bytes_per_peer, ttl: s(20) });
+            let mut now = t0;
+            for (op, dt) in ops {
+                now += Duration::from_millis(dt * 100);
+                match op {
+                    Op::Insert { ip, port, seq, len } => {
+                        let before = c.stats();
+                        // Others' entries that are not due to expire by now.
+                        let others: Vec<Key> = c
+                            .map
+                            .iter()
+                            .filter(|(k, e)| k.0.ip() != at(ip, port).ip() && now < e.inserted + s(20))
+                            .map(|(k, _)| *k)
+                            .collect();
+                        c.insert(now, at(ip, port), seq, vec![ip; len]);
+                        let after = c.stats();
+                        if after.evicted[0] == before.evicted[0] && after.evicted[1] == before.evicted[1] {
+                            for k in others {
+                                prop_assert!(c.map.contains_key(&k), "{:?} evicted by another peer's insert", k);
+                            }
+                        }
+                        let fits = len + CACHE_ENTRY_OVERHEAD <= bytes.min(bytes_per_peer) && entries > 0;
+                        if fits {
+                            prop_assert_eq!(c.get(now, at(ip, port), seq), Some(&vec![ip; len][..]));
+                        }
+                    }
+                    Op::Get { ip, port, seq } => {
+                        if let Some(r) = c.get(now, at(ip, port), seq) {
+                            prop_assert!(r.iter().all(|&b| b == ip));
+                        }
+                    }
+                    Op::Expire => {
+                        c.expire(now);
+                        if let Some(e) = c.next_expiry() {
+                            prop_assert!(e > now);
+                        }
+                    }
+                    Op::Forget { ip, port } => {
+                        c.forget_peer(at(ip, port));
+                        prop_assert!(c.map.keys().all(|k| k.0 != at(ip, port)));
+                    }
+                }
+                let st = c.stats();
+                prop_assert!(st.bytes <= bytes);
+                prop_assert!(st.entries <= entries);
+                for p in c.peers.values() {
+                    prop_assert!(p.bytes <= bytes_per_peer);
+                }
+                check_accounting(&c)?;
+            }
+        }
+
+        /// One peer floods the cache with large responses: while the total is not reached, the
+        /// other peers' responses all stay, and the flooder stays within its own bound.
+        #[test]
+        fn cache_flood_evicts_only_the_flooder(
+            flood in prop::collection::vec(0usize..30_000, 1..200),
+            others in 1usize..20,
+        ) {
+            let t0 = Instant::now();
+            let per_peer = 100_000;
+            let mut c = ResponseCache::new(CacheBounds {
+                entries: 1_000,
+                bytes: per_peer + others * (100 + CACHE_ENTRY_OVERHEAD),
+                bytes_per_peer: per_peer,
+                ttl: s(20),
+            });
+            for i in 0..others {
+                c.insert(t0, at(2, 8805), u32::try_from(i).unwrap(), vec![2; 100]);
+            }
+            for (i, len) in flood.into_iter().enumerate() {
+                let port = 1000 + u16::try_from(i % 7).unwrap();
+                c.insert(t0 + s(1), at(1, port), u32::try_from(i).unwrap(), vec![1; len]);
+            }
+            for i in 0..others {
+                prop_assert!(c.get(t0 + s(2), at(2, 8805), u32::try_from(i).unwrap()).is_some());
+            }
+            prop_assert_eq!(&c.stats().evicted[..2], &[0, 0][..]);
+            prop_assert!(c.peers[&at(1, 1000).ip()].bytes <= per_peer);
+            check_accounting(&c)?;
+        }
+
         /// The cache never exceeds its capacity and always serves the latest response of a
         /// live key.
         #[test]
         fn cache_bounded(cap in 0usize..6, ops in prop::collection::vec((0u8..3, 0u32..8, 0u64..50), 0..200)) {
             let t0 = Instant::now();
-            let mut c = ResponseCache::new(cap, s(20));
+            let mut c = counted(cap, s(20));
             let mut now = t0;
             for (p, seq, dt) in ops {
                 now += Duration::from_millis(dt * 100);

@@ -565,6 +565,67 @@ fn path_failure_becomes_a_node_report() {
     );
 }
 
+/// A response is kept for the SMF's (N1 + 1) x T1, and the cache's bounds and evictions are
+/// what the agent reports.
+#[test]
+fn response_kept_for_the_smfs_retransmission_window() {
+    let mut cfg = Config::new(UPF_IP.into());
+    cfg.smf_t1 = Duration::from_secs(2);
+    cfg.smf_n1 = 4;
+    let mut s = Smf::with_config(cfg);
+    s.associate(1);
+    let hb = smf::encode(
+        None,
+        900,
+        HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(1),
+            source_ip_address: None,
+        },
+    );
+    s.send_bytes(&hb);
+    s.advance(Duration::from_millis(9_999));
+    s.send_bytes(&hb);
+    assert_eq!(s.agent.stats.retransmissions_answered, 1);
+    s.advance(Duration::from_millis(1));
+    s.send_bytes(&hb);
+    assert_eq!(s.agent.stats.retransmissions_answered, 1, "10 s: expired");
+    assert!(s.agent.response_cache().expired >= 1);
+}
+
+#[test]
+fn one_peers_responses_evict_only_its_own() {
+    use upf_n4::reliability::{Eviction, CACHE_ENTRY_OVERHEAD};
+    let mut cfg = Config::new(UPF_IP.into());
+    // Room for three heartbeat responses (16 B) per peer address.
+    cfg.limits.response_cache_bytes_per_peer = 3 * (16 + CACHE_ENTRY_OVERHEAD);
+    let mut s = Smf::with_config(cfg);
+    let hb = |seq| {
+        smf::encode(
+            None,
+            seq,
+            HeartbeatRequest {
+                recovery_time_stamp: RecoveryTimeStamp(1),
+                source_ip_address: None,
+            },
+        )
+    };
+    let other: std::net::SocketAddr = "127.0.0.3:8805".parse().unwrap();
+    s.agent.handle_datagram(s.now, other, &hb(1));
+    for seq in 1..=10 {
+        s.send_bytes(&hb(seq));
+    }
+    let c = s.agent.response_cache();
+    assert_eq!(c.entries, 4);
+    assert_eq!(c.bytes, 4 * (16 + CACHE_ENTRY_OVERHEAD));
+    assert_eq!(c.evicted[Eviction::PeerBytes as usize], 7);
+    s.drain();
+    s.agent.handle_datagram(s.now, other, &hb(1));
+    assert_eq!(
+        s.agent.stats.retransmissions_answered, 1,
+        "the other peer's stays"
+    );
+}
+
 #[test]
 fn session_set_deletion_by_csid() {
     let mut s = Smf::associated();
