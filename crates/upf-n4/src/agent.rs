@@ -78,7 +78,10 @@ pub struct Stats {
     pub retransmissions_sent: u64,
     pub requests_given_up: u64,
     pub dropped: u64,
+    /// Requests of ours not sent: `limits.pending_requests` reached (`reports_dropped`), or
+    /// `limits.pending_request_bytes` (`reports_dropped_bytes`).
     pub reports_dropped: u64,
+    pub reports_dropped_bytes: u64,
     pub internal_errors: u64,
 }
 
@@ -92,6 +95,7 @@ impl Default for Stats {
             requests_given_up: 0,
             dropped: 0,
             reports_dropped: 0,
+            reports_dropped_bytes: 0,
             internal_errors: 0,
         }
     }
@@ -521,6 +525,10 @@ impl<D: Datapath> Agent<D> {
         }
         let seq = self.outstanding.next_sequence();
         let payload = Pdu::new(seid, seq, message).to_bytes();
+        if self.outstanding.bytes() + payload.len() > self.cfg.limits.pending_request_bytes {
+            self.stats.reports_dropped_bytes += 1;
+            return;
+        }
         self.outstanding.sent(now, dest, seq, payload.clone(), ctx);
         self.transmits.push_back(Transmit { dest, payload });
     }

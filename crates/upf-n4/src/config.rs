@@ -38,8 +38,10 @@ pub struct Limits {
     /// Per rule type (PDRs, FARs, QERs, URRs) in one session.
     pub rules_per_session: usize,
     pub sdf_filters_per_pdr: usize,
-    /// UP-initiated requests awaiting a response (reports beyond it are dropped and counted).
+    /// UP-initiated requests awaiting a response, and their bytes (requests beyond either
+    /// are not sent, and counted).
     pub pending_requests: usize,
+    pub pending_request_bytes: usize,
     /// Responses kept for retransmitted requests (§6.4): how many, their bytes (payload and
     /// `reliability::CACHE_ENTRY_OVERHEAD` each), and the bytes of those to one peer address.
     pub response_cache: usize,
@@ -55,6 +57,9 @@ impl Default for Limits {
             rules_per_session: 256,
             sdf_filters_per_pdr: 64,
             pending_requests: 16_384,
+            // A usage Session Report is 125 B, so the count bound binds first (~2 MB); this
+            // one holds if reports grow (several Usage Reports, node reports with many peers).
+            pending_request_bytes: 16 << 20,
             response_cache: 65_536,
             // A peer's 12 s window at ~1,000 procedures/s of ~500 B (with overhead) is ~6 MB;
             // the total lets eight such peers keep theirs whole, and is what one flooding peer

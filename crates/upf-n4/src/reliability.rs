@@ -301,6 +301,8 @@ pub struct Outstanding<T> {
     seqs: HashMap<u32, u32>,
     next_seq: u32,
     tie: u64,
+    /// The requests' payload bytes (capacity), for the caller's bound.
+    bytes: usize,
 }
 
 impl<T> Outstanding<T> {
@@ -314,6 +316,7 @@ impl<T> Outstanding<T> {
             seqs: HashMap::new(),
             next_seq: 1,
             tie: 0,
+            bytes: 0,
         }
     }
 
@@ -349,6 +352,7 @@ impl<T> Outstanding<T> {
 
     fn remove(&mut self, key: (SocketAddr, u32)) -> Option<Request<T>> {
         let r = self.requests.remove(&key)?;
+        self.bytes -= r.bytes.capacity();
         if let Some(t) = r.timer {
             self.timers.remove(&t);
         }
@@ -367,6 +371,7 @@ impl<T> Outstanding<T> {
         let key = (peer, seq);
         self.remove(key);
         let timer = self.schedule(now, key);
+        self.bytes += bytes.capacity();
         self.requests.insert(
             key,
             Request {
@@ -456,6 +461,11 @@ impl<T> Outstanding<T> {
     /// Whether no request is outstanding.
     pub fn is_empty(&self) -> bool {
         self.requests.is_empty()
+    }
+
+    /// Payload bytes of the outstanding requests.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -844,9 +854,13 @@ mod tests {
         let mut o = Outstanding::new(s(3), 1);
         o.sent(t0, peer(1), 1, vec![1], 'a');
         o.sent(t0 + s(1), peer(1), 1, vec![2], 'b');
+        o.sent(t0 + s(1), peer(2), 1, vec![3, 4], 'c');
+        assert_eq!((o.len(), o.bytes()), (2, 3));
+        assert_eq!(o.answered(peer(2), 1), Some('c'));
         assert_eq!(o.len(), 1);
         assert_eq!(o.next_timeout(), Some(t0 + s(4)));
         assert_eq!(o.answered(peer(1), 1), Some('b'));
+        assert_eq!(o.bytes(), 0);
         assert_eq!(o.next_timeout(), None);
         assert!(o.seqs.is_empty());
     }
@@ -975,7 +989,7 @@ mod tests {
             let mut o = Outstanding::new(s(3), n1);
             for i in 0..reqs {
                 let seq = o.next_sequence();
-                o.sent(t0, peer(u8::try_from(i).unwrap()), seq, vec![], i);
+                o.sent(t0, peer(u8::try_from(i).unwrap()), seq, vec![0; i], i);
             }
             let mut resends = 0u32;
             let mut gone = Vec::new();
@@ -987,6 +1001,7 @@ mod tests {
             gone.sort_unstable();
             prop_assert_eq!(gone, (0..reqs).collect::<Vec<_>>());
             prop_assert_eq!(resends, n1 * u32::try_from(reqs).unwrap());
+            prop_assert_eq!(o.bytes(), 0);
         }
     }
 }

@@ -565,6 +565,33 @@ fn path_failure_becomes_a_node_report() {
     );
 }
 
+/// Our requests awaiting a response are bounded in bytes too: one more that would pass the
+/// bound is not sent, and counted.
+#[test]
+fn requests_beyond_the_pending_bytes_are_counted_not_sent() {
+    let mut cfg = Config::new(UPF_IP.into());
+    cfg.limits.pending_request_bytes = 100;
+    let mut s = Smf::with_config(cfg);
+    s.associate(1);
+    for _ in 0..4 {
+        s.agent
+            .datapath_mut()
+            .push_event(DatapathEvent::PeerUnreachable {
+                peer: "192.0.2.9".parse().unwrap(),
+            });
+    }
+    let out = s.advance(Duration::from_millis(1));
+    let len = out[0].payload.len();
+    assert!(out.iter().all(|t| t.payload.len() == len));
+    let sent = out.len();
+    assert!(
+        sent * len <= 100 && (sent + 1) * len > 100,
+        "{sent} of {len} B"
+    );
+    assert_eq!(s.agent.stats.reports_dropped_bytes, 4 - sent as u64);
+    assert_eq!(s.agent.stats.reports_dropped, 0);
+}
+
 /// A response is kept for the SMF's (N1 + 1) x T1, and the cache's bounds and evictions are
 /// what the agent reports.
 #[test]
