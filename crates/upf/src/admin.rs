@@ -171,6 +171,7 @@ fn control(st: &State<'_>) -> ControlView {
         sessions: st.agent.session_count(),
         associations: st.agent.association_count(),
         pfcp: st.agent.stats.clone(),
+        response_cache: st.agent.response_cache(),
         uptime_s: st.uptime_s,
     }
 }

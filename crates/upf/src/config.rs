@@ -38,6 +38,9 @@ pub struct N4 {
     /// Retransmission timer T1 and count N1 for requests this UPF sends.
     pub t1_ms: u64,
     pub n1: u32,
+    /// The SMFs' T1 and N1: a response is kept (N1 + 1) x T1 to answer their retransmissions.
+    pub smf_t1_ms: u64,
+    pub smf_n1: u32,
 }
 
 impl Default for N4 {
@@ -50,6 +53,8 @@ impl Default for N4 {
             heartbeat_interval_s: 10,
             t1_ms: 3000,
             n1: 3,
+            smf_t1_ms: 3000,
+            smf_n1: 3,
         }
     }
 }
@@ -154,6 +159,14 @@ pub struct LimitsCfg {
     pub buffer_packets_per_far: usize,
     pub buffer_bytes_per_worker: usize,
     pub error_indications_per_s: u32,
+    /// Responses kept for retransmitted requests: how many, their bytes, and the bytes of
+    /// those to one peer address.
+    pub response_cache_entries: usize,
+    pub response_cache_bytes: usize,
+    pub response_cache_bytes_per_peer: usize,
+    /// Requests of this UPF awaiting a response: how many, and their bytes.
+    pub pending_requests: usize,
+    pub pending_request_bytes: usize,
 }
 
 impl Default for LimitsCfg {
@@ -166,6 +179,11 @@ impl Default for LimitsCfg {
             buffer_packets_per_far: p.buffer_packets_per_far,
             buffer_bytes_per_worker: p.buffer_bytes,
             error_indications_per_s: p.error_indications_per_s,
+            response_cache_entries: l.response_cache,
+            response_cache_bytes: l.response_cache_bytes,
+            response_cache_bytes_per_peer: l.response_cache_bytes_per_peer,
+            pending_requests: l.pending_requests,
+            pending_request_bytes: l.pending_request_bytes,
         }
     }
 }
@@ -280,6 +298,15 @@ impl FileConfig {
         if self.n4.t1_ms < 10 {
             return Err("n4.t1_ms: must be at least 10".into());
         }
+        if !(10..=60_000).contains(&self.n4.smf_t1_ms) {
+            return Err(format!(
+                "n4.smf_t1_ms: {} is not within 10..=60000",
+                self.n4.smf_t1_ms
+            ));
+        }
+        if self.n4.smf_n1 > 32 {
+            return Err(format!("n4.smf_n1: {} is above 32", self.n4.smf_n1));
+        }
         for (name, i) in [("n3", Some(&self.n3)), ("n9", self.n9.as_ref())] {
             let Some(i) = i else { continue };
             match i.gtpu_backend() {
@@ -356,6 +383,12 @@ impl FileConfig {
         if self.limits.sessions == 0 {
             return Err("limits.sessions: must be at least 1".into());
         }
+        if self.limits.response_cache_bytes_per_peer > self.limits.response_cache_bytes {
+            return Err(format!(
+                "limits.response_cache_bytes_per_peer: {} is above limits.response_cache_bytes ({})",
+                self.limits.response_cache_bytes_per_peer, self.limits.response_cache_bytes
+            ));
+        }
         if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
             return Err(format!(
                 "admin.address: {:?} is not IP or IP:PORT",
@@ -396,6 +429,22 @@ mod tests {
         assert_eq!(d.n6.n6_backend(), Backend::Auto);
         assert_eq!(c.workers.batch, d.workers.batch);
         assert_eq!(c.limits.sessions, d.limits.sessions);
+        assert_eq!(c.n4.smf_t1_ms, d.n4.smf_t1_ms);
+        assert_eq!(c.n4.smf_n1, d.n4.smf_n1);
+        assert_eq!(
+            c.limits.response_cache_entries,
+            d.limits.response_cache_entries
+        );
+        assert_eq!(c.limits.response_cache_bytes, d.limits.response_cache_bytes);
+        assert_eq!(
+            c.limits.response_cache_bytes_per_peer,
+            d.limits.response_cache_bytes_per_peer
+        );
+        assert_eq!(c.limits.pending_requests, d.limits.pending_requests);
+        assert_eq!(
+            c.limits.pending_request_bytes,
+            d.limits.pending_request_bytes
+        );
         assert_eq!(c.admin.address, d.admin.address);
         assert!(FileConfig::parse("").is_ok());
     }
@@ -420,6 +469,12 @@ mod tests {
             ),
             ("[admin]\naddress = \"x\"", "admin.address"),
             ("[n4]\nt1_ms = 1", "n4.t1_ms"),
+            ("[n4]\nsmf_t1_ms = 0", "n4.smf_t1_ms"),
+            ("[n4]\nsmf_n1 = 100", "n4.smf_n1"),
+            (
+                "[limits]\nresponse_cache_bytes = 1000",
+                "limits.response_cache_bytes_per_peer",
+            ),
             ("[log]\nformat = \"xml\"", "format"),
         ] {
             let e = FileConfig::parse(text).unwrap_err();

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 use upf_dataplane::{DropReason, Port};
+use upf_n4::reliability::{CacheStats, Eviction};
 use upf_n4::Stats;
 use upf_runtime::{WorkerStats, BATCH_TIME_BUCKETS};
 
@@ -13,6 +14,7 @@ pub struct ControlView {
     pub sessions: usize,
     pub associations: usize,
     pub pfcp: Stats,
+    pub response_cache: CacheStats,
     pub uptime_s: u64,
 }
 
@@ -298,13 +300,51 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             c.pfcp.dropped,
         ),
         (
-            "upf_pfcp_reports_dropped_total",
-            "Session reports dropped (too many awaiting a response).",
-            c.pfcp.reports_dropped,
+            "upf_pfcp_response_cache_expired_total",
+            "Cached responses dropped at the end of the SMF's retransmission window.",
+            c.response_cache.expired,
         ),
     ] {
         o.help(name, "counter", help);
         o.line(name, &[], v);
+    }
+    o.help(
+        "upf_pfcp_reports_dropped_total",
+        "counter",
+        "Requests of ours not sent, by the bound reached (requests or bytes awaiting a response).",
+    );
+    for (bound, v) in [
+        ("requests", c.pfcp.reports_dropped),
+        ("bytes", c.pfcp.reports_dropped_bytes),
+    ] {
+        o.line("upf_pfcp_reports_dropped_total", &[("bound", bound)], v);
+    }
+    for (name, help, v) in [
+        (
+            "upf_pfcp_response_cache_entries",
+            "Responses kept for retransmitted requests.",
+            c.response_cache.entries,
+        ),
+        (
+            "upf_pfcp_response_cache_bytes",
+            "Their bytes: payloads and the per-entry overhead.",
+            c.response_cache.bytes,
+        ),
+    ] {
+        o.help(name, "gauge", help);
+        o.line(name, &[], v);
+    }
+    o.help(
+        "upf_pfcp_response_cache_evictions_total",
+        "counter",
+        "Cached responses dropped before expiry, by the bound reached.",
+    );
+    for r in Eviction::ALL {
+        o.line(
+            "upf_pfcp_response_cache_evictions_total",
+            &[("reason", r.name())],
+            c.response_cache.evicted[r as usize],
+        );
     }
     o.0
 }
@@ -338,6 +378,12 @@ mod tests {
                 sessions: 1,
                 associations: 1,
                 pfcp,
+                response_cache: CacheStats {
+                    entries: 2,
+                    bytes: 600,
+                    evicted: [0, 0, 3],
+                    expired: 1,
+                },
                 uptime_s: 5,
             },
         );
@@ -355,6 +401,9 @@ mod tests {
         assert!(t.contains(
             "upf_pfcp_responses_sent_total{cause=\"1\",name=\"Request accepted (success)\"} 1"
         ));
+        assert!(t.contains("upf_pfcp_response_cache_bytes 600\n"));
+        assert!(t.contains("upf_pfcp_response_cache_evictions_total{reason=\"peer_bytes\"} 3\n"));
+        assert!(t.contains("upf_pfcp_reports_dropped_total{bound=\"bytes\"} 0\n"));
         // Every sample line is NAME{labels} VALUE or NAME VALUE; every family has HELP and TYPE.
         for l in t.lines().filter(|l| !l.starts_with('#')) {
             let v = l.rsplit(' ').next().unwrap();

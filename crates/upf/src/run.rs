@@ -203,8 +203,15 @@ pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
     cfg.heartbeat_interval = Duration::from_secs(c.n4.heartbeat_interval_s.max(1));
     cfg.t1 = Duration::from_millis(c.n4.t1_ms.max(10));
     cfg.n1 = c.n4.n1;
+    cfg.smf_t1 = Duration::from_millis(c.n4.smf_t1_ms);
+    cfg.smf_n1 = c.n4.smf_n1;
     cfg.limits.sessions = c.limits.sessions;
     cfg.limits.associations = c.limits.associations;
+    cfg.limits.response_cache = c.limits.response_cache_entries;
+    cfg.limits.response_cache_bytes = c.limits.response_cache_bytes;
+    cfg.limits.response_cache_bytes_per_peer = c.limits.response_cache_bytes_per_peer;
+    cfg.limits.pending_requests = c.limits.pending_requests;
+    cfg.limits.pending_request_bytes = c.limits.pending_request_bytes;
     Ok(cfg)
 }
 
