@@ -5,10 +5,12 @@
 use crate::metrics::{self, ControlView};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use upf_dataplane::{DropReason, Port};
 use upf_n4::Agent;
 use upf_rules::{Datapath, Seid};
@@ -46,15 +48,31 @@ impl Response {
     }
 }
 
-/// Accepts connections and forwards each request to the main loop.
-pub async fn serve(listener: TcpListener, to_main: mpsc::Sender<Request>) {
+/// Accepts connections and forwards each request to the main loop. At most `max` connections
+/// are served at once (each holds a task and a 4 KiB buffer for up to 5 s); one more is
+/// answered 503 if its socket takes it at once, closed, and counted in `refused`.
+pub async fn serve(
+    listener: TcpListener,
+    to_main: mpsc::Sender<Request>,
+    max: usize,
+    refused: Arc<AtomicU64>,
+) {
+    let slots = Arc::new(Semaphore::new(max));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refused.fetch_add(1, Ordering::Relaxed);
+            let _ = stream.try_write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
             continue;
         };
         let to_main = to_main.clone();
         tokio::spawn(async move {
             let _ = tokio::time::timeout(Duration::from_secs(5), connection(stream, to_main)).await;
+            drop(slot);
         });
     }
 }
@@ -125,6 +143,8 @@ async fn connection(mut s: TcpStream, to_main: mpsc::Sender<Request>) -> std::io
 pub struct State<'a> {
     pub agent: &'a Agent<Workers>,
     pub uptime_s: u64,
+    /// Admin connections refused (`admin.max_connections` being served).
+    pub admin_refused: u64,
 }
 
 pub fn answer(path: &str, st: &State<'_>) -> Response {
@@ -172,6 +192,7 @@ fn control(st: &State<'_>) -> ControlView {
         associations: st.agent.association_count(),
         pfcp: st.agent.stats.clone(),
         response_cache: st.agent.response_cache(),
+        admin_refused: st.admin_refused,
         uptime_s: st.uptime_s,
     }
 }

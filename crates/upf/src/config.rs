@@ -204,12 +204,15 @@ pub struct Admin {
     /// HTTP address of `/metrics` (Prometheus) and `/api/…` (what `upf show` reads);
     /// empty: off.
     pub address: String,
+    /// Connections served at once; more are refused (and counted).
+    pub max_connections: usize,
 }
 
 impl Default for Admin {
     fn default() -> Self {
         Self {
             address: "127.0.0.1:9464".into(),
+            max_connections: 16,
         }
     }
 }
@@ -389,6 +392,9 @@ impl FileConfig {
                 self.limits.response_cache_bytes_per_peer, self.limits.response_cache_bytes
             ));
         }
+        if self.admin.max_connections == 0 {
+            return Err("admin.max_connections: must be at least 1".into());
+        }
         if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
             return Err(format!(
                 "admin.address: {:?} is not IP or IP:PORT",
@@ -446,6 +452,7 @@ mod tests {
             d.limits.pending_request_bytes
         );
         assert_eq!(c.admin.address, d.admin.address);
+        assert_eq!(c.admin.max_connections, d.admin.max_connections);
         assert!(FileConfig::parse("").is_ok());
     }
 
@@ -468,6 +475,7 @@ mod tests {
                 "acl.uplink_rules[0]",
             ),
             ("[admin]\naddress = \"x\"", "admin.address"),
+            ("[admin]\nmax_connections = 0", "admin.max_connections"),
             ("[n4]\nt1_ms = 1", "n4.t1_ms"),
             ("[n4]\nsmf_t1_ms = 0", "n4.smf_t1_ms"),
             ("[n4]\nsmf_n1 = 100", "n4.smf_n1"),

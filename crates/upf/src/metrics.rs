@@ -15,6 +15,7 @@ pub struct ControlView {
     pub associations: usize,
     pub pfcp: Stats,
     pub response_cache: CacheStats,
+    pub admin_refused: u64,
     pub uptime_s: u64,
 }
 
@@ -56,6 +57,12 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
         "Seconds since the UPF started.",
     );
     o.line("upf_uptime_seconds", &[], c.uptime_s);
+    o.help(
+        "upf_admin_connections_refused_total",
+        "counter",
+        "Admin/metrics connections refused: admin.max_connections were being served.",
+    );
+    o.line("upf_admin_connections_refused_total", &[], c.admin_refused);
 
     let per_port = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&WorkerStats, usize) -> u64| {
         o.help(name, "counter", help);
@@ -384,6 +391,7 @@ mod tests {
                     evicted: [0, 0, 3],
                     expired: 1,
                 },
+                admin_refused: 4,
                 uptime_s: 5,
             },
         );
@@ -402,6 +410,7 @@ mod tests {
             "upf_pfcp_responses_sent_total{cause=\"1\",name=\"Request accepted (success)\"} 1"
         ));
         assert!(t.contains("upf_pfcp_response_cache_bytes 600\n"));
+        assert!(t.contains("upf_admin_connections_refused_total 4\n"));
         assert!(t.contains("upf_pfcp_response_cache_evictions_total{reason=\"peer_bytes\"} 3\n"));
         assert!(t.contains("upf_pfcp_reports_dropped_total{bound=\"bytes\"} 0\n"));
         // Every sample line is NAME{labels} VALUE or NAME VALUE; every family has HELP and TYPE.

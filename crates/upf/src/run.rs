@@ -330,13 +330,19 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
     let started = Instant::now();
     let mut agent = Agent::new(cfg, workers, started, ntp_now())?;
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
+    let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
         let a = config::socket_addr(&c.admin.address, 9464).ok_or("admin.address")?;
         let l = tokio::net::TcpListener::bind(a)
             .await
             .map_err(|e| format!("admin.address {a}: {e}"))?;
         info!(target: "upf", "admin: http://{} (/metrics, /api/…)", l.local_addr().unwrap_or(a));
-        tokio::spawn(admin::serve(l, admin_tx));
+        tokio::spawn(admin::serve(
+            l,
+            admin_tx,
+            c.admin.max_connections,
+            admin_refused.clone(),
+        ));
     }
     info!(target: "upf", "N4 listening on {}", sock.local_addr().unwrap_or(addr));
     let mut buf = vec![0u8; 65_536];
@@ -360,7 +366,11 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
                 Err(e) => warn!(target: "upf::n4", "receive: {e}"),
             },
             Some(req) = admin_rx.recv() => {
-                let st = admin::State { agent: &agent, uptime_s: started.elapsed().as_secs() };
+                let st = admin::State {
+                    agent: &agent,
+                    uptime_s: started.elapsed().as_secs(),
+                    admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
+                };
                 let _ = req.reply.send(admin::answer(&req.path, &st));
             }
             () = tokio::time::sleep_until(deadline.into()) => agent.handle_timeout(Instant::now()),
