@@ -266,6 +266,15 @@ impl Pipeline {
             self.timers
                 .push(Reverse((at, slot, self.generations[slot as usize])));
         }
+        // Every install leaves its predecessor's entry behind until that deadline passes,
+        // which a Measurement Period or timer of days puts far off: an SMF modifying a session
+        // over and over would grow the heap for as long. A slot has at most two current
+        // entries, so once stale ones dominate they are dropped (amortised O(1) per push).
+        if self.timers.len() > 4 * self.slots.len() + 64 {
+            let generations = &self.generations;
+            self.timers
+                .retain(|Reverse((_, s, g))| generations.get(*s as usize) == Some(g));
+        }
     }
 
     /// Whether packets wait for the next [`Pipeline::process`] call (buffered packets a FAR
@@ -357,5 +366,60 @@ impl Datapath for Pipeline {
 
     fn poll_event(&mut self) -> Option<DatapathEvent> {
         Pipeline::poll_event(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_rules::{far, pdi};
+    use crate::{Pipeline, PipelineConfig};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+    use std::time::Instant;
+    use upf_rules::*;
+
+    /// One uplink PDR counted by a URR with a day's Measurement Period.
+    fn periodic(seid: u64) -> Arc<Session> {
+        let mut s = Session::new(Seid(seid), Seid(seid), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let ue = Ipv4Addr::from(0x0a00_0000 + u32::try_from(seid).unwrap());
+        s.insert_pdr(Pdr {
+            id: PdrId(1),
+            precedence: Precedence(1),
+            pdi: pdi(true, u32::try_from(seid).unwrap(), ue),
+            outer_header_removal: None,
+            far: Some(FarId(1)),
+            qers: Default::default(),
+            urrs: [UrrId(1)].into_iter().collect(),
+        })
+        .unwrap();
+        s.insert_far(far(1, None)).unwrap();
+        let mut u = Urr::new(UrrId(1));
+        u.triggers = ReportingTriggers::PERIO;
+        u.measurement_period_s = Some(86_400);
+        s.insert_urr(u).unwrap();
+        Arc::new(s)
+    }
+
+    /// Modifications of sessions with far-off deadlines leave no more timer entries than a
+    /// few per session, however many there were.
+    #[test]
+    fn reinstalls_do_not_grow_the_timer_heap() {
+        let now = Instant::now();
+        let mut p = Pipeline::new(now, PipelineConfig::default());
+        for i in 0..10_000u64 {
+            p.install(now, periodic(1 + i % 3), InstallFlags::default())
+                .unwrap();
+        }
+        assert!(
+            p.timers.len() <= 4 * p.slots.len() + 65,
+            "{}",
+            p.timers.len()
+        );
+        // The current deadlines are all still there.
+        for seid in 1..=3 {
+            let slot = p.by_seid[&Seid(seid)];
+            let g = p.generations[slot as usize];
+            assert!(p.timers.iter().any(|r| r.0 .1 == slot && r.0 .2 == g));
+        }
     }
 }
