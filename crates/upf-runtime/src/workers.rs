@@ -1,6 +1,7 @@
 //! The worker threads and the control path to them.
 
 use crate::steer;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -75,8 +76,10 @@ pub struct WorkerStats {
     pub sessions: usize,
     /// Per queue: its port, what it is, its counters.
     pub io: Vec<(Port, String, IoStats)>,
-    /// Packets this worker received and handed to their owning worker.
+    /// Packets this worker received and handed to their owning worker …
     pub handed_off: u64,
+    /// … and those it dropped instead, the owner's backlog being full.
+    pub hand_off_dropped: u64,
     /// Packets the pipeline sent by a port this worker has no queue for.
     pub no_queue: u64,
     pub batch: BatchStats,
@@ -88,6 +91,42 @@ pub const IDLE_POLL: Duration = Duration::from_micros(20);
 /// The longest an idle worker sleeps (its timers are checked at least this often; packets and
 /// control messages wake it at once).
 const IDLE_SLEEP: Duration = Duration::from_millis(10);
+
+/// Packets handed to a worker and not yet taken by it, at most (give or take a batch from each
+/// other worker): a worker that cannot keep up with what the others receive for its UEs (one
+/// UE flooded) would otherwise queue them without bound. Twice a large NIC ring.
+pub const HAND_OFF_BACKLOG: usize = 8192;
+
+/// Packets handed to each worker and not yet taken.
+#[derive(Debug, Default)]
+struct Backlog(Vec<AtomicUsize>);
+
+impl Backlog {
+    fn new(workers: usize) -> Self {
+        Self((0..workers).map(|_| AtomicUsize::new(0)).collect())
+    }
+
+    /// Whether `n` more packets may be handed to worker `w` (and counts them if so).
+    fn try_add(&self, w: usize, n: usize) -> bool {
+        let Some(b) = self.0.get(w) else {
+            return false;
+        };
+        if b.load(Ordering::Relaxed) + n > HAND_OFF_BACKLOG {
+            return false;
+        }
+        b.fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
+    /// Worker `w` took `n` packets.
+    fn taken(&self, w: usize, n: usize) {
+        if let Some(b) = self.0.get(w) {
+            let _ = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+        }
+    }
+}
 
 /// Buckets of [`BatchStats::time`]: < 1 µs, < 2 µs, … < 2^14 µs (16 ms), longer.
 pub const BATCH_TIME_BUCKETS: usize = 16;
@@ -150,6 +189,7 @@ struct Worker {
     peers: Vec<Sender<Input>>,
     wakers: Vec<Arc<Waker>>,
     waker: Arc<Waker>,
+    backlog: Arc<Backlog>,
     steering: steer::Steering,
     batch: usize,
     idle_poll: Option<Duration>,
@@ -195,6 +235,7 @@ impl Worker {
                 };
                 match next {
                     Ok(Input::Packets(mut b)) => {
+                        self.backlog.taken(self.index, b.len());
                         self.process_io(&mut b, &mut out, &mut pool, &mut tx);
                     }
                     Ok(Input::Control(c)) => {
@@ -224,7 +265,7 @@ impl Worker {
                 }
                 got += n;
                 if !self.queues.steered && self.peers.len() > 1 {
-                    self.hand_off(&mut rx, &mut keep, &mut away);
+                    self.hand_off(&mut rx, &mut keep, &mut away, &mut pool);
                 }
                 self.process_io(&mut rx, &mut out, &mut pool, &mut tx);
             }
@@ -273,7 +314,13 @@ impl Worker {
 
     /// Moves the packets of other workers' UEs out of `rx` to their owners (`keep` is
     /// scratch space, so that neither vector reallocates).
-    fn hand_off(&mut self, rx: &mut Vec<Packet>, keep: &mut Vec<Packet>, away: &mut [Vec<Packet>]) {
+    fn hand_off(
+        &mut self,
+        rx: &mut Vec<Packet>,
+        keep: &mut Vec<Packet>,
+        away: &mut [Vec<Packet>],
+        pool: &mut Pool,
+    ) {
         for p in rx.drain(..) {
             match self.steering.worker(&p) {
                 w if w == self.index => keep.push(p),
@@ -282,11 +329,17 @@ impl Worker {
         }
         std::mem::swap(rx, keep);
         for (w, b) in away.iter_mut().enumerate() {
-            if !b.is_empty() {
-                self.stats.handed_off += b.len() as u64;
-                let _ = self.peers[w].send(Input::Packets(std::mem::take(b)));
-                self.wakers[w].wake();
+            if b.is_empty() {
+                continue;
             }
+            if !self.backlog.try_add(w, b.len()) {
+                self.stats.hand_off_dropped += b.len() as u64;
+                pool.put_all(b.drain(..));
+                continue;
+            }
+            self.stats.handed_off += b.len() as u64;
+            let _ = self.peers[w].send(Input::Packets(std::mem::take(b)));
+            self.wakers[w].wake();
         }
     }
 
@@ -453,6 +506,7 @@ impl Workers {
             .map(|_| Waker::new().map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("eventfd for the workers: {e}"))?;
+        let backlog = Arc::new(Backlog::new(cfg.workers));
         let mut threads = Vec::new();
         for (i, rx) in receivers.into_iter().enumerate() {
             let w = Worker {
@@ -465,6 +519,7 @@ impl Workers {
                 peers: inputs.clone(),
                 wakers: wakers.clone(),
                 waker: wakers[i].clone(),
+                backlog: backlog.clone(),
                 steering: steering.clone(),
                 batch: cfg.batch.max(1),
                 idle_poll: cfg.idle_poll,
@@ -680,4 +735,24 @@ fn merge(reports: Vec<UsageReport>) -> Vec<UsageReport> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hand_off_backlog_bounded_per_worker() {
+        let b = Backlog::new(2);
+        assert!(b.try_add(1, HAND_OFF_BACKLOG - 10));
+        assert!(!b.try_add(1, 11), "past the bound");
+        assert!(b.try_add(0, 64), "another worker's backlog is its own");
+        assert!(b.try_add(1, 10));
+        b.taken(1, 100);
+        assert!(b.try_add(1, 100));
+        assert!(!b.try_add(1, 1));
+        b.taken(1, usize::MAX);
+        assert_eq!(b.0[1].load(Ordering::Relaxed), 0);
+        assert!(!b.try_add(2, 1), "no such worker");
+    }
 }

@@ -254,6 +254,7 @@ fn worker(i: usize, w: &WorkerStats) -> Value {
         "dropped": w.counters.dropped_total(),
         "buffered": w.counters.buffered,
         "handed_off": w.handed_off,
+        "hand_off_dropped": w.hand_off_dropped,
         "batches": w.batch.batches,
         "mean_batch": if w.batch.batches == 0 { 0.0 } else { w.batch.packets as f64 / w.batch.batches as f64 },
         "mean_batch_us": if w.batch.batches == 0 { 0.0 } else { w.batch.time_ns_sum as f64 / w.batch.batches as f64 / 1e3 },

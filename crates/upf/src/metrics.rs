@@ -157,6 +157,12 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
     );
     counter(
         &mut o,
+        "upf_packets_hand_off_dropped_total",
+        "Packets for another worker's UE dropped: that worker's backlog of handed-over packets was full.",
+        &|s| s.hand_off_dropped,
+    );
+    counter(
+        &mut o,
         "upf_packets_no_queue_total",
         "Packets sent by a port the worker has no queue for.",
         &|s| s.no_queue,
