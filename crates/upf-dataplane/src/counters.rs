@@ -79,6 +79,9 @@ pub struct Counters {
     pub buffered: u64,
     /// Error Indications not sent because of the rate limit.
     pub error_indications_suppressed: u64,
+    /// Error Indications received for a session whose SMF was told of one since the session
+    /// was last installed or modified: not reported again.
+    pub error_indications_repeated: u64,
 }
 
 impl Counters {
@@ -134,5 +137,6 @@ impl Counters {
         self.created += o.created;
         self.buffered += o.buffered;
         self.error_indications_suppressed += o.error_indications_suppressed;
+        self.error_indications_repeated += o.error_indications_repeated;
     }
 }

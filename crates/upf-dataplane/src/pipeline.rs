@@ -1190,7 +1190,12 @@ impl Pipeline {
             return;
         };
         let owner = self.remote.get(&(teid, Addr::from_ip(peer)));
-        if let Some(s) = owner.and_then(|&s| self.slots.get(s as usize)?.as_ref()) {
+        if let Some(s) = owner.and_then(|&s| self.slots.get_mut(s as usize)?.as_mut()) {
+            if s.error_indication_reported {
+                self.counters.error_indications_repeated += 1;
+                return;
+            }
+            s.error_indication_reported = true;
             self.events.push_back(DatapathEvent::ErrorIndication {
                 seid: s.seid,
                 teid: Teid(teid),

@@ -237,6 +237,9 @@ pub(crate) struct Compiled {
     pub inactivity: Option<Duration>,
     pub last_packet: Instant,
     pub inactive_reported: bool,
+    /// An Error Indication for one of its tunnels was reported since it was (re)installed:
+    /// later ones are not (a peer sending them at line rate would queue a report each).
+    pub error_indication_reported: bool,
 }
 
 /// What compiling needs to know about this UPF.
@@ -304,6 +307,7 @@ impl Compiled {
                 .map(|t| Duration::from_secs(t.into())),
             last_packet: now,
             inactive_reported: false,
+            error_indication_reported: false,
             rules: s,
         })
     }

@@ -181,7 +181,7 @@ fn a_received_end_marker_is_consumed() {
 #[test]
 fn a_received_error_indication_for_our_tunnel_is_reported_to_the_smf() {
     let mut r = Rig::new();
-    r.establish(simple_session(UE, 0xabcd));
+    let (seid, _) = r.establish(simple_session(UE, 0xabcd));
     let ei = |teid| {
         let mut b = [0u8; 64];
         let n = gtpu_msg::emit_error_indication(teid, GNB.into(), &mut b).unwrap();
@@ -208,5 +208,21 @@ fn a_received_error_indication_for_our_tunnel_is_reported_to_the_smf() {
         }]
     );
     assert_eq!(r.dp().counters().dropped(DropReason::Signalling), 2);
+    // More of them (a gNB repeating itself, or a flood) are not reported again until the
+    // SMF modifies the session: one report queued per session, not one per packet.
+    for _ in 0..100 {
+        assert!(r.send1(ei(0xabcd)).is_empty());
+    }
+    assert!(r.reports().is_empty());
+    assert_eq!(r.dp().counters().error_indications_repeated, 100);
+    let m = upf_pfcp::messages::SessionModificationRequest {
+        update_fars: [upf_n4::smf::update_far_to_gnb(2, 0xabcd, GNB)]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, upf_pfcp::Cause::REQUEST_ACCEPTED);
+    assert!(r.send1(ei(0xabcd)).is_empty());
+    assert_eq!(r.reports().len(), 1);
     assert_balanced(&mut r);
 }

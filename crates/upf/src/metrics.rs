@@ -151,6 +151,12 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
     );
     counter(
         &mut o,
+        "upf_error_indications_repeated_total",
+        "Error Indications received for a session already reported to its SMF since its last modification (not reported again).",
+        &|s| s.counters.error_indications_repeated,
+    );
+    counter(
+        &mut o,
         "upf_packets_handed_off_total",
         "Packets a worker received for another worker's UE and handed over.",
         &|s| s.handed_off,
