@@ -83,6 +83,8 @@ pub struct Stats {
     pub reports_dropped: u64,
     pub reports_dropped_bytes: u64,
     pub internal_errors: u64,
+    /// Events not queued: the driver had 4096 unpolled.
+    pub events_dropped: u64,
 }
 
 impl Default for Stats {
@@ -97,6 +99,7 @@ impl Default for Stats {
             reports_dropped: 0,
             reports_dropped_bytes: 0,
             internal_errors: 0,
+            events_dropped: 0,
         }
     }
 }
@@ -309,6 +312,8 @@ impl<D: Datapath> Agent<D> {
         // Bounded: a driver that never polls events must not make memory grow.
         if self.events.len() < 4096 {
             self.events.push_back(e);
+        } else {
+            self.stats.events_dropped += 1;
         }
     }
 

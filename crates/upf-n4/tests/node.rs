@@ -304,3 +304,15 @@ fn release_all_asks_each_smf_to_release() {
     assert_eq!(s.agent.session_count(), 0);
     assert_eq!(s.agent.association_count(), 0);
 }
+
+/// Events a driver does not poll are bounded (4096) and the rest counted.
+#[test]
+fn unpolled_events_are_bounded_and_counted() {
+    let mut s = Smf::new();
+    for _ in 0..5000 {
+        s.send_bytes(&[0xff]);
+    }
+    assert_eq!(s.agent.stats.dropped, 5000);
+    assert_eq!(s.agent.stats.events_dropped, 5000 - 4096);
+    assert_eq!(std::iter::from_fn(|| s.agent.poll_event()).count(), 4096);
+}

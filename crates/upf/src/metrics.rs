@@ -319,6 +319,11 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             c.pfcp.dropped,
         ),
         (
+            "upf_pfcp_events_dropped_total",
+            "Agent events (what is logged) dropped: 4096 were waiting for the driver.",
+            c.pfcp.events_dropped,
+        ),
+        (
             "upf_pfcp_response_cache_expired_total",
             "Cached responses dropped at the end of the SMF's retransmission window.",
             c.response_cache.expired,
