@@ -150,6 +150,7 @@ pub struct UePool {
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsCfg {
     pub sessions: usize,
+    pub sessions_per_association: usize,
     pub associations: usize,
     pub buffer_packets_per_far: usize,
     pub buffer_bytes_per_worker: usize,
@@ -162,6 +163,7 @@ impl Default for LimitsCfg {
         let p = upf_dataplane::PipelineConfig::default();
         Self {
             sessions: l.sessions,
+            sessions_per_association: l.sessions_per_association,
             associations: l.associations,
             buffer_packets_per_far: p.buffer_packets_per_far,
             buffer_bytes_per_worker: p.buffer_bytes,
@@ -355,6 +357,9 @@ impl FileConfig {
         }
         if self.limits.sessions == 0 {
             return Err("limits.sessions: must be at least 1".into());
+        }
+        if self.limits.sessions_per_association == 0 {
+            return Err("limits.sessions_per_association: must be at least 1".into());
         }
         if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
             return Err(format!(
