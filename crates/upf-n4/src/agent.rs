@@ -7,6 +7,7 @@ use crate::config::{AllowedPeer, Config};
 use crate::reject::Reject;
 use crate::reliability::{CacheStats, Outstanding, ResponseCache};
 use crate::session::SessionCtx;
+use crate::trust::Refusal;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -48,6 +49,12 @@ pub enum Event {
         seid: Seid,
         reason: &'static str,
     },
+    /// A request was refused at the trust boundary (the sender may not do this).
+    Refused {
+        message_type: u8,
+        peer: SocketAddr,
+        reason: Refusal,
+    },
     /// A request was refused (the response carries the reason too).
     Rejected {
         message_type: u8,
@@ -85,6 +92,8 @@ pub struct Stats {
     pub internal_errors: u64,
     /// Events not queued: the driver had 4096 unpolled.
     pub events_dropped: u64,
+    /// Requests refused at the trust boundary, by `Refusal::index`.
+    pub refused: [u64; Refusal::ALL.len()],
 }
 
 impl Default for Stats {
@@ -100,50 +109,55 @@ impl Default for Stats {
             reports_dropped_bytes: 0,
             internal_errors: 0,
             events_dropped: 0,
+            refused: [0; Refusal::ALL.len()],
         }
     }
 }
 
-/// Our SEID by the CP F-SEID (CP address, CP SEID). Most CP SEIDs are unique on their own and
-/// key `first` (16 B an entry; the address is checked in the session's rules); one already
-/// there for another address keys `more`, with its address.
+/// Our SEID by the CP F-SEID (CP address, CP SEID) and the association that established it: a
+/// CP F-SEID is unique only within its CP function, and one association's establishment never
+/// replaces another's session. Most CP SEIDs are unique on their own and key `first` (16 B an
+/// entry; the owner and address are checked in the session); one already there for another
+/// owner or address keys `more`, with both.
 #[derive(Debug, Default)]
 pub(crate) struct ByCpSeid {
     first: HashMap<u64, Seid>,
-    more: HashMap<(IpAddr, u64), Seid>,
+    more: HashMap<(NodeId, IpAddr, u64), Seid>,
 }
 
 impl ByCpSeid {
-    /// `cp_addr_of` gives the CP address of one of our sessions.
-    pub fn get(
+    /// `owner_of` gives the owning node and CP address of one of our sessions.
+    pub fn get<'a>(
         &self,
+        node: &NodeId,
         addr: IpAddr,
         cp_seid: u64,
-        cp_addr_of: impl Fn(Seid) -> Option<IpAddr>,
+        owner_of: impl Fn(Seid) -> Option<(&'a NodeId, IpAddr)>,
     ) -> Option<Seid> {
         match self.first.get(&cp_seid) {
-            Some(&s) if cp_addr_of(s) == Some(addr) => Some(s),
-            _ => self.more.get(&(addr, cp_seid)).copied(),
+            Some(&s) if owner_of(s) == Some((node, addr)) => Some(s),
+            _ if self.more.is_empty() => None,
+            _ => self.more.get(&(node.clone(), addr, cp_seid)).copied(),
         }
     }
 
-    /// Adds a session; none may be there for the same address and CP SEID.
-    pub fn insert(&mut self, addr: IpAddr, cp_seid: u64, seid: Seid) {
+    /// Adds a session; none may be there for the same owner, address and CP SEID.
+    pub fn insert(&mut self, node: &NodeId, addr: IpAddr, cp_seid: u64, seid: Seid) {
         match self.first.entry(cp_seid) {
             Entry::Vacant(e) => {
                 e.insert(seid);
             }
             Entry::Occupied(_) => {
-                self.more.insert((addr, cp_seid), seid);
+                self.more.insert((node.clone(), addr, cp_seid), seid);
             }
         }
     }
 
-    pub fn remove(&mut self, addr: IpAddr, cp_seid: u64, seid: Seid) {
+    pub fn remove(&mut self, node: &NodeId, addr: IpAddr, cp_seid: u64, seid: Seid) {
         if self.first.get(&cp_seid) == Some(&seid) {
             self.first.remove(&cp_seid);
-        } else {
-            self.more.remove(&(addr, cp_seid));
+        } else if !self.more.is_empty() {
+            self.more.remove(&(node.clone(), addr, cp_seid));
         }
     }
 }
@@ -167,6 +181,8 @@ pub(crate) struct Association {
     pub recovery: u32,
     pub next_heartbeat: Instant,
     pub heartbeat_pending: bool,
+    /// Sessions it established (bounded by `limits.sessions_per_association`).
+    pub sessions: usize,
 }
 
 /// The context of a request this node sent, for when its response (or silence) comes.
@@ -433,14 +449,38 @@ impl<D: Datapath> Agent<D> {
         if !message.is_request() {
             return self.handle_response(now, peer, header, message);
         }
+        // §6.2.6.1: every request but these two needs an association, and the sender must
+        // speak for one; which association may do what is checked per procedure.
+        let opens = matches!(
+            &message,
+            Message::HeartbeatRequest(_) | Message::AssociationSetupRequest(_)
+        );
+        if !opens && !self.is_associated(peer) {
+            let t = message.message_type();
+            self.refuse(t, peer, Refusal::NotAssociated);
+            let cp_seid = match &message {
+                Message::SessionEstablishmentRequest(m) => m.cp_f_seid.seid,
+                _ => 0,
+            };
+            let r = Reject::new(
+                Cause::NO_ESTABLISHED_PFCP_ASSOCIATION,
+                "sender not associated",
+            );
+            if let Some((seid, m)) = self.reject_response(t, cp_seid, r) {
+                self.respond(now, peer, seq, seid, m);
+            }
+            return;
+        }
         let (seid, response) = match message {
             Message::HeartbeatRequest(m) => (None, self.heartbeat_request(now, peer, m).into()),
             Message::AssociationSetupRequest(m) => {
                 (None, self.association_setup_request(now, peer, m))
             }
-            Message::AssociationUpdateRequest(m) => (None, self.association_update_request(m)),
+            Message::AssociationUpdateRequest(m) => {
+                (None, self.association_update_request(peer, m))
+            }
             Message::AssociationReleaseRequest(m) => {
-                (None, self.association_release_request(now, m))
+                (None, self.association_release_request(now, peer, m))
             }
             Message::PfdManagementRequest(_) => (
                 None,
@@ -462,7 +502,9 @@ impl<D: Datapath> Agent<D> {
                 }
                 .into(),
             ),
-            Message::SessionSetDeletionRequest(m) => (None, self.session_set_deletion(now, m)),
+            Message::SessionSetDeletionRequest(m) => {
+                (None, self.session_set_deletion(now, peer, m))
+            }
             Message::SessionEstablishmentRequest(m) => {
                 let (cp, resp) = self.session_establishment(now, peer, header, m);
                 (Some(cp), resp)
@@ -472,7 +514,7 @@ impl<D: Datapath> Agent<D> {
                 (Some(cp), resp)
             }
             Message::SessionDeletionRequest(_) => {
-                let (cp, resp) = self.session_deletion(now, header);
+                let (cp, resp) = self.session_deletion(now, peer, header);
                 (Some(cp), resp)
             }
             Message::SessionReportRequest(_) => (
@@ -507,8 +549,15 @@ impl<D: Datapath> Agent<D> {
         if let Some(c) = response_cause(&message) {
             self.stats.causes_sent[usize::from(c.0)] += 1;
         }
+        // A refusal to a sender without an association changed nothing: executing its
+        // retransmission again costs less than keeping it, and an unassociated sender can
+        // then not fill the cache at all.
+        let keep =
+            self.is_associated(peer) || response_cause(&message).is_some_and(|c| c.is_accepted());
         let payload = Pdu::new(seid, seq, message).to_bytes();
-        self.cache.insert(now, peer, seq, payload.clone());
+        if keep {
+            self.cache.insert(now, peer, seq, payload.clone());
+        }
         self.transmits.push_back(Transmit {
             dest: peer,
             payload,
@@ -562,14 +611,41 @@ impl<D: Datapath> Agent<D> {
             peer,
             reject,
         });
-        let cp_seid = |agent: &Self| -> u64 {
-            header
+        // The CP SEID of a session request, told only to the session's own association.
+        let cp_seid = match t {
+            50 => RawMessage::split(bytes)
+                .ok()
+                .and_then(|(raw, _)| find_ie::<FSeid>(raw.body, 57))
+                .map_or(0, |f| f.seid),
+            56 => header.seid.unwrap_or(0),
+            _ => header
                 .seid
-                .and_then(|s| agent.sessions.get(&Seid(s)))
-                .map_or(0, |s| s.rules.cp_seid.0)
+                .and_then(|s| self.owned_session(peer, Seid(s)).ok())
+                .and_then(|s| self.sessions.get(&s))
+                .map_or(0, |s| s.rules.cp_seid.0),
         };
+        let Some((seid, m)) = self.reject_response(t, cp_seid, reject) else {
+            // A malformed response, or a message type nobody knows (§7.6: ignore).
+            self.stats.dropped += 1;
+            return self.event(Event::Dropped {
+                peer,
+                why: "malformed response or unknown message",
+            });
+        };
+        self.respond(now, peer, header.sequence, seid, m);
+    }
+
+    /// The response refusing a request of type `t` (None for a type that is not a request
+    /// the UPF answers); `cp_seid` goes in the header of a session response.
+    fn reject_response(
+        &self,
+        t: u8,
+        cp_seid: u64,
+        reject: Reject,
+    ) -> Option<(Option<u64>, Message)> {
         let node_id = self.cfg.node_id.clone();
-        let (seid, m): (Option<u64>, Message) = match t {
+        let offending_ie = reject.offending_ie.map(OffendingIe);
+        Some(match t {
             1 => (None, self.heartbeat_response().into()),
             5 => (None, self.association_setup_response(reject.cause).into()),
             7 => (
@@ -593,7 +669,7 @@ impl<D: Datapath> Agent<D> {
                 None,
                 PfdManagementResponse {
                     cause: reject.cause,
-                    offending_ie: reject.offending_ie.map(OffendingIe),
+                    offending_ie,
                     node_id: Some(node_id),
                 }
                 .into(),
@@ -603,7 +679,7 @@ impl<D: Datapath> Agent<D> {
                 NodeReportResponse {
                     node_id,
                     cause: reject.cause,
-                    offending_ie: reject.offending_ie.map(OffendingIe),
+                    offending_ie,
                 }
                 .into(),
             ),
@@ -612,48 +688,33 @@ impl<D: Datapath> Agent<D> {
                 SessionSetDeletionResponse {
                     node_id,
                     cause: reject.cause,
-                    offending_ie: reject.offending_ie.map(OffendingIe),
+                    offending_ie,
                 }
                 .into(),
             ),
-            50 => {
-                // The CP F-SEID may well have decoded even if something else did not.
-                let cp = RawMessage::split(bytes)
-                    .ok()
-                    .and_then(|(raw, _)| find_ie::<FSeid>(raw.body, 57))
-                    .map_or(0, |f| f.seid);
-                (
-                    Some(cp),
-                    crate::session::establishment_reject(node_id, reject).into(),
-                )
-            }
+            50 => (
+                Some(cp_seid),
+                crate::session::establishment_reject(node_id, reject).into(),
+            ),
             52 => (
-                Some(cp_seid(self)),
+                Some(cp_seid),
                 crate::session::modification_reject(reject).into(),
             ),
             54 => (
-                Some(cp_seid(self)),
+                Some(cp_seid),
                 crate::session::deletion_reject(reject).into(),
             ),
             56 => (
-                Some(header.seid.unwrap_or(0)),
+                Some(cp_seid),
                 SessionReportResponse {
                     cause: reject.cause,
-                    offending_ie: reject.offending_ie.map(OffendingIe),
+                    offending_ie,
                     ..Default::default()
                 }
                 .into(),
             ),
-            _ => {
-                // A malformed response, or a message type nobody knows (§7.6: ignore).
-                self.stats.dropped += 1;
-                return self.event(Event::Dropped {
-                    peer,
-                    why: "malformed response or unknown message",
-                });
-            }
-        };
-        self.respond(now, peer, header.sequence, seid, m);
+            _ => return None,
+        })
     }
 
     fn handle_response(
@@ -675,7 +736,14 @@ impl<D: Datapath> Agent<D> {
                 self.heartbeat_answered(now, &node, m.recovery_time_stamp.0);
             }
             (Pending::AssociationSetup(smf), Message::AssociationSetupResponse(m)) => {
-                if m.cause.is_accepted() {
+                let elsewhere = self
+                    .assocs
+                    .get(&m.node_id)
+                    .is_some_and(|a| !a.speaks_from(smf.ip()));
+                if elsewhere {
+                    self.refuse(6, peer, Refusal::NodeAssociatedElsewhere);
+                }
+                if m.cause.is_accepted() && !elsewhere {
                     self.associate(now, m.node_id, smf, m.recovery_time_stamp.0);
                 } else if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == smf) {
                     e.1 = Some(now + self.cfg.heartbeat_interval);
@@ -806,13 +874,22 @@ impl<D: Datapath> Agent<D> {
     ) -> Message {
         let node = m.node_id;
         if !self.allowed(&node, peer) {
-            let r = Reject::new(Cause::REQUEST_REJECTED, "peer not in the allow-list");
-            self.event(Event::Rejected {
-                message_type: 5,
-                peer,
-                reject: r,
-            });
-            return self.association_setup_response(r.cause).into();
+            self.refuse(5, peer, Refusal::NotAllowed);
+            return self
+                .association_setup_response(Cause::REQUEST_REJECTED)
+                .into();
+        }
+        // A setup naming an associated node replaces its association (a restart, with a new
+        // Recovery Time Stamp, releases its sessions): only the node itself may do that.
+        if self
+            .assocs
+            .get(&node)
+            .is_some_and(|a| !a.speaks_from(peer.ip()))
+        {
+            self.refuse(5, peer, Refusal::NodeAssociatedElsewhere);
+            return self
+                .association_setup_response(Cause::REQUEST_REJECTED)
+                .into();
         }
         if !self.assocs.contains_key(&node) && self.assocs.len() >= self.cfg.limits.associations {
             let r = Reject::new(Cause::NO_RESOURCES_AVAILABLE, "association limit reached");
@@ -830,6 +907,7 @@ impl<D: Datapath> Agent<D> {
 
     fn associate(&mut self, now: Instant, node: NodeId, peer: SocketAddr, recovery: u32) {
         let next_heartbeat = now + self.cfg.heartbeat_interval;
+        let sessions = self.assocs.get(&node).map_or(0, |a| a.sessions);
         let previous = self.assocs.insert(
             node.clone(),
             Association {
@@ -841,6 +919,7 @@ impl<D: Datapath> Agent<D> {
                 recovery,
                 next_heartbeat,
                 heartbeat_pending: false,
+                sessions,
             },
         );
         if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == peer) {
@@ -861,10 +940,15 @@ impl<D: Datapath> Agent<D> {
         });
     }
 
-    fn association_update_request(&mut self, m: AssociationUpdateRequest) -> Message {
-        let cause = if self.assocs.contains_key(&m.node_id) {
+    fn association_update_request(
+        &mut self,
+        peer: SocketAddr,
+        m: AssociationUpdateRequest,
+    ) -> Message {
+        let cause = if self.speaks_for(peer, &m.node_id) {
             Cause::REQUEST_ACCEPTED
         } else {
+            self.refuse(7, peer, Refusal::NodeIdOfAnother);
             Cause::NO_ESTABLISHED_PFCP_ASSOCIATION
         };
         AssociationUpdateResponse {
@@ -880,9 +964,13 @@ impl<D: Datapath> Agent<D> {
     fn association_release_request(
         &mut self,
         now: Instant,
+        peer: SocketAddr,
         m: AssociationReleaseRequest,
     ) -> Message {
-        let cause = if self.release_association(now, &m.node_id, "released by peer") {
+        let cause = if !self.speaks_for(peer, &m.node_id) {
+            self.refuse(9, peer, Refusal::NodeIdOfAnother);
+            Cause::NO_ESTABLISHED_PFCP_ASSOCIATION
+        } else if self.release_association(now, &m.node_id, "released by peer") {
             Cause::REQUEST_ACCEPTED
         } else {
             Cause::NO_ESTABLISHED_PFCP_ASSOCIATION
@@ -1019,27 +1107,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn by_cp_seid_tells_equal_cp_seids_of_two_addresses_apart() {
+    fn by_cp_seid_tells_equal_cp_seids_of_two_owners_apart() {
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
-        // Our sessions: 10 from a, 11 from b, both CP SEID 7.
-        let addr_of = |s: Seid| match s.0 {
-            10 => Some(a),
-            11 => Some(b),
-            _ => None,
+        let (x, y) = (NodeId::Fqdn("x".into()), NodeId::Fqdn("y".into()));
+        // Our sessions, all CP SEID 7: 10 from x at a, 11 from x at b, 12 from y at a.
+        let owners = [(x.clone(), a), (x.clone(), b), (y.clone(), a)];
+        let owner_of = |s: Seid| {
+            owners
+                .get(usize::try_from(s.0).ok()?.checked_sub(10)?)
+                .map(|(n, ip)| (n, *ip))
         };
         let mut m = ByCpSeid::default();
-        m.insert(a, 7, Seid(10));
-        m.insert(b, 7, Seid(11));
-        assert_eq!(m.get(a, 7, addr_of), Some(Seid(10)));
-        assert_eq!(m.get(b, 7, addr_of), Some(Seid(11)));
-        assert_eq!(m.get(b, 8, addr_of), None);
-        m.remove(a, 7, Seid(10));
-        assert_eq!(m.get(a, 7, addr_of), None);
-        assert_eq!(m.get(b, 7, addr_of), Some(Seid(11)));
-        m.insert(a, 7, Seid(10)); // now the first for CP SEID 7
-        assert_eq!(m.get(a, 7, addr_of), Some(Seid(10)));
-        m.remove(b, 7, Seid(11));
-        m.remove(a, 7, Seid(10));
+        m.insert(&x, a, 7, Seid(10));
+        m.insert(&x, b, 7, Seid(11));
+        m.insert(&y, a, 7, Seid(12));
+        assert_eq!(m.get(&x, a, 7, owner_of), Some(Seid(10)));
+        assert_eq!(m.get(&x, b, 7, owner_of), Some(Seid(11)));
+        assert_eq!(
+            m.get(&y, a, 7, owner_of),
+            Some(Seid(12)),
+            "another node's CP F-SEID"
+        );
+        assert_eq!(m.get(&y, b, 7, owner_of), None);
+        assert_eq!(m.get(&x, b, 8, owner_of), None);
+        m.remove(&x, a, 7, Seid(10));
+        assert_eq!(m.get(&x, a, 7, owner_of), None);
+        assert_eq!(m.get(&x, b, 7, owner_of), Some(Seid(11)));
+        assert_eq!(m.get(&y, a, 7, owner_of), Some(Seid(12)));
+        m.insert(&x, a, 7, Seid(10)); // now the first for CP SEID 7
+        assert_eq!(m.get(&x, a, 7, owner_of), Some(Seid(10)));
+        m.remove(&x, b, 7, Seid(11));
+        m.remove(&y, a, 7, Seid(12));
+        m.remove(&x, a, 7, Seid(10));
         assert!(m.first.is_empty() && m.more.is_empty());
     }
 }

@@ -35,6 +35,8 @@ impl TunnelAddrs {
 pub struct Limits {
     pub associations: usize,
     pub sessions: usize,
+    /// Sessions one association may hold (several SMFs sharing the UPF: none takes all).
+    pub sessions_per_association: usize,
     /// Per rule type (PDRs, FARs, QERs, URRs) in one session.
     pub rules_per_session: usize,
     pub sdf_filters_per_pdr: usize,
@@ -54,6 +56,7 @@ impl Default for Limits {
         Self {
             associations: 64,
             sessions: 2_000_000,
+            sessions_per_association: 2_000_000,
             rules_per_session: 256,
             sdf_filters_per_pdr: 64,
             pending_requests: 16_384,

@@ -13,7 +13,9 @@ pub mod reliability;
 mod report;
 mod session;
 pub mod smf;
+mod trust;
 
 pub use agent::{Agent, Event, Stats, Transmit};
 pub use config::{AllowedPeer, Config, Limits, TunnelAddrs};
 pub use reject::Reject;
+pub use trust::Refusal;

@@ -7,6 +7,7 @@ use crate::agent::{Agent, CpPeer, Event};
 use crate::alloc::AllocError;
 use crate::convert::{self, PdiAsks, IE_F_TEID, IE_SDF_FILTER, IE_UE_IP_ADDRESS};
 use crate::reject::Reject;
+use crate::trust::Refusal;
 use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -71,6 +72,11 @@ pub(crate) fn deletion_reject(r: Reject) -> SessionDeletionResponse {
     }
 }
 
+/// For a SEID the sender does not own, whether it exists or not (§6.3: cause 65).
+fn unknown_seid() -> Reject {
+    Reject::new(Cause::SESSION_CONTEXT_NOT_FOUND, "unknown SEID")
+}
+
 fn datapath_reject(e: &DatapathError) -> Reject {
     match e {
         DatapathError::NoResources(_) => {
@@ -100,6 +106,15 @@ impl<D: Datapath> Agent<D> {
     ) -> (u64, Message) {
         let cp_seid = m.cp_f_seid.seid;
         let node_id = self.cfg.node_id.clone();
+        // §6.3.2: within the sender's own association only.
+        if !self.speaks_for(peer, &m.node_id) {
+            self.refuse(50, peer, Refusal::NodeIdOfAnother);
+            let r = Reject::new(
+                Cause::NO_ESTABLISHED_PFCP_ASSOCIATION,
+                "not the sender's node",
+            );
+            return (cp_seid, establishment_reject(node_id, r).into());
+        }
         match self.establish(now, peer, &m) {
             Ok(resp) => (cp_seid, resp.into()),
             Err(r) => {
@@ -119,7 +134,6 @@ impl<D: Datapath> Agent<D> {
         peer: SocketAddr,
         m: &SessionEstablishmentRequest,
     ) -> Result<SessionEstablishmentResponse, Reject> {
-        // §6.3.2 / §5.x: session procedures only within an association.
         let Some(assoc) = self.assocs.get(&m.node_id) else {
             return Err(Reject::new(
                 Cause::NO_ESTABLISHED_PFCP_ASSOCIATION,
@@ -150,17 +164,27 @@ impl<D: Datapath> Agent<D> {
                 )
             }
         };
-        // An establishment for a CP F-SEID we already hold: the SMF lost our response or
-        // restarted the procedure; the old session is replaced.
+        // An establishment for a CP F-SEID this association holds already: the SMF lost our
+        // response or restarted the procedure; the old session is replaced.
         let sessions = &self.sessions;
-        let cp_addr_of = |s: Seid| sessions.get(&s).map(|c| c.rules.cp_addr);
-        if let Some(old) = self.by_cp.get(cp_addr, m.cp_f_seid.seid, cp_addr_of) {
+        let owner_of = |s: Seid| sessions.get(&s).map(|c| (&c.cp.node, c.rules.cp_addr));
+        if let Some(old) = self
+            .by_cp
+            .get(&m.node_id, cp_addr, m.cp_f_seid.seid, owner_of)
+        {
             self.delete_session(now, old, "replaced by a new establishment");
         }
         if self.sessions.len() >= self.cfg.limits.sessions {
             return Err(Reject::new(
                 Cause::NO_RESOURCES_AVAILABLE,
                 "session limit reached",
+            ));
+        }
+        let held = self.assocs.get(&m.node_id).map_or(0, |a| a.sessions);
+        if held >= self.cfg.limits.sessions_per_association {
+            return Err(Reject::new(
+                Cause::NO_RESOURCES_AVAILABLE,
+                "session limit of the association reached",
             ));
         }
         self.check_counts(
@@ -216,7 +240,11 @@ impl<D: Datapath> Agent<D> {
         match result {
             Ok(rules) => {
                 ctx.rules = rules;
-                self.by_cp.insert(cp_addr, m.cp_f_seid.seid, seid);
+                self.by_cp
+                    .insert(&m.node_id, cp_addr, m.cp_f_seid.seid, seid);
+                if let Some(a) = self.assocs.get_mut(&m.node_id) {
+                    a.sessions += 1;
+                }
                 self.sessions.insert(seid, Box::new(ctx));
                 self.event(Event::SessionEstablished { seid });
                 Ok(SessionEstablishmentResponse {
@@ -519,16 +547,14 @@ impl<D: Datapath> Agent<D> {
         header: Header,
         m: SessionModificationRequest,
     ) -> (u64, Message) {
-        let seid = Seid(header.seid.unwrap_or(0));
-        let Some(cp_seid) = self.sessions.get(&seid).map(|c| c.rules.cp_seid.0) else {
-            let r = Reject::new(Cause::SESSION_CONTEXT_NOT_FOUND, "unknown SEID");
-            self.event(Event::Rejected {
-                message_type: 52,
-                peer,
-                reject: r,
-            });
-            return (0, modification_reject(r).into());
+        let seid = match self.owned_session(peer, Seid(header.seid.unwrap_or(0))) {
+            Ok(s) => s,
+            Err(why) => {
+                self.refuse(52, peer, why);
+                return (0, modification_reject(unknown_seid()).into());
+            }
         };
+        let cp_seid = self.sessions.get(&seid).map_or(0, |c| c.rules.cp_seid.0);
         match self.modify(now, seid, &m) {
             Ok(resp) => (cp_seid, resp.into()),
             Err(r) => {
@@ -753,28 +779,23 @@ impl<D: Datapath> Agent<D> {
     }
 
     /// §6.3.4 PFCP Session Deletion.
-    pub(crate) fn session_deletion(&mut self, now: Instant, header: Header) -> (u64, Message) {
-        let seid = Seid(header.seid.unwrap_or(0));
-        let Some(cp_seid) = self.sessions.get(&seid).map(|c| c.rules.cp_seid.0) else {
-            return (
-                0,
-                deletion_reject(Reject::new(
-                    Cause::SESSION_CONTEXT_NOT_FOUND,
-                    "unknown SEID",
-                ))
-                .into(),
-            );
+    pub(crate) fn session_deletion(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        header: Header,
+    ) -> (u64, Message) {
+        let seid = match self.owned_session(peer, Seid(header.seid.unwrap_or(0))) {
+            Ok(s) => s,
+            Err(why) => {
+                self.refuse(54, peer, why);
+                return (0, deletion_reject(unknown_seid()).into());
+            }
         };
         let (usage, Some(mut ctx)) = self.delete_session(now, seid, "deleted by the SMF") else {
-            return (
-                0,
-                deletion_reject(Reject::new(
-                    Cause::SESSION_CONTEXT_NOT_FOUND,
-                    "unknown SEID",
-                ))
-                .into(),
-            );
+            return (0, deletion_reject(unknown_seid()).into());
         };
+        let cp_seid = ctx.rules.cp_seid.0;
         let usage_reports = usage
             .iter()
             .map(|u| self.usage_report(&mut ctx, u, None))
@@ -818,7 +839,10 @@ impl<D: Datapath> Agent<D> {
             self.ue_ips.free(a.into());
         }
         self.by_cp
-            .remove(ctx.rules.cp_addr, ctx.rules.cp_seid.0, seid);
+            .remove(&ctx.cp.node, ctx.rules.cp_addr, ctx.rules.cp_seid.0, seid);
+        if let Some(a) = self.assocs.get_mut(&ctx.cp.node) {
+            a.sessions = a.sessions.saturating_sub(1);
+        }
         self.event(Event::SessionDeleted { seid, reason });
         (usage, Some(ctx))
     }
@@ -842,13 +866,19 @@ impl<D: Datapath> Agent<D> {
         seids.len()
     }
 
-    /// §6.2.? / §7.4.6 Session Set Deletion: the sessions of a failed CP node (by FQ-CSID).
+    /// §6.2.? / §7.4.6 Session Set Deletion: the sessions of a failed CP node (by FQ-CSID),
+    /// among those of the sender's own association.
     pub(crate) fn session_set_deletion(
         &mut self,
         now: Instant,
+        peer: SocketAddr,
         m: SessionSetDeletionRequest,
     ) -> Message {
-        let cause = if self.assocs.contains_key(&m.node_id) {
+        let own = self.speaks_for(peer, &m.node_id);
+        if !own {
+            self.refuse(14, peer, Refusal::NodeIdOfAnother);
+        }
+        let cause = if own {
             let csids: Vec<u16> = m
                 .fq_csids
                 .iter()

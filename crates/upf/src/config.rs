@@ -155,6 +155,7 @@ pub struct UePool {
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsCfg {
     pub sessions: usize,
+    pub sessions_per_association: usize,
     pub associations: usize,
     pub buffer_packets_per_far: usize,
     pub buffer_bytes_per_worker: usize,
@@ -175,6 +176,7 @@ impl Default for LimitsCfg {
         let p = upf_dataplane::PipelineConfig::default();
         Self {
             sessions: l.sessions,
+            sessions_per_association: l.sessions_per_association,
             associations: l.associations,
             buffer_packets_per_far: p.buffer_packets_per_far,
             buffer_bytes_per_worker: p.buffer_bytes,
@@ -394,6 +396,9 @@ impl FileConfig {
         }
         if self.admin.max_connections == 0 {
             return Err("admin.max_connections: must be at least 1".into());
+        }
+        if self.limits.sessions_per_association == 0 {
+            return Err("limits.sessions_per_association: must be at least 1".into());
         }
         if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
             return Err(format!(

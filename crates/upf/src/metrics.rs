@@ -370,6 +370,18 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             c.response_cache.evicted[r as usize],
         );
     }
+    o.help(
+        "upf_pfcp_requests_refused_total",
+        "counter",
+        "Requests refused at the N4 trust boundary, by reason (docs/operations.md).",
+    );
+    for r in upf_n4::Refusal::ALL {
+        o.line(
+            "upf_pfcp_requests_refused_total",
+            &[("reason", r.name())],
+            c.pfcp.refused[r.index()],
+        );
+    }
     o.0
 }
 
@@ -396,6 +408,7 @@ mod tests {
         let mut pfcp = Stats::default();
         pfcp.received[5] = 1;
         pfcp.causes_sent[1] = 1;
+        pfcp.refused[upf_n4::Refusal::SessionOfAnother.index()] = 4;
         let t = render(
             &[w.clone(), w],
             &ControlView {
@@ -430,6 +443,7 @@ mod tests {
         assert!(t.contains("upf_admin_connections_refused_total 4\n"));
         assert!(t.contains("upf_pfcp_response_cache_evictions_total{reason=\"peer_bytes\"} 3\n"));
         assert!(t.contains("upf_pfcp_reports_dropped_total{bound=\"bytes\"} 0\n"));
+        assert!(t.contains("upf_pfcp_requests_refused_total{reason=\"session_of_another\"} 4\n"));
         // Every sample line is NAME{labels} VALUE or NAME VALUE; every family has HELP and TYPE.
         for l in t.lines().filter(|l| !l.starts_with('#')) {
             let v = l.rsplit(' ').next().unwrap();

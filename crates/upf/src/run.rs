@@ -206,6 +206,7 @@ pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
     cfg.smf_t1 = Duration::from_millis(c.n4.smf_t1_ms);
     cfg.smf_n1 = c.n4.smf_n1;
     cfg.limits.sessions = c.limits.sessions;
+    cfg.limits.sessions_per_association = c.limits.sessions_per_association;
     cfg.limits.associations = c.limits.associations;
     cfg.limits.response_cache = c.limits.response_cache_entries;
     cfg.limits.response_cache_bytes = c.limits.response_cache_bytes;
@@ -346,6 +347,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
     }
     info!(target: "upf", "N4 listening on {}", sock.local_addr().unwrap_or(addr));
     let mut buf = vec![0u8; 65_536];
+    let mut peer_lines = PeerLogLimit::new(PEER_LOG_LINES_PER_S);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("signal: {e}"))?;
     loop {
@@ -355,7 +357,13 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
             }
         }
         while let Some(e) = agent.poll_event() {
-            log_event(&e);
+            let by_peer = matches!(
+                e,
+                Event::Refused { .. } | Event::Rejected { .. } | Event::Dropped { .. }
+            );
+            if !by_peer || peer_lines.allow(Instant::now()) {
+                log_event(&e);
+            }
         }
         // Data-path events (usage reports, downlink data) are polled at least every 20 ms.
         let tick = Instant::now() + Duration::from_millis(20);
@@ -425,8 +433,69 @@ async fn shutdown(agent: &mut Agent<Workers>, sock: &UdpSocket) {
     );
 }
 
+/// Lines a peer's requests can cause at will (refusals, rejections, drops) logged per second;
+/// the rest are counted in /metrics all the same.
+const PEER_LOG_LINES_PER_S: u32 = 20;
+
+/// A budget of log lines per second, so that a flood of bad requests cannot flood the log.
+#[derive(Debug)]
+struct PeerLogLimit {
+    per_s: u32,
+    window: Option<Instant>,
+    used: u32,
+    suppressed: u64,
+}
+
+impl PeerLogLimit {
+    fn new(per_s: u32) -> Self {
+        Self {
+            per_s,
+            window: None,
+            used: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether a line may be logged at `now`; says how many were not, once a second.
+    fn allow(&mut self, now: Instant) -> bool {
+        if self
+            .window
+            .is_none_or(|w| now.saturating_duration_since(w) >= Duration::from_secs(1))
+        {
+            if self.suppressed > 0 {
+                warn!(
+                    target: "upf::n4",
+                    "{} more refused, rejected or dropped PFCP messages not logged (at most {} lines a second; all are counted in /metrics)",
+                    self.suppressed,
+                    self.per_s
+                );
+            }
+            self.window = Some(now);
+            self.used = 0;
+            self.suppressed = 0;
+        }
+        self.used += 1;
+        if self.used > self.per_s {
+            self.suppressed += 1;
+            return false;
+        }
+        true
+    }
+}
+
 fn log_event(e: &Event) {
     match e {
+        Event::Refused {
+            message_type,
+            peer,
+            reason,
+        } => warn!(
+            target: "upf::n4",
+            %peer,
+            reason = reason.name(),
+            "{} refused: the sender may not do this",
+            upf_pfcp::message_name(*message_type)
+        ),
         Event::Rejected {
             message_type,
             peer,
@@ -456,5 +525,22 @@ fn log_event(e: &Event) {
             upf_pfcp::message_name(*message_type)
         ),
         other => info!(target: "upf::n4", "{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_log_lines_are_rationed_per_second() {
+        let t0 = Instant::now();
+        let mut l = PeerLogLimit::new(3);
+        let first: Vec<bool> = (0..5).map(|_| l.allow(t0)).collect();
+        assert_eq!(first, [true, true, true, false, false]);
+        assert_eq!(l.suppressed, 2);
+        assert!(!l.allow(t0 + Duration::from_millis(999)));
+        assert!(l.allow(t0 + Duration::from_secs(1)), "a new second");
+        assert_eq!(l.suppressed, 0);
     }
 }

@@ -271,7 +271,9 @@ fn response_flood_stays_within_the_cache_bounds() {
     let mut other = Peer::new(Ipv4Addr::new(127, 0, 0, 3), &upf);
     assert_eq!(flooder.associate(), Cause::REQUEST_ACCEPTED);
     let seid = flooder.establish(256);
-    // The other SMF's heartbeat, to be retransmitted after the flood.
+    // The other SMF associates and sends a heartbeat, to be retransmitted after the flood
+    // (responses to senders without an association are not kept).
+    assert_eq!(other.associate(), Cause::REQUEST_ACCEPTED);
     let hb_seq = 0x03_f000;
     let hb = smf::encode(None, hb_seq, heartbeat());
     other.exchange(hb_seq, &hb);
@@ -297,8 +299,7 @@ fn response_flood_stays_within_the_cache_bounds() {
             peak = peak.max(bytes);
         }
         if i == FLOOD / 2 {
-            // Meanwhile another SMF associates, is heartbeaten and establishes.
-            assert_eq!(other.associate(), Cause::REQUEST_ACCEPTED);
+            // Meanwhile the other SMF is answered a heartbeat and an establishment.
             other.request(None, heartbeat());
             other.establish(2);
         }

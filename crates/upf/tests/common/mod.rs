@@ -1,0 +1,244 @@
+//! `upf run` as a child process on loopback, and PFCP peers each on a loopback address of its
+//! own: for tests of the N4 agent as an operator runs it. No root, no traffic beyond
+//! 127.0.0.0/8, every process ended on drop.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use upf_n4::smf;
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::{Cause, Message, Pdu};
+
+/// How long a test waits for one response before it fails.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// A running `upf run` with N4 and the admin endpoint on free loopback ports, no N6 device
+/// and N3 on any free UDP port.
+#[derive(Debug)]
+pub struct Upf {
+    child: Child,
+    pub n4: SocketAddr,
+    pub admin: SocketAddr,
+    log: PathBuf,
+}
+
+fn free_port() -> u16 {
+    // Taken by the OS for a moment and given back: the UPF binds it right after.
+    let u = UdpSocket::bind("127.0.0.1:0").expect("a free UDP port");
+    let t = TcpListener::bind(("127.0.0.1", u.local_addr().unwrap().port()));
+    match t {
+        Ok(t) => t.local_addr().unwrap().port(),
+        Err(_) => free_port(),
+    }
+}
+
+impl Upf {
+    /// Starts `upf run` with `extra` arguments after the defaults; returns once it answers a
+    /// Heartbeat Request.
+    pub fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let n4 = SocketAddr::from(([127, 0, 0, 1], port));
+        let admin = SocketAddr::from(([127, 0, 0, 1], port));
+        let log = std::env::temp_dir().join(format!("upf-test-{}-{port}.log", std::process::id()));
+        let err = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_upf"))
+            .args([
+                "run",
+                "--n4",
+                &n4.to_string(),
+                "--n3-port",
+                "0",
+                "--n6",
+                "none",
+            ])
+            .args(["--admin", &admin.to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("upf run");
+        let mut upf = Self {
+            child,
+            n4,
+            admin,
+            log,
+        };
+        upf.wait_ready();
+        upf
+    }
+
+    fn wait_ready(&mut self) {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seq = 0x7f_0000;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("upf run exited with {st}: {}", self.log());
+            }
+            seq += 1;
+            let hb = HeartbeatRequest {
+                recovery_time_stamp: RecoveryTimeStamp(3_913_056_000),
+                source_ip_address: None,
+            };
+            probe.send_to(&smf::encode(None, seq, hb), self.n4).unwrap();
+            let mut buf = [0u8; 256];
+            if let Ok((n, _)) = probe.recv_from(&mut buf) {
+                if Pdu::decode(&buf[..n]).is_ok_and(|(p, _)| p.header.sequence == seq) {
+                    return;
+                }
+            }
+        }
+        panic!("upf run did not answer a heartbeat: {}", self.log());
+    }
+
+    /// What the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The body of an admin endpoint's answer to GET `path`.
+    pub fn get(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(self.admin).expect("admin endpoint");
+        s.set_read_timeout(Some(ANSWER_WITHIN)).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: upf\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("admin answer");
+        match out.split_once("\r\n\r\n") {
+            Some((_, body)) => body.to_string(),
+            None => out,
+        }
+    }
+
+    /// The `/metrics` text.
+    pub fn metrics(&self) -> String {
+        self.get("/metrics")
+    }
+
+    /// The JSON of `/api/...`.
+    pub fn api(&self, what: &str) -> serde_json::Value {
+        serde_json::from_str(&self.get(&format!("/api/{what}"))).unwrap_or_default()
+    }
+
+    /// The value of one series of `/metrics`, written as it appears there
+    /// (`name{label="value"}`); None if absent.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let text = self.metrics();
+        text.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+}
+
+impl Drop for Upf {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        } else {
+            eprintln!("upf run's log:\n{}", self.log());
+        }
+    }
+}
+
+/// A PFCP peer (an SMF, or an attacker) on its own loopback address.
+#[derive(Debug)]
+pub struct Peer {
+    pub sock: UdpSocket,
+    pub ip: Ipv4Addr,
+    pub node: NodeId,
+    upf: SocketAddr,
+    seq: u32,
+    next_cp_seid: u64,
+}
+
+impl Peer {
+    /// A peer on `ip` (any of 127.0.0.0/8) whose Node ID is that address.
+    pub fn new(ip: Ipv4Addr, upf: &Upf) -> Self {
+        Self::with_node(ip, NodeId::Ipv4(ip), upf)
+    }
+
+    /// A peer on `ip` that names itself `node` (an attacker naming another SMF's node).
+    pub fn with_node(ip: Ipv4Addr, node: NodeId, upf: &Upf) -> Self {
+        let sock = UdpSocket::bind((ip, 0)).expect("a loopback address");
+        sock.set_read_timeout(Some(ANSWER_WITHIN)).unwrap();
+        Self {
+            sock,
+            ip,
+            node,
+            upf: upf.n4,
+            seq: u32::from(ip.octets()[3]) << 16,
+            next_cp_seid: 0x1000,
+        }
+    }
+
+    /// Sends a request and returns the response with its sequence number.
+    pub fn request(&mut self, seid: Option<u64>, m: impl Into<Message>) -> Pdu {
+        self.seq += 1;
+        self.sock
+            .send_to(&smf::encode(seid, self.seq, m), self.upf)
+            .unwrap();
+        self.response(self.seq)
+    }
+
+    /// The response to request `seq`, skipping anything else (a heartbeat of the UPF's).
+    pub fn response(&mut self, seq: u32) -> Pdu {
+        let mut buf = vec![0u8; 65_536];
+        let deadline = Instant::now() + ANSWER_WITHIN;
+        while Instant::now() < deadline {
+            let Ok((n, _)) = self.sock.recv_from(&mut buf) else {
+                break;
+            };
+            if let Ok((p, _)) = Pdu::decode(&buf[..n]) {
+                if p.header.sequence == seq && !p.message.is_request() {
+                    return p;
+                }
+            }
+        }
+        panic!("{}: no response to request {seq}", self.ip);
+    }
+
+    pub fn associate(&mut self, recovery: u32) -> Cause {
+        match self
+            .request(None, smf::association_setup(self.node.clone(), recovery))
+            .message
+        {
+            Message::AssociationSetupResponse(m) => m.cause,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    /// Establishes the SMF emulator's standard session (UE address and TEIDs chosen by the
+    /// UPF); returns the UP SEID.
+    pub fn establish(&mut self) -> u64 {
+        let r = self.try_establish(self.node.clone());
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+        r.up_f_seid.expect("UP F-SEID").seid
+    }
+
+    /// A Session Establishment Request naming `node`, with a fresh CP SEID.
+    pub fn try_establish(&mut self, node: NodeId) -> SessionEstablishmentResponse {
+        self.next_cp_seid += 1;
+        let req = smf::establishment(node, self.next_cp_seid, self.ip, smf::UeAddr::Choose);
+        match self.request(Some(0), req).message {
+            Message::SessionEstablishmentResponse(m) => m,
+            m => panic!("{m:?}"),
+        }
+    }
+}
