@@ -99,6 +99,11 @@ impl Upf {
         panic!("upf run did not answer a heartbeat: {}", self.log());
     }
 
+    /// The daemon's process id (to read its /proc entries).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the daemon logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
