@@ -621,7 +621,7 @@ fn response_kept_for_the_smfs_retransmission_window() {
 
 #[test]
 fn one_peers_responses_evict_only_its_own() {
-    use upf_n4::reliability::{Eviction, CACHE_ENTRY_OVERHEAD};
+    use upf_n4::reliability::CACHE_ENTRY_OVERHEAD;
     let mut cfg = Config::new(UPF_IP.into());
     // Room for three heartbeat responses (16 B) per peer address.
     cfg.limits.response_cache_bytes_per_peer = 3 * (16 + CACHE_ENTRY_OVERHEAD);
@@ -636,15 +636,23 @@ fn one_peers_responses_evict_only_its_own() {
             },
         )
     };
-    let other: std::net::SocketAddr = "127.0.0.3:8805".parse().unwrap();
+    // Both peers associated: responses to senders without an association are not kept.
+    let other_ip = Ipv4Addr::new(127, 0, 0, 3);
+    let other = std::net::SocketAddr::from((other_ip, 8805));
+    let setup = smf::association_setup(NodeId::Ipv4(other_ip), 1);
+    s.agent
+        .handle_datagram(s.now, other, &smf::encode(None, 99, setup));
+    s.drain();
+    s.associate(1);
     s.agent.handle_datagram(s.now, other, &hb(1));
-    for seq in 1..=10 {
+    for seq in 101..=110 {
         s.send_bytes(&hb(seq));
     }
     let c = s.agent.response_cache();
-    assert_eq!(c.entries, 4);
-    assert_eq!(c.bytes, 4 * (16 + CACHE_ENTRY_OVERHEAD));
-    assert_eq!(c.evicted[Eviction::PeerBytes as usize], 7);
+    // This peer's association setup response and 10 heartbeat responses: the last 3 kept;
+    // the other's two (setup, heartbeat) untouched.
+    assert_eq!(c.evicted, [0, 0, 8]);
+    assert_eq!(c.entries, 5);
     s.drain();
     s.agent.handle_datagram(s.now, other, &hb(1));
     assert_eq!(
