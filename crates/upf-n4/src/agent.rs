@@ -19,6 +19,12 @@ use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, ErrorKind, Header, Message, MessageError, Pdu};
 use upf_rules::{Datapath, ForwardingExtra, Interner, PdiExtra, SdfFilter, Seid};
 
+/// Messages of one datagram (the first and its follow-ons, §7.2.2.1) handled; the rest are
+/// dropped. Every response of a datagram is queued before any is sent, and 64 KiB holds
+/// thousands of small requests with large responses (a Query of 256 URRs answers with 26 KB):
+/// this keeps what one datagram can make the agent hold to 16 of the largest responses.
+pub const MESSAGES_PER_DATAGRAM: usize = 16;
+
 /// A datagram to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
@@ -412,7 +418,10 @@ impl<D: Datapath> Agent<D> {
     /// Handles one datagram from `peer`: every PFCP message in it, in order.
     pub fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8]) {
         let mut rest = bytes;
-        while !rest.is_empty() {
+        for _ in 0..MESSAGES_PER_DATAGRAM {
+            if rest.is_empty() {
+                return;
+            }
             // §6.4: a retransmitted request is answered with the response sent before,
             // without executing it again.
             if let Ok((raw, tail)) = RawMessage::split(rest) {
@@ -440,6 +449,13 @@ impl<D: Datapath> Agent<D> {
                     return; // the position of anything after it is unknown
                 }
             }
+        }
+        if !rest.is_empty() {
+            self.stats.dropped += 1;
+            self.event(Event::Dropped {
+                peer,
+                why: "more messages in one datagram than are answered",
+            });
         }
     }
 

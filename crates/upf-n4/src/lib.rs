@@ -15,7 +15,7 @@ mod session;
 pub mod smf;
 mod trust;
 
-pub use agent::{Agent, Event, Stats, Transmit};
+pub use agent::{Agent, Event, Stats, Transmit, MESSAGES_PER_DATAGRAM};
 pub use config::{AllowedPeer, Config, Limits, TunnelAddrs};
 pub use reject::Reject;
 pub use trust::Refusal;

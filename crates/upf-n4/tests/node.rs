@@ -316,3 +316,29 @@ fn unpolled_events_are_bounded_and_counted() {
     assert_eq!(s.agent.stats.events_dropped, 5000 - 4096);
     assert_eq!(std::iter::from_fn(|| s.agent.poll_event()).count(), 4096);
 }
+
+#[test]
+fn a_datagram_is_answered_for_its_first_messages_only() {
+    let mut s = Smf::associated();
+    let n = upf_n4::MESSAGES_PER_DATAGRAM + 4;
+    let mut b = Vec::new();
+    for i in 0..n {
+        let mut m = smf::encode(
+            None,
+            1000 + u32::try_from(i).unwrap(),
+            HeartbeatRequest {
+                recovery_time_stamp: RecoveryTimeStamp(1234),
+                source_ip_address: None,
+            },
+        );
+        if i + 1 < n {
+            m[0] |= 0x02; // FO: another message follows
+        }
+        b.extend_from_slice(&m);
+    }
+    let dropped = s.agent.stats.dropped;
+    let out = s.send_bytes(&b);
+    assert_eq!(out.len(), upf_n4::MESSAGES_PER_DATAGRAM);
+    assert_eq!(decode(&out[15]).header.sequence, 1015);
+    assert_eq!(s.agent.stats.dropped, dropped + 1);
+}
