@@ -224,7 +224,7 @@ impl<D: Datapath> Agent<D> {
             return Err("teid range must be non-empty and exclude 0".into());
         }
         Ok(Self {
-            teids: TeidAllocator::new(first, last),
+            teids: TeidAllocator::new(first, last, cfg.teid_reuse_after),
             ue_ips,
             seids: SeidAllocator::new(),
             sdf_filters: Interner::default(),
