@@ -38,6 +38,9 @@ pub struct N4 {
     /// Retransmission timer T1 and count N1 for requests this UPF sends.
     pub t1_ms: u64,
     pub n1: u32,
+    /// Seconds a released TEID is held before it may be allocated again (late packets of
+    /// the old session must not reach a new one).
+    pub teid_reuse_after_s: u64,
 }
 
 impl Default for N4 {
@@ -50,6 +53,7 @@ impl Default for N4 {
             heartbeat_interval_s: 10,
             t1_ms: 3000,
             n1: 3,
+            teid_reuse_after_s: 60,
         }
     }
 }
@@ -397,7 +401,20 @@ mod tests {
         assert_eq!(c.workers.batch, d.workers.batch);
         assert_eq!(c.limits.sessions, d.limits.sessions);
         assert_eq!(c.admin.address, d.admin.address);
+        assert_eq!(c.n4.teid_reuse_after_s, d.n4.teid_reuse_after_s);
         assert!(FileConfig::parse("").is_ok());
+    }
+
+    #[test]
+    fn teid_hold_off_reaches_the_agent() {
+        let c = FileConfig::parse("[n4]\nteid_reuse_after_s = 5").unwrap();
+        let a = crate::run::agent_config(&c).unwrap();
+        assert_eq!(a.teid_reuse_after, std::time::Duration::from_secs(5));
+        let d = crate::run::agent_config(&FileConfig::default()).unwrap();
+        assert_eq!(
+            d.teid_reuse_after,
+            upf_n4::Config::new(a.n4_addr).teid_reuse_after
+        );
     }
 
     #[test]

@@ -203,6 +203,7 @@ pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
     cfg.heartbeat_interval = Duration::from_secs(c.n4.heartbeat_interval_s.max(1));
     cfg.t1 = Duration::from_millis(c.n4.t1_ms.max(10));
     cfg.n1 = c.n4.n1;
+    cfg.teid_reuse_after = Duration::from_secs(c.n4.teid_reuse_after_s);
     cfg.limits.sessions = c.limits.sessions;
     cfg.limits.associations = c.limits.associations;
     Ok(cfg)
