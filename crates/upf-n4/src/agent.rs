@@ -226,7 +226,7 @@ impl<D: Datapath> Agent<D> {
         Ok(Self {
             teids: TeidAllocator::new(first, last, cfg.teid_reuse_after),
             ue_ips,
-            seids: SeidAllocator::new(),
+            seids: SeidAllocator::new()?,
             sdf_filters: Interner::default(),
             forwarding_extras: Interner::default(),
             pdi_extras: Interner::default(),

@@ -4,6 +4,8 @@
 //! allocator keeps grows with what is in use (and, for TEIDs, recently released), never with
 //! how many were ever handed out.
 
+use rand::rngs::{StdRng, SysRng};
+use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
@@ -451,25 +453,34 @@ fn overlaps(a: &Pool, b: &Pool) -> bool {
     v4 || v6
 }
 
-/// Local SEIDs: a counter from 1 (SEID 0 is what an establishment's header carries); freed
-/// ones are reused only after the 64-bit counter wraps, i.e. never in practice. Which SEIDs
-/// are in use is the session table's to say, not a set of its own here.
-#[derive(Debug, Default)]
+/// Local (UP) SEIDs, drawn from a cryptographically secure generator (ChaCha12 seeded by the
+/// OS) so that a peer cannot guess the SEIDs of another SMF's sessions. Never 0 (what an
+/// establishment's header carries); unique because the session table is asked (`in_use`):
+/// which SEIDs are in use is its to say, not a set of its own here.
 pub struct SeidAllocator {
-    next: u64,
+    rng: StdRng,
+}
+
+impl std::fmt::Debug for SeidAllocator {
+    // Not the generator's state: whoever reads a debug dump could predict the next SEIDs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeidAllocator { .. }")
+    }
 }
 
 impl SeidAllocator {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new() -> Result<Self, String> {
+        let rng = StdRng::try_from_rng(&mut SysRng)
+            .map_err(|e| format!("seeding the SEID generator from the OS: {e}"))?;
+        Ok(Self { rng })
     }
 
-    /// The next SEID that `in_use` does not claim.
+    /// A random SEID that is not 0 and that `in_use` does not claim.
     pub fn allocate(&mut self, in_use: impl Fn(Seid) -> bool) -> Seid {
         loop {
-            self.next = self.next.wrapping_add(1).max(1);
-            if !in_use(Seid(self.next)) {
-                return Seid(self.next);
+            let s = Seid(self.rng.next_u64());
+            if s.0 != 0 && !in_use(s) {
+                return s;
             }
         }
     }
@@ -479,7 +490,7 @@ impl SeidAllocator {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
 
     fn pool(dnn: Option<&str>, v4: &str, len: u8) -> UePoolConfig {
         UePoolConfig {
@@ -662,18 +673,40 @@ mod tests {
     }
 
     #[test]
-    fn seids() {
-        let mut s = SeidAllocator::new();
-        let a = s.allocate(|_| false);
-        let b = s.allocate(|_| false);
-        assert!(a.0 != 0 && a != b);
-        assert_ne!(s.allocate(|_| false), a, "not reused when freed");
-        s.next = u64::MAX - 1;
-        assert_eq!(
-            s.allocate(|x| x == Seid(u64::MAX)),
-            a,
-            "wraps past used SEIDs and 0"
+    fn seids_unique_nonzero_and_not_sequential() {
+        let mut s = SeidAllocator::new().unwrap();
+        let mut seen = HashSet::new();
+        let mut prev = s.allocate(|_| false);
+        let mut near = 0;
+        for _ in 0..10_000 {
+            let x = s.allocate(|x| seen.contains(&x));
+            assert_ne!(x.0, 0);
+            assert!(seen.insert(x), "{x:?} handed out twice");
+            // A counter (or any small stride) lands next to the previous one every time; 64
+            // random bits do so with probability 2^-44 per draw.
+            if x.0.abs_diff(prev.0) < 1 << 20 {
+                near += 1;
+            }
+            prev = x;
+        }
+        assert_eq!(near, 0, "SEIDs follow one another");
+        // Spread over the whole range: the top bit is set about half the time.
+        let high = seen.iter().filter(|x| x.0 >> 63 == 1).count();
+        assert!(
+            (4_000..6_000).contains(&high),
+            "{high} of 10,000 with the top bit"
         );
+        // Another allocator (another start of the UPF) does not repeat the same SEIDs.
+        let mut t = SeidAllocator::new().unwrap();
+        assert!((0..100).all(|_| !seen.contains(&t.allocate(|_| false))));
+        assert_eq!(format!("{s:?}"), "SeidAllocator { .. }");
+    }
+
+    #[test]
+    fn seids_skip_those_in_use() {
+        let mut s = SeidAllocator::new().unwrap();
+        // Every even SEID claimed: only odd ones come out.
+        assert!((0..1000).all(|_| s.allocate(|x| x.0 % 2 == 0).0 % 2 == 1));
     }
 
     proptest! {
