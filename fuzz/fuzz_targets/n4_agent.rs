@@ -9,7 +9,7 @@
 //!                 10 s, 60 s, 600 s), bit 5 run `handle_timeout` after the datagram,
 //!                 bit 6 skip the datagram (timers only);
 //!   length:       u16, big-endian (clamped to what is left);
-//!   datagram:     `length` bytes.
+//!   datagram:     `length` bytes; a header SEID k in 1..=n is the k-th UP SEID handed out.
 //! The seed corpus (fuzz/corpus/n4_agent/) is written by
 //! `cargo test -p upf-n4 --test fuzz_corpus -- --ignored`.
 #![no_main]
@@ -18,17 +18,22 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 use upf_n4::{smf, Agent, Config};
 use upf_pfcp::ie::NodeId;
-use upf_pfcp::Pdu;
+use upf_pfcp::{Message, Pdu};
 use upf_rules::mem::MemDatapath;
 
 const SMF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const UPF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const STEPS_MS: [u64; 8] = [0, 10, 100, 1_000, 3_000, 10_000, 60_000, 600_000];
 
-fn drain(agent: &mut Agent<MemDatapath>) {
+fn drain(agent: &mut Agent<MemDatapath>, seids: &mut Vec<u64>) {
     while let Some(t) = agent.poll_transmit() {
         match Pdu::decode(&t.payload) {
-            Ok((_, rest)) => assert!(rest.is_empty(), "trailing bytes after our message"),
+            Ok((pdu, rest)) => {
+                assert!(rest.is_empty(), "trailing bytes after our message");
+                if let Message::SessionEstablishmentResponse(m) = &pdu.message {
+                    seids.extend(m.up_f_seid.map(|f| f.seid));
+                }
+            }
             Err(e) => panic!(
                 "the agent sent a malformed message ({e}): {:02x?}",
                 t.payload
@@ -36,6 +41,27 @@ fn drain(agent: &mut Agent<MemDatapath>) {
         }
     }
     while agent.poll_event().is_some() {}
+}
+
+/// UP SEIDs are random, so inputs name the sessions they established by number: a header SEID
+/// k in 1..=n (in any message of the datagram) becomes the k-th UP SEID the agent handed out.
+fn with_seids(dgram: &[u8], seids: &[u64]) -> Vec<u8> {
+    let mut d = dgram.to_vec();
+    let mut off = 0;
+    while let Some(h) = d.get_mut(off..off + 12) {
+        if h[0] & 1 != 0 {
+            let k = u64::from_be_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
+            let i = usize::try_from(k).ok().and_then(|k| k.checked_sub(1));
+            if let Some(&s) = i.and_then(|i| seids.get(i)) {
+                h[4..12].copy_from_slice(&s.to_be_bytes());
+            }
+        }
+        if h[0] & 2 == 0 {
+            break;
+        }
+        off += 4 + usize::from(u16::from_be_bytes([h[2], h[3]]));
+    }
+    d
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -53,10 +79,11 @@ fuzz_target!(|data: &[u8]| {
         3_900_000_000,
     )
     .expect("default config");
+    let mut seids = Vec::new();
     let setup = smf::encode(None, 1, smf::association_setup(NodeId::Ipv4(SMF_IP), 1234));
     agent.handle_datagram(now, peers[0], &setup);
     assert_eq!(agent.association_count(), 1);
-    drain(&mut agent);
+    drain(&mut agent, &mut seids);
 
     let mut rest = data;
     while let Some((&ctl, tail)) = rest.split_first() {
@@ -68,18 +95,19 @@ fuzz_target!(|data: &[u8]| {
         rest = tail;
         now += Duration::from_millis(STEPS_MS[usize::from((ctl >> 2) & 7)]);
         if ctl & 0x40 == 0 {
-            agent.handle_datagram(now, peers[usize::from(ctl & 3)], dgram);
-            drain(&mut agent);
+            let dgram = with_seids(dgram, &seids);
+            agent.handle_datagram(now, peers[usize::from(ctl & 3)], &dgram);
+            drain(&mut agent, &mut seids);
         }
         if ctl & 0x20 != 0 {
             agent.handle_timeout(now);
-            drain(&mut agent);
+            drain(&mut agent, &mut seids);
         }
     }
     // Whatever happened, the clock running on must not trip anything.
     for _ in 0..4 {
         now += Duration::from_secs(30);
         agent.handle_timeout(now);
-        drain(&mut agent);
+        drain(&mut agent, &mut seids);
     }
 });

@@ -68,6 +68,18 @@ pub struct Args {
     /// Seconds of each traffic window (without churn, then with).
     #[arg(long, default_value_t = 10.0)]
     pub churn_seconds: f64,
+    /// Seconds of the windows without churn, if not `--churn-seconds` (a long soak need not
+    /// be bracketed by windows as long).
+    #[arg(long)]
+    pub churn_quiet_seconds: Option<f64>,
+    /// Churn sessions whose uplink TEID (F-TEID CHOOSE) and UE address (CHV4) the UPF
+    /// allocates, instead of SMF-given ones: exercises the UPF's allocators.
+    #[arg(long)]
+    pub upf_allocates: bool,
+    /// The UPF's RSS is sampled every second of the churn window; its growth is reported from
+    /// this many seconds in (past the 60 s TEID hold-off and response cache lifetime).
+    #[arg(long, default_value_t = 120.0)]
+    pub rss_warmup_seconds: f64,
     /// Sessions carrying the traffic during the churn windows.
     #[arg(long, default_value_t = 1000)]
     pub background: u32,
@@ -173,7 +185,7 @@ pub fn is_root() -> bool {
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
-fn rss_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let l = s.lines().find(|l| l.starts_with("VmRSS:"))?;
     Some(l.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
@@ -609,6 +621,9 @@ pub fn measure(a: &Args) -> Result<Value, String> {
             &churn::Churn {
                 rate: a.churn,
                 seconds: a.churn_seconds,
+                quiet_seconds: a.churn_quiet_seconds.unwrap_or(a.churn_seconds),
+                upf_allocates: a.upf_allocates,
+                rss_warmup: a.rss_warmup_seconds,
                 background: a.background,
                 traffic_pps: a.rate,
                 size: a.size,
@@ -643,6 +658,8 @@ pub fn measure(a: &Args) -> Result<Value, String> {
             "response time: first transmission to response at the emulator; with a window of W in flight it includes queueing behind the W-1 others, and a retransmission (T1 = 1 s) when a datagram was dropped (upf_n4_socket_drops, smf_socket_drops: a receive buffer was full)",
             "memory per session: VmRSS after the establishments minus before, over sessions established (first window's UPF); the daemon exposes no memory figure of its own",
             "churn: veth topology (see `veth`), uplink traffic on background sessions; windows without churn, with, and without again; each tick (10 ms) establishes what is due and deletes the previous tick's batch; loss_without_churn is over both windows without",
+            "churn.upf_allocates: the churn sessions' uplink TEID (F-TEID CHOOSE) and UE address (CHV4) are the UPF's to allocate; otherwise given by the emulator",
+            "churn.rss: the UPF's VmRSS every second of the window with churn; end_vs_warmup = RSS at the end / RSS at warmup_seconds - 1",
         ],
     }))
 }
@@ -892,6 +909,30 @@ pub fn table(r: &Value) -> String {
             f(&c["upf_extra_cpu_us_per_op"], 1),
             f(&c["smf_cpu_us_per_op"], 1),
         );
+        if c["upf_allocates"].as_bool() == Some(true) {
+            s.push_str("Churn sessions' uplink TEIDs (CHOOSE) and UE addresses (CHV4) allocated by the UPF.\n\n");
+        }
+        let r = &c["rss"];
+        let mb = |k: &str| {
+            r[k].as_f64()
+                .map_or("–".into(), |x| format!("{:.1}", x / 1e6))
+        };
+        if r.is_object() {
+            let _ = writeln!(
+                s,
+                "UPF RSS during the churn: {} MB at its start, {} MB after {} s of warm-up, {} MB at \
+                 the end ({} s), at most {} MB; end vs. after warm-up {}.\n",
+                mb("start_bytes"),
+                mb("after_warmup_bytes"),
+                r["warmup_seconds"],
+                mb("end_bytes"),
+                f(&r["end_seconds"], 0),
+                mb("max_bytes"),
+                r["end_vs_warmup"]
+                    .as_f64()
+                    .map_or("–".into(), |x| format!("{:+.2} %", x * 100.0)),
+            );
+        }
     }
     s
 }

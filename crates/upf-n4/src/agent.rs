@@ -253,9 +253,9 @@ impl<D: Datapath> Agent<D> {
             return Err("teid range must be non-empty and exclude 0".into());
         }
         Ok(Self {
-            teids: TeidAllocator::new(first, last),
+            teids: TeidAllocator::new(first, last, cfg.teid_reuse_after),
             ue_ips,
-            seids: SeidAllocator::new(),
+            seids: SeidAllocator::new()?,
             sdf_filters: Interner::default(),
             forwarding_extras: Interner::default(),
             pdi_extras: Interner::default(),

@@ -1,9 +1,14 @@
 //! Allocation of TEIDs (F-TEID CHOOSE, TS 29.244 §5.5.3), UE addresses (CHV4/CHV6, §5.21) and
-//! local SEIDs. Freed values go to the back of the line, so that a late packet or message of a
-//! released session does not reach the next one to get its TEID or address.
+//! local SEIDs. Freed TEIDs and addresses are not handed out again at once, so that a late
+//! packet or message of a released session does not reach the next one to get them; what each
+//! allocator keeps grows with what is in use (and, for TEIDs, recently released), never with
+//! how many were ever handed out.
 
-use std::collections::{HashSet, VecDeque};
+use rand::rngs::{StdRng, SysRng};
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
 use upf_rules::{Seid, Teid};
 
 /// Why an allocation failed.
@@ -17,27 +22,44 @@ pub enum AllocError {
     Conflict,
 }
 
-/// TEIDs from an inclusive range (never 0, TS 29.281 §5.1). Live TEIDs are a hash set (about
-/// 8 bytes each at 1M); fresh values come from a cursor that sweeps the range once before any
-/// freed value is reused.
+/// TEIDs from an inclusive range (never 0, TS 29.281 §5.1), handed out in ascending order by
+/// a cursor that sweeps the range cyclically, skipping values in use or held (the data path's
+/// TEID table is fastest with dense runs of keys, so TEIDs are not randomised).
+///
+/// A released TEID is held off for at least `reuse_after` before the sweep may hand it out
+/// again, so that late packets of the old session (or a cached response naming it) do not
+/// reach the new one. Memory is the live TEIDs plus those released within the hold-off (churn
+/// rate × hold-off), not the history: B-trees, whose nodes go as their entries do (a hash
+/// table under churn keeps its tombstones and, at a steady count, doubled once more after
+/// ~1M releases: 3 MiB at 60k held); about 10 bytes per live TEID and 55 per held one. When
+/// every value not in use is still held, allocation fails with `Exhausted` rather than reuse
+/// one early.
 #[derive(Debug)]
 pub struct TeidAllocator {
     first: u32,
     last: u32,
-    cursor: u64,
-    live: HashSet<u32>,
-    freed: VecDeque<u32>,
+    /// The next value the sweep looks at.
+    cursor: u32,
+    live: BTreeSet<u32>,
+    reuse_after: Duration,
+    /// Released TEIDs in order of release, and when; pruned from the front as time passes.
+    released: VecDeque<(Instant, u32)>,
+    /// The TEIDs of `released` still held, by value, with their latest release (a TEID the
+    /// SMF reserved while held and released again has two entries in `released`).
+    held: BTreeMap<u32, Instant>,
 }
 
 impl TeidAllocator {
-    pub fn new(first: u32, last: u32) -> Self {
+    pub fn new(first: u32, last: u32, reuse_after: Duration) -> Self {
         let first = first.max(1);
         Self {
             first,
             last: last.max(first),
-            cursor: u64::from(first),
-            live: HashSet::new(),
-            freed: VecDeque::new(),
+            cursor: first,
+            live: BTreeSet::new(),
+            reuse_after,
+            released: VecDeque::new(),
+            held: BTreeMap::new(),
         }
     }
 
@@ -45,45 +67,73 @@ impl TeidAllocator {
         u64::from(self.last) - u64::from(self.first) + 1
     }
 
-    pub fn allocate(&mut self) -> Result<Teid, AllocError> {
-        if self.live.len() as u64 >= self.size() {
-            return Err(AllocError::Exhausted);
-        }
-        // Untouched values first (each taken at most once by the sweep) …
-        while self.cursor <= u64::from(self.last) {
-            let t = u32::try_from(self.cursor).map_err(|_| AllocError::Exhausted)?;
-            self.cursor += 1;
-            if self.live.insert(t) {
-                return Ok(Teid(t));
+    /// Ends the hold-off of TEIDs released `reuse_after` or longer before `now`.
+    fn expire(&mut self, now: Instant) {
+        while let Some(&(at, t)) = self.released.front() {
+            if now.saturating_duration_since(at) < self.reuse_after {
+                break;
+            }
+            self.released.pop_front();
+            if self.held.get(&t) == Some(&at) {
+                self.held.remove(&t);
             }
         }
-        // … then the oldest freed one.
-        while let Some(t) = self.freed.pop_front() {
-            if self.live.insert(t) {
+        // Give back what a burst of releases left behind, so memory follows the current
+        // churn, not its peak (halving at a quarter full: amortised O(1)).
+        if self.released.capacity() > 4 * self.released.len() + 1024 {
+            self.released.shrink_to(2 * self.released.len());
+        }
+    }
+
+    pub fn allocate(&mut self, now: Instant) -> Result<Teid, AllocError> {
+        self.expire(now);
+        // `live` and `held` are disjoint, so this leaves at least one value for the sweep.
+        if (self.live.len() + self.held.len()) as u64 >= self.size() {
+            return Err(AllocError::Exhausted);
+        }
+        for _ in 0..self.size() {
+            let t = self.cursor;
+            self.cursor = if t == self.last { self.first } else { t + 1 };
+            if !self.held.contains_key(&t) && self.live.insert(t) {
                 return Ok(Teid(t));
             }
         }
         Err(AllocError::Exhausted)
     }
 
+    /// Marks a TEID the SMF chose as in use. One still held is taken all the same: the SMF
+    /// decides when its own TEIDs are reused.
     pub fn reserve(&mut self, teid: Teid) -> Result<(), AllocError> {
         if !(self.first..=self.last).contains(&teid.0) || !self.live.insert(teid.0) {
             return Err(AllocError::Conflict);
         }
+        self.held.remove(&teid.0);
         Ok(())
     }
 
-    pub fn free(&mut self, teid: Teid) -> bool {
-        let was = self.live.remove(&teid.0);
-        // Values the sweep has not reached yet need no queueing.
-        if was && u64::from(teid.0) < self.cursor {
-            self.freed.push_back(teid.0);
+    /// Releases a TEID that a session held: it is not handed out again for `reuse_after`.
+    pub fn free(&mut self, teid: Teid, now: Instant) -> bool {
+        if !self.live.remove(&teid.0) {
+            return false;
         }
-        was
+        self.held.insert(teid.0, now);
+        self.released.push_back((now, teid.0));
+        self.expire(now);
+        true
+    }
+
+    /// Returns a TEID that nobody was told of (the request that took it failed): no hold-off.
+    pub fn unwind(&mut self, teid: Teid) -> bool {
+        self.live.remove(&teid.0)
     }
 
     pub fn in_use(&self) -> usize {
         self.live.len()
+    }
+
+    /// Released TEIDs still held off (as of the last allocation or release).
+    pub fn held(&self) -> usize {
+        self.held.len()
     }
 }
 
@@ -403,25 +453,34 @@ fn overlaps(a: &Pool, b: &Pool) -> bool {
     v4 || v6
 }
 
-/// Local SEIDs: a counter from 1 (SEID 0 is what an establishment's header carries); freed
-/// ones are reused only after the 64-bit counter wraps, i.e. never in practice. Which SEIDs
-/// are in use is the session table's to say, not a set of its own here.
-#[derive(Debug, Default)]
+/// Local (UP) SEIDs, drawn from a cryptographically secure generator (ChaCha12 seeded by the
+/// OS) so that a peer cannot guess the SEIDs of another SMF's sessions. Never 0 (what an
+/// establishment's header carries); unique because the session table is asked (`in_use`):
+/// which SEIDs are in use is its to say, not a set of its own here.
 pub struct SeidAllocator {
-    next: u64,
+    rng: StdRng,
+}
+
+impl std::fmt::Debug for SeidAllocator {
+    // Not the generator's state: whoever reads a debug dump could predict the next SEIDs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeidAllocator { .. }")
+    }
 }
 
 impl SeidAllocator {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new() -> Result<Self, String> {
+        let rng = StdRng::try_from_rng(&mut SysRng)
+            .map_err(|e| format!("seeding the SEID generator from the OS: {e}"))?;
+        Ok(Self { rng })
     }
 
-    /// The next SEID that `in_use` does not claim.
+    /// A random SEID that is not 0 and that `in_use` does not claim.
     pub fn allocate(&mut self, in_use: impl Fn(Seid) -> bool) -> Seid {
         loop {
-            self.next = self.next.wrapping_add(1).max(1);
-            if !in_use(Seid(self.next)) {
-                return Seid(self.next);
+            let s = Seid(self.rng.next_u64());
+            if s.0 != 0 && !in_use(s) {
+                return s;
             }
         }
     }
@@ -431,6 +490,7 @@ impl SeidAllocator {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::{HashMap, HashSet};
 
     fn pool(dnn: Option<&str>, v4: &str, len: u8) -> UePoolConfig {
         UePoolConfig {
@@ -442,27 +502,92 @@ mod tests {
         }
     }
 
+    const HOLD: Duration = Duration::from_secs(60);
+
     #[test]
-    fn teids_are_unique_nonzero_and_not_reused_at_once() {
-        let mut a = TeidAllocator::new(0, 3);
-        let got: Vec<u32> = (0..3).map(|_| a.allocate().unwrap().0).collect();
-        assert_eq!(got, [1, 2, 3]);
-        assert_eq!(a.allocate(), Err(AllocError::Exhausted));
-        assert!(a.free(Teid(2)));
-        assert!(!a.free(Teid(2)));
-        assert_eq!(a.allocate(), Ok(Teid(2)));
-        let mut b = TeidAllocator::new(1, 100);
-        let t = b.allocate().unwrap();
-        b.free(t);
-        assert_ne!(
-            b.allocate().unwrap(),
-            t,
-            "a freed TEID waits for the sweep to end"
-        );
+    fn teids_ascend_and_are_held_off_after_release() {
+        let t0 = Instant::now();
+        let mut a = TeidAllocator::new(0, 3, HOLD);
+        let got: Vec<u32> = (0..3).map(|_| a.allocate(t0).unwrap().0).collect();
+        assert_eq!(got, [1, 2, 3], "ascending from 1, never 0");
+        assert_eq!(a.allocate(t0), Err(AllocError::Exhausted));
+        assert!(a.free(Teid(2), t0));
+        assert!(!a.free(Teid(2), t0));
+        // The only value not in use is held: no early reuse, however small the range.
+        assert_eq!(a.allocate(t0 + HOLD / 2), Err(AllocError::Exhausted));
+        assert_eq!(a.held(), 1);
+        assert_eq!(a.allocate(t0 + HOLD), Ok(Teid(2)));
+        assert_eq!(a.held(), 0);
+        // A TEID nobody was told of comes back at once.
+        assert!(a.unwind(Teid(2)));
+        assert_eq!(a.allocate(t0 + HOLD), Ok(Teid(2)));
+
+        let mut b = TeidAllocator::new(1, 100, HOLD);
+        let t = b.allocate(t0).unwrap();
+        b.free(t, t0);
+        assert_ne!(b.allocate(t0).unwrap(), t, "a freed TEID waits");
         assert_eq!(b.reserve(Teid(50)), Ok(()));
         assert_eq!(b.reserve(Teid(50)), Err(AllocError::Conflict));
         assert_eq!(b.reserve(Teid(500)), Err(AllocError::Conflict));
-        assert!((0..97).all(|_| b.allocate().map(|t| t.0 != 50).unwrap_or(false)));
+        assert!((0..97).all(|_| b.allocate(t0).map(|t| t.0 != 50).unwrap_or(false)));
+        assert_eq!(b.allocate(t0), Err(AllocError::Exhausted));
+        // The SMF may take one of its own back while it is held …
+        assert!(b.free(Teid(50), t0));
+        assert_eq!(b.reserve(Teid(50)), Ok(()));
+        // … and release it again later: held from the later release, not the first.
+        let t1 = t0 + HOLD / 2;
+        assert!(b.free(Teid(50), t1));
+        assert_eq!(b.allocate(t0 + HOLD), Ok(Teid(1)));
+        assert_eq!(b.allocate(t0 + HOLD), Err(AllocError::Exhausted));
+        assert_eq!(b.allocate(t1 + HOLD), Ok(Teid(50)));
+    }
+
+    #[test]
+    fn teid_sweep_wraps_past_live_and_held_values() {
+        let t0 = Instant::now();
+        let mut a = TeidAllocator::new(10, 19, HOLD);
+        let live: Vec<Teid> = (0..10).map(|_| a.allocate(t0).unwrap()).collect();
+        for &t in &live[..5] {
+            a.free(t, t0); // 10..=14 held from t0
+        }
+        a.free(live[7], t0 + HOLD / 2); // 17 held from later
+        assert_eq!(a.allocate(t0 + HOLD), Ok(Teid(10)));
+        assert_eq!(a.allocate(t0 + HOLD), Ok(Teid(11)));
+        a.free(Teid(10), t0 + HOLD); // held again
+        let rest: Vec<u32> = std::iter::from_fn(|| a.allocate(t0 + HOLD).ok())
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(rest, [12, 13, 14], "17 and 10 still held");
+        let t2 = t0 + 2 * HOLD;
+        assert_eq!(a.allocate(t2), Ok(Teid(17)), "the sweep goes on from 15");
+        assert_eq!(a.allocate(t2), Ok(Teid(10)));
+        assert_eq!(a.allocate(t2), Err(AllocError::Exhausted));
+    }
+
+    #[test]
+    fn teid_memory_follows_live_and_held_not_history() {
+        // 1M TEIDs through a range of 2^32 at 1,000 a second: held ones are those of the last
+        // minute, and the structures shrink back after a burst.
+        let mut now = Instant::now();
+        let mut a = TeidAllocator::new(1, u32::MAX, HOLD);
+        let mut live = VecDeque::new();
+        for _ in 0..200_000 {
+            now += Duration::from_millis(1);
+            live.push_back(a.allocate(now).unwrap());
+            if live.len() > 100 {
+                a.free(live.pop_front().unwrap(), now);
+            }
+        }
+        assert_eq!(a.in_use(), 100);
+        assert!((59_000..=60_001).contains(&a.held()), "{}", a.held());
+        now += HOLD;
+        for t in live.drain(..) {
+            a.free(t, now);
+        }
+        now += HOLD;
+        let _ = a.allocate(now).unwrap();
+        assert_eq!((a.in_use(), a.held()), (1, 0));
+        assert!(a.released.capacity() < 4096);
     }
 
     #[test]
@@ -548,18 +673,40 @@ mod tests {
     }
 
     #[test]
-    fn seids() {
-        let mut s = SeidAllocator::new();
-        let a = s.allocate(|_| false);
-        let b = s.allocate(|_| false);
-        assert!(a.0 != 0 && a != b);
-        assert_ne!(s.allocate(|_| false), a, "not reused when freed");
-        s.next = u64::MAX - 1;
-        assert_eq!(
-            s.allocate(|x| x == Seid(u64::MAX)),
-            a,
-            "wraps past used SEIDs and 0"
+    fn seids_unique_nonzero_and_not_sequential() {
+        let mut s = SeidAllocator::new().unwrap();
+        let mut seen = HashSet::new();
+        let mut prev = s.allocate(|_| false);
+        let mut near = 0;
+        for _ in 0..10_000 {
+            let x = s.allocate(|x| seen.contains(&x));
+            assert_ne!(x.0, 0);
+            assert!(seen.insert(x), "{x:?} handed out twice");
+            // A counter (or any small stride) lands next to the previous one every time; 64
+            // random bits do so with probability 2^-44 per draw.
+            if x.0.abs_diff(prev.0) < 1 << 20 {
+                near += 1;
+            }
+            prev = x;
+        }
+        assert_eq!(near, 0, "SEIDs follow one another");
+        // Spread over the whole range: the top bit is set about half the time.
+        let high = seen.iter().filter(|x| x.0 >> 63 == 1).count();
+        assert!(
+            (4_000..6_000).contains(&high),
+            "{high} of 10,000 with the top bit"
         );
+        // Another allocator (another start of the UPF) does not repeat the same SEIDs.
+        let mut t = SeidAllocator::new().unwrap();
+        assert!((0..100).all(|_| !seen.contains(&t.allocate(|_| false))));
+        assert_eq!(format!("{s:?}"), "SeidAllocator { .. }");
+    }
+
+    #[test]
+    fn seids_skip_those_in_use() {
+        let mut s = SeidAllocator::new().unwrap();
+        // Every even SEID claimed: only odd ones come out.
+        assert!((0..1000).all(|_| s.allocate(|x| x.0 % 2 == 0).0 % 2 == 1));
     }
 
     proptest! {
@@ -584,18 +731,30 @@ mod tests {
         }
 
         #[test]
-        fn teids_never_double_allocate(ops in proptest::collection::vec(any::<(bool, u8)>(), 0..300)) {
-            let mut a = TeidAllocator::new(1, 40);
+        fn teids_never_double_allocate_nor_reuse_early(
+            ops in proptest::collection::vec(any::<(u8, u8)>(), 0..300),
+        ) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut a = TeidAllocator::new(1, 40, HOLD);
             let mut live: Vec<Teid> = Vec::new();
-            for (alloc, k) in ops {
-                if alloc || live.is_empty() {
-                    match a.allocate() {
-                        Ok(t) => { prop_assert!(t.0 != 0 && !live.contains(&t)); live.push(t); }
-                        Err(_) => prop_assert_eq!(live.len(), 40),
+            let mut released: HashMap<Teid, Instant> = HashMap::new();
+            for (op, k) in ops {
+                now += Duration::from_secs(u64::from(k % 16));
+                if op % 4 != 0 || live.is_empty() {
+                    let held = released.values().filter(|&&at| now - at < HOLD).count();
+                    match a.allocate(now) {
+                        Ok(t) => {
+                            prop_assert!(t.0 != 0 && !live.contains(&t));
+                            prop_assert!(released.get(&t).is_none_or(|&at| now - at >= HOLD));
+                            live.push(t);
+                        }
+                        Err(_) => prop_assert_eq!(live.len() + held, 40),
                     }
                 } else {
                     let t = live.swap_remove(usize::from(k) % live.len());
-                    prop_assert!(a.free(t));
+                    prop_assert!(a.free(t, now));
+                    released.insert(t, now);
                 }
                 prop_assert_eq!(a.in_use(), live.len());
             }

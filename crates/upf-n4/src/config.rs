@@ -87,6 +87,11 @@ pub struct Config {
     pub ue_pools: Vec<UePoolConfig>,
     /// TEIDs allocated from this inclusive range.
     pub teid_range: (u32, u32),
+    /// How long a released TEID is held before it may be allocated again (docs/operations.md).
+    /// 60 s: far past a gNB's release of its tunnel and the packets still in flight, and
+    /// longer than a response is kept for retransmissions ((N1 + 1) × T1 of the SMF, 12 s),
+    /// so no cached response names a TEID that another session holds.
+    pub teid_reuse_after: Duration,
     /// UP Function Features advertised (TS 29.244 §8.2.25): exactly what is implemented.
     pub features: UpFunctionFeatures,
     /// Heartbeat period towards each associated peer, and how many unanswered retransmissions
@@ -153,6 +158,7 @@ impl Config {
                 )),
             }],
             teid_range: (1, u32::MAX),
+            teid_reuse_after: Duration::from_secs(60),
             features: UpFunctionFeatures::FTUP.with(UpFunctionFeatures::UEIP),
             heartbeat_interval: Duration::from_secs(10),
             t1: Duration::from_secs(3),

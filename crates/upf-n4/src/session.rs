@@ -39,10 +39,22 @@ pub(crate) struct SessionCtx {
 }
 
 /// Allocations made while handling one request: returned if the request fails.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Txn {
+    /// When the request is handled (TEIDs are allocated as of then).
+    now: Instant,
     teids: SmallVec<[Teid; 2]>,
     ue: SmallVec<[IpAddr; 2]>,
+}
+
+impl Txn {
+    fn new(now: Instant) -> Self {
+        Self {
+            now,
+            teids: SmallVec::new(),
+            ue: SmallVec::new(),
+        }
+    }
 }
 
 pub(crate) fn establishment_reject(node_id: NodeId, r: Reject) -> SessionEstablishmentResponse {
@@ -214,7 +226,7 @@ impl<D: Datapath> Agent<D> {
                 .flat_map(|f| f.csids.iter().copied())
                 .collect(),
         };
-        let mut txn = Txn::default();
+        let mut txn = Txn::new(now);
         let mut created = List::new();
         let result = self
             .build_rules(
@@ -411,7 +423,7 @@ impl<D: Datapath> Agent<D> {
             let teid = match existing {
                 Some(t) => t,
                 None => {
-                    let t = self.teids.allocate().map_err(|_| {
+                    let t = self.teids.allocate(txn.now).map_err(|_| {
                         Reject::new(Cause::NO_RESOURCES_AVAILABLE, "no TEID left").on_rule(rule)
                     })?;
                     txn.teids.push(t);
@@ -530,9 +542,10 @@ impl<D: Datapath> Agent<D> {
         (self.cfg.teid_range.0..=self.cfg.teid_range.1).contains(&t.0)
     }
 
+    /// Returns what a failed request took; nobody was told of it, so TEIDs are not held off.
     fn rollback(&mut self, txn: Txn) {
         for t in txn.teids {
-            self.teids.free(t);
+            self.teids.unwind(t);
         }
         for a in txn.ue {
             self.ue_ips.free(a);
@@ -588,7 +601,7 @@ impl<D: Datapath> Agent<D> {
         }
         let mut ctx = ctx_ref.clone();
         let mut s: Session = (*ctx.rules).clone();
-        let mut txn = Txn::default();
+        let mut txn = Txn::new(now);
         let mut created = List::new();
         let result = self.apply_modification(&mut s, &mut ctx, &mut txn, &mut created, m);
         let flags = m.pfcpsmreq_flags.unwrap_or_default();
@@ -627,7 +640,7 @@ impl<D: Datapath> Agent<D> {
             }
         };
         ctx.rules = rules;
-        self.release_unused(&mut ctx);
+        self.release_unused(now, &mut ctx);
         // Usage of removed URRs, then of queried ones (§7.5.5: Usage Report IEs).
         let mut usage: Vec<Usage> = installed.removed_urr_usage;
         let mut queried: Vec<RUrrId> = m.query_urrs.iter().map(|q| RUrrId(q.urr_id.0)).collect();
@@ -760,7 +773,7 @@ impl<D: Datapath> Agent<D> {
     }
 
     /// After a successful modification: TEIDs no PDR uses any more go back to the pool.
-    fn release_unused(&mut self, ctx: &mut SessionCtx) {
+    fn release_unused(&mut self, now: Instant, ctx: &mut SessionCtx) {
         let rules = ctx.rules.clone();
         let used = |t: Teid| {
             rules
@@ -772,7 +785,7 @@ impl<D: Datapath> Agent<D> {
         ctx.teids.retain(|&mut (_, t)| {
             let keep = used(t);
             if !keep {
-                teids.free(t);
+                teids.free(t, now);
             }
             keep
         });
@@ -830,7 +843,7 @@ impl<D: Datapath> Agent<D> {
             }
         };
         for &(_, t) in &ctx.teids {
-            self.teids.free(t);
+            self.teids.free(t, now);
         }
         if let Some(a) = ctx.ue_v4 {
             self.ue_ips.free(a.into());

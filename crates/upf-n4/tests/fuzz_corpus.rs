@@ -23,11 +23,14 @@ fn corpus_dir() -> PathBuf {
 
 /// The fuzz target's body (keep in step with fuzz/fuzz_targets/n4_agent.rs).
 fn drive(data: &[u8]) -> Vec<Pdu> {
-    fn drain(agent: &mut Agent<MemDatapath>, sent: &mut Vec<Pdu>) {
+    fn drain(agent: &mut Agent<MemDatapath>, sent: &mut Vec<Pdu>, seids: &mut Vec<u64>) {
         while let Some(t) = agent.poll_transmit() {
             match Pdu::decode(&t.payload) {
                 Ok((pdu, rest)) => {
                     assert!(rest.is_empty(), "trailing bytes after our message");
+                    if let Message::SessionEstablishmentResponse(m) = &pdu.message {
+                        seids.extend(m.up_f_seid.map(|f| f.seid));
+                    }
                     sent.push(pdu);
                 }
                 Err(e) => panic!(
@@ -45,6 +48,7 @@ fn drive(data: &[u8]) -> Vec<Pdu> {
         SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 8805),
     ];
     let mut sent = Vec::new();
+    let mut seids = Vec::new();
     let mut now = Instant::now();
     let mut agent = Agent::new(
         Config::new(UPF_IP.into()),
@@ -56,7 +60,7 @@ fn drive(data: &[u8]) -> Vec<Pdu> {
     let setup = smf::encode(None, 1, smf::association_setup(NodeId::Ipv4(SMF_IP), 1234));
     agent.handle_datagram(now, peers[0], &setup);
     assert_eq!(agent.association_count(), 1);
-    drain(&mut agent, &mut sent);
+    drain(&mut agent, &mut sent, &mut seids);
     let mut rest = data;
     while let Some((&ctl, tail)) = rest.split_first() {
         let (len, tail) = match tail {
@@ -67,20 +71,42 @@ fn drive(data: &[u8]) -> Vec<Pdu> {
         rest = tail;
         now += Duration::from_millis(STEPS_MS[usize::from((ctl >> 2) & 7)]);
         if ctl & 0x40 == 0 {
-            agent.handle_datagram(now, peers[usize::from(ctl & 3)], dgram);
-            drain(&mut agent, &mut sent);
+            let dgram = with_seids(dgram, &seids);
+            agent.handle_datagram(now, peers[usize::from(ctl & 3)], &dgram);
+            drain(&mut agent, &mut sent, &mut seids);
         }
         if ctl & 0x20 != 0 {
             agent.handle_timeout(now);
-            drain(&mut agent, &mut sent);
+            drain(&mut agent, &mut sent, &mut seids);
         }
     }
     for _ in 0..4 {
         now += Duration::from_secs(30);
         agent.handle_timeout(now);
-        drain(&mut agent, &mut sent);
+        drain(&mut agent, &mut sent, &mut seids);
     }
     sent
+}
+
+/// UP SEIDs are random, so inputs name the sessions they established by number: a header SEID
+/// k in 1..=n (in any message of the datagram) becomes the k-th UP SEID the agent handed out.
+fn with_seids(dgram: &[u8], seids: &[u64]) -> Vec<u8> {
+    let mut d = dgram.to_vec();
+    let mut off = 0;
+    while let Some(h) = d.get_mut(off..off + 12) {
+        if h[0] & 1 != 0 {
+            let k = u64::from_be_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
+            let i = usize::try_from(k).ok().and_then(|k| k.checked_sub(1));
+            if let Some(&s) = i.and_then(|i| seids.get(i)) {
+                h[4..12].copy_from_slice(&s.to_be_bytes());
+            }
+        }
+        if h[0] & 2 == 0 {
+            break;
+        }
+        off += 4 + usize::from(u16::from_be_bytes([h[2], h[3]]));
+    }
+    d
 }
 
 /// One framed datagram: control byte (peer, time step, timers), u16 length, bytes.

@@ -143,8 +143,9 @@ impl Ie {
 // ---- the requests the vectors are made of ----------------------------------------------
 
 const SEQ: u32 = 0x00_0777;
-/// The UP SEID of the session every run establishes first.
-const SEID: u64 = 1;
+/// Stands for the UP SEID of the session every run establishes first: SEIDs are random, so
+/// `run` writes the one the agent handed out over it.
+const SEID: u64 = 0x5E1D_0000_0000_0001;
 const CP_SEID: u64 = 0x2000;
 
 fn smf_node() -> NodeId {
@@ -246,14 +247,30 @@ fn cause_of(m: &Message) -> (Option<Cause>, Option<u16>) {
     }
 }
 
+/// `bytes` with [`SEID`] in any message header replaced by `seid`.
+fn with_seid(bytes: &[u8], seid: u64) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    let mut off = 0;
+    while let Some(h) = b.get_mut(off..off + 12) {
+        if h[0] & 1 != 0 && h[4..12] == SEID.to_be_bytes() {
+            h[4..12].copy_from_slice(&seid.to_be_bytes());
+        }
+        if h[0] & 2 == 0 {
+            break;
+        }
+        off += 4 + usize::from(u16::from_be_bytes([h[2], h[3]]));
+    }
+    b
+}
+
 /// Runs one vector against a fresh associated agent holding one session; returns a
 /// description of every mismatch.
 fn run(c: &Case) -> Vec<String> {
     let mut s = Smf::associated();
-    assert_eq!(s.establish_ok(), SEID);
-    let rules_before = s.agent.session(upf_rules::Seid(SEID)).cloned();
+    let seid = s.establish_ok();
+    let rules_before = s.agent.session(upf_rules::Seid(seid)).cloned();
     let before = s.agent.session_count();
-    let out = s.send_bytes(&c.bytes);
+    let out = s.send_bytes(&with_seid(&c.bytes, seid));
     let mut errs = Vec::new();
     let mut got = Vec::new();
     for t in &out {
@@ -301,7 +318,7 @@ fn run(c: &Case) -> Vec<String> {
     if after != before + c.sessions_added {
         errs.push(format!("sessions {before} → {after}"));
     }
-    if c.sessions_added == 0 && s.agent.session(upf_rules::Seid(SEID)).cloned() != rules_before {
+    if c.sessions_added == 0 && s.agent.session(upf_rules::Seid(seid)).cloned() != rules_before {
         errs.push("the existing session's rules changed".into());
     }
     errs

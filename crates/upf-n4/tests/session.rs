@@ -926,3 +926,27 @@ fn chosen_teids_of_removed_pdrs_are_released() {
     let r = s.modify(seid, m);
     assert_ne!(teid_of(&r.created_pdrs[0]), t9);
 }
+
+#[test]
+fn released_teids_are_held_off_for_teid_reuse_after() {
+    let mut cfg = Config::new(UPF_IP.into());
+    cfg.teid_range = (7, 8);
+    cfg.teid_reuse_after = Duration::from_secs(60);
+    let mut s = Smf::with_config(cfg);
+    s.associate(1);
+    let teid = |r: &SessionEstablishmentResponse| teid_of(&r.created_pdrs[0]);
+    // A failed establishment's TEID was never announced: back at once.
+    s.agent.datapath_mut().fail_next = Some(DatapathError::Internal("boom".into()));
+    assert_eq!(s.establish(UeAddr::Choose).1.cause, Cause::SYSTEM_FAILURE);
+    let (_, a) = s.establish(UeAddr::Choose);
+    let (_, b) = s.establish(UeAddr::Choose);
+    assert_eq!((teid(&a), teid(&b)), (8, 7), "the sweep wrapped to 7");
+    s.delete(a.up_f_seid.unwrap().seid);
+    s.advance(Duration::from_secs(59));
+    // TEID 8 is the only one not in use, and it is held: refused rather than reused early.
+    let (_, r) = s.establish(UeAddr::Choose);
+    assert_eq!(r.cause, Cause::NO_RESOURCES_AVAILABLE);
+    s.advance(Duration::from_secs(1));
+    let (_, c) = s.establish(UeAddr::Choose);
+    assert_eq!((c.cause, teid(&c)), (Cause::REQUEST_ACCEPTED, 8));
+}

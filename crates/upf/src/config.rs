@@ -41,6 +41,9 @@ pub struct N4 {
     /// The SMFs' T1 and N1: a response is kept (N1 + 1) x T1 to answer their retransmissions.
     pub smf_t1_ms: u64,
     pub smf_n1: u32,
+    /// Seconds a released TEID is held before it may be allocated again (late packets of
+    /// the old session must not reach a new one).
+    pub teid_reuse_after_s: u64,
 }
 
 impl Default for N4 {
@@ -55,6 +58,7 @@ impl Default for N4 {
             n1: 3,
             smf_t1_ms: 3000,
             smf_n1: 3,
+            teid_reuse_after_s: 60,
         }
     }
 }
@@ -458,7 +462,20 @@ mod tests {
         );
         assert_eq!(c.admin.address, d.admin.address);
         assert_eq!(c.admin.max_connections, d.admin.max_connections);
+        assert_eq!(c.n4.teid_reuse_after_s, d.n4.teid_reuse_after_s);
         assert!(FileConfig::parse("").is_ok());
+    }
+
+    #[test]
+    fn teid_hold_off_reaches_the_agent() {
+        let c = FileConfig::parse("[n4]\nteid_reuse_after_s = 5").unwrap();
+        let a = crate::run::agent_config(&c).unwrap();
+        assert_eq!(a.teid_reuse_after, std::time::Duration::from_secs(5));
+        let d = crate::run::agent_config(&FileConfig::default()).unwrap();
+        assert_eq!(
+            d.teid_reuse_after,
+            upf_n4::Config::new(a.n4_addr).teid_reuse_after
+        );
     }
 
     #[test]

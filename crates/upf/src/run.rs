@@ -205,6 +205,7 @@ pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
     cfg.n1 = c.n4.n1;
     cfg.smf_t1 = Duration::from_millis(c.n4.smf_t1_ms);
     cfg.smf_n1 = c.n4.smf_n1;
+    cfg.teid_reuse_after = Duration::from_secs(c.n4.teid_reuse_after_s);
     cfg.limits.sessions = c.limits.sessions;
     cfg.limits.sessions_per_association = c.limits.sessions_per_association;
     cfg.limits.associations = c.limits.associations;

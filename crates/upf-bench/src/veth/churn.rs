@@ -11,13 +11,13 @@ use super::{
     measure, sides, task_cpu, templates, Autogroup, Backend, Direction, Phase, Rig, COUNTED_PORTS,
     DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
 };
-use crate::control::{admin_get, counters_delta, drop_counters, latency_json, s0_spec};
+use crate::control::{admin_get, counters_delta, drop_counters, latency_json, rss_bytes, s0_spec};
 use clap::Parser;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use upf_loadgen::smf::{Session, Smf};
+use upf_loadgen::smf::{Session, Smf, UeAddr};
 use upf_loadgen::xdpgen::{self, Counter, Fixed, Generator};
 
 /// Churn sessions take indices `background ..= background + SPAN` round robin (UE address and
@@ -32,8 +32,14 @@ const TICK: Duration = Duration::from_millis(10);
 pub(crate) struct Churn {
     /// Attach + detach per second.
     pub rate: u64,
-    /// Seconds of each window (without, then with churn).
+    /// Seconds of the window with churn …
     pub seconds: f64,
+    /// … and of each window without.
+    pub quiet_seconds: f64,
+    /// Churn sessions ask the UPF for their uplink TEID (CHOOSE) and UE address (CHV4).
+    pub upf_allocates: bool,
+    /// Seconds into the churn window after which the UPF's RSS should stay flat.
+    pub rss_warmup: f64,
     /// Sessions carrying the traffic, established before the windows.
     pub background: u32,
     /// Offered uplink packets/s, round robin over the background sessions.
@@ -112,15 +118,62 @@ fn thread_cpu() -> Duration {
         .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
-/// The spec of churn session `index` (an index past the background's).
-fn churn_spec(index: u32) -> upf_loadgen::smf::SessionSpec {
-    s0_spec(
+/// The spec of churn session `index` (an index past the background's): UE address and uplink
+/// TEID from the index, or left to the UPF.
+fn churn_spec(index: u32, upf_allocates: bool) -> upf_loadgen::smf::SessionSpec {
+    let mut s = s0_spec(
         std::net::Ipv4Addr::from(u32::from(UE_BASE) + index),
         Some((UL_TEID_BASE + index, UPF_N3)),
         DL_TEID_BASE + index,
         GNB,
         QFI,
-    )
+    );
+    if upf_allocates {
+        s.ue = UeAddr::Choose;
+        s.ul_f_teid = None;
+    }
+    s
+}
+
+/// The UPF's RSS every second until `done`: (seconds since the start, bytes).
+fn sample_rss(pid: u32, done: &AtomicBool, stop: &AtomicBool) -> Vec<(f64, u64)> {
+    let start = Instant::now();
+    let mut v = Vec::new();
+    let mut next = start;
+    while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+        if let Some(b) = rss_bytes(pid) {
+            v.push((start.elapsed().as_secs_f64(), b));
+        }
+        next += Duration::from_secs(1);
+        while Instant::now() < next && !done.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    if let Some(b) = rss_bytes(pid) {
+        v.push((start.elapsed().as_secs_f64(), b));
+    }
+    v
+}
+
+/// RSS at the churn's start, after the warm-up, at its end, and its peak.
+fn rss_json(v: &[(f64, u64)], warmup: f64) -> Value {
+    let at = v.iter().find(|(t, _)| *t >= warmup).copied();
+    let end = v.last().copied();
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = match (at, end) {
+        (Some((_, w)), Some((_, e))) if w > 0 => Some(e as f64 / w as f64 - 1.0),
+        _ => None,
+    };
+    json!({
+        "warmup_seconds": warmup,
+        "start_bytes": v.first().map(|x| x.1),
+        "after_warmup_bytes": at.map(|x| x.1),
+        "end_bytes": end.map(|x| x.1),
+        "end_seconds": end.map(|x| x.0),
+        "max_bytes": v.iter().map(|x| x.1).max(),
+        "end_vs_warmup": ratio,
+        "samples": v.iter().map(|(t, b)| json!([(t * 10.0).round() / 10.0, b])).collect::<Vec<_>>(),
+    })
 }
 
 /// Every tick: establishes the sessions due at `rate`/s, then deletes the batch of the tick
@@ -145,7 +198,7 @@ fn churn_loop(smf: &mut Smf, c: &Churn, done: &AtomicBool, stop: &AtomicBool) ->
         let specs: Vec<_> = (k..k + n)
             .map(|j| {
                 let i = u64::from(c.background) + j % SPAN;
-                churn_spec(u32::try_from(i).unwrap_or(u32::MAX))
+                churn_spec(u32::try_from(i).unwrap_or(u32::MAX), c.upf_allocates)
             })
             .collect();
         k += n;
@@ -198,9 +251,14 @@ fn phase_json(p: &Phase, upf_cpu_ns: u64, drops: &BTreeMap<String, u64>) -> Valu
 
 /// Measures both windows; one JSON object.
 pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
-    if c.rate == 0 || c.seconds <= 0.0 || c.background == 0 || c.traffic_pps == 0 {
+    if c.rate == 0
+        || c.seconds <= 0.0
+        || c.quiet_seconds <= 0.0
+        || c.background == 0
+        || c.traffic_pps == 0
+    {
         return Err(
-            "churn: --churn, --churn-seconds, --background and --rate must be positive".into(),
+            "churn: --churn, --churn-seconds, --churn-quiet-seconds, --background and --rate must be positive".into(),
         );
     }
     let a = veth_args(c)?;
@@ -253,13 +311,13 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     let upf_ns = rig.ns("upf");
     let drops = || drop_counters(&admin_get(&upf_ns, "/metrics").unwrap_or_default());
     // One measured window of traffic at the background rate.
-    let window = || {
+    let window = |seconds: f64| {
         measure(
             &g,
             &s,
             &counter,
             (a.rig.gen_cpu, a.rig.nice),
-            c.seconds,
+            seconds,
             a.rate,
             false,
             stop,
@@ -267,23 +325,25 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     };
     let d0 = drops();
     let cpu0 = task_cpu(pid);
-    let quiet = window()?;
+    let quiet = window(c.quiet_seconds)?;
     let cpu1 = task_cpu(pid);
     let d1 = drops();
     let done = AtomicBool::new(false);
-    let (busy, churn) = std::thread::scope(|sc| {
+    let (busy, churn, rss) = std::thread::scope(|sc| {
         let h = sc.spawn(|| churn_loop(&mut smf, c, &done, stop));
-        let p = window();
+        let r = sc.spawn(|| sample_rss(pid, &done, stop));
+        let p = window(c.seconds);
         done.store(true, Ordering::Relaxed);
-        (p, h.join())
+        (p, h.join(), r.join())
     });
+    let rss = rss.map_err(|_| "the RSS sampler panicked".to_string())?;
     let cpu2 = task_cpu(pid);
     let d2 = drops();
     let busy = busy?;
     let mut l = churn.map_err(|_| "the churn thread panicked".to_string())?;
     let cpu3 = task_cpu(pid);
     let d3 = drops();
-    let after = window()?;
+    let after = window(c.quiet_seconds)?;
     let cpu4 = task_cpu(pid);
     let d4 = drops();
     rig.upf_alive()?;
@@ -312,6 +372,9 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     let v = json!({
         "target_per_s": c.rate,
         "seconds": c.seconds,
+        "quiet_seconds": c.quiet_seconds,
+        "upf_allocates": c.upf_allocates,
+        "rss": rss_json(&rss, c.rss_warmup),
         "background_sessions": background.len(),
         "traffic_pps": c.traffic_pps,
         "size": c.size,
