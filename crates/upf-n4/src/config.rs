@@ -63,12 +63,15 @@ impl Default for Limits {
             // A usage Session Report is 125 B, so the count bound binds first (~2 MB); this
             // one holds if reports grow (several Usage Reports, node reports with many peers).
             pending_request_bytes: 16 << 20,
-            response_cache: 65_536,
-            // A peer's 12 s window at ~1,000 procedures/s of ~500 B (with overhead) is ~6 MB;
-            // the total lets eight such peers keep theirs whole, and is what one flooding peer
-            // can pin at most (with the per-peer bound, only 8 MiB of it).
-            response_cache_bytes: 64 << 20,
-            response_cache_bytes_per_peer: 8 << 20,
+            // The bytes bind first (at least 290 B an entry): the count is a backstop.
+            response_cache: 1 << 20,
+            // A response costs ~400 B with its overhead, so a peer's 64 MiB hold its whole
+            // 12 s window up to ~14,000 procedures/s, and 4 s (T1 = 1 s, N1 = 3) at the
+            // ~40,000/s one SMF can drive this UPF to (`upf-bench control`, window 256; at
+            // 8 MiB, 11 retransmitted deletions found their response evicted, were executed
+            // again and got cause 65). The total lets four such peers keep theirs whole.
+            response_cache_bytes: 256 << 20,
+            response_cache_bytes_per_peer: 64 << 20,
         }
     }
 }
