@@ -43,27 +43,6 @@ fn drain(agent: &mut Agent<MemDatapath>, seids: &mut Vec<u64>) {
     while agent.poll_event().is_some() {}
 }
 
-/// UP SEIDs are random, so inputs name the sessions they established by number: a header SEID
-/// k in 1..=n (in any message of the datagram) becomes the k-th UP SEID the agent handed out.
-fn with_seids(dgram: &[u8], seids: &[u64]) -> Vec<u8> {
-    let mut d = dgram.to_vec();
-    let mut off = 0;
-    while let Some(h) = d.get_mut(off..off + 12) {
-        if h[0] & 1 != 0 {
-            let k = u64::from_be_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
-            let i = usize::try_from(k).ok().and_then(|k| k.checked_sub(1));
-            if let Some(&s) = i.and_then(|i| seids.get(i)) {
-                h[4..12].copy_from_slice(&s.to_be_bytes());
-            }
-        }
-        if h[0] & 2 == 0 {
-            break;
-        }
-        off += 4 + usize::from(u16::from_be_bytes([h[2], h[3]]));
-    }
-    d
-}
-
 fuzz_target!(|data: &[u8]| {
     let peers = [
         SocketAddr::new(SMF_IP.into(), 8805),
@@ -95,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
         rest = tail;
         now += Duration::from_millis(STEPS_MS[usize::from((ctl >> 2) & 7)]);
         if ctl & 0x40 == 0 {
-            let dgram = with_seids(dgram, &seids);
+            let dgram = smf::with_seids(dgram, &seids);
             agent.handle_datagram(now, peers[usize::from(ctl & 3)], &dgram);
             drain(&mut agent, &mut seids);
         }

@@ -311,3 +311,25 @@ pub fn association_setup(node: NodeId, recovery: u32) -> AssociationSetupRequest
 pub fn encode(seid: Option<u64>, sequence: u32, m: impl Into<Message>) -> Vec<u8> {
     Pdu::new(seid, sequence, m).to_bytes()
 }
+
+/// For fuzzing: UP SEIDs are random, so inputs name the sessions they established by number.
+/// A header SEID k in 1..=n (in any message of the datagram) becomes the k-th UP SEID handed
+/// out (`seids`); the rest of the datagram is left as it is.
+pub fn with_seids(dgram: &[u8], seids: &[u64]) -> Vec<u8> {
+    let mut d = dgram.to_vec();
+    let mut off = 0;
+    while let Some(h) = d.get_mut(off..off + 12) {
+        if h[0] & 1 != 0 {
+            let k = u64::from_be_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
+            let i = usize::try_from(k).ok().and_then(|k| k.checked_sub(1));
+            if let Some(&s) = i.and_then(|i| seids.get(i)) {
+                h[4..12].copy_from_slice(&s.to_be_bytes());
+            }
+        }
+        if h[0] & 2 == 0 {
+            break;
+        }
+        off += 4 + usize::from(u16::from_be_bytes([h[2], h[3]]));
+    }
+    d
+}
