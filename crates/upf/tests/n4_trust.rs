@@ -72,29 +72,26 @@ fn attack(upf: &Upf, attacker: &mut Peer, victim: &Peer, seids: [u64; 2], expect
         assert_eq!(r.header.seid, Some(0));
     }
     // Node-level requests naming the SMF's Node ID.
-    let r = attacker.request(
-        None,
+    let named: [Message; 3] = [
         SessionSetDeletionRequest {
             node_id: node.clone(),
             ..Default::default()
-        },
-    );
-    assert_eq!(cause(&r.message), Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
-    let r = attacker.request(
-        None,
+        }
+        .into(),
         AssociationUpdateRequest {
             node_id: node.clone(),
             ..Default::default()
-        },
-    );
-    assert_eq!(cause(&r.message), Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
-    let r = attacker.request(
-        None,
+        }
+        .into(),
         AssociationReleaseRequest {
             node_id: node.clone(),
-        },
-    );
-    assert_eq!(cause(&r.message), Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
+        }
+        .into(),
+    ];
+    for m in named {
+        let r = attacker.request(None, m);
+        assert_eq!(cause(&r.message), Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
+    }
     let r = attacker.try_establish(node.clone());
     assert_eq!(r.cause, Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
     assert!(r.up_f_seid.is_none());
