@@ -13,7 +13,7 @@ mkdir -p "$target"
 log=$target/e2e.log
 
 echo "e2e: $(uname -srm), $(nproc) CPUs, load:$(uptime | sed 's/.*load average://')"
-cargo test --release -p upf --test e2e -- --nocapture --test-threads 1 "$@" 2>&1 | tee "$log"
+cargo test --release -p upf --test e2e -- --ignored --nocapture --test-threads 1 "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
 echo

@@ -9,10 +9,9 @@ use std::process::Command;
 mod common;
 
 #[test]
+#[ignore = "needs root"]
 fn control_counts_agree_and_cleans_up() {
-    if !common::rig_ready("the control bench") {
-        return;
-    }
+    common::assert_rig_ready("the control bench");
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_upf-bench"));
     let upf = common::upf_binary(&bench);
     let out = tempfile::tempdir().unwrap();

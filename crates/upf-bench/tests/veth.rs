@@ -9,10 +9,9 @@ use std::process::Command;
 mod common;
 
 #[test]
+#[ignore = "needs root"]
 fn veth_point_delivers_and_cleans_up() {
-    if !common::rig_ready("the veth topology") {
-        return;
-    }
+    common::assert_rig_ready("the veth topology");
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_upf-bench"));
     let upf = common::upf_binary(&bench);
     let child = Command::new(&bench)
@@ -175,10 +174,9 @@ fn check_latency(v: &serde_json::Value, loads: usize, downlink: bool) {
 /// A short search (small rates, few trials) and latency runs, both directions, through the
 /// real `upf` with two QoS flows per session.
 #[test]
+#[ignore = "needs root"]
 fn veth_search_and_latency() {
-    if !common::rig_ready("the veth topology") {
-        return;
-    }
+    common::assert_rig_ready("the veth topology");
     let common = [
         "--sessions",
         "50",

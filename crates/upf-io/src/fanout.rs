@@ -804,11 +804,9 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn bpf_program_agrees_with_reference() {
-        if !is_root() {
-            eprintln!("skipped: needs root (bpf(2) program load)");
-            return;
-        }
+        assert!(is_root(), "needs root");
         let frames = corpus(300);
         let mut checked = 0;
         let mut refused = 0;

@@ -13,13 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use upf_dataplane::{Packet, Port};
 
+/// Root, for network namespaces and AF_PACKET.
 fn root() -> bool {
-    if crate::fanout::tests::is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root (network namespaces, AF_PACKET)");
-        false
-    }
+    crate::fanout::tests::is_root()
 }
 
 fn ip(args: &[&str]) {
@@ -255,10 +251,9 @@ fn marked(d: &[u8]) -> bool {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn rx_strips_ethernet_and_discards_non_ip() {
-    if !root() {
-        return;
-    }
+    assert!(root(), "needs root");
     let v = Veth::new();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
     let (mut io, a_mac) = in_ns(&v.a, || {
@@ -311,10 +306,9 @@ fn rx_strips_ethernet_and_discards_non_ip() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn tx_resolves_next_hops_through_the_kernel() {
-    if !root() {
-        return;
-    }
+    assert!(root(), "needs root");
     let v = Veth::new();
     v.addresses();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
@@ -386,10 +380,9 @@ fn tx_resolves_next_hops_through_the_kernel() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn fanout_pins_ues_to_their_worker() {
-    if !root() {
-        return;
-    }
+    assert!(root(), "needs root");
     let v = Veth::new();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
     let group = u16::try_from(std::process::id() & 0x7fff).unwrap()
@@ -474,9 +467,7 @@ fn fanout_pins_ues_to_their_worker() {
 #[test]
 #[ignore]
 fn measure_rates() {
-    if !root() {
-        return;
-    }
+    assert!(root(), "needs root");
     let v = Veth::new();
     v.addresses();
     let gen = in_ns(&v.b, || RawSock::open(&v.b_if));

@@ -280,21 +280,16 @@ mod tests {
         }
     }
 
-    fn can_run() -> bool {
+    /// Fails the test unless it can run: the TUN tests are `#[ignore = "needs root"]`.
+    fn assert_can_run() {
         // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: the TUN test needs root (network namespace, CAP_NET_ADMIN)");
-            return false;
-        }
-        if Command::new("ip").arg("-V").output().is_err() {
-            eprintln!("skipped: the TUN test needs `ip` (iproute2)");
-            return false;
-        }
-        if !Path::new(TUN_DEVICE).exists() {
-            eprintln!("skipped: no {TUN_DEVICE}");
-            return false;
-        }
-        true
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(root, "needs root (network namespace, CAP_NET_ADMIN)");
+        assert!(
+            Command::new("ip").arg("-V").output().is_ok(),
+            "needs `ip` (iproute2)"
+        );
+        assert!(Path::new(TUN_DEVICE).exists(), "needs {TUN_DEVICE}");
     }
 
     /// An IPv4 + UDP packet (IPv4 checksum set, UDP checksum 0).
@@ -315,10 +310,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn tun_rx_and_tx_in_a_namespace() {
-        if !can_run() {
-            return;
-        }
+        assert_can_run();
         let ns = Netns::new();
         let nsname = ns.0.clone();
         let body = move || {
@@ -400,10 +394,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn tun_attach_to_a_tap_name_fails_clearly() {
-        if !can_run() {
-            return;
-        }
+        assert_can_run();
         let ns = Netns::new();
         let nsname = ns.0.clone();
         let r = std::thread::spawn(move || {

@@ -1,5 +1,5 @@
 //! The gNB/UE emulator on a real TUN device in a fresh network namespace (needs root and
-//! iproute2; skipped with a message otherwise). In the namespace: TUN `lgtun0` holding UE
+//! iproute2: `#[ignore = "needs root"]`). In the namespace: TUN `lgtun0` holding UE
 //! 10.60.0.1 with a route to the "DN" 192.168.6.0/24 through it, the gNB's N3 socket on
 //! 127.0.0.1:2152 and a UDP socket standing in for the UPF's N3 on 127.0.0.2:2152.
 //!
@@ -65,7 +65,8 @@ fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn skip_reason() -> Option<String> {
+/// Why the test cannot run here, if it cannot.
+fn missing() -> Option<String> {
     match std::fs::metadata("/proc/self") {
         Ok(m) if m.uid() == 0 => {}
         _ => return Some("not root".into()),
@@ -125,18 +126,12 @@ fn gpdu(teid: u32, psc: Option<PduSessionContainer>, inner: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn tun_to_gtpu_and_back_in_a_netns() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED tun_to_gtpu_and_back_in_a_netns: {why}");
-        return;
+    if let Some(why) = missing() {
+        panic!("needs root, /dev/net/tun and iproute2: {why}");
     }
-    let ns = match Netns::new(format!("lgtest-{}", std::process::id())) {
-        Ok(ns) => ns,
-        Err(e) => {
-            eprintln!("SKIPPED tun_to_gtpu_and_back_in_a_netns: {e}");
-            return;
-        }
-    };
+    let ns = Netns::new(format!("lgtest-{}", std::process::id())).expect("a network namespace");
     ns.ip(&["link", "set", "lo", "up"]);
     let table = SessionTable::new(vec![UeSession {
         ue: UE,

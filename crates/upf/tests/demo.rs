@@ -1,4 +1,4 @@
-//! `upf demo` end to end (root only; skipped otherwise): a short run with few sessions at a
+//! `upf demo` end to end (root only: `#[ignore = "needs root"]`): a short run with few sessions at a
 //! low rate must exit 0, report packets received at both ends (the DN for uplink, the gNB for
 //! downlink), and leave no `upfdemo-*` namespace behind.
 
@@ -40,15 +40,13 @@ fn number_after(out: &str, label: &str) -> Option<u64> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_runs_traffic_both_ways_and_cleans_up() {
-    if !is_root() {
-        eprintln!("skipped: `upf demo` needs root");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: no `ip` (iproute2)");
-        return;
-    }
+    assert!(is_root(), "`upf demo` needs root");
+    assert!(
+        Command::new("ip").arg("-V").output().is_ok(),
+        "`upf demo` needs `ip` (iproute2)"
+    );
     assert!(
         demo_namespaces().is_empty(),
         "upfdemo-* namespaces exist before the test (another demo running?): {:?}",

@@ -11,7 +11,8 @@
 //! (figures printed, not asserted), MBR on real traffic, buffering for an idle UE, and 200
 //! UEs over 2 workers.
 //!
-//! Not root: every test prints a SKIPPED line and passes. Needs iproute2, iputils-ping and
+//! Every test needs root (`#[ignore = "needs root"]`: `cargo test -- --ignored` as root, as
+//! scripts/test.sh does). Needs iproute2, iputils-ping and
 //! iperf3 (ethtool optional). `scripts/e2e.sh` runs them in release and tabulates iperf3.
 //! Tests run one at a time (a lock), whatever `--test-threads` says: each takes the VM.
 
@@ -115,13 +116,13 @@ fn is_root() -> bool {
     })
 }
 
-/// Runs `f` on a fresh topology and daemon for `b`, or says SKIPPED when not root.
+/// Runs `f` on a fresh topology and daemon for `b`.
 fn e2e(b: Backends, test: &str, f: fn(&mut Harness)) {
     let name = format!("{}::{test}", b.name());
-    if !is_root() {
-        println!("SKIPPED e2e {name}: needs root (network namespaces, TUN, AF_PACKET/AF_XDP)");
-        return;
-    }
+    assert!(
+        is_root(),
+        "e2e {name}: needs root (network namespaces, TUN, AF_PACKET/AF_XDP)"
+    );
     for tool in ["ip", "ping", "iperf3", "sysctl", "kill"] {
         let found = std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
@@ -1096,6 +1097,7 @@ macro_rules! e2e_tests {
         mod $module {
             $(
                 #[test]
+                #[ignore = "needs root"]
                 fn $test() {
                     super::e2e($backends, stringify!($test), super::$test);
                 }

@@ -4,21 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Root and iproute2, or a line saying why `what` is skipped.
-pub fn rig_ready(what: &str) -> bool {
+/// Fails the test unless it has root and iproute2, which `what` needs (the tests are
+/// `#[ignore = "needs root"]`: scripts/test.sh runs them as root).
+pub fn assert_rig_ready(what: &str) {
     let root = std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-    if !root {
-        eprintln!("skipped: {what} needs root");
-        return false;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: no `ip` (iproute2)");
-        return false;
-    }
-    true
+    assert!(root, "{what} needs root");
+    assert!(
+        Command::new("ip").arg("-V").output().is_ok(),
+        "{what} needs `ip` (iproute2)"
+    );
 }
 
 /// The `upf` binary next to `bench`, built first if missing (not always: `cargo test` holds

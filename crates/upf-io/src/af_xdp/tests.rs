@@ -1,18 +1,16 @@
-//! Tests of the AF_XDP backend. Those that load programs or open sockets need root and skip
-//! (printing why) without it; the veth tests build their own network namespace.
+//! Tests of the AF_XDP backend. Those that load programs or open sockets need root
+//! (`#[ignore = "needs root"]`: scripts/test.sh runs them as root); the veth tests build their
+//! own network namespace.
 
 use super::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::Duration;
 
-fn root(test: &str) -> bool {
+/// Root, for BPF and AF_XDP.
+fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    let r = unsafe { libc::geteuid() } == 0;
-    if !r {
-        println!("{test}: skipped (needs root for BPF and AF_XDP)");
-    }
-    r
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// xorshift64*, deterministic.
@@ -323,10 +321,9 @@ fn errors_are_clear() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn program_agrees_with_reference() {
-    if !root("program_agrees_with_reference") {
-        return;
-    }
+    assert!(root(), "needs root (BPF and AF_XDP)");
     // The redirect succeeds only into a bound socket: bind one to lo's queue 0 (no program is
     // attached to lo, so its traffic is untouched).
     let lo = Link::by_name("lo").unwrap();
@@ -376,10 +373,9 @@ fn program_agrees_with_reference() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn program_loads_for_every_filter_shape() {
-    if !root("program_loads_for_every_filter_shape") {
-        return;
-    }
+    assert!(root(), "needs root (BPF and AF_XDP)");
     let map = bpf::create_xskmap(1).unwrap();
     for gtpu in [true, false] {
         for local in [
@@ -595,10 +591,9 @@ fn rx_until(io: &mut XskIo, pool: &mut Pool, want: usize) -> (Vec<Packet>, Vec<u
 }
 
 #[test]
+#[ignore = "needs root"]
 fn veth_n3_gtpu_rx_arp_and_tx() {
-    if !root("veth_n3_gtpu_rx_arp_and_tx") {
-        return;
-    }
+    assert!(root(), "needs root (BPF and AF_XDP)");
     let v = Veth::new("3");
     let peer = v.peer_socket();
     let pmac = v.peer_mac();
@@ -746,10 +741,9 @@ fn veth_n3_gtpu_rx_arp_and_tx() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn veth_n6_plain_ip_rx() {
-    if !root("veth_n6_plain_ip_rx") {
-        return;
-    }
+    assert!(root(), "needs root (BPF and AF_XDP)");
     let v = Veth::new("6");
     let peer = v.peer_socket();
     let pmac = v.peer_mac();
@@ -820,9 +814,7 @@ fn veth_n6_plain_ip_rx() {
 #[test]
 #[ignore]
 fn veth_rates() {
-    if !root("veth_rates") {
-        return;
-    }
+    assert!(root(), "needs root (BPF and AF_XDP)");
     let v = Veth::new("r");
     let peer = v.peer_socket();
     let pmac = v.peer_mac();
