@@ -4,6 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-20}
 if ! rustup toolchain list | grep -q '^nightly' || ! command -v cargo-fuzz >/dev/null; then
+  # In CI a missing fuzzer is a failure, not a pass.
+  if [[ ${CI:-} == true ]]; then
+    echo "fuzz smoke: FAILED (no nightly toolchain or cargo-fuzz, and CI=true)" >&2
+    exit 1
+  fi
   echo "fuzz smoke: SKIPPED (no nightly toolchain or cargo-fuzz on this machine)"
   exit 0
 fi
