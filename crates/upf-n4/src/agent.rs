@@ -637,7 +637,6 @@ impl<D: Datapath> Agent<D> {
             _ => header
                 .seid
                 .and_then(|s| self.owned_session(peer, Seid(s)).ok())
-                .and_then(|s| self.sessions.get(&s))
                 .map_or(0, |s| s.rules.cp_seid.0),
         };
         let Some((seid, m)) = self.reject_response(t, cp_seid, reject) else {

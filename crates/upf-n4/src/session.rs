@@ -560,14 +560,14 @@ impl<D: Datapath> Agent<D> {
         header: Header,
         m: SessionModificationRequest,
     ) -> (u64, Message) {
-        let seid = match self.owned_session(peer, Seid(header.seid.unwrap_or(0))) {
-            Ok(s) => s,
+        let seid = Seid(header.seid.unwrap_or(0));
+        let cp_seid = match self.owned_session(peer, seid) {
+            Ok(s) => s.rules.cp_seid.0,
             Err(why) => {
                 self.refuse(52, peer, why);
                 return (0, modification_reject(unknown_seid()).into());
             }
         };
-        let cp_seid = self.sessions.get(&seid).map_or(0, |c| c.rules.cp_seid.0);
         match self.modify(now, seid, &m) {
             Ok(resp) => (cp_seid, resp.into()),
             Err(r) => {
@@ -593,12 +593,6 @@ impl<D: Datapath> Agent<D> {
                 "unknown SEID",
             ));
         };
-        if !self.assocs.contains_key(&ctx_ref.cp.node) {
-            return Err(Reject::new(
-                Cause::NO_ESTABLISHED_PFCP_ASSOCIATION,
-                "association gone",
-            ));
-        }
         let mut ctx = ctx_ref.clone();
         let mut s: Session = (*ctx.rules).clone();
         let mut txn = Txn::new(now);
@@ -798,13 +792,11 @@ impl<D: Datapath> Agent<D> {
         peer: SocketAddr,
         header: Header,
     ) -> (u64, Message) {
-        let seid = match self.owned_session(peer, Seid(header.seid.unwrap_or(0))) {
-            Ok(s) => s,
-            Err(why) => {
-                self.refuse(54, peer, why);
-                return (0, deletion_reject(unknown_seid()).into());
-            }
-        };
+        let seid = Seid(header.seid.unwrap_or(0));
+        if let Err(why) = self.owned_session(peer, seid) {
+            self.refuse(54, peer, why);
+            return (0, deletion_reject(unknown_seid()).into());
+        }
         let (usage, Some(mut ctx)) = self.delete_session(now, seid, "deleted by the SMF") else {
             return (0, deletion_reject(unknown_seid()).into());
         };

@@ -6,6 +6,7 @@
 //! with the cause the spec gives, counted by reason and reported as an event.
 
 use crate::agent::{Agent, Association, Event};
+use crate::session::SessionCtx;
 use std::net::{IpAddr, SocketAddr};
 use upf_pfcp::ie::NodeId;
 use upf_rules::{Datapath, Seid};
@@ -96,10 +97,14 @@ impl<D: Datapath> Agent<D> {
 
     /// The session `seid` if `peer` speaks for the association that established it; else why
     /// not.
-    pub(crate) fn owned_session(&self, peer: SocketAddr, seid: Seid) -> Result<Seid, Refusal> {
+    pub(crate) fn owned_session(
+        &self,
+        peer: SocketAddr,
+        seid: Seid,
+    ) -> Result<&SessionCtx, Refusal> {
         let ctx = self.sessions.get(&seid).ok_or(Refusal::UnknownSeid)?;
         if self.speaks_for(peer, &ctx.cp.node) {
-            Ok(seid)
+            Ok(ctx)
         } else {
             Err(Refusal::SessionOfAnother)
         }
