@@ -141,7 +141,6 @@ impl ResponseCache {
                 self.peers.remove(&ip);
             }
         }
-        self.stats.entries = self.map.len();
         Some(c)
     }
 
@@ -181,7 +180,6 @@ impl ResponseCache {
         share.bytes += size;
         share.ids.insert(id);
         self.stats.bytes += size;
-        self.stats.entries = self.map.len();
 
         let ip = peer.ip();
         while let Some(p) = self.peers.get(&ip) {
@@ -250,7 +248,10 @@ impl ResponseCache {
 
     /// What it holds (entries, bytes) and has let go.
     pub fn stats(&self) -> CacheStats {
-        self.stats
+        CacheStats {
+            entries: self.map.len(),
+            ..self.stats
+        }
     }
 
     /// Drops every entry of a peer (association released); not counted as evictions.

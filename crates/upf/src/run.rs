@@ -443,8 +443,8 @@ const PEER_LOG_LINES_PER_S: u32 = 20;
 struct PeerLogLimit {
     per_s: u32,
     window: Option<Instant>,
+    /// Lines asked for in the current second, logged or not.
     used: u32,
-    suppressed: u64,
 }
 
 impl PeerLogLimit {
@@ -453,7 +453,6 @@ impl PeerLogLimit {
             per_s,
             window: None,
             used: 0,
-            suppressed: 0,
         }
     }
 
@@ -463,24 +462,24 @@ impl PeerLogLimit {
             .window
             .is_none_or(|w| now.saturating_duration_since(w) >= Duration::from_secs(1))
         {
-            if self.suppressed > 0 {
+            if self.suppressed() > 0 {
                 warn!(
                     target: "upf::n4",
                     "{} more refused, rejected or dropped PFCP messages not logged (at most {} lines a second; all are counted in /metrics)",
-                    self.suppressed,
+                    self.suppressed(),
                     self.per_s
                 );
             }
             self.window = Some(now);
             self.used = 0;
-            self.suppressed = 0;
         }
-        self.used += 1;
-        if self.used > self.per_s {
-            self.suppressed += 1;
-            return false;
-        }
-        true
+        self.used = self.used.saturating_add(1);
+        self.used <= self.per_s
+    }
+
+    /// Lines not logged in the current second.
+    fn suppressed(&self) -> u32 {
+        self.used.saturating_sub(self.per_s)
     }
 }
 
@@ -539,9 +538,9 @@ mod tests {
         let mut l = PeerLogLimit::new(3);
         let first: Vec<bool> = (0..5).map(|_| l.allow(t0)).collect();
         assert_eq!(first, [true, true, true, false, false]);
-        assert_eq!(l.suppressed, 2);
+        assert_eq!(l.suppressed(), 2);
         assert!(!l.allow(t0 + Duration::from_millis(999)));
         assert!(l.allow(t0 + Duration::from_secs(1)), "a new second");
-        assert_eq!(l.suppressed, 0);
+        assert_eq!(l.suppressed(), 0);
     }
 }
