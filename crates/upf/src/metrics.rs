@@ -26,6 +26,20 @@ impl Out {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
 
+    /// A counter family with one label: a line per (label value, count).
+    fn counters<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: impl IntoIterator<Item = (&'a str, u64)>,
+    ) {
+        self.help(name, "counter", help);
+        for (v, n) in values {
+            self.line(name, &[(label, v)], n);
+        }
+    }
+
     fn line(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
         self.0.push_str(name);
         if !labels.is_empty() {
@@ -297,91 +311,80 @@ pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
             );
         }
     }
-    for (name, help, v) in [
+    for (name, kind, help, v) in [
         (
             "upf_pfcp_retransmissions_answered_total",
+            "counter",
             "Retransmitted requests answered from the response cache.",
             c.pfcp.retransmissions_answered,
         ),
         (
             "upf_pfcp_retransmissions_sent_total",
+            "counter",
             "Requests of ours sent again (T1 expired).",
             c.pfcp.retransmissions_sent,
         ),
         (
             "upf_pfcp_requests_given_up_total",
+            "counter",
             "Requests of ours unanswered after N1 retransmissions.",
             c.pfcp.requests_given_up,
         ),
         (
             "upf_pfcp_dropped_total",
+            "counter",
             "PFCP datagrams dropped without an answer.",
             c.pfcp.dropped,
         ),
         (
             "upf_pfcp_events_dropped_total",
+            "counter",
             "Agent events (what is logged) dropped: 4096 were waiting for the driver.",
             c.pfcp.events_dropped,
         ),
         (
             "upf_pfcp_response_cache_expired_total",
+            "counter",
             "Cached responses dropped at the end of the SMF's retransmission window.",
             c.response_cache.expired,
         ),
-    ] {
-        o.help(name, "counter", help);
-        o.line(name, &[], v);
-    }
-    o.help(
-        "upf_pfcp_reports_dropped_total",
-        "counter",
-        "Requests of ours not sent, by the bound reached (requests or bytes awaiting a response).",
-    );
-    for (bound, v) in [
-        ("requests", c.pfcp.reports_dropped),
-        ("bytes", c.pfcp.reports_dropped_bytes),
-    ] {
-        o.line("upf_pfcp_reports_dropped_total", &[("bound", bound)], v);
-    }
-    for (name, help, v) in [
         (
             "upf_pfcp_response_cache_entries",
+            "gauge",
             "Responses kept for retransmitted requests.",
-            c.response_cache.entries,
+            c.response_cache.entries as u64,
         ),
         (
             "upf_pfcp_response_cache_bytes",
+            "gauge",
             "Their bytes: payloads and the per-entry overhead.",
-            c.response_cache.bytes,
+            c.response_cache.bytes as u64,
         ),
     ] {
-        o.help(name, "gauge", help);
+        o.help(name, kind, help);
         o.line(name, &[], v);
     }
-    o.help(
+    o.counters(
+        "upf_pfcp_reports_dropped_total",
+        "Requests of ours not sent, by the bound reached (requests or bytes awaiting a response).",
+        "bound",
+        [
+            ("requests", c.pfcp.reports_dropped),
+            ("bytes", c.pfcp.reports_dropped_bytes),
+        ],
+    );
+    o.counters(
         "upf_pfcp_response_cache_evictions_total",
-        "counter",
         "Cached responses dropped before expiry, by the bound reached.",
+        "reason",
+        Eviction::ALL.map(|r| (r.name(), c.response_cache.evicted[r as usize])),
     );
-    for r in Eviction::ALL {
-        o.line(
-            "upf_pfcp_response_cache_evictions_total",
-            &[("reason", r.name())],
-            c.response_cache.evicted[r as usize],
-        );
-    }
-    o.help(
+    o.counters(
         "upf_pfcp_requests_refused_total",
-        "counter",
         "Requests refused at the N4 trust boundary, by reason (docs/operations.md).",
+        "reason",
+        upf_n4::Refusal::ALL.map(|r| (r.name(), c.pfcp.refused[r.index()])),
     );
-    for r in upf_n4::Refusal::ALL {
-        o.line(
-            "upf_pfcp_requests_refused_total",
-            &[("reason", r.name())],
-            c.pfcp.refused[r.index()],
-        );
-    }
     o.0
 }
 
