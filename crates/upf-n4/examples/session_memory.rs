@@ -8,11 +8,8 @@
 //! CHV4 UE address from a /8 pool). Fixed costs (the UE pool bitmap, empty tables) are measured
 //! after association and subtracted; the response cache (up to 65,536 responses) is reported
 //! separately, then expired.
-#![allow(unsafe_code)] // the global allocator
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use upf_n4::alloc::UePoolConfig;
 use upf_n4::smf::{self, UeAddr};
@@ -21,55 +18,12 @@ use upf_pfcp::ie::NodeId;
 use upf_rules::mem::MemDatapath;
 use upf_rules::{Bar, Far, Pdr, Qer, SdfFilter, Seid, Session, Urr};
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded to `System` with the caller's arguments; the counters are
-// only statistics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `alloc`'s contract, passed on unchanged.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            LIVE.fetch_add(l.size(), Relaxed);
-            ALLOCS.fetch_add(1, Relaxed);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            LIVE.fetch_add(l.size(), Relaxed);
-            ALLOCS.fetch_add(1, Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: `p` was allocated by `System` with layout `l` (every allocation goes there).
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Relaxed);
-        ALLOCS.fetch_sub(1, Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as for `dealloc`; `new_size` is the caller's.
-        let q = unsafe { System.realloc(p, l, new_size) };
-        if !q.is_null() {
-            LIVE.fetch_add(new_size, Relaxed);
-            LIVE.fetch_sub(l.size(), Relaxed);
-        }
-        q
-    }
-}
+#[path = "../tests/counting/mod.rs"]
+mod counting;
+use counting::live;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn live() -> (usize, usize) {
-    (LIVE.load(Relaxed), ALLOCS.load(Relaxed))
-}
+static GLOBAL: counting::Counting = counting::Counting;
 
 const SMF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 

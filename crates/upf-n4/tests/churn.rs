@@ -9,14 +9,12 @@
 //! the queue of freed TEIDs of the old allocator outgrew 131,072 entries on the way, +512 KiB);
 //! `cargo test --release -p upf-n4 --test churn -- --ignored` churns 1,000,000 (~15 µs
 //! each).
-#![allow(unsafe_code)] // the counting global allocator
 
+mod counting;
 mod harness;
 
 use harness::{Smf, NTP0, UPF_IP};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use upf_n4::smf::UeAddr;
@@ -24,47 +22,8 @@ use upf_n4::{Agent, Config};
 use upf_pfcp::Cause;
 use upf_rules::mem::MemDatapath;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded to `System` with the caller's arguments; the counter is
-// only a statistic.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `alloc`'s contract, passed on unchanged.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            LIVE.fetch_add(l.size(), Relaxed);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            LIVE.fetch_add(l.size(), Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: `p` was allocated by `System` with layout `l` (every allocation goes there).
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as for `dealloc`; `new_size` is the caller's.
-        let q = unsafe { System.realloc(p, l, new_size) };
-        if !q.is_null() {
-            LIVE.fetch_add(new_size, Relaxed);
-            LIVE.fetch_sub(l.size(), Relaxed);
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting::Counting = counting::Counting;
 
 /// The heap is counted process-wide: one churn at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -135,9 +94,9 @@ fn churn(n: usize) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Churn::new();
     c.run(WARM_UP);
-    let before = LIVE.load(Relaxed);
+    let before = counting::live().0;
     c.run(n);
-    let after = LIVE.load(Relaxed);
+    let after = counting::live().0;
     assert_eq!(c.smf.agent.session_count(), LIVE_SESSIONS);
     let moved = i128::try_from(after).unwrap() - i128::try_from(before).unwrap();
     println!("heap after {WARM_UP} sessions of warm-up: {before} B; after {n} more: {after} B ({moved:+} B)");
