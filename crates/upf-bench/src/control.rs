@@ -77,7 +77,7 @@ pub struct Args {
     #[arg(long)]
     pub upf_allocates: bool,
     /// The UPF's RSS is sampled every second of the churn window; its growth is reported from
-    /// this many seconds in (past the 60 s TEID hold-off and response cache lifetime).
+    /// this many seconds in (past the 60 s TEID hold-off and the response cache's 12 s).
     #[arg(long, default_value_t = 120.0)]
     pub rss_warmup_seconds: f64,
     /// Sessions carrying the traffic during the churn windows.
