@@ -1,7 +1,7 @@
 //! Every packet the pipeline does not send has a named reason, and each reason a counter.
 //! Invariant (checked by tests): `received + created = sent + dropped + buffered`.
 
-use crate::packet::Port;
+use upf_packet::Port;
 
 macro_rules! drop_reasons {
     ($($(#[$m:meta])* $v:ident = $name:literal,)*) => {

@@ -44,10 +44,10 @@ use crate::filter::FastFilter;
 use crate::flow::{Flow, Flow4};
 use crate::meter::{Fill, Rate, TokenBucket};
 use crate::overflow::{Line, Run, MAX_RUN_LINES};
-use crate::packet::Port;
 use crate::session::{CPdr, Compiled, Strip};
 use crate::shapes::Shapes;
 use std::time::{Duration, Instant};
+use upf_packet::Port;
 use upf_rules::ApplyAction;
 
 /// An absent slot (FAR, QER, URR, GBR count) in a line.

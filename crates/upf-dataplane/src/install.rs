@@ -3,12 +3,12 @@
 //! sees half a session; state of surviving rules (meters, counters, buffers) carries over.
 
 use crate::counters::DropReason;
-use crate::packet::{Packet, HEADROOM};
 use crate::pipeline::Pipeline;
 use crate::session::{CompileEnv, Compiled};
 use std::cmp::Reverse;
 use std::sync::Arc;
 use std::time::Instant;
+use upf_packet::{Packet, HEADROOM};
 use upf_rules::{
     ApplyAction, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session,
     UrrId, UsageReport, UsageTrigger,

@@ -19,7 +19,6 @@ mod install;
 mod intmap;
 pub mod meter;
 mod overflow;
-pub mod packet;
 mod parse;
 pub mod pipeline;
 mod prefetch;
@@ -31,10 +30,10 @@ mod test_rules;
 mod usage;
 
 pub use counters::{Counters, DropReason};
-pub use packet::{Packet, Port, BUF_LEN, HEADROOM};
 pub use parse::{flow_of, route_hop};
 pub use pipeline::{null_forward, Output, Pipeline, GTPU_PORT};
 pub use tables::{FastMap, FoldHasher};
+pub use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -6,7 +6,6 @@ use crate::fast::Template;
 use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
 use crate::meter::{TokenBucket, DEFAULT_WINDOW};
-use crate::packet::{Packet, Port};
 use crate::usage::UrrState;
 use crate::LocalAddrs;
 use smallvec::SmallVec;
@@ -14,6 +13,7 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use upf_packet::{Packet, Port};
 use upf_rules::{
     ApplyAction, DatapathError, Far, FarId, Gate, Interface, OuterHeaderCreation,
     OuterHeaderRemoval, Pdr, PdrId, Qer, QerId, Seid, Session,

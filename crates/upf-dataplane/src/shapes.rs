@@ -154,13 +154,13 @@ fn free_runs(shape: &Shape, arena: &mut Arena) {
 
 #[cfg(test)]
 mod tests {
-    use crate::packet::{Packet, Port};
     use crate::pipeline::Output;
     use crate::test_rules::{far, pdi, N3};
     use crate::{Pipeline, PipelineConfig};
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
     use std::time::Instant;
+    use upf_packet::{Packet, Port};
     use upf_rules::*;
 
     fn ue(i: u32) -> Ipv4Addr {

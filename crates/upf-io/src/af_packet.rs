@@ -15,7 +15,7 @@
 //! - **Fanout**: several workers open a socket each on the same interface and join one
 //!   PACKET_FANOUT group, **in worker order** (the kernel numbers group members in join order,
 //!   and the eBPF program returns a member index). The program ([`crate::fanout`]) returns the
-//!   owning worker by the steering hash of `upf_runtime::steer`; when it cannot be loaded or
+//!   owning worker by the steering hash of `upf_packet::steer`; when it cannot be loaded or
 //!   attached, the group is PACKET_FANOUT_HASH (flow hash: no UE pinning, software steering
 //!   needed) and [`PacketIo::describe`] says so. If a member socket closes, the kernel moves
 //!   the last member into its slot: restart every worker of the group together.
@@ -30,8 +30,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
-use upf_dataplane::packet::HEADROOM;
-use upf_dataplane::{Packet, Port};
+use upf_packet::HEADROOM;
+use upf_packet::{Packet, Port};
 
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_RX_RING: libc::c_int = 5;

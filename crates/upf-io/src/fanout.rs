@@ -1,5 +1,5 @@
 //! UE pinning for AF_PACKET without XDP: a PACKET_FANOUT_EBPF program that returns the index
-//! of the worker owning a packet's UE, by the same hash as `upf_runtime::steer`:
+//! of the worker owning a packet's UE, by the same hash as `upf_packet::steer`:
 //!
 //! - N3/N9 ([`Ingress::Gtpu`]): a G-PDU on UDP port 2152 over IPv4 or IPv6 hashes the inner
 //!   packet's source address (IPv4: the address as a 64-bit number; IPv6: its upper 64 bits).
@@ -26,6 +26,7 @@
 use crate::Port;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use upf_packet::steer::{ue_hash_key, worker_of};
 
 /// Extension headers walked at most (the chain is unrolled in the program).
 pub const MAX_EXT: usize = 8;
@@ -50,16 +51,6 @@ impl Ingress {
             Port::N6 => Ingress::Ip,
         }
     }
-}
-
-/// `upf_runtime::steer::ue_hash` of a key that is already the 64-bit number.
-pub fn ue_hash_key(k: u64) -> u32 {
-    u32::try_from(k.wrapping_mul(GOLDEN) >> 32).unwrap_or(0)
-}
-
-/// `upf_runtime::steer::worker_of`.
-pub fn worker_of(hash: u32, n: usize) -> usize {
-    usize::try_from((u64::from(hash) * n as u64) >> 32).unwrap_or(0)
 }
 
 /// The steering key (UE address as a number) of an Ethernet frame, or `None` when it goes to
@@ -759,13 +750,13 @@ pub(crate) mod tests {
     fn reference_agrees_with_runtime_steering() {
         for (port, frame, ue) in corpus(300) {
             let Some(ue) = ue else { continue };
-            let want_hash = upf_runtime::steer::ue_hash(ue);
+            let want_hash = upf_packet::steer::ue_hash(ue);
             let k = fanout_key(Ingress::of(port), &frame).expect("well-formed frame");
             assert_eq!(ue_hash_key(k), want_hash, "{port:?} {ue}");
             for n in 1..=5 {
                 assert_eq!(
                     fanout_worker(port, &frame, n),
-                    upf_runtime::steer::worker_of(want_hash, n)
+                    upf_packet::steer::worker_of(want_hash, n)
                 );
             }
         }

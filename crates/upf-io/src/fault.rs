@@ -13,7 +13,7 @@ use crate::{IoStats, PacketIo, Pool};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
-use upf_dataplane::Packet;
+use upf_packet::Packet;
 
 /// Probabilities (each clamped to 0..=1) and the PRNG seed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -247,7 +247,7 @@ impl<T: PacketIo> PacketIo for Faults<T> {
 mod tests {
     use super::*;
     use crate::mem::{self, MemPeer};
-    use upf_dataplane::Port;
+    use upf_packet::Port;
 
     /// An "IP packet" carrying sequence number `i`.
     fn pkt(i: u32) -> Vec<u8> {

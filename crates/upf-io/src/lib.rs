@@ -29,7 +29,7 @@ mod wait;
 pub mod wake;
 
 pub use pool::Pool;
-pub use upf_dataplane::{Packet, Port};
+pub use upf_packet::{Packet, Port};
 pub use wait::wait_readable;
 
 use std::io;

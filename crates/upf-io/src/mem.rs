@@ -5,7 +5,7 @@ use crate::{IoStats, PacketIo, Pool};
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
-use upf_dataplane::{Packet, Port};
+use upf_packet::{Packet, Port};
 
 #[derive(Debug, Default)]
 struct Queues {

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use upf_dataplane::{Packet, Port};
+use upf_packet::{Packet, Port};
 
 /// Root, for network namespaces and AF_PACKET.
 fn root() -> bool {
@@ -297,7 +297,7 @@ fn rx_strips_ethernet_and_discards_non_ip() {
     for (p, want) in got.iter().zip(&sent) {
         assert_eq!(p.data(), &want[..]);
         assert_eq!(p.port(), Port::N6);
-        assert_eq!(p.start(), upf_dataplane::HEADROOM);
+        assert_eq!(p.start(), upf_packet::HEADROOM);
     }
     let s = io.stats();
     assert!(s.rx_discarded >= 2, "{s:?}");
@@ -453,7 +453,7 @@ fn fanout_pins_ues_to_their_worker() {
     }
     let mut per = [0; 2];
     for (ue, w) in ues.iter().zip(&seen) {
-        let want = upf_runtime::steer::worker_of(upf_runtime::steer::ue_hash(*ue), 2);
+        let want = upf_packet::steer::worker_of(upf_packet::steer::ue_hash(*ue), 2);
         assert_eq!(*w, Some(want), "UE {ue}");
         per[want] += 1;
     }

@@ -12,7 +12,7 @@ use std::io::{self, BufWriter, Write};
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
-use upf_dataplane::Packet;
+use upf_packet::Packet;
 
 /// pcap link type of raw IPv4/IPv6 packets.
 pub const LINKTYPE_RAW: u32 = 101;
@@ -194,7 +194,7 @@ impl<T: PacketIo> Drop for Capture<T> {
 mod tests {
     use super::*;
     use crate::mem::{self, MemIo};
-    use upf_dataplane::Port;
+    use upf_packet::Port;
 
     fn temp(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("upfio-{}-{name}.pcap", std::process::id()))

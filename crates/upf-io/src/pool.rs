@@ -1,6 +1,6 @@
 //! A worker's free packet buffers, so that receiving does not allocate in steady state.
 
-use upf_dataplane::{Packet, Port};
+use upf_packet::{Packet, Port};
 
 /// Free buffers of one worker. Bounded: buffers beyond `cap` are freed.
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use upf_dataplane::{Packet, Port, BUF_LEN, HEADROOM};
+use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
 
 /// The TUN clone device.
 pub const TUN_DEVICE: &str = "/dev/net/tun";

@@ -26,10 +26,10 @@ use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use upf_dataplane::{Packet, Port, BUF_LEN, HEADROOM};
+use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
 use upf_wire::checksum;
 
-pub use upf_dataplane::GTPU_PORT;
+pub use upf_wire::gtpu::PORT as GTPU_PORT;
 
 /// Length of the synthesized IPv4 + UDP header.
 const V4_HDR: usize = 20 + 8;

@@ -5,24 +5,10 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use upf_dataplane::{Packet, Port};
+pub use upf_packet::steer::{ue_hash, worker_of};
+use upf_packet::{Packet, Port};
 use upf_wire::encap::decapsulate;
 use upf_wire::flow::{flow_hash, Direction, FiveTuple};
-
-/// The steering hash of a UE address; IPv6 UEs hash by their /64 (the prefix is the UE's).
-pub fn ue_hash(a: IpAddr) -> u32 {
-    let k: u64 = match a {
-        IpAddr::V4(v) => u32::from(v).into(),
-        IpAddr::V6(v) => u64::try_from(u128::from(v) >> 64).unwrap_or(0),
-    };
-    let m = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    u32::try_from(m >> 32).unwrap_or(0)
-}
-
-/// Maps a hash onto `n` workers without division bias worth caring about.
-pub fn worker_of(hash: u32, n: usize) -> usize {
-    usize::try_from((u64::from(hash) * n as u64) >> 32).unwrap_or(0)
-}
 
 /// The steering decision, shared by the software stage and (as a specification) by backends
 /// that steer in the kernel or the NIC.

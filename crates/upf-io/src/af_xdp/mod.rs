@@ -43,7 +43,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 use sys::{Mmap, XdpDesc};
-use upf_dataplane::{Packet, Port};
+use upf_packet::{Packet, Port};
 
 /// How the XDP program is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! working, and neighbour resolution with it. One VLAN tag (802.1Q or 802.1ad) is skipped.
 //!
 //! Steering: the program computes the worker that owns the packet's UE exactly like
-//! `upf_runtime::steer::{ue_hash, worker_of}` (key: the IPv4 address, or the upper 64 bits of
+//! `upf_packet::steer::{ue_hash, worker_of}` (key: the IPv4 address, or the upper 64 bits of
 //! the IPv6 address; the inner source of a G-PDU, the destination of plain IP), and writes it
 //! into the frame's XDP metadata (`[META_MAGIC, worker]`, 8 octets in front of the frame),
 //! which AF_XDP copies into the UMEM ahead of the frame. The kernel redirects a frame only to
@@ -26,6 +26,7 @@ use super::bpf::*;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
+use upf_packet::steer;
 
 /// First word of the metadata the program writes in front of a frame.
 pub const META_MAGIC: u32 = 0x5550_4658;
@@ -76,10 +77,10 @@ impl Filter {
     }
 }
 
-/// The steering hash onto `n` workers of a key (as `steer::worker_of(steer::ue_hash(a), n)`).
+/// The worker (of `n`) owning a steering key: [`upf_packet::steer`]'s hash.
 pub fn worker_of_key(key: u64, n: u32) -> u32 {
-    let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    ((h * u64::from(n.max(1))) >> 32) as u32
+    let w = steer::worker_of(steer::ue_hash_key(key), n.max(1) as usize);
+    u32::try_from(w).unwrap_or(0)
 }
 
 fn be16(f: &[u8], o: usize) -> Option<u16> {

@@ -24,10 +24,12 @@ pub enum Port {
 impl Port {
     pub const ALL: [Port; 3] = [Port::N3, Port::N9, Port::N6];
 
+    #[inline]
     pub const fn index(self) -> usize {
         self as usize
     }
 
+    #[inline]
     pub const fn name(self) -> &'static str {
         match self {
             Port::N3 => "n3",
@@ -71,6 +73,7 @@ impl fmt::Debug for Packet {
 
 impl Packet {
     /// An empty packet with a fresh buffer.
+    #[inline]
     pub fn new(port: Port) -> Self {
         let h = offset(HEADROOM);
         Self {
@@ -80,12 +83,14 @@ impl Packet {
     }
 
     /// A packet holding a copy of `data` after the headroom; `None` if it does not fit.
+    #[inline]
     pub fn from_bytes(port: Port, data: &[u8]) -> Option<Self> {
         let mut p = Self::new(port);
         p.load(port, data).then_some(p)
     }
 
     /// Reuses this buffer for `data`; false (and unchanged) if it does not fit.
+    #[inline]
     pub fn load(&mut self, port: Port, data: &[u8]) -> bool {
         let Some(dst) = self.buf.get_mut(HEADROOM..HEADROOM + data.len()) else {
             return false;
@@ -113,16 +118,19 @@ impl Packet {
         self.meta = (self.meta & 0xffff_ffff) | ((port as u64) << 32);
     }
 
+    #[inline]
     pub fn data(&self) -> &[u8] {
         let (s, e) = self.range();
         &self.buf[s..e]
     }
 
     /// `buffer[start..end]`, empty when out of range.
+    #[inline]
     pub fn data_at(&self, start: usize, end: usize) -> &[u8] {
         self.buf.get(start..end).unwrap_or(&[])
     }
 
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
         let (s, e) = self.range();
         &mut self.buf[s..e]
@@ -136,10 +144,12 @@ impl Packet {
         (self.start().min(e), e)
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.end().saturating_sub(self.start())
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -150,6 +160,7 @@ impl Packet {
     }
 
     /// The whole buffer, headroom included (offsets as [`Packet::start`]).
+    #[inline]
     pub fn buffer_mut(&mut self) -> &mut [u8] {
         self.buf.as_mut_slice()
     }
