@@ -16,7 +16,8 @@
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
-use upf_n4::{smf, Agent, Config};
+use upf_n4::{Agent, Config};
+use upf_smf as smf;
 use upf_pfcp::ie::NodeId;
 use upf_pfcp::{Message, Pdu};
 use upf_rules::mem::MemDatapath;

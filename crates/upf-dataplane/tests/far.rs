@@ -6,10 +6,10 @@ mod common;
 use common::*;
 use std::net::Ipv4Addr;
 use upf_dataplane::{DropReason, Port};
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::Cause;
+use upf_smf as smf;
 
 const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 7);
 const LI: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 50);

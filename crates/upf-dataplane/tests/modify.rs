@@ -5,10 +5,10 @@ mod common;
 use common::*;
 use std::net::Ipv4Addr;
 use upf_dataplane::{Packet, Port};
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::Cause;
+use upf_smf as smf;
 use upf_wire::gtpu::MessageType;
 use upf_wire::gtpu_msg::Message;
 

@@ -6,9 +6,9 @@ mod common;
 use common::*;
 use std::net::Ipv4Addr;
 use upf_dataplane::{DropReason, Packet, Port};
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
+use upf_smf as smf;
 use upf_wire::ext::PduSessionContainer;
 
 const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 9);

@@ -6,10 +6,10 @@ use common::*;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 use upf_dataplane::{DropReason, Packet, Port};
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::Cause;
+use upf_smf as smf;
 
 const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 11);
 /// Inner packets of 1000 octets: 8000 bits each.

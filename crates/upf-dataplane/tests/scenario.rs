@@ -6,9 +6,9 @@ mod common;
 use common::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use upf_dataplane::{DropReason, Port};
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
+use upf_smf as smf;
 use upf_wire::encap::decapsulate;
 use upf_wire::ext::{PduSessionContainer, PduType};
 

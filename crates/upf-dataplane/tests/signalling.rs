@@ -216,7 +216,7 @@ fn a_received_error_indication_for_our_tunnel_is_reported_to_the_smf() {
     assert!(r.reports().is_empty());
     assert_eq!(r.dp().counters().error_indications_repeated, 100);
     let m = upf_pfcp::messages::SessionModificationRequest {
-        update_fars: [upf_n4::smf::update_far_to_gnb(2, 0xabcd, GNB)]
+        update_fars: [upf_smf::update_far_to_gnb(2, 0xabcd, GNB)]
             .into_iter()
             .collect(),
         ..Default::default()

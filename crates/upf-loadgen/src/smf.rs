@@ -1,7 +1,7 @@
 //! The SMF emulator: a PFCP client over a blocking UDP socket that associates with a UPF,
 //! establishes, modifies and deletes sessions of the shape a 5GC SMF uses for one PDU session
 //! over N3, and answers what the UPF asks meanwhile (Heartbeat, Session Report, Node Report,
-//! Association Release). Messages are built with `upf_n4::smf` and `upf_pfcp`.
+//! Association Release). Messages are built with `upf_smf` and `upf_pfcp`.
 //!
 //! Every request is retransmitted after T1 up to N1 times (TS 29.244 §6.4) and then fails with
 //! [`SmfError::Timeout`]; a response whose Cause is not an acceptance fails with
@@ -15,12 +15,12 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use upf_n4::smf as build;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{decode_all, is_request_type, message_name, Cause, List, Message, Pdu};
+use upf_smf as build;
 
-pub use upf_n4::smf::UeAddr;
+pub use upf_smf::UeAddr;
 
 /// Rule ids of an emulated session (one default QoS flow each way, and the high-priority
 /// flow's PDRs and QER when [`SessionSpec::high_priority`] asks for one).

@@ -16,12 +16,12 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 use upf_n4::alloc::UePoolConfig;
-use upf_n4::smf::{self, UeAddr};
 use upf_n4::{Agent, Config};
 use upf_pfcp::ie::NodeId;
 use upf_pfcp::messages::SessionDeletionRequest;
 use upf_pfcp::{Message, Pdu};
 use upf_rules::mem::MemDatapath;
+use upf_smf::{self as smf, UeAddr};
 
 const SMF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const UPF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);

@@ -12,11 +12,11 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 use upf_n4::alloc::UePoolConfig;
-use upf_n4::smf::{self, UeAddr};
 use upf_n4::{Agent, Config};
 use upf_pfcp::ie::NodeId;
 use upf_rules::mem::MemDatapath;
 use upf_rules::{Bar, Far, Pdr, Qer, SdfFilter, Seid, Session, Urr};
+use upf_smf::{self as smf, UeAddr};
 
 #[path = "../tests/counting/mod.rs"]
 mod counting;

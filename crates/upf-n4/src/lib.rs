@@ -12,7 +12,6 @@ mod reject;
 pub mod reliability;
 mod report;
 mod session;
-pub mod smf;
 mod trust;
 
 pub use agent::{Agent, Event, Stats, Transmit, MESSAGES_PER_DATAGRAM};

@@ -17,10 +17,10 @@ use harness::{Smf, NTP0, UPF_IP};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use upf_n4::smf::UeAddr;
 use upf_n4::{Agent, Config};
 use upf_pfcp::Cause;
 use upf_rules::mem::MemDatapath;
+use upf_smf::UeAddr;
 
 #[global_allocator]
 static GLOBAL: counting::Counting = counting::Counting;

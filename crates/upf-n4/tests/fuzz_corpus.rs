@@ -6,12 +6,12 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use upf_n4::smf::{self, UeAddr};
 use upf_n4::{Agent, Config};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
 use upf_rules::mem::MemDatapath;
+use upf_smf::{self as smf, UeAddr};
 
 const SMF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const UPF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);

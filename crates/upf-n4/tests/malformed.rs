@@ -7,10 +7,10 @@ mod harness;
 
 use harness::*;
 use std::net::Ipv4Addr;
-use upf_n4::smf::{self, UeAddr};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
+use upf_smf::{self as smf, UeAddr};
 
 // ---- a PFCP message as a tree of IEs, to corrupt and re-encode ----------------------------
 

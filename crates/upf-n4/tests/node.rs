@@ -4,10 +4,11 @@ mod harness;
 use harness::*;
 use std::net::SocketAddr;
 use std::time::Duration;
-use upf_n4::{smf, AllowedPeer, Config, Event};
+use upf_n4::{AllowedPeer, Config, Event};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message};
+use upf_smf as smf;
 
 #[test]
 fn association_setup_advertises_features_and_recovery() {

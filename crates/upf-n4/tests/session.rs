@@ -5,7 +5,6 @@ mod harness;
 use harness::*;
 use std::net::Ipv4Addr;
 use std::time::Duration;
-use upf_n4::smf::{self, UeAddr};
 use upf_n4::Config;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
@@ -14,6 +13,7 @@ use upf_rules::mem::Op;
 use upf_rules::{
     ApplyAction as RA, DatapathError, DatapathEvent, Interface, OuterHeaderCreation as ROhc, Seid,
 };
+use upf_smf::{self as smf, UeAddr};
 
 fn teid_of(c: &CreatedPdr) -> u32 {
     match c.local_f_teid {

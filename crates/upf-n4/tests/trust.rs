@@ -5,10 +5,11 @@ mod harness;
 use harness::*;
 use std::net::SocketAddr;
 use std::time::Duration;
-use upf_n4::{smf, Config, Refusal};
+use upf_n4::{Config, Refusal};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message};
+use upf_smf as smf;
 
 const STRANGER: &str = "192.0.2.66:8805";
 const SECOND_SMF: &str = "127.0.0.3:8805";

@@ -4,11 +4,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
-use upf_n4::{smf, Agent, Config};
+use upf_n4::{Agent, Config};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
 use upf_runtime::{steer, RuntimeConfig, Workers};
+use upf_smf as smf;
 use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
 use upf_wire::{checksum, ip_proto};
 

@@ -10,10 +10,10 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 use upf_n4::reliability::CACHE_ENTRY_OVERHEAD;
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message};
+use upf_smf as smf;
 
 /// A config file for `upf run --config`, removed on drop.
 struct ConfigFile(PathBuf);

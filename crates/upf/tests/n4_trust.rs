@@ -8,10 +8,10 @@ mod common;
 
 use common::{Peer, Upf};
 use std::net::Ipv4Addr;
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message};
+use upf_smf as smf;
 
 const SMF: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const ROGUE_SMF: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);

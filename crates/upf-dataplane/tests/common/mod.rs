@@ -6,10 +6,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 use upf_dataplane::{LocalAddrs, Output, Packet, Pipeline, PipelineConfig, Port};
-use upf_n4::{smf, Agent, Config, Transmit};
+use upf_n4::{Agent, Config, Transmit};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
+use upf_smf as smf;
 use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
 use upf_wire::ext::PduSessionContainer;
 use upf_wire::{checksum, ip_proto};

@@ -4,12 +4,12 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
-use upf_n4::smf;
 use upf_n4::{Agent, Config, Transmit};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
 use upf_rules::mem::MemDatapath;
+use upf_smf as smf;
 
 pub const SMF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 pub const UPF_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);

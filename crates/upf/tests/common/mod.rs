@@ -8,10 +8,10 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use upf_n4::smf;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
+use upf_smf as smf;
 
 /// How long a test waits for one response before it fails.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);

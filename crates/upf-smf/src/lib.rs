@@ -1,5 +1,6 @@
 //! Builders for the requests an SMF sends, as free5GC / Open5GS shape them: for scenario
 //! tests, benchmarks, the fuzz target and load generators. Nothing here is used by the agent.
+#![forbid(unsafe_code)]
 
 use std::net::Ipv4Addr;
 use upf_pfcp::ie::*;
