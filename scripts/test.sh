@@ -11,6 +11,9 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 step "docs/compliance.md is current"
 python3 scripts/compliance.py --check
+step "layering: crates depend only downward (ARCHITECTURE.md's table)"
+python3 scripts/layering.py --self-test
+python3 scripts/layering.py
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
