@@ -11,6 +11,8 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 step "docs/compliance.md is current"
 python3 scripts/compliance.py --check
+step "docs: links resolve, every results folder is indexed"
+python3 scripts/check-docs.py
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
