@@ -14,6 +14,8 @@ python3 scripts/compliance.py --check
 step "layering: crates depend only downward (ARCHITECTURE.md's table)"
 python3 scripts/layering.py --self-test
 python3 scripts/layering.py
+step "docs: links resolve, every results folder is indexed"
+python3 scripts/check-docs.py
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
