@@ -204,7 +204,7 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io:
             level,
             name,
             std::ptr::from_ref(v).cast(),
-            crate::netlink::socklen_of::<T>(),
+            crate::sys::socklen_of::<T>(),
         )
     })
     .map(drop)
@@ -305,7 +305,7 @@ impl AfPacketIo {
             libc::bind(
                 raw,
                 (&raw const sll).cast(),
-                crate::netlink::socklen_of::<libc::sockaddr_ll>(),
+                crate::sys::socklen_of::<libc::sockaddr_ll>(),
             )
         })
         .map_err(ctx("bind"))?;
@@ -351,7 +351,7 @@ impl AfPacketIo {
     /// off the fast path).
     pub fn ring_drops(&mut self) -> u64 {
         let mut st = [0u32; 3];
-        let mut len = crate::netlink::socklen_of::<[u32; 3]>();
+        let mut len = crate::sys::socklen_of::<[u32; 3]>();
         // SAFETY: st is valid for writes of len octets; len is updated by the kernel.
         let r = unsafe {
             libc::getsockopt(
@@ -579,7 +579,7 @@ impl PacketIo for AfPacketIo {
             // SAFETY: mmsghdr is plain data; all-zero is valid before the fields are set.
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
             m.msg_hdr.msg_name = (&raw mut self.sll[*k]).cast();
-            m.msg_hdr.msg_namelen = crate::netlink::socklen_of::<libc::sockaddr_ll>();
+            m.msg_hdr.msg_namelen = crate::sys::socklen_of::<libc::sockaddr_ll>();
             m.msg_hdr.msg_iov = &raw mut tx.iovs[iv];
             m.msg_hdr.msg_iovlen = 1;
             tx.msgs.push(m);

@@ -17,7 +17,7 @@ pub mod fault;
 pub mod hugepages;
 pub mod link;
 pub mod mem;
-mod netlink;
+pub mod netlink;
 #[cfg(test)]
 mod netns_tests;
 pub mod pcap;

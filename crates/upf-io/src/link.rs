@@ -219,7 +219,9 @@ impl NextHops {
         }
         let nl = self.nl.as_mut()?;
         let route = nl.route(dst, ifindex).ok()?;
-        if route.rtype != netlink::RTN_UNICAST || route.oif.is_some_and(|o| o != ifindex) {
+        if route.kind != netlink_packet_route::route::RouteType::Unicast
+            || route.oif.is_some_and(|o| o != ifindex)
+        {
             return None;
         }
         let hop = route.gateway.unwrap_or(dst);
@@ -227,7 +229,7 @@ impl NextHops {
         let mac = neigh.and_then(|n| n.usable_mac());
         // Unknown, INCOMPLETE or FAILED: resolve. STALE: used, but make the kernel confirm it
         // (it never sees our traffic, so it would not otherwise).
-        if mac.is_none() || neigh.is_some_and(|n| n.state & netlink::NUD_STALE != 0) {
+        if mac.is_none() || neigh.is_some_and(|n| n.is_stale()) {
             self.kick(hop);
         }
         mac
@@ -308,7 +310,7 @@ pub(crate) fn sockaddr(
             sin.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2);
             sin.sin_port = port.to_be();
             sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
-            (ss, netlink::socklen_of::<libc::sockaddr_in>())
+            (ss, crate::sys::socklen_of::<libc::sockaddr_in>())
         }
         IpAddr::V6(a) => {
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
@@ -317,7 +319,7 @@ pub(crate) fn sockaddr(
             sin6.sin6_port = port.to_be();
             sin6.sin6_addr.s6_addr = a.octets();
             sin6.sin6_scope_id = ifindex;
-            (ss, netlink::socklen_of::<libc::sockaddr_in6>())
+            (ss, crate::sys::socklen_of::<libc::sockaddr_in6>())
         }
     }
 }

@@ -552,3 +552,28 @@ fn measure_rates() {
         s.tx_dropped - before.tx_dropped
     );
 }
+
+/// The N6 device's set-up commands over rtnetlink, against the kernel in a namespace of the
+/// test's own.
+#[test]
+#[ignore = "needs root"]
+fn netlink_sets_links_up_and_replaces_routes() {
+    assert!(root(), "needs root");
+    let v = Veth::new();
+    in_ns(&v.a, || {
+        let mut nl = crate::netlink::Socket::open().unwrap();
+        let dev = Link::by_name(&v.a_if).unwrap().ifindex;
+        nl.disable_ipv6_addr_gen(dev).unwrap();
+        nl.set_link_up(dev).unwrap();
+        let pool: IpAddr = "10.45.0.0".parse().unwrap();
+        nl.replace_route(pool, 16, dev).unwrap();
+        // Replacing is idempotent.
+        nl.replace_route(pool, 16, dev).unwrap();
+        let r = nl.route("10.45.3.4".parse().unwrap(), dev).unwrap();
+        assert_eq!((r.oif, r.gateway), (Some(dev), None));
+        nl.delete_route(pool, 16, dev).unwrap();
+        assert!(nl.delete_route(pool, 16, dev).is_err(), "deleted twice");
+        // An interface that does not exist: the kernel's error, not a hang.
+        assert!(nl.set_link_up(999_999).is_err());
+    });
+}

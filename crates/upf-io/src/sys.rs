@@ -212,6 +212,11 @@ pub(crate) fn pktinfo_v6_bytes(src: Ipv6Addr) -> [u8; 20] {
     b
 }
 
+/// The size of `T` as a `socklen_t`, for the address and option arguments of socket calls.
+pub(crate) fn socklen_of<T>() -> libc::socklen_t {
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

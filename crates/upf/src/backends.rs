@@ -4,10 +4,10 @@
 
 use crate::config::{Backend, FileConfig, Interface};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::Command;
 use upf_io::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
 use upf_io::af_xdp::{XdpConfig, XdpInterface};
-use upf_io::link::ip;
+use upf_io::link::Link;
+use upf_io::netlink;
 use upf_io::pcap::{Capture, Direction};
 use upf_io::tun::TunIo;
 use upf_io::udp::{UdpConfig, UdpIo};
@@ -27,16 +27,26 @@ pub struct Opened {
 /// what must live as long as the run (sockets that keep the kernel quiet, XDP attachments).
 #[derive(Debug, Default)]
 pub struct Cleanup {
-    undo: Vec<Vec<String>>,
+    /// Routes added: prefix, length, device.
+    routes: Vec<(IpAddr, u8, u32)>,
     held: Vec<Box<dyn std::fmt::Debug + Send>>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        for cmd in self.undo.drain(..).rev() {
-            let _ = Command::new(&cmd[0]).args(&cmd[1..]).output();
+        let Ok(mut nl) = netlink::Socket::open() else {
+            return;
+        };
+        for (prefix, len, dev) in self.routes.drain(..).rev() {
+            let _ = nl.delete_route(prefix, len, dev);
         }
     }
+}
+
+/// "ADDRESS/LENGTH" as an address and a prefix length.
+fn prefix(p: &str) -> Option<(IpAddr, u8)> {
+    let (a, len) = p.split_once('/')?;
+    Some((a.parse().ok()?, len.parse().ok()?))
 }
 
 pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
@@ -139,22 +149,22 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
                     TunIo::open(&name, Port::N6).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
                 push(q, i, Port::N6, io, &c.n6)?;
             }
+            let mut nl = netlink::Socket::open().map_err(|e| format!("n6: rtnetlink: {e}"))?;
+            let dev = Link::by_name(&name)
+                .map_err(|e| format!("n6: {e}"))?
+                .ifindex;
             // No IPv6 link-local address: the host would otherwise send router solicitations
             // and MLD reports into the data path (best effort: older kernels lack it).
-            let _ = ip(&["link", "set", "dev", &name, "addrgenmode", "none"]);
-            ip(&["link", "set", "dev", &name, "up"]).map_err(|e| format!("n6: {e}"))?;
+            let _ = nl.disable_ipv6_addr_gen(dev);
+            nl.set_link_up(dev)
+                .map_err(|e| format!("n6: setting {name} up: {e}"))?;
             if c.n6.route_ue_pools {
                 for p in &c.ue_pools_or_default() {
-                    ip(&["route", "replace", p, "dev", &name])
-                        .map_err(|e| format!("n6.route_ue_pools: {e}"))?;
-                    cleanup.undo.push(vec![
-                        "ip".into(),
-                        "route".into(),
-                        "del".into(),
-                        p.clone(),
-                        "dev".into(),
-                        name.clone(),
-                    ]);
+                    let (addr, len) =
+                        prefix(p).ok_or_else(|| format!("n6.route_ue_pools: pool {p:?}"))?;
+                    nl.replace_route(addr, len, dev)
+                        .map_err(|e| format!("n6.route_ue_pools: route {p} into {name}: {e}"))?;
+                    cleanup.routes.push((addr, len, dev));
                     report.push(format!("n6: route {p} into {name}"));
                 }
             }
