@@ -602,7 +602,7 @@ impl PacketIo for AfPacketIo {
             if r > 0 {
                 let r = usize::try_from(r).unwrap_or(0);
                 for m in &tx.msgs[at..at + r] {
-                    self.stats.tx_bytes += (m.msg_len as u64).saturating_sub(ETH_HLEN as u64);
+                    self.stats.tx_bytes += u64::from(m.msg_len).saturating_sub(ETH_HLEN as u64);
                 }
                 sent += r;
                 at += r;

@@ -76,7 +76,8 @@ fn threshold(p: f64) -> Option<u64> {
     } else if p >= 1.0 {
         None
     } else {
-        // p · 2^64, below 2^64 since p < 1 (float-to-int casts saturate).
+        // p · 2^64: in (0, 2^64) since 0 < p < 1, and float-to-int casts saturate.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Some((p * 18_446_744_073_709_551_616.0) as u64)
     }
 }

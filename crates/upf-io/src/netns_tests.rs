@@ -166,15 +166,15 @@ impl RawSock {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: zeroed sockaddr_ll is valid; fields set below.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_family = u16::try_from(libc::AF_PACKET).unwrap();
         sll.sll_protocol = 0x0003u16.to_be();
-        sll.sll_ifindex = link.ifindex as i32;
+        sll.sll_ifindex = i32::try_from(link.ifindex).unwrap();
         // SAFETY: valid sockaddr_ll.
         let r = unsafe {
             libc::bind(
                 fd.as_raw_fd(),
                 (&raw const sll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                crate::sys::socklen_of::<libc::sockaddr_ll>(),
             )
         };
         assert_eq!(r, 0);
@@ -185,8 +185,8 @@ impl RawSock {
         // SAFETY: frame is valid for reads of its length.
         let r = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
         assert_eq!(
-            r,
-            frame.len() as isize,
+            usize::try_from(r).ok(),
+            Some(frame.len()),
             "{}",
             std::io::Error::last_os_error()
         );
@@ -200,11 +200,11 @@ impl RawSock {
             // SAFETY: buf is valid for writes of its length.
             let n =
                 unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n <= 0 {
+            let Some(n) = usize::try_from(n).ok().filter(|&n| n > 0) else {
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
-            }
-            if done(&buf[..n as usize]) {
+            };
+            if done(&buf[..n]) {
                 return true;
             }
         }
@@ -325,7 +325,7 @@ fn tx_resolves_next_hops_through_the_kernel() {
     for (i, (src, dst)) in cases.iter().enumerate() {
         let (src, dst): (IpAddr, IpAddr) = (src.parse().unwrap(), dst.parse().unwrap());
         let mut pl = MARK.to_vec();
-        pl.push(i as u8);
+        pl.push(u8::try_from(i).unwrap());
         let ip = match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => ipv4(s.octets(), d.octets(), 17, &udp(9, 9, &pl)),
             (IpAddr::V6(s), IpAddr::V6(d)) => ipv6(s.octets(), d.octets(), 17, &udp(9, 9, &pl)),
@@ -387,7 +387,7 @@ fn fanout_pins_ues_to_their_worker() {
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
     let group = u16::try_from(std::process::id() & 0x7fff).unwrap()
         ^ 0x4000
-        ^ SEQ.load(Ordering::Relaxed) as u16;
+        ^ u16::try_from(SEQ.load(Ordering::Relaxed) & 0xfff).unwrap();
     // Joined in worker order.
     let (mut w0, mut w1, a_mac) = in_ns(&v.a, || {
         let open = |worker| {
@@ -501,9 +501,7 @@ fn measure_rates() {
             while !stop.load(Ordering::Relaxed) {
                 // SAFETY: msgs point at iov, which points at frame; all outlive the call.
                 let r = unsafe { libc::sendmmsg(gen.fd.as_raw_fd(), msgs.as_mut_ptr(), 64, 0) };
-                if r > 0 {
-                    n += r as u64;
-                }
+                n += u64::try_from(r).unwrap_or(0);
             }
             n
         });

@@ -24,7 +24,7 @@ pub(crate) fn setsockopt_int(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    let len = size_of::<libc::c_int>() as libc::socklen_t;
+    let len = socklen_of::<libc::c_int>();
     // SAFETY: `value` lives across the call and `len` is its size; the kernel only reads it.
     let r = unsafe { libc::setsockopt(fd, level, name, (&raw const value).cast(), len) };
     cvt(r).map(drop)
@@ -37,13 +37,21 @@ pub(crate) fn zeroed_storage() -> libc::sockaddr_storage {
     unsafe { std::mem::zeroed() }
 }
 
+/// The address families as `sa_family_t` (the constants are `c_int`s in libc).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+const AF_INET: libc::sa_family_t = libc::AF_INET as libc::sa_family_t;
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+const AF_INET6: libc::sa_family_t = libc::AF_INET6 as libc::sa_family_t;
+const _: () =
+    assert!(AF_INET as libc::c_int == libc::AF_INET && AF_INET6 as libc::c_int == libc::AF_INET6);
+
 /// `addr` in the C layout, and its length.
 pub(crate) fn to_raw(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     let mut ss = zeroed_storage();
     match addr {
         SocketAddr::V4(a) => {
             let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_family: AF_INET,
                 sin_port: a.port().to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(a.ip().octets()),
@@ -53,11 +61,11 @@ pub(crate) fn to_raw(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::sockle
             // SAFETY: sockaddr_storage is at least as large and as aligned as every socket
             // address type (that is its purpose), so the write stays inside `ss`.
             unsafe { std::ptr::write((&raw mut ss).cast::<libc::sockaddr_in>(), sin) };
-            (ss, size_of::<libc::sockaddr_in>() as libc::socklen_t)
+            (ss, socklen_of::<libc::sockaddr_in>())
         }
         SocketAddr::V6(a) => {
             let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_family: AF_INET6,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
                 sin6_addr: libc::in6_addr {
@@ -67,7 +75,7 @@ pub(crate) fn to_raw(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::sockle
             };
             // SAFETY: as above, sockaddr_storage holds any socket address.
             unsafe { std::ptr::write((&raw mut ss).cast::<libc::sockaddr_in6>(), sin6) };
-            (ss, size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+            (ss, socklen_of::<libc::sockaddr_in6>())
         }
     }
 }
@@ -103,7 +111,7 @@ pub(crate) fn from_raw(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Opt
 /// The local address a socket is bound to.
 pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     let mut ss = zeroed_storage();
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let mut len = socklen_of::<libc::sockaddr_storage>();
     // SAFETY: `ss` and `len` are valid for writes and `len` holds the size of `ss`.
     cvt(unsafe { libc::getsockname(fd, (&raw mut ss).cast(), &raw mut len) })?;
     from_raw(&ss, len)

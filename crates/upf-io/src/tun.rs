@@ -80,7 +80,7 @@ impl TunIo {
         // all-zero is a valid value.
         let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
         for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
-            *d = s as libc::c_char;
+            *d = libc::c_char::from_ne_bytes([s]);
         }
         ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_MULTI_QUEUE)
             .try_into()

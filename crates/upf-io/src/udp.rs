@@ -23,7 +23,6 @@ use crate::sys::{self, Ctrl};
 use crate::{IoStats, PacketIo, Pool};
 use std::collections::VecDeque;
 use std::io;
-use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
@@ -303,7 +302,7 @@ fn parse_outer(d: &[u8]) -> Option<Outer> {
             if udp_len < 8 || udp_len > plen {
                 return None;
             }
-            let tclass = (be16(d, 0)? >> 4) as u8;
+            let tclass = u16::to_be_bytes(be16(d, 0)? >> 4)[1];
             Some(Outer {
                 src: IpAddr::V6(src.into()),
                 dst: SocketAddr::new(IpAddr::V6(dst.into()), be16(d, 42)?),
@@ -520,7 +519,7 @@ impl UdpIo {
             let h = &mut sc.hdrs[i];
             *h = zeroed_mmsghdr();
             h.msg_hdr.msg_name = (&raw mut sc.names[i]).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_namelen = sys::socklen_of::<libc::sockaddr_storage>();
             h.msg_hdr.msg_iov = &raw mut sc.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control = sc.ctrls[i].0.as_mut_ptr().cast();
@@ -632,7 +631,7 @@ impl UdpIo {
             let h = &mut sc.hdrs[i];
             *h = zeroed_mmsghdr();
             h.msg_hdr.msg_name = (&raw mut sc.names[i]).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_namelen = sys::socklen_of::<libc::sockaddr_storage>();
             h.msg_hdr.msg_iov = &raw mut sc.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control = sc.ctrls[i].0.as_mut_ptr().cast();
