@@ -27,6 +27,7 @@ use crate::link::{Link, NextHops};
 use crate::{IoStats, PacketIo, Pool};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
@@ -625,8 +626,8 @@ impl PacketIo for AfPacketIo {
         Ok(sent)
     }
 
-    fn fd(&self) -> Option<RawFd> {
-        Some(self.fd.as_raw_fd())
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
     }
 
     fn stats(&self) -> IoStats {

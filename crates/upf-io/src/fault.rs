@@ -12,7 +12,7 @@
 use crate::{IoStats, PacketIo, Pool};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use upf_packet::Packet;
 
 /// Probabilities (each clamped to 0..=1) and the PRNG seed.
@@ -219,7 +219,7 @@ impl<T: PacketIo> PacketIo for Faults<T> {
         self.inner.tx_batch(batch, pool)
     }
 
-    fn fd(&self) -> Option<RawFd> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.inner.fd()
     }
 

@@ -33,7 +33,7 @@ pub use upf_packet::{Packet, Port};
 pub use wait::wait_readable;
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 
 /// Counters every backend keeps (read off the fast path, e.g. on a metrics scrape).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub trait PacketIo: Send + std::fmt::Debug {
     fn tx_batch(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> io::Result<usize>;
 
     /// A descriptor that becomes readable when packets wait, for an idle worker to sleep on.
-    fn fd(&self) -> Option<RawFd> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
 

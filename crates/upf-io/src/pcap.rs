@@ -9,7 +9,7 @@
 use crate::{IoStats, PacketIo, Pool};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 use upf_packet::Packet;
@@ -164,7 +164,7 @@ impl<T: PacketIo> PacketIo for Capture<T> {
         self.inner.tx_batch(batch, pool)
     }
 
-    fn fd(&self) -> Option<RawFd> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.inner.fd()
     }
 

@@ -12,7 +12,8 @@ use crate::sys;
 use crate::{IoStats, PacketIo, Pool};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
@@ -199,8 +200,8 @@ impl PacketIo for TunIo {
         Ok(sent)
     }
 
-    fn fd(&self) -> Option<RawFd> {
-        Some(self.file.as_raw_fd())
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.file.as_fd())
     }
 
     fn stats(&self) -> IoStats {

@@ -24,6 +24,7 @@ use crate::{IoStats, PacketIo, Pool};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
 use upf_wire::checksum;
@@ -952,8 +953,8 @@ impl PacketIo for UdpIo {
         result.map(|()| sent)
     }
 
-    fn fd(&self) -> Option<RawFd> {
-        Some(self.fd.as_raw_fd())
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
     }
 
     fn stats(&self) -> IoStats {
@@ -1046,7 +1047,7 @@ mod tests {
         let peer_addr = peer.local_addr().unwrap();
         let local = io.local_addr();
         assert_ne!(local.port(), 0);
-        assert_eq!(io.fd(), Some(io.fd.as_raw_fd()));
+        assert_eq!(io.fd().map(|f| f.as_raw_fd()), Some(io.fd.as_raw_fd()));
         assert!(io.describe().starts_with("n3: udp 127.0.0.1:"));
 
         let mut empty = Vec::new();

@@ -1,8 +1,9 @@
 //! Waking a worker that sleeps on its queues, when another thread hands it packets or a
 //! control message: an eventfd it polls beside its queues' descriptors.
 
+use rustix::event::{eventfd, EventfdFlags};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One worker's wake-up line. `sleeping` keeps the busy path free of system calls: a sender
@@ -15,21 +16,15 @@ pub struct Waker {
 
 impl Waker {
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain system call with constant flags; the result is checked below.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Self {
-            // SAFETY: `raw` is a descriptor we just created and own exclusively.
-            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+            fd: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?,
             sleeping: AtomicBool::new(false),
         })
     }
 
     /// The descriptor to poll; readable after [`Waker::wake`].
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Called by the worker before its last look at its inputs and the sleep that follows;
@@ -41,23 +36,15 @@ impl Waker {
     /// Called by the worker after waking: empties the counter.
     pub fn woke(&self) {
         self.sleeping.store(false, Ordering::SeqCst);
-        let mut v = 0u64;
-        // SAFETY: reads 8 octets into `v`, which is 8 octets long and lives across the call;
-        // EAGAIN (nothing to read) is fine and ignored.
-        unsafe {
-            libc::read(self.fd.as_raw_fd(), (&raw mut v).cast(), 8);
-        }
+        // EAGAIN (nothing to read) is fine.
+        let _ = rustix::io::read(&self.fd, &mut [0u8; 8]);
     }
 
     /// Called by a sender after queueing work for the worker.
     pub fn wake(&self) {
         if self.sleeping.load(Ordering::SeqCst) {
-            let one = 1u64;
-            // SAFETY: writes the 8 octets of `one`, which lives across the call; a full
-            // counter (EAGAIN) still leaves the descriptor readable, so errors are ignored.
-            unsafe {
-                libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8);
-            }
+            // A full counter (EAGAIN) still leaves the descriptor readable.
+            let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
         }
     }
 }

@@ -13,7 +13,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -446,7 +446,7 @@ fn uplink(sh: &Shared, mut tun: File, sock: &UdpSocket, poll: Duration) {
     let c = &sh.counters;
     let mut buf = vec![0u8; HEADROOM + 65_536];
     while !sh.stop.load(Relaxed) {
-        match upf_io::wait_readable(&[tun.as_raw_fd()], poll) {
+        match upf_io::wait_readable(&[tun.as_fd()], poll) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(_) => {

@@ -214,13 +214,6 @@ impl Worker {
         let mut keep: Vec<Packet> = Vec::with_capacity(self.batch);
         let mut away: Vec<Vec<Packet>> = (0..self.peers.len()).map(|_| Vec::new()).collect();
         let mut tx: Vec<Vec<Packet>> = (0..self.queues.queues.len()).map(|_| Vec::new()).collect();
-        let fds: Vec<_> = self
-            .queues
-            .queues
-            .iter()
-            .filter_map(|q| q.io.fd())
-            .chain([self.waker.fd()])
-            .collect();
         let mut last_busy = Instant::now();
         // Busy polling: whether the queues were flushed since the last packet.
         let mut flushed = true;
@@ -298,6 +291,10 @@ impl Worker {
                             .poll_timeout()
                             .map_or(IDLE_SLEEP, |t| t.saturating_duration_since(now))
                             .min(IDLE_SLEEP);
+                        let fds: Vec<_> = (self.queues.queues.iter())
+                            .filter_map(|q| q.io.fd())
+                            .chain([self.waker.fd()])
+                            .collect();
                         let _ = upf_io::wait_readable(&fds, wait);
                     }
                 }

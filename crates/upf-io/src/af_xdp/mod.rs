@@ -39,7 +39,8 @@ use crate::{IoStats, PacketIo, Pool};
 use ring::{AddrRing, DescRing};
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, BorrowedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Instant;
 use sys::{Mmap, XdpDesc};
@@ -719,8 +720,8 @@ impl PacketIo for XskIo {
         Ok(posted)
     }
 
-    fn fd(&self) -> Option<RawFd> {
-        Some(self.xsk.fd.as_raw_fd())
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.xsk.fd.as_fd())
     }
 
     fn flush(&mut self) -> io::Result<()> {

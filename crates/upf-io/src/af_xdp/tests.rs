@@ -577,13 +577,7 @@ fn rx_until(io: &mut XskIo, pool: &mut Pool, want: usize) -> (Vec<Packet>, Vec<u
     let end = Instant::now() + Duration::from_secs(3);
     let (mut got, mut workers) = (Vec::new(), Vec::new());
     while got.len() < want && Instant::now() < end {
-        let mut p = libc::pollfd {
-            fd: io.fd().unwrap(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, 20) };
+        let _ = crate::wait_readable(&[io.fd().unwrap()], Duration::from_millis(20));
         io.rx_batch(pool, &mut got, 64).unwrap();
         workers.extend_from_slice(io.last_workers());
     }
