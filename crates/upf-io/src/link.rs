@@ -4,10 +4,10 @@
 //! configured by hand).
 
 use crate::netlink;
+use socket2::{Domain, Socket, Type};
 use std::collections::HashMap;
 use std::io;
-use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::{Duration, Instant};
 
 /// Runs iproute2's `ip` with `args` (set-up work: addresses, routes, namespaces, veths; never
@@ -39,71 +39,32 @@ pub struct Link {
 }
 
 impl Link {
-    /// Looks `name` up in the network namespace of the calling thread (ioctls on a socket,
-    /// not /sys, which shows the namespace it was mounted in); a clear error when there is no
-    /// such interface.
+    /// Looks `name` up in the network namespace of the calling thread (rtnetlink, not /sys,
+    /// which shows the namespace it was mounted in); a NotFound error when there is no such
+    /// interface.
     pub fn by_name(name: &str) -> io::Result<Link> {
-        let err = |what: &str, e: io::Error| {
-            // ENODEV says "no such interface": NotFound, like a missing file.
-            let kind = if e.raw_os_error() == Some(libc::ENODEV) {
-                io::ErrorKind::NotFound
-            } else {
-                e.kind()
-            };
-            io::Error::new(kind, format!("interface {name:?}: {what}: {e}"))
-        };
         if name.is_empty() || name.len() >= 16 || name.contains('\0') {
             return Err(invalid(format!("interface name {name:?}")));
         }
-        // SAFETY: plain socket(2); the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(err("socket", io::Error::last_os_error()));
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let ask = |req: libc::c_ulong| -> io::Result<[u8; 24]> {
-            let mut ifr = IfReq {
-                name: [0; 16],
-                data: [0; 24],
-            };
-            ifr.name[..name.len()].copy_from_slice(name.as_bytes());
-            // SAFETY: ifr is a struct ifreq (name, then the 24-octet union) that the kernel
-            // reads and writes during the call.
-            let r = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, &raw mut ifr) };
-            if r < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(ifr.data)
-            }
-        };
-        let i32_of = |d: [u8; 24]| i32::from_ne_bytes([d[0], d[1], d[2], d[3]]);
-        let ifindex = ask(SIOCGIFINDEX).map_err(|e| err("index", e))?;
-        let ifindex = u32::try_from(i32_of(ifindex)).map_err(invalid)?;
-        let mtu = ask(SIOCGIFMTU).map_err(|e| err("mtu", e))?;
-        let mtu = u32::try_from(i32_of(mtu)).map_err(invalid)?;
-        // struct sockaddr: family (2 octets), then the address.
-        let hw = ask(SIOCGIFHWADDR).map_err(|e| err("address", e))?;
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(&hw[2..8]);
+        let l = netlink::Socket::open()
+            .and_then(|mut nl| nl.link(name))
+            .map_err(|e| {
+                // ENODEV says "no such interface": NotFound, like a missing file.
+                let kind = if e.raw_os_error() == Some(libc::ENODEV) {
+                    io::ErrorKind::NotFound
+                } else {
+                    e.kind()
+                };
+                io::Error::new(kind, format!("interface {name:?}: {e}"))
+            })?;
         Ok(Link {
             name: name.to_string(),
-            ifindex,
-            mac,
-            mtu,
+            ifindex: l.ifindex,
+            // Devices without a link-layer address (loopback's is zeros, TUN has none).
+            mac: l.mac.unwrap_or_default(),
+            mtu: l.mtu,
         })
     }
-}
-
-const SIOCGIFMTU: libc::c_ulong = 0x8921;
-const SIOCGIFHWADDR: libc::c_ulong = 0x8927;
-const SIOCGIFINDEX: libc::c_ulong = 0x8933;
-
-/// struct ifreq: the name, then a union of at most 24 octets (struct ifmap).
-#[repr(C, align(8))]
-struct IfReq {
-    name: [u8; 16],
-    data: [u8; 24],
 }
 
 fn invalid(e: impl std::fmt::Display) -> io::Error {
@@ -141,8 +102,8 @@ pub struct NextHops {
     retry: Duration,
     nl: Option<netlink::Socket>,
     /// UDP sockets bound to the interface that trigger resolution (IPv4, IPv6).
-    kick4: Option<OwnedFd>,
-    kick6: Option<OwnedFd>,
+    kick4: Option<Socket>,
+    kick6: Option<Socket>,
     /// Resolutions asked of the kernel so far (for tests and the log).
     pub kicks: u64,
 }
@@ -163,8 +124,8 @@ impl NextHops {
             // Opened now, so that they live in the network namespace of the interface (the
             // caller's), whichever thread looks up later.
             nl: netlink::Socket::open().ok(),
-            kick4: bound_udp(libc::AF_INET, &link_name).ok(),
-            kick6: bound_udp(libc::AF_INET6, &link_name).ok(),
+            kick4: bound_udp(Domain::IPV4, &link_name).ok(),
+            kick6: bound_udp(Domain::IPV6, &link_name).ok(),
             kicks: 0,
         }
     }
@@ -240,88 +201,27 @@ impl NextHops {
     fn kick(&mut self, hop: IpAddr) {
         self.kicks += 1;
         let (slot, fam) = match hop {
-            IpAddr::V4(_) => (&mut self.kick4, libc::AF_INET),
-            IpAddr::V6(_) => (&mut self.kick6, libc::AF_INET6),
+            IpAddr::V4(_) => (&mut self.kick4, Domain::IPV4),
+            IpAddr::V6(_) => (&mut self.kick6, Domain::IPV6),
         };
         if slot.is_none() {
             *slot = bound_udp(fam, &self.link.name).ok();
         }
-        let Some(fd) = slot.as_ref() else { return };
-        let (sa, len) = sockaddr(hop, 9, self.link.ifindex);
-        // SAFETY: sa is a sockaddr_storage holding a sockaddr_in/in6 of length len; a
-        // zero-length datagram reads no buffer.
-        unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                (&raw const sa).cast(),
-                len,
-            );
-        }
+        let Some(sock) = slot.as_ref() else { return };
+        let to = match hop {
+            IpAddr::V4(a) => SocketAddr::V4(SocketAddrV4::new(a, 9)),
+            IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(a, 9, 0, self.link.ifindex)),
+        };
+        let _ = sock.send_to(&[], &to.into());
     }
 }
 
-/// A non-blocking UDP socket of family `fam` bound to interface `name` (needs CAP_NET_RAW,
+/// A non-blocking UDP socket bound to interface `name` (SO_BINDTODEVICE needs CAP_NET_RAW,
 /// which an AF_PACKET backend has anyway).
-fn bound_udp(fam: libc::c_int, name: &str) -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the result is checked.
-    let fd = unsafe {
-        libc::socket(
-            fam,
-            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: name's bytes are valid for the length passed (no terminator needed).
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_BINDTODEVICE,
-            name.as_ptr().cast(),
-            libc::socklen_t::try_from(name.len()).unwrap_or(0),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-/// A socket address for `ip:port` (scope `ifindex` for IPv6) and its length.
-pub(crate) fn sockaddr(
-    ip: IpAddr,
-    port: u16,
-    ifindex: u32,
-) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match ip {
-        IpAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            let sin = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
-            sin.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2);
-            sin.sin_port = port.to_be();
-            sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
-            (ss, crate::sys::socklen_of::<libc::sockaddr_in>())
-        }
-        IpAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
-            sin6.sin6_family = libc::sa_family_t::try_from(libc::AF_INET6).unwrap_or(10);
-            sin6.sin6_port = port.to_be();
-            sin6.sin6_addr.s6_addr = a.octets();
-            sin6.sin6_scope_id = ifindex;
-            (ss, crate::sys::socklen_of::<libc::sockaddr_in6>())
-        }
-    }
+fn bound_udp(fam: Domain, name: &str) -> io::Result<Socket> {
+    let s = Socket::new(fam, Type::DGRAM.nonblocking().cloexec(), None)?;
+    s.bind_device(Some(name.as_bytes()))?;
+    Ok(s)
 }
 
 #[cfg(test)]

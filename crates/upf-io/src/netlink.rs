@@ -32,6 +32,15 @@ pub struct Route {
     pub gateway: Option<IpAddr>,
 }
 
+/// What the kernel said about a network interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    pub ifindex: u32,
+    pub mtu: u32,
+    /// The link-layer address, when it is an Ethernet one.
+    pub mac: Option<[u8; 6]>,
+}
+
 /// What the kernel said about a neighbour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Neigh {
@@ -140,6 +149,29 @@ pub fn decode_neigh(m: &NeighbourMessage) -> Neigh {
     }
 }
 
+/// RTM_GETLINK for the interface called `name`.
+pub fn link_request(name: &str) -> RouteNetlinkMessage {
+    let mut m = LinkMessage::default();
+    m.attributes = vec![LinkAttribute::IfName(name.to_string())];
+    RouteNetlinkMessage::GetLink(m)
+}
+
+pub fn decode_link(m: &LinkMessage) -> LinkInfo {
+    let mut l = LinkInfo {
+        ifindex: m.header.index,
+        mtu: 0,
+        mac: None,
+    };
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::Mtu(v) => l.mtu = *v,
+            LinkAttribute::Address(b) => l.mac = <[u8; 6]>::try_from(b.as_slice()).ok(),
+            _ => {}
+        }
+    }
+    l
+}
+
 /// What the kernel answered a request with sequence number `seq`.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reply {
@@ -244,6 +276,14 @@ impl Socket {
             Ok(r) => Err(io::Error::other(format!("RTM_GETNEIGH answered {r:?}"))),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The interface called `name` (ENODEV when there is none).
+    pub fn link(&mut self, name: &str) -> io::Result<LinkInfo> {
+        match self.exchange(link_request(name), 0)? {
+            Reply::Message(RouteNetlinkMessage::NewLink(m)) => Ok(decode_link(&m)),
+            r => Err(io::Error::other(format!("RTM_GETLINK answered {r:?}"))),
         }
     }
 

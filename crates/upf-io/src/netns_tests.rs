@@ -560,7 +560,13 @@ fn netlink_sets_links_up_and_replaces_routes() {
     let v = Veth::new();
     in_ns(&v.a, || {
         let mut nl = crate::netlink::Socket::open().unwrap();
-        let dev = Link::by_name(&v.a_if).unwrap().ifindex;
+        let link = Link::by_name(&v.a_if).unwrap();
+        // A veth: an Ethernet address of its own and the default MTU.
+        assert_ne!(link.mac, [0; 6]);
+        assert_eq!(link.mtu, 1500);
+        let dev = link.ifindex;
+        let missing = Link::by_name("upf-none0").unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound, "{missing}");
         nl.disable_ipv6_addr_gen(dev).unwrap();
         nl.set_link_up(dev).unwrap();
         let pool: IpAddr = "10.45.0.0".parse().unwrap();
