@@ -3,7 +3,7 @@
 //! to the SMF in `report.rs`.
 
 use crate::alloc::{SeidAllocator, TeidAllocator, UeIpPools};
-use crate::config::{AllowedPeer, Config};
+use crate::config::{AllowedPeer, Config, ConfigError};
 use crate::reject::Reject;
 use crate::reliability::{CacheStats, Outstanding, ResponseCache};
 use crate::session::SessionCtx;
@@ -246,11 +246,11 @@ pub struct Agent<D: Datapath> {
 impl<D: Datapath> Agent<D> {
     /// A new agent. `now` and `ntp_now` (NTP seconds, RFC 5905, of the same instant) anchor
     /// every timestamp it sends; `ntp_now` is also our Recovery Time Stamp.
-    pub fn new(cfg: Config, dp: D, now: Instant, ntp_now: u32) -> Result<Self, String> {
+    pub fn new(cfg: Config, dp: D, now: Instant, ntp_now: u32) -> Result<Self, ConfigError> {
         let ue_ips = UeIpPools::new(cfg.ue_pools.clone())?;
         let (first, last) = cfg.teid_range;
         if first == 0 || first > last {
-            return Err("teid range must be non-empty and exclude 0".into());
+            return Err(ConfigError::TeidRange);
         }
         Ok(Self {
             teids: TeidAllocator::new(first, last, cfg.teid_reuse_after),

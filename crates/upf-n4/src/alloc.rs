@@ -4,6 +4,7 @@
 //! allocator keeps grows with what is in use (and, for TEIDs, recently released), never with
 //! how many were ever handed out.
 
+use crate::config::ConfigError;
 use rand::rngs::{StdRng, SysRng};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -250,16 +251,14 @@ fn mask_v6(a: u128, len: u8) -> u128 {
 }
 
 impl UeIpPools {
-    pub fn new(pools: Vec<UePoolConfig>) -> Result<Self, String> {
+    pub fn new(pools: Vec<UePoolConfig>) -> Result<Self, ConfigError> {
         let mut out: Vec<Pool> = Vec::new();
         for cfg in pools {
             let name = cfg.name.clone().unwrap_or_else(|| "default".into());
             let v4 = match cfg.ipv4 {
                 Some((net, len)) => {
                     if !(8..=30).contains(&len) {
-                        return Err(format!(
-                            "UE pool {name}: IPv4 prefix length {len} outside 8..=30"
-                        ));
+                        return Err(ConfigError::Ipv4PoolLength { pool: name, len });
                     }
                     let base = u32::from(net) & (u32::MAX << (32 - u32::from(len)));
                     let n = (1u64 << (32 - u32::from(len))) - 2;
@@ -273,9 +272,11 @@ impl UeIpPools {
             let v6 = match cfg.ipv6 {
                 Some((net, len, ue_len)) => {
                     if len > 127 || ue_len > 128 || ue_len <= len {
-                        return Err(format!(
-                            "UE pool {name}: IPv6 prefix /{len} with UE prefixes /{ue_len}"
-                        ));
+                        return Err(ConfigError::Ipv6PoolLengths {
+                            pool: name,
+                            len,
+                            ue_len,
+                        });
                     }
                     let bits = (ue_len - len).min(MAX_V6_SLOTS_LOG2);
                     Some(V6Pool {
@@ -288,15 +289,15 @@ impl UeIpPools {
                 None => None,
             };
             if v4.is_none() && v6.is_none() {
-                return Err(format!("UE pool {name}: neither IPv4 nor IPv6 range"));
+                return Err(ConfigError::EmptyPool(name));
             }
             let p = Pool { cfg, v4, v6 };
             for q in &out {
                 if overlaps(&p, q) {
-                    return Err(format!(
-                        "UE pool {name} overlaps pool {}",
-                        q.cfg.name.clone().unwrap_or_else(|| "default".into())
-                    ));
+                    return Err(ConfigError::OverlappingPools {
+                        pool: name,
+                        other: q.cfg.name.clone().unwrap_or_else(|| "default".into()),
+                    });
                 }
             }
             out.push(p);
@@ -469,9 +470,9 @@ impl std::fmt::Debug for SeidAllocator {
 }
 
 impl SeidAllocator {
-    pub fn new() -> Result<Self, String> {
-        let rng = StdRng::try_from_rng(&mut SysRng)
-            .map_err(|e| format!("seeding the SEID generator from the OS: {e}"))?;
+    pub fn new() -> Result<Self, ConfigError> {
+        let rng =
+            StdRng::try_from_rng(&mut SysRng).map_err(|e| ConfigError::Entropy(e.to_string()))?;
         Ok(Self { rng })
     }
 

@@ -5,6 +5,7 @@ use crate::alloc::UePoolConfig;
 use crate::reliability::CacheBounds;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
+use thiserror::Error;
 use upf_pfcp::ie::{NodeId, UpFunctionFeatures};
 
 /// Addresses of one user-plane interface, handed out in chosen F-TEIDs.
@@ -173,4 +174,21 @@ impl Config {
             limits: Limits::default(),
         }
     }
+}
+
+/// Why the agent cannot start with a configuration.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("UE pool {pool}: IPv4 prefix length {len} outside 8..=30")]
+    Ipv4PoolLength { pool: String, len: u8 },
+    #[error("UE pool {pool}: IPv6 prefix /{len} with UE prefixes /{ue_len}")]
+    Ipv6PoolLengths { pool: String, len: u8, ue_len: u8 },
+    #[error("UE pool {0}: neither IPv4 nor IPv6 range")]
+    EmptyPool(String),
+    #[error("UE pool {pool} overlaps pool {other}")]
+    OverlappingPools { pool: String, other: String },
+    #[error("teid range must be non-empty and exclude 0")]
+    TeidRange,
+    #[error("seeding the SEID generator from the OS: {0}")]
+    Entropy(String),
 }

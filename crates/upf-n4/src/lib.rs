@@ -15,6 +15,6 @@ mod session;
 mod trust;
 
 pub use agent::{Agent, Event, Stats, Transmit, MESSAGES_PER_DATAGRAM};
-pub use config::{AllowedPeer, Config, Limits, TunnelAddrs};
+pub use config::{AllowedPeer, Config, ConfigError, Limits, TunnelAddrs};
 pub use reject::Reject;
 pub use trust::Refusal;

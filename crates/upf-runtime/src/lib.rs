@@ -12,6 +12,6 @@ pub mod steer;
 mod workers;
 
 pub use workers::{
-    BatchStats, PortQueue, RuntimeConfig, WorkerQueues, WorkerStats, Workers, BATCH_TIME_BUCKETS,
-    IDLE_POLL,
+    BatchStats, PortQueue, RuntimeConfig, StartError, WorkerQueues, WorkerStats, Workers,
+    BATCH_TIME_BUCKETS, IDLE_POLL,
 };

@@ -472,25 +472,37 @@ fn session_ue(s: &Session) -> Option<std::net::IpAddr> {
     })
 }
 
+/// Why the workers could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("workers must be at least 1")]
+    NoWorkers,
+    #[error("{workers} workers but queues for {queues}")]
+    QueuesPerWorker { workers: usize, queues: usize },
+    #[error("eventfd for the workers: {0}")]
+    Waker(std::io::Error),
+    #[error("starting worker {0}: {1}")]
+    Thread(usize, std::io::Error),
+}
+
 impl Workers {
     /// Workers fed over channels ([`Workers::steer`], [`Workers::deliver`]) whose output is
     /// read with [`Workers::collect`]: the in-memory data path.
-    pub fn start(cfg: &RuntimeConfig) -> Result<Self, String> {
+    pub fn start(cfg: &RuntimeConfig) -> Result<Self, StartError> {
         Self::start_io(cfg, Vec::new())
     }
 
     /// Workers on real interfaces: worker i owns `queues[i]` (one entry per worker), or none
     /// at all (channels only) when `queues` is empty.
-    pub fn start_io(cfg: &RuntimeConfig, queues: Vec<WorkerQueues>) -> Result<Self, String> {
+    pub fn start_io(cfg: &RuntimeConfig, queues: Vec<WorkerQueues>) -> Result<Self, StartError> {
         if cfg.workers == 0 {
-            return Err("workers must be at least 1".into());
+            return Err(StartError::NoWorkers);
         }
         if !queues.is_empty() && queues.len() != cfg.workers {
-            return Err(format!(
-                "{} workers but queues for {}",
-                cfg.workers,
-                queues.len()
-            ));
+            return Err(StartError::QueuesPerWorker {
+                workers: cfg.workers,
+                queues: queues.len(),
+            });
         }
         let mut queues = queues.into_iter();
         let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -502,7 +514,7 @@ impl Workers {
         let wakers = (0..cfg.workers)
             .map(|_| Waker::new().map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("eventfd for the workers: {e}"))?;
+            .map_err(StartError::Waker)?;
         let backlog = Arc::new(Backlog::new(cfg.workers));
         let mut threads = Vec::new();
         for (i, rx) in receivers.into_iter().enumerate() {
@@ -536,7 +548,7 @@ impl Workers {
                     }
                     w.run();
                 })
-                .map_err(|e| format!("starting worker {i}: {e}"))?;
+                .map_err(|e| StartError::Thread(i, e))?;
             threads.push(t);
         }
         Ok(Self {

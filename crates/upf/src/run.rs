@@ -309,7 +309,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     for line in &opened.report {
         info!(target: "upf", "{line}");
     }
-    let workers = Workers::start_io(&rt_cfg, opened.queues)?;
+    let workers = Workers::start_io(&rt_cfg, opened.queues).map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -330,7 +330,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
     // retransmission timer (`upf-bench control`, window 256).
     upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
-    let mut agent = Agent::new(cfg, workers, started, ntp_now())?;
+    let mut agent = Agent::new(cfg, workers, started, ntp_now()).map_err(|e| e.to_string())?;
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
