@@ -309,7 +309,7 @@ impl Rig {
             (&gen, "gnb", "192.168.3.2/24", &upf, "n3", "192.168.3.1/24"),
             (&upf, "n6", "192.168.6.1/24", &sink, "dn", "192.168.6.2/24"),
         ] {
-            veth_pair((a, da, aa), (b, db, ab))?;
+            veth_pair((a, da, aa), (b, db, ab)).map_err(|e| e.to_string())?;
         }
         for (ns, at) in [(&gen, GNB), (&sink, DN)] {
             let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))

@@ -1,6 +1,6 @@
 //! Root tests on a veth pair between two network namespaces this test process creates (names
 //! unique per process and test, deleted by a Drop guard even when a test fails). Each test
-//! skips with a message when not run as root.
+//! is `#[ignore = "needs root"]` and fails when run without it.
 
 use crate::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
 use crate::fanout::tests::{eth, gtpu, inner_packet, ipv4, ipv6, udp, Rng};
@@ -8,41 +8,23 @@ use crate::link::{Link, NextHops};
 use crate::{PacketIo, Pool};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use upf_netns::Netns;
 use upf_packet::{Packet, Port};
 
 /// Root, for network namespaces and AF_PACKET.
 fn root() -> bool {
-    crate::fanout::tests::is_root()
+    upf_netns::is_root()
 }
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces joined by a veth pair: `a_if` in `a`, `b_if` in `b`.
+/// Two namespaces joined by a veth pair: `a_if` in `a`, `b_if` in `b`. Dropping it deletes
+/// the namespaces, and with them the pair.
 struct Veth {
-    a: String,
-    b: String,
+    a: Netns,
+    b: Netns,
     a_if: String,
     b_if: String,
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        // Deleting a namespace deletes the veth end in it, and so the pair.
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
 }
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -52,97 +34,49 @@ impl Veth {
         let k = SEQ.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}x{k}", std::process::id());
         let v = Veth {
-            a: format!("upfio-a{id}"),
-            b: format!("upfio-b{id}"),
+            a: Netns::unique("upfio-a").expect("netns"),
+            b: Netns::unique("upfio-b").expect("netns"),
             a_if: format!("ua{id}"),
             b_if: format!("ub{id}"),
         };
-        ip(&["netns", "add", &v.a]);
-        ip(&["netns", "add", &v.b]);
-        ip(&[
-            "link", "add", &v.a_if, "netns", &v.a, "type", "veth", "peer", "name", &v.b_if,
-            "netns", &v.b,
-        ]);
-        for (ns, dev) in [(&v.a, &v.a_if), (&v.b, &v.b_if)] {
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
+        upf_netns::veth_pair((v.a.name(), &v.a_if, ""), (v.b.name(), &v.b_if, ""))
+            .expect("veth pair");
         v
     }
 
+    /// 10.200.0.1/24 and fd00:200::1/64 on `a_if`, .2 and ::2 on `b_if`, and routes in `a` to
+    /// 10.201.0.0/24 and fd01:201::/64 via `b`.
     fn addresses(&self) {
-        ip(&[
-            "-n",
-            &self.a,
-            "addr",
-            "add",
-            "10.200.0.1/24",
-            "dev",
-            &self.a_if,
-        ]);
-        ip(&[
-            "-n",
-            &self.b,
-            "addr",
-            "add",
-            "10.200.0.2/24",
-            "dev",
-            &self.b_if,
-        ]);
-        ip(&[
-            "-n",
-            &self.a,
-            "addr",
-            "add",
-            "fd00:200::1/64",
-            "dev",
-            &self.a_if,
-            "nodad",
-        ]);
-        ip(&[
-            "-n",
-            &self.b,
-            "addr",
-            "add",
-            "fd00:200::2/64",
-            "dev",
-            &self.b_if,
-            "nodad",
-        ]);
-        ip(&[
-            "-n",
-            &self.a,
-            "route",
-            "add",
-            "10.201.0.0/24",
-            "via",
-            "10.200.0.2",
-        ]);
-        ip(&[
-            "-n",
-            &self.a,
-            "route",
-            "add",
-            "fd01:201::/64",
-            "via",
-            "fd00:200::2",
-        ]);
+        let (a, b) = (&self.a, &self.b);
+        for (ns, args) in [
+            (a, ["addr", "add", "10.200.0.1/24", "dev", &self.a_if, ""]),
+            (b, ["addr", "add", "10.200.0.2/24", "dev", &self.b_if, ""]),
+            (
+                a,
+                ["addr", "add", "fd00:200::1/64", "dev", &self.a_if, "nodad"],
+            ),
+            (
+                b,
+                ["addr", "add", "fd00:200::2/64", "dev", &self.b_if, "nodad"],
+            ),
+            (
+                a,
+                ["route", "add", "10.201.0.0/24", "via", "10.200.0.2", ""],
+            ),
+            (
+                a,
+                ["route", "add", "fd01:201::/64", "via", "fd00:200::2", ""],
+            ),
+        ] {
+            let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+            ns.ip(&args).unwrap();
+        }
     }
 }
 
-/// Runs `f` on a thread inside namespace `ns` (sockets made there stay there).
-fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
-            // SAFETY: setns on a namespace file we hold open; affects this thread only.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
-    })
+/// Runs `f` on a thread inside `ns` (sockets made there stay there).
+fn in_ns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> T {
+    ns.run(f).expect("setns")
 }
 
 /// A plain AF_PACKET socket on the peer's end.

@@ -217,9 +217,8 @@ impl PacketIo for TunIo {
 mod tests {
     use super::*;
     use std::net::{Ipv4Addr, UdpSocket};
-    use std::process::Command;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
+    use upf_netns::Netns;
     use upf_wire::checksum;
 
     #[test]
@@ -231,64 +230,18 @@ mod tests {
         let e = TunIo::open_at(Path::new("/nonexistent/tun"), "upft0", Port::N6).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("modprobe tun"), "{e}");
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } != 0 && Path::new(TUN_DEVICE).exists() {
+        if !upf_netns::is_root() && Path::new(TUN_DEVICE).exists() {
             // Without privileges: refused with a hint, not a panic.
             let e = TunIo::open("upfnp0", Port::N6).unwrap_err();
             assert!(e.to_string().contains("CAP_NET_ADMIN"), "{e}");
         }
     }
 
-    /// Runs `ip` with `args`; panics (failing the test) on failure.
-    fn ip(args: &[&str]) {
-        let out = Command::new("ip").args(args).output().expect("run ip");
-        assert!(
-            out.status.success(),
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// A network namespace deleted on drop (also when the test fails).
-    struct Netns(String);
-
-    impl Netns {
-        fn new() -> Netns {
-            static N: AtomicUsize = AtomicUsize::new(0);
-            let name = format!(
-                "upfio-test-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            );
-            ip(&["netns", "add", &name]);
-            Netns(name)
-        }
-
-        /// Moves the calling thread into the namespace (only this thread).
-        fn enter(&self) {
-            let f = File::open(format!("/var/run/netns/{}", self.0)).unwrap();
-            // SAFETY: plain system call on a descriptor that `f` keeps open; it changes the
-            // network namespace of the calling thread only.
-            let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
-        }
-    }
-
-    impl Drop for Netns {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-
     /// Fails the test unless it can run: the TUN tests are `#[ignore = "needs root"]`.
     fn assert_can_run() {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert!(root, "needs root (network namespace, CAP_NET_ADMIN)");
         assert!(
-            Command::new("ip").arg("-V").output().is_ok(),
-            "needs `ip` (iproute2)"
+            upf_netns::is_root(),
+            "needs root (network namespace, CAP_NET_ADMIN)"
         );
         assert!(Path::new(TUN_DEVICE).exists(), "needs {TUN_DEVICE}");
     }
@@ -314,10 +267,8 @@ mod tests {
     #[ignore = "needs root"]
     fn tun_rx_and_tx_in_a_namespace() {
         assert_can_run();
-        let ns = Netns::new();
-        let nsname = ns.0.clone();
-        let body = move || {
-            ns.enter();
+        let ns = Netns::unique("upfio-tun").expect("netns");
+        ns.run(|| {
             let dev = "upft0";
             let mut q0 = TunIo::open(dev, Port::N6).unwrap();
             // A second queue of the same device.
@@ -325,9 +276,10 @@ mod tests {
             assert_eq!(q1.name(), dev);
             assert!(q0.describe().contains("tun upft0"));
             assert!(q0.fd().is_some());
-            ip(&["-n", &nsname, "link", "set", dev, "up", "mtu", "1400"]);
-            ip(&["-n", &nsname, "addr", "add", "10.77.0.1/24", "dev", dev]);
-            ip(&["-n", &nsname, "route", "add", "10.78.0.0/16", "dev", dev]);
+            ns.ip(&["link", "set", dev, "up", "mtu", "1400"]).unwrap();
+            ns.ip(&["addr", "add", "10.77.0.1/24", "dev", dev]).unwrap();
+            ns.ip(&["route", "add", "10.78.0.0/16", "dev", dev])
+                .unwrap();
             let mut pool = Pool::new(64);
             let mut b = Vec::new();
 
@@ -383,36 +335,20 @@ mod tests {
             assert_eq!(from, "10.78.1.2:9999".parse().unwrap());
             let s = q1.stats();
             assert_eq!((s.tx_packets, s.tx_bytes, s.tx_dropped), (1, 35, 1));
-            drop((q0, q1));
-            ns
-        };
-        // The namespace guard moves into the thread and back, so it is dropped (and the
-        // namespace deleted) whether the body passes or panics.
-        match std::thread::spawn(body).join() {
-            Ok(ns) => drop(ns),
-            Err(e) => std::panic::resume_unwind(e),
-        }
+        })
+        .expect("setns");
     }
 
     #[test]
     #[ignore = "needs root"]
     fn tun_attach_to_a_tap_name_fails_clearly() {
         assert_can_run();
-        let ns = Netns::new();
-        let nsname = ns.0.clone();
-        let r = std::thread::spawn(move || {
-            ns.enter();
-            // A TAP device (layer 2) of that name.
-            ip(&["-n", &nsname, "tuntap", "add", "upfd0", "mode", "tap"]);
-            let r = TunIo::open("upfd0", Port::N6).map(|_| ());
-            (r, ns)
-        })
-        .join();
-        let (r, ns) = match r {
-            Ok(x) => x,
-            Err(e) => std::panic::resume_unwind(e),
-        };
-        drop(ns);
+        let ns = Netns::unique("upfio-tap").expect("netns");
+        // A TAP device (layer 2) of that name.
+        ns.ip(&["tuntap", "add", "upfd0", "mode", "tap"]).unwrap();
+        let r = ns
+            .run(|| TunIo::open("upfd0", Port::N6).map(|_| ()))
+            .expect("setns");
         let e = r.unwrap_err();
         assert!(e.to_string().contains("TUNSETIFF \"upfd0\""), "{e}");
         assert!(e.to_string().contains("not a multi-queue TUN"), "{e}");

@@ -7,16 +7,15 @@
 //!   UDP port 2152 on the other.
 //! - [`xdpgen`]: a frame generator on BPF_PROG_RUN live frames (XDP) into a veth, and an
 //!   XDP program that counts and drops what arrives at a veth (a counting sink).
-//! - [`in_netns`]: runs a closure on a thread inside a named network namespace, to create the
-//!   TUN and the sockets there.
+//! - [`in_netns`] (from upf-netns): runs a closure on a thread inside a named network
+//!   namespace, to create the TUN and the sockets there.
 //!
-//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (TUNSETIFF, setns, poll, sched_setaffinity, if_nametoindex),
+//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (TUNSETIFF, poll, sched_setaffinity, if_nametoindex),
 //! whose every block has a `// SAFETY:` comment.
 
 pub mod gnb;
-mod netns;
 pub mod smf;
 mod sys;
 pub mod xdpgen;
 
-pub use netns::{in_netns, netns_path, veth_pair, NETNS_DIR};
+pub use upf_netns::{in_netns, netns_path, veth_pair, NETNS_DIR};

@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)` (linux/if_tun.h).
@@ -64,18 +64,6 @@ pub fn open_tun(name: &str) -> io::Result<(File, String)> {
         .map(|&c| char::from(u8::try_from(c).unwrap_or(b'?')))
         .collect();
     Ok((file, given))
-}
-
-/// Moves the calling thread into the network namespace of `ns` (a file under
-/// /var/run/netns or /proc/PID/ns/net).
-pub fn setns_net(ns: &File) -> io::Result<()> {
-    // SAFETY: setns only reads the descriptor number, which stays open for the call (borrowed
-    // from `ns`); it changes the namespace of this thread only, which Rust does not track.
-    let r = unsafe { libc::setns(ns.as_fd().as_raw_fd(), libc::CLONE_NEWNET) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Pins the calling thread to CPU `cpu` (`sched_setaffinity` on thread 0 = this thread).

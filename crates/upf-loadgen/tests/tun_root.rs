@@ -10,11 +10,9 @@
 //! is counted and not delivered.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::os::unix::fs::MetadataExt;
-use std::process::Command;
 use std::time::Duration;
 use upf_loadgen::gnb::{open_tun, Gnb, SessionTable, UeSession};
-use upf_loadgen::in_netns;
+use upf_netns::Netns;
 use upf_wire::ext::{Extensions, PduSessionContainer, PduType};
 use upf_wire::gtpu::{self, MessageType};
 use upf_wire::gtpu_msg::{self, Message};
@@ -27,58 +25,6 @@ const UPF_N3: &str = "127.0.0.2:2152";
 const UL_TEID: u32 = 0x0000_1234;
 const DL_TEID: u32 = 0x0100_0001;
 const WAIT: Duration = Duration::from_secs(5);
-
-/// A network namespace that is deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new(name: String) -> Result<Self, String> {
-        run("ip", &["netns", "add", &name])?;
-        Ok(Self(name))
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let mut a = vec!["-n", &self.0];
-        a.extend_from_slice(args);
-        run("ip", &a).unwrap();
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.0]);
-    }
-}
-
-fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd} {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Why the test cannot run here, if it cannot.
-fn missing() -> Option<String> {
-    match std::fs::metadata("/proc/self") {
-        Ok(m) if m.uid() == 0 => {}
-        _ => return Some("not root".into()),
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("no /dev/net/tun".into());
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("no `ip` (iproute2)".into());
-    }
-    None
-}
 
 /// IPv4/UDP `src:sport → dst:dport` carrying `payload`, UDP checksum 0.
 fn ip_udp(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -128,11 +74,12 @@ fn gpdu(teid: u32, psc: Option<PduSessionContainer>, inner: &[u8]) -> Vec<u8> {
 #[test]
 #[ignore = "needs root"]
 fn tun_to_gtpu_and_back_in_a_netns() {
-    if let Some(why) = missing() {
-        panic!("needs root, /dev/net/tun and iproute2: {why}");
-    }
-    let ns = Netns::new(format!("lgtest-{}", std::process::id())).expect("a network namespace");
-    ns.ip(&["link", "set", "lo", "up"]);
+    assert!(upf_netns::is_root(), "needs root");
+    assert!(
+        std::path::Path::new("/dev/net/tun").exists(),
+        "needs /dev/net/tun"
+    );
+    let ns = Netns::unique("lgtest").expect("a network namespace (iproute2)");
     let table = SessionTable::new(vec![UeSession {
         ue: UE,
         ul_teid: UL_TEID,
@@ -141,22 +88,25 @@ fn tun_to_gtpu_and_back_in_a_netns() {
         qfi: 9,
     }])
     .unwrap();
-    let (gnb, upf) = in_netns(&ns.0, || {
-        let (tun, name) = open_tun("lgtun0").unwrap();
-        let upf = UdpSocket::bind(UPF_N3).unwrap();
-        let sock = UdpSocket::bind(GNB_N3).unwrap();
-        let gnb = Gnb::with_io(tun, name, sock, table, Duration::from_millis(20)).unwrap();
-        (gnb, upf)
-    })
-    .unwrap();
+    let (gnb, upf) = ns
+        .run(|| {
+            let (tun, name) = open_tun("lgtun0").unwrap();
+            let upf = UdpSocket::bind(UPF_N3).unwrap();
+            let sock = UdpSocket::bind(GNB_N3).unwrap();
+            let gnb = Gnb::with_io(tun, name, sock, table, Duration::from_millis(20)).unwrap();
+            (gnb, upf)
+        })
+        .unwrap();
     assert_eq!(gnb.tun_name(), "lgtun0");
-    ns.ip(&["addr", "add", "10.60.0.1/32", "dev", "lgtun0"]);
-    ns.ip(&["link", "set", "lgtun0", "up"]);
-    ns.ip(&["route", "add", "192.168.6.0/24", "dev", "lgtun0"]);
+    ns.ip(&["addr", "add", "10.60.0.1/32", "dev", "lgtun0"])
+        .unwrap();
+    ns.ip(&["link", "set", "lgtun0", "up"]).unwrap();
+    ns.ip(&["route", "add", "192.168.6.0/24", "dev", "lgtun0"])
+        .unwrap();
     upf.set_read_timeout(Some(WAIT)).unwrap();
 
     // Uplink: UE socket → TUN → G-PDU at the stand-in UPF.
-    let ue = in_netns(&ns.0, || UdpSocket::bind((UE, 4000)).unwrap()).unwrap();
+    let ue = ns.run(|| UdpSocket::bind((UE, 4000)).unwrap()).unwrap();
     ue.set_read_timeout(Some(WAIT)).unwrap();
     ue.send_to(b"hello", (DN, 5000)).unwrap();
     let mut buf = [0u8; 2048];

@@ -613,7 +613,7 @@ impl Demo {
                 "192.168.6.2/24",
             ),
         ] {
-            veth_pair((a, da, aa), (b, db, ab))?;
+            veth_pair((a, da, aa), (b, db, ab)).map_err(|e| e.to_string())?;
         }
         ip(&["-n", DN_NS, "route", "add", UE_POOL, "via", "192.168.6.1"])?;
         // The UPF has the kernel confirm its next hops (the gNB, the DN) with an empty datagram
