@@ -154,7 +154,7 @@ def node_cases():
         one("node_report_request", 12, node(7) / PFCPNodeReportRequest(IE_list=[
             node_id_v4(UPF), IE_NodeReportType(UPFR=1),
             IE_UserPlanePathFailureReport(IE_list=[peer])]),
-            {"node_report_type": 1, "user_plane_path_failure_report.remote_gtpu_peers.0.ipv4": GNB}),
+            {"node_report_type": ["UPFR"], "user_plane_path_failure_report.remote_gtpu_peers.0.ipv4": GNB}),
         one("node_report_response", 13, node(7) / PFCPNodeReportResponse(IE_list=[
             node_id_v4(SMF), IE_Cause(cause=69), IE_OffendingIE(type=102)]),
             {"cause": 69, "offending_ie": 102}),
@@ -331,21 +331,21 @@ def session_cases():
         one("session_report_request_dldr", 56, sess(CP_SEID, 0x201) / PFCPSessionReportRequest(IE_list=[
             IE_ReportType(DLDR=1), IE_DownlinkDataReport(IE_list=[
                 IE_PDR_Id(id=2), IE_DownlinkDataServiceInformation(QFII=1, qfi_val=9)])]),
-            {"report_type": 1, "downlink_data_report.pdr_ids": [2],
+            {"report_type": ["DLDR"], "downlink_data_report.pdr_ids": [2],
              "downlink_data_report.downlink_data_service_information.0": {"qfi": 9}}),
         one("session_report_request_usar", 56, sess(CP_SEID, 0x202) / PFCPSessionReportRequest(IE_list=[
             IE_ReportType(USAR=1),
             usage_report(IE_UsageReport_SRR, 2, 1, IE_UsageReportTrigger(VOLTH=1, PERIO=1),
                                                 volume_measurement(), IE_StartTime(timestamp=T_UPF + 100),
                                                 IE_EndTime(timestamp=T_UPF + 700))]),
-            {"report_type": 2, "usage_reports.0.urr_id": 2,
+            {"report_type": ["USAR"], "usage_reports.0.urr_id": 2,
              "usage_reports.0.usage_report_trigger": ["PERIO", "VOLTH"],
              "usage_reports.0.start_time": T_UPF + 100, "usage_reports.0.end_time": T_UPF + 700,
              "usage_reports.0.volume_measurement": vm}),
         one("session_report_request_erir", 56, sess(CP_SEID, 0x203) / PFCPSessionReportRequest(IE_list=[
             IE_ReportType(ERIR=1),
             IE_ErrorIndicationReport(IE_list=[IE_FTEID(V4=1, TEID=0x1234, ipv4=GNB)])]),
-            {"report_type": 4,
+            {"report_type": ["ERIR"],
              "error_indication_report.remote_f_teids.0.Assigned":
                  {"teid": 0x1234, "ipv4": GNB, "ipv6": None}}),
         one("session_report_response", 57, sess(UP_SEID, 0x201) / PFCPSessionReportResponse(IE_list=[
@@ -366,7 +366,7 @@ def follow_on_case():
     first = sess(CP_SEID, 0x204, spare_b4=1) / PFCPSessionReportRequest(IE_list=[IE_ReportType(DLDR=1)])
     second = node(0x205) / PFCPHeartbeatRequest(IE_list=[IE_RecoveryTimeStamp(timestamp=T_UPF)])
     return Case("follow_on_pair", [first, second],
-                [(56, {"report_type": 1}), (1, {"recovery_time_stamp": T_UPF})])
+                [(56, {"report_type": ["DLDR"]}), (1, {"recovery_time_stamp": T_UPF})])
 
 
 def scapy_cases():

@@ -121,7 +121,7 @@ impl UrrState {
         // START and a volume trigger may fire on the same packet: both go in the one
         // report (the trigger is a set of flags); returning START alone left the quota
         // unmarked, so the next packet went through and VOLQU came one packet late.
-        let mut t = UsageTrigger(0);
+        let mut t = UsageTrigger::empty();
         if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
             self.start_reported = true;
             t = t.union(UsageTrigger::START);
@@ -132,7 +132,7 @@ impl UrrState {
         } else if self.threshold.is_some_and(|l| l.reached_by(&self.volume)) {
             t = t.union(UsageTrigger::VOLTH);
         }
-        (t.0 != 0).then_some(t)
+        (!t.is_empty()).then_some(t)
     }
 
     /// Octets that may still be counted with no trigger possibly firing: 0 while START is

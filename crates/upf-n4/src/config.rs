@@ -163,7 +163,7 @@ impl Config {
             }],
             teid_range: (1, u32::MAX),
             teid_reuse_after: Duration::from_secs(60),
-            features: UpFunctionFeatures::FTUP.with(UpFunctionFeatures::UEIP),
+            features: UpFunctionFeatures::FTUP.union(UpFunctionFeatures::UEIP),
             heartbeat_interval: Duration::from_secs(10),
             t1: Duration::from_secs(3),
             n1: 3,

@@ -246,9 +246,9 @@ pub fn far(c: &p::CreateFar) -> Result<r::Far, Reject> {
 
 /// TS 29.244 §8.2.26: one of DROP, FORW and BUFF must be set (NOCP, DUPL … qualify them).
 fn apply_action(a: p::ApplyAction) -> Result<r::ApplyAction, Reject> {
-    let a = r::ApplyAction(a.0);
-    let base = r::ApplyAction::DROP.0 | r::ApplyAction::FORW.0 | r::ApplyAction::BUFF.0;
-    if a.0 & base == 0 && !a.contains(r::ApplyAction::DUPL) {
+    let a = r::ApplyAction::from_bits_retain(a.bits());
+    let base = r::ApplyAction::DROP | r::ApplyAction::FORW | r::ApplyAction::BUFF;
+    if !a.intersects(base) && !a.contains(r::ApplyAction::DUPL) {
         return Err(Reject::new(
             Cause::MANDATORY_IE_INCORRECT,
             "Apply Action without DROP, FORW or BUFF",
@@ -558,7 +558,7 @@ macro_rules! urr_fields {
             subsequent_time_quota: c.subsequent_time_quota.map(|x| x.0),
             inactivity_detection_time: c.inactivity_detection_time.map(|x| x.0),
             linked: c.linked_urr_ids.iter().map(|x| r::UrrId(x.0)).collect(),
-            info: c.measurement_information.map(|x| x.0),
+            info: c.measurement_information.map(|x| x.bits()),
             far_for_quota_action: c.far_id_for_quota_action.map(|x| x.0),
             number_of_reports: c.number_of_reports.map(|x| x.0),
         }
@@ -568,8 +568,8 @@ macro_rules! urr_fields {
 /// Create URR → URR.
 pub fn urr(c: &p::CreateUrr) -> r::Urr {
     let mut u = r::Urr::new(r::UrrId(c.urr_id.0));
-    u.method = r::MeasurementMethod(c.measurement_method.0);
-    u.triggers = r::ReportingTriggers(c.reporting_triggers.0);
+    u.method = r::MeasurementMethod::from_bits_retain(c.measurement_method.bits());
+    u.triggers = r::ReportingTriggers::from_bits_retain(c.reporting_triggers.bits());
     apply_urr_fields(&mut u, &urr_fields!(c));
     u
 }
@@ -577,10 +577,10 @@ pub fn urr(c: &p::CreateUrr) -> r::Urr {
 /// Applies an Update URR (§7.5.4.4): present IEs replace, absent ones stay.
 pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) {
     if let Some(m) = c.measurement_method {
-        u.method = r::MeasurementMethod(m.0);
+        u.method = r::MeasurementMethod::from_bits_retain(m.bits());
     }
     if let Some(t) = c.reporting_triggers {
-        u.triggers = r::ReportingTriggers(t.0);
+        u.triggers = r::ReportingTriggers::from_bits_retain(t.bits());
     }
     apply_urr_fields(u, &urr_fields!(c));
 }
@@ -624,7 +624,7 @@ fn apply_urr_fields(u: &mut r::Urr, f: &UrrFields) {
         f.inactivity_detection_time,
     );
     if let Some(i) = f.info {
-        u.info = r::MeasurementInfo(i);
+        u.info = r::MeasurementInfo::from_bits_retain(i);
     }
     let rare = f.quota_validity_time.is_some()
         || f.dropped_dl.is_some()

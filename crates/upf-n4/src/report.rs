@@ -31,7 +31,7 @@ impl<D: Datapath> Agent<D> {
         UsageReport {
             urr_id: UrrId(u.urr.0),
             ur_seqn: UrSeqn(seqn),
-            usage_report_trigger: UsageReportTrigger(u.trigger.0),
+            usage_report_trigger: UsageReportTrigger::from_bits_retain(u.trigger.bits()),
             start_time: u.start.map(|t| StartTime(self.ntp(t))),
             end_time: Some(EndTime(self.ntp(u.end))),
             volume_measurement: Some(VolumeMeasurement {

@@ -397,7 +397,7 @@ fn causes_of_refused_session_requests() {
     );
     // An Apply Action with nothing to do.
     let mut req = smf::establishment(s.node.clone(), 6, SMF_IP, UeAddr::Choose);
-    req.create_fars[0].apply_action = ApplyAction(0);
+    req.create_fars[0].apply_action = ApplyAction::empty();
     let (_, r) = s.establish_with(req);
     assert_eq!(
         (r.cause, r.offending_ie, r.failed_rule_id),
@@ -879,7 +879,7 @@ fn leniency_modification_pdr_without_fteid_or_ue_ip_inherits_them() {
 fn leniency_forw_nocp_and_buff_nocp() {
     let mut s = Smf::associated();
     let mut req = smf::establishment(s.node.clone(), 1, SMF_IP, UeAddr::Choose);
-    req.create_fars[0].apply_action = ApplyAction(ApplyAction::FORW.0 | ApplyAction::NOCP.0);
+    req.create_fars[0].apply_action = ApplyAction::FORW | ApplyAction::NOCP;
     assert_eq!(s.establish_with(req).1.cause, Cause::REQUEST_ACCEPTED);
 }
 

@@ -430,42 +430,28 @@ pub(crate) fn flags_encode(v: u32, octets: usize, out: &mut Vec<u8>) {
     out.extend(v.to_le_bytes().iter().take(octets));
 }
 
-/// Defines a set of named flags carried in `min..=max` octets, the first octet (octet 5) in
-/// the low byte of the integer. Spare bits are ignored on decode and sent as zero; the longest
-/// form is sent. JSON is the list of the names of the flags set.
+/// Defines a set of named flags (bitflags) carried in `min..=max` octets, the first octet
+/// (octet 5) in the low byte of the integer. Spare bits are ignored on decode and sent as zero;
+/// the longest form is sent. JSON is the list of the names of the flags set.
 macro_rules! ie_flags {
     (
         $(#[$meta:meta])* $name:ident($int:ty), octets = $min:literal..=$max:literal {
-            $($(#[$fm:meta])* $flag:ident = $bit:literal,)*
+            // Attributes as tokens: bitflags! cannot match an opaque `meta` fragment.
+            $($(#[$($fm:tt)*])* $flag:ident = $bit:literal,)*
         }
     ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $int);
-
-        impl $name {
-            $($(#[$fm])* pub const $flag: Self = Self($bit);)*
-            /// Every flag this version of the specification defines.
-            pub const ALL: Self = Self(0 $(| $bit)*);
-            const NAMES: &'static [(&'static str, $int)] = &[$((stringify!($flag), $bit),)*];
-
-            /// Whether every flag of `other` is set.
-            pub fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-            pub fn is_empty(self) -> bool {
-                self.0 == 0
-            }
-            /// The names of the flags set, in bit order.
-            pub fn names(self) -> impl Iterator<Item = &'static str> {
-                Self::NAMES.iter().filter(move |(_, b)| self.0 & b != 0).map(|(n, _)| *n)
+        bitflags::bitflags! {
+            $(#[$meta])*
+            #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+            pub struct $name: $int {
+                $($(#[$($fm)*])* const $flag = $bit;)*
             }
         }
 
-        impl core::ops::BitOr for $name {
-            type Output = Self;
-            fn bitor(self, other: Self) -> Self {
-                Self(self.0 | other.0)
+        impl $name {
+            /// The names of the flags set, in bit order.
+            pub fn names(self) -> impl Iterator<Item = &'static str> {
+                self.iter_names().map(|(n, _)| n)
             }
         }
 
@@ -477,11 +463,13 @@ macro_rules! ie_flags {
 
         impl $crate::codec::IeValue for $name {
             fn decode(value: &[u8]) -> Result<Self, $crate::error::DecodeError> {
-                $crate::codec::flags_decode(value, $min, $max)
-                    .map(|v| Self(<$int>::try_from(v & u32::from(Self::ALL.0)).unwrap_or_default()))
+                $crate::codec::flags_decode(value, $min, $max).map(|v| {
+                    let known = v & u32::from(Self::all().bits());
+                    Self::from_bits_truncate(<$int>::try_from(known).unwrap_or_default())
+                })
             }
             fn encode(&self, out: &mut Vec<u8>) {
-                $crate::codec::flags_encode(u32::from(self.0 & Self::ALL.0), $max, out);
+                $crate::codec::flags_encode(u32::from(self.bits() & Self::all().bits()), $max, out);
             }
         }
 
@@ -491,7 +479,7 @@ macro_rules! ie_flags {
             type Strategy = proptest::strategy::BoxedStrategy<Self>;
             fn arbitrary_with(_: ()) -> Self::Strategy {
                 use proptest::strategy::Strategy;
-                proptest::arbitrary::any::<$int>().prop_map(|v| Self(v & Self::ALL.0)).boxed()
+                proptest::arbitrary::any::<$int>().prop_map(Self::from_bits_truncate).boxed()
             }
         }
     };

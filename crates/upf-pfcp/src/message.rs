@@ -237,7 +237,7 @@ mod tests {
             node_id: NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 2)),
             cause: Cause::REQUEST_ACCEPTED,
             recovery_time_stamp: RecoveryTimeStamp(1),
-            up_function_features: Some(UpFunctionFeatures(UpFunctionFeatures::FTUP.0)),
+            up_function_features: Some(UpFunctionFeatures::FTUP),
             cp_function_features: None,
             user_plane_ip_resource_information: List::new(),
             alternative_smf_ip_addresses: List::new(),

@@ -311,7 +311,7 @@ fn association_setup_request() -> Pdu {
         node_id: NodeId::Fqdn(name("smf1.smf.5gc.mnc001.mcc001.3gppnetwork.org")),
         recovery_time_stamp: RecoveryTimeStamp(SMF_STARTED),
         up_function_features: None,
-        cp_function_features: Some(CpFunctionFeatures::LOAD.with(CpFunctionFeatures::OVRL)),
+        cp_function_features: Some(CpFunctionFeatures::LOAD.union(CpFunctionFeatures::OVRL)),
         user_plane_ip_resource_information: Multi::new(),
         alternative_smf_ip_addresses: many(vec![AlternativeSmfIpAddress {
             ipv4: Some(Ipv4Addr::new(192, 0, 2, 11)),
@@ -340,7 +340,7 @@ fn up_features() -> UpFunctionFeatures {
         UpFunctionFeatures::UEIP,
     ]
     .into_iter()
-    .fold(UpFunctionFeatures::default(), UpFunctionFeatures::with)
+    .fold(UpFunctionFeatures::default(), UpFunctionFeatures::union)
 }
 
 fn association_setup_response() -> Pdu {
@@ -900,7 +900,7 @@ fn session_deletion_response() -> Pdu {
 /// Sent by the UPF: downlink data arrived for a buffering FAR, and two usage reports.
 fn session_report_request() -> Pdu {
     let m = SessionReportRequest {
-        report_type: ReportType::DLDR.with(ReportType::USAR),
+        report_type: ReportType::DLDR.union(ReportType::USAR),
         downlink_data_report: Some(DownlinkDataReport {
             pdr_ids: many(vec![PdrId(2)]),
             downlink_data_service_information: many(vec![DownlinkDataServiceInformation {

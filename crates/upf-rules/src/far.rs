@@ -1,5 +1,6 @@
 //! Forwarding Action Rules (TS 29.244 §5.2.3, §7.5.2.3) and Buffering Action Rules (§5.2.6).
 
+use crate::flags::flags;
 use crate::ids::{BarId, FarId, Teid};
 use crate::pdr::Interface;
 use crate::shared::Shared;
@@ -7,31 +8,22 @@ use compact_str::CompactString;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Apply Action flags (TS 29.244 §8.2.26), bit positions as in the IE (octet 5 low byte).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-#[serde(transparent)]
-pub struct ApplyAction(pub u16);
-
-impl ApplyAction {
-    pub const DROP: Self = Self(0x0001);
-    pub const FORW: Self = Self(0x0002);
-    pub const BUFF: Self = Self(0x0004);
-    pub const NOCP: Self = Self(0x0008);
-    pub const DUPL: Self = Self(0x0010);
-    pub const IPMA: Self = Self(0x0020);
-    pub const IPMD: Self = Self(0x0040);
-    pub const DFRT: Self = Self(0x0080);
-    pub const EDRT: Self = Self(0x0100);
-    pub const BDPN: Self = Self(0x0200);
-    pub const DDPN: Self = Self(0x0400);
-
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
+flags!(
+    /// Apply Action flags (TS 29.244 §8.2.26), bit positions as in the IE (octet 5 low byte).
+    ApplyAction(u16) {
+        DROP = 0x0001,
+        FORW = 0x0002,
+        BUFF = 0x0004,
+        NOCP = 0x0008,
+        DUPL = 0x0010,
+        IPMA = 0x0020,
+        IPMD = 0x0040,
+        DFRT = 0x0080,
+        EDRT = 0x0100,
+        BDPN = 0x0200,
+        DDPN = 0x0400,
     }
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-}
+);
 
 /// Outer header to add when forwarding (TS 29.244 §8.2.56), resolved to one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -9,6 +9,7 @@
 
 mod datapath;
 mod far;
+mod flags;
 mod ids;
 pub mod mem;
 mod pdr;

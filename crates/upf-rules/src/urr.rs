@@ -1,32 +1,10 @@
 //! Usage Reporting Rules (TS 29.244 §5.2.2.3, §7.5.2.4) and the usage reports they produce.
 
+use crate::flags::flags;
 use crate::ids::{FarId, Seid, UrrId};
 use serde::Serialize;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
-
-macro_rules! flags {
-    ($(#[$m:meta])* $name:ident($t:ty) { $($(#[$cm:meta])* $c:ident = $v:literal,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(pub $t);
-
-        impl $name {
-            $($(#[$cm])* pub const $c: Self = Self($v);)*
-
-            pub const fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-            pub const fn intersects(self, other: Self) -> bool {
-                self.0 & other.0 != 0
-            }
-            pub const fn union(self, other: Self) -> Self {
-                Self(self.0 | other.0)
-            }
-        }
-    };
-}
 
 flags!(
     /// Measurement Method (§8.2.40).

@@ -110,9 +110,7 @@ pub fn create_urr(
 ) -> CreateUrr {
     CreateUrr {
         urr_id: UrrId(id),
-        measurement_method: MeasurementMethod(
-            MeasurementMethod::VOLUM.0 | MeasurementMethod::DURAT.0,
-        ),
+        measurement_method: MeasurementMethod::VOLUM | MeasurementMethod::DURAT,
         reporting_triggers: triggers,
         volume_threshold: volume_threshold.map(|t| Volume {
             total: Some(t),
@@ -242,12 +240,7 @@ pub fn establishment(
                 Some(forwarding(DestinationInterface::CORE, None)),
                 None,
             ),
-            create_far(
-                4,
-                ApplyAction(ApplyAction::BUFF.0 | ApplyAction::NOCP.0),
-                None,
-                Some(1),
-            ),
+            create_far(4, ApplyAction::BUFF | ApplyAction::NOCP, None, Some(1)),
         ]
         .into_iter()
         .collect(),

@@ -521,5 +521,5 @@ pub fn set_action(id: u32, action: ApplyAction) -> UpdateFar {
 }
 
 pub fn actions(a: &[ApplyAction]) -> ApplyAction {
-    ApplyAction(a.iter().fold(0, |x, y| x | y.0))
+    a.iter().fold(ApplyAction::empty(), |x, y| x | *y)
 }

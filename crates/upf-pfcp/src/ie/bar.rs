@@ -316,7 +316,10 @@ mod tests {
         let f = check::canonical::<PfcpSrRspFlags>(value_of(&hex("0032000101"), 50));
         assert!(f.contains(PfcpSrRspFlags::DROBU));
         assert_eq!(f.names().collect::<Vec<_>>(), ["DROBU"]);
-        assert_eq!(PfcpSrRspFlags::decode(&[0xfe]).unwrap(), PfcpSrRspFlags(0));
+        assert_eq!(
+            PfcpSrRspFlags::decode(&[0xfe]).unwrap(),
+            PfcpSrRspFlags::empty()
+        );
     }
 
     proptest! {

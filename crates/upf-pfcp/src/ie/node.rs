@@ -17,7 +17,7 @@ use super::common::{
     decode_dns_name, encode_dns_name, ie_enum_u8, BarId, FarId, PdrId, QerId, UrrId,
 };
 use crate::cause::Cause;
-use crate::codec::{ie_uint, IeValue};
+use crate::codec::{ie_flags, ie_uint, IeValue};
 use crate::error::DecodeError;
 use crate::tlv::Reader;
 use compact_str::CompactString;
@@ -193,27 +193,9 @@ ie_uint!(
 // One-octet flag and enumerated IEs
 // ---------------------------------------------------------------------------------------------
 
-/// `ie_enum_u8!` for a set of flag bits, with `contains` / `with`.
-macro_rules! ie_flags_u8 {
-    ($(#[$meta:meta])* $name:ident, mask = $mask:literal { $($c:ident = $v:literal,)* }) => {
-        ie_enum_u8!($(#[$meta])* $name, mask = $mask { $($c = $v,)* });
-        impl $name {
-            /// Whether every flag of `other` is set.
-            pub fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-            /// `self` with the flags of `other` set too.
-            #[must_use]
-            pub fn with(self, other: Self) -> Self {
-                Self(self.0 | other.0)
-            }
-        }
-    };
-}
-
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.21 Report Type (of a PFCP Session Report Request).
-    ReportType, mask = 0x7f {
+    ReportType(u8), octets = 1..=1 {
         DLDR = 0x01,
         USAR = 0x02,
         ERIR = 0x04,
@@ -224,9 +206,9 @@ ie_flags_u8!(
     }
 );
 
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.69 Node Report Type.
-    NodeReportType, mask = 0x3f {
+    NodeReportType(u8), octets = 1..=1 {
         UPFR = 0x01,
         UPRR = 0x02,
         CKDR = 0x04,
@@ -236,39 +218,39 @@ ie_flags_u8!(
     }
 );
 
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.119 PFCPSRReq-Flags.
-    PfcpSrReqFlags, mask = 0x01 {
+    PfcpSrReqFlags(u8), octets = 1..=1 {
         PSDBU = 0x01,
     }
 );
 
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.120 PFCPAUReq-Flags.
-    PfcpAuReqFlags, mask = 0x01 {
+    PfcpAuReqFlags(u8), octets = 1..=1 {
         PARPS = 0x01,
     }
 );
 
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.134 PFCPASRsp-Flags.
-    PfcpAsRspFlags, mask = 0x03 {
+    PfcpAsRspFlags(u8), octets = 1..=1 {
         PSREI = 0x01,
         UUPSI = 0x02,
     }
 );
 
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.136 PFCPSEReq-Flags.
-    PfcpSeReqFlags, mask = 0x03 {
+    PfcpSeReqFlags(u8), octets = 1..=1 {
         RESTI = 0x01,
         SUMPC = 0x02,
     }
 );
 
-ie_flags_u8!(
+ie_flags!(
     /// TS 29.244 §8.2.178 PFCPASReq-Flags.
-    PfcpAsReqFlags, mask = 0x01 {
+    PfcpAsReqFlags(u8), octets = 1..=1 {
         UUPSI = 0x01,
     }
 );
@@ -563,7 +545,7 @@ mod tests {
         assert_eq!(PdnType::decode(&[0xf3]).unwrap(), PdnType::IPV4V6);
         assert_eq!(
             PfcpAsRspFlags::decode(&[0xff]).unwrap(),
-            PfcpAsRspFlags::PSREI.with(PfcpAsRspFlags::UUPSI)
+            PfcpAsRspFlags::PSREI.union(PfcpAsRspFlags::UUPSI)
         );
         assert_eq!(
             check::canonical::<IpVersion>(&[0x03]),

@@ -654,7 +654,7 @@ mod tests {
         let m = MeasurementMethod::decode(&[0xfb]).unwrap();
         assert_eq!(m, MeasurementMethod::DURAT | MeasurementMethod::VOLUM);
         let mut out = Vec::new();
-        MeasurementMethod(0xff).encode(&mut out);
+        MeasurementMethod::from_bits_retain(0xff).encode(&mut out);
         assert_eq!(out, [0x07]);
         assert_eq!(
             UsageInformation::decode(&[0xf2]).unwrap(),

@@ -13,40 +13,45 @@ macro_rules! feature_set {
             $($c:ident = ($octet:literal, $bit:literal) $label:literal,)*
         }
     ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-        pub struct $name(pub u64);
+        bitflags::bitflags! {
+            $(#[$meta])*
+            #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+            pub struct $name: u64 {
+                $(
+                    #[doc = concat!("`", $label, "`: octet ", $octet, ", bit ", $bit, ".")]
+                    const $c = 1 << (($octet - 5) * 8 + ($bit - 1));
+                )*
+                // Features of later releases pass through decode and encode.
+                const _ = !0;
+            }
+        }
 
         impl $name {
-            $(
-                #[doc = concat!("`", $label, "`: octet ", $octet, ", bit ", $bit, ".")]
-                pub const $c: Self = Self(1 << (($octet - 5) * 8 + ($bit - 1)));
-            )*
-            const NAMES: &'static [(Self, &'static str)] = &[$((Self::$c, $label),)*];
+            const LABELS: &'static [(Self, &'static str)] = &[$((Self::$c, $label),)*];
 
-            /// Whether every feature of `other` is set.
-            pub fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-            /// `self` with the features of `other` added.
-            #[must_use]
-            pub fn with(self, other: Self) -> Self {
-                Self(self.0 | other.0)
-            }
             /// The names of the set features; a bit the table lacks is named `octetN_bitB`.
             pub fn names(self) -> Vec<Cow<'static, str>> {
                 (0..64u32)
-                    .map(|i| Self(1 << i))
+                    .map(|i| Self::from_bits_retain(1 << i))
                     .filter(|f| self.contains(*f))
-                    .map(|f| match Self::NAMES.iter().find(|(n, _)| *n == f) {
+                    .map(|f| match Self::LABELS.iter().find(|(n, _)| *n == f) {
                         Some((_, label)) => Cow::Borrowed(*label),
                         None => {
-                            let i = f.0.trailing_zeros();
+                            let i = f.bits().trailing_zeros();
                             Cow::Owned(format!("octet{}_bit{}", 5 + i / 8, i % 8 + 1))
                         }
                     })
                     .collect()
+            }
+        }
+
+        #[cfg(test)]
+        impl proptest::arbitrary::Arbitrary for $name {
+            type Parameters = ();
+            type Strategy = proptest::strategy::BoxedStrategy<Self>;
+            fn arbitrary_with(_: ()) -> Self::Strategy {
+                use proptest::strategy::Strategy;
+                proptest::arbitrary::any::<u64>().prop_map(Self::from_bits_retain).boxed()
             }
         }
 
@@ -59,10 +64,10 @@ macro_rules! feature_set {
                 for (d, s) in le.iter_mut().zip(value) {
                     *d = *s;
                 }
-                Ok(Self(u64::from_le_bytes(le)))
+                Ok(Self::from_bits_retain(u64::from_le_bytes(le)))
             }
             fn encode(&self, out: &mut Vec<u8>) {
-                let le = self.0.to_le_bytes();
+                let le = self.bits().to_le_bytes();
                 let used = le.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
                 let len = used.max($min).next_multiple_of($step).min(le.len());
                 out.extend_from_slice(le.get(..len).unwrap_or(&le));
@@ -184,17 +189,17 @@ mod tests {
         // Open5GS SGW-U (FTUP, EMPU; length 2); same octets as scapy 2.8
         // IE_UPFunctionFeatures(FTUP=1, EMPU=1, others 0).
         let f = check::canonical::<UpFunctionFeatures>(&[0x10, 0x01]);
-        assert_eq!(f, UpFunctionFeatures::FTUP.with(UpFunctionFeatures::EMPU));
+        assert_eq!(f, UpFunctionFeatures::FTUP.union(UpFunctionFeatures::EMPU));
         // scapy 2.8: IE_UPFunctionFeatures(BUCP=1, FTUP=1, EMPU=1, FRRT=1, others 0).
         assert_eq!(
-            check::canonical::<UpFunctionFeatures>(&[0x11, 0x21]).0,
+            check::canonical::<UpFunctionFeatures>(&[0x11, 0x21]).bits(),
             0x2111
         );
         // free5GC's go-upf sends no UP Function Features at all (association.go TODO).
         // Bit positions from the end of the table (Table 8.2.25-1: octet 10 bit 8, octet 11).
-        assert_eq!(UpFunctionFeatures::DNSTS.0, 1 << 47);
-        assert_eq!(UpFunctionFeatures::ATSSS_LL.0, 1 << 32);
-        assert_eq!(UpFunctionFeatures::UPIDP.0, 1 << 53);
+        assert_eq!(UpFunctionFeatures::DNSTS.bits(), 1 << 47);
+        assert_eq!(UpFunctionFeatures::ATSSS_LL.bits(), 1 << 32);
+        assert_eq!(UpFunctionFeatures::UPIDP.bits(), 1 << 53);
     }
 
     #[test]
@@ -212,10 +217,10 @@ mod tests {
         assert_eq!(out, [0x10, 0x00]);
         // Nothing set still encodes the minimum of 2 octets; octets beyond the 8th are ignored.
         out.clear();
-        UpFunctionFeatures(0).encode(&mut out);
+        UpFunctionFeatures::empty().encode(&mut out);
         assert_eq!(out, [0, 0]);
         let f = UpFunctionFeatures::decode(&[1, 0, 0, 0, 0, 0, 0, 0x80, 0xff]).unwrap();
-        assert_eq!(f.0, 0x8000_0000_0000_0001);
+        assert_eq!(f.bits(), 0x8000_0000_0000_0001);
         assert_eq!(f.names(), ["BUCP", "octet12_bit8"]);
         assert_eq!(kind::<UpFunctionFeatures>(&[]), ErrorKind::InvalidLength);
     }
@@ -224,7 +229,7 @@ mod tests {
     fn cp_function_features() {
         // scapy 2.8: IE_CPFunctionFeatures(LOAD=1, OVRL=1)
         let f = check::canonical::<CpFunctionFeatures>(&[0x03]);
-        assert_eq!(f, CpFunctionFeatures::LOAD.with(CpFunctionFeatures::OVRL));
+        assert_eq!(f, CpFunctionFeatures::LOAD.union(CpFunctionFeatures::OVRL));
         assert_eq!(f.names(), ["LOAD", "OVRL"]);
         // Two octets with nothing in the second: re-encoded as one.
         let f = CpFunctionFeatures::decode(&[0x80, 0x00]).unwrap();
