@@ -3,6 +3,7 @@
 //! owns the agent, so no state is shared or locked.
 
 use crate::metrics::{self, ControlView};
+use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -302,24 +303,27 @@ fn counters(ws: &[WorkerStats], c: &ControlView) -> Value {
 }
 
 /// `upf show WHAT` against a running UPF's admin address.
-pub fn show(admin: SocketAddr, path: &str) -> Result<String, String> {
+pub fn show(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2))
-        .map_err(|e| format!("admin endpoint {admin}: {e} (is `upf run` running, with admin.address = \"{admin}\"?)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
+    let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2)).with_context(
+        || {
+            format!(
+                "admin endpoint {admin} (is `upf run` running, with admin.address = \"{admin}\"?)"
+            )
+        },
+    )?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let mut r = String::new();
-    s.read_to_string(&mut r).map_err(|e| e.to_string())?;
+    s.read_to_string(&mut r)?;
     let (head, body) = r
         .split_once("\r\n\r\n")
-        .ok_or("admin endpoint: malformed answer")?;
+        .context("admin endpoint: malformed answer")?;
     if !head.starts_with("HTTP/1.1 200") {
-        return Err(body.trim().to_string());
+        bail!("{}", body.trim());
     }
     Ok(body.to_string())
 }

@@ -3,6 +3,7 @@
 //! hex to JSON).
 #![forbid(unsafe_code)]
 
+use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 /// Large allocations (session tables, hot records) on transparent huge pages: fewer page walks
@@ -52,13 +53,13 @@ struct ShowArgs {
     admin: std::net::SocketAddr,
 }
 
-fn show(a: &ShowArgs) -> Result<String, String> {
+fn show(a: &ShowArgs) -> anyhow::Result<String> {
     let path = match (a.what.as_str(), &a.seid) {
         ("session", Some(s)) => format!("/api/session/{s}"),
-        ("session", None) => return Err("show session SEID".into()),
+        ("session", None) => bail!("show session SEID"),
         ("metrics", _) => "/metrics".into(),
         (w @ ("sessions" | "associations" | "workers" | "drops" | "counters"), _) => format!("/api/{w}"),
-        (w, _) => return Err(format!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics")),
+        (w, _) => bail!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics"),
     };
     upf::admin::show(a.admin, &path)
 }
@@ -71,7 +72,7 @@ fn main() -> ExitCode {
             Ok(demo::Outcome::Completed) => ExitCode::SUCCESS,
             Ok(demo::Outcome::Interrupted) => ExitCode::from(130),
             Err(e) => {
-                eprintln!("upf demo: {e}");
+                eprintln!("upf demo: {e:#}");
                 ExitCode::FAILURE
             }
         },
@@ -81,14 +82,14 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("upf show: {e}");
+                eprintln!("upf show: {e:#}");
                 ExitCode::FAILURE
             }
         },
         Command::Run(args) => match run::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("upf: {e}");
+                eprintln!("upf: {e:#}");
                 ExitCode::FAILURE
             }
         },

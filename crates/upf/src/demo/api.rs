@@ -2,6 +2,7 @@
 
 use super::{ADMIN, UPF_NS};
 use crate::admin;
+use anyhow::Context;
 use serde_json::Value;
 use std::net::SocketAddr;
 use upf_loadgen::in_netns;
@@ -48,10 +49,10 @@ impl UpfCounters {
 }
 
 /// GET `path` from the UPF's admin endpoint, from inside its namespace.
-pub(super) fn upf_api(path: &str) -> Result<Value, String> {
-    let addr: SocketAddr = ADMIN.parse().map_err(|e| format!("{ADMIN}: {e}"))?;
-    let body = in_netns(UPF_NS, || admin::show(addr, path)).map_err(|e| e.to_string())??;
-    serde_json::from_str(&body).map_err(|e| format!("{path}: {e}"))
+pub(super) fn upf_api(path: &str) -> anyhow::Result<Value> {
+    let addr: SocketAddr = ADMIN.parse().context(ADMIN)?;
+    let body = in_netns(UPF_NS, || admin::show(addr, path))??;
+    serde_json::from_str(&body).with_context(|| path.to_string())
 }
 
 pub(super) fn upf_counters() -> Option<UpfCounters> {

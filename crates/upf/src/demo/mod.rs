@@ -32,6 +32,7 @@ mod summary;
 mod topology;
 mod traffic;
 
+use anyhow::{anyhow, bail, Context};
 use api::upf_api;
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -118,7 +119,7 @@ pub enum Outcome {
 }
 
 /// Runs the demo (or `--clean`). Errors say what to do about them.
-pub fn run(a: &Args) -> Result<Outcome, String> {
+pub fn run(a: &Args) -> anyhow::Result<Outcome> {
     preflight()?;
     if a.clean {
         clean()?;
@@ -127,12 +128,12 @@ pub fn run(a: &Args) -> Result<Outcome, String> {
     validate(a)?;
     let left: Vec<&str> = NAMESPACES.into_iter().filter(|n| ns_exists(n)).collect();
     if !left.is_empty() {
-        return Err(format!(
+        bail!(
             "network namespace(s) {} exist already: another `upf demo` is running, or one was \
              killed before it could clean up. `upf demo --clean` removes them (and stops a UPF \
              still running in them).",
             left.join(", ")
-        ));
+        );
     }
     let stop = signals()?;
     let mut demo = Demo::new()?;
@@ -154,13 +155,13 @@ pub fn run(a: &Args) -> Result<Outcome, String> {
 
 /// The SIGINT/SIGTERM/SIGHUP flag: the first signal asks the demo to wind down (summary and
 /// clean-up follow), a second one ends the process at once.
-fn signals() -> Result<Arc<AtomicBool>, String> {
+fn signals() -> anyhow::Result<Arc<AtomicBool>> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())
             .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
-            .map_err(|e| format!("signal handler: {e}"))?;
+            .context("signal handler")?;
     }
     Ok(stop)
 }
@@ -176,47 +177,46 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn preflight() -> Result<(), String> {
+fn preflight() -> anyhow::Result<()> {
     if !is_root() {
-        return Err(
+        bail!(
             "needs root: it creates network namespaces and veth pairs and runs the UPF \
                     on raw sockets. Run it as `sudo upf demo`."
-                .into(),
         );
     }
     match Command::new("ip").arg("-V").output() {
         Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
+        Ok(o) => Err(anyhow!(
             "`ip -V` failed ({}): is iproute2 installed?",
             o.status
         )),
-        Err(e) => Err(format!(
+        Err(e) => Err(anyhow!(
             "cannot run `ip` ({e}): install iproute2 (apt-get install iproute2) and make sure \
              `ip` is on PATH"
         )),
     }
 }
 
-fn validate(a: &Args) -> Result<(), String> {
+fn validate(a: &Args) -> anyhow::Result<()> {
     if !(1..=65_534).contains(&a.sessions) {
-        return Err(format!(
+        bail!(
             "--sessions {}: between 1 and 65534 (the UE pool is {UE_POOL})",
             a.sessions
-        ));
+        );
     }
     if a.seconds == 0 {
-        return Err("--seconds: at least 1".into());
+        bail!("--seconds: at least 1");
     }
     if !(1..=10_000_000).contains(&a.rate) {
-        return Err(format!("--rate {}: between 1 and 10000000 pps", a.rate));
+        bail!("--rate {}: between 1 and 10000000 pps", a.rate);
     }
     if let Some(w) = a.workers {
         if !(1..=64).contains(&w) {
-            return Err(format!("--workers {w}: between 1 and 64"));
+            bail!("--workers {w}: between 1 and 64");
         }
     }
     if a.mbr_kbps == 0 {
-        return Err("--mbr-kbps: at least 1".into());
+        bail!("--mbr-kbps: at least 1");
     }
     Ok(())
 }
@@ -247,9 +247,9 @@ impl Drop for Demo {
 }
 
 impl Demo {
-    fn new() -> Result<Self, String> {
+    fn new() -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("upf-demo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
         Ok(Self {
             dir,
             namespaces: Vec::new(),
@@ -269,7 +269,7 @@ impl Demo {
         self.dir.join("upf.log")
     }
 
-    fn run(&mut self, a: &Args, stop: &AtomicBool) -> Result<Outcome, String> {
+    fn run(&mut self, a: &Args, stop: &AtomicBool) -> anyhow::Result<Outcome> {
         self.backend = a.backend;
         self.rate = a.rate;
         self.workers = a.workers.unwrap_or(match a.backend {
@@ -278,7 +278,7 @@ impl Demo {
         });
         let interrupted = || {
             if stop.load(Relaxed) {
-                Err("interrupted".to_string())
+                Err(anyhow!("interrupted"))
             } else {
                 Ok(())
             }
@@ -325,13 +325,13 @@ impl Demo {
         )
     }
 
-    fn start_upf(&mut self, stop: &AtomicBool) -> Result<(), String> {
+    fn start_upf(&mut self, stop: &AtomicBool) -> anyhow::Result<()> {
         let cfg = self.dir.join("upf.toml");
-        std::fs::write(&cfg, self.config()).map_err(|e| format!("{}: {e}", cfg.display()))?;
+        std::fs::write(&cfg, self.config()).with_context(|| format!("{}", cfg.display()))?;
         let log_path = self.log_path();
         let log =
-            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-        let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+            std::fs::File::create(&log_path).with_context(|| format!("{}", log_path.display()))?;
+        let exe = std::env::current_exe().context("this program's path")?;
         let child = Command::new("ip")
             .args(["netns", "exec", UPF_NS])
             .arg(&exe)
@@ -339,12 +339,12 @@ impl Demo {
             .arg("--config")
             .arg(&cfg)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(log.try_clone()?)
             .stderr(log)
             // Its own process group: Ctrl-C reaches the demo only, which stops the UPF last.
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("starting `ip netns exec {UPF_NS} upf run`: {e}"))?;
+            .with_context(|| format!("starting `ip netns exec {UPF_NS} upf run`"))?;
         let pid = child.id();
         self.daemon = Some(child);
         let until = Instant::now() + Duration::from_secs(20);
@@ -355,16 +355,16 @@ impl Demo {
                 .and_then(|c| c.try_wait().ok().flatten())
             {
                 self.daemon = None;
-                return Err(format!("the UPF exited during start-up ({st})"));
+                bail!("the UPF exited during start-up ({st})");
             }
             if upf_api("/api/counters").is_ok() {
                 break;
             }
             if stop.load(Relaxed) {
-                return Err("interrupted".into());
+                bail!("interrupted");
             }
             if Instant::now() > until {
-                return Err("the UPF did not answer on its admin endpoint within 20 s".into());
+                bail!("the UPF did not answer on its admin endpoint within 20 s");
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -381,14 +381,14 @@ impl Demo {
         Ok(())
     }
 
-    fn check_daemon(&mut self) -> Result<(), String> {
+    fn check_daemon(&mut self) -> anyhow::Result<()> {
         if let Some(st) = self
             .daemon
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())
         {
             self.daemon = None;
-            return Err(format!("the UPF exited ({st})"));
+            bail!("the UPF exited ({st})");
         }
         Ok(())
     }

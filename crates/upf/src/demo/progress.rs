@@ -4,6 +4,7 @@ use super::api::{upf_counters, upf_drops, upf_io_drops, UpfCounters, N3, N6};
 use super::summary::{thousands, time};
 use super::traffic::{self, Plan, Traffic};
 use super::{Args, Demo, DN, DN_NS, GNB, UE_NS, UPF_N3};
+use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::process::{Child, Command};
@@ -96,20 +97,17 @@ pub(super) struct Measured {
 }
 
 impl Demo {
-    pub(super) fn traffic(&mut self, a: &Args, stop: &AtomicBool) -> Result<Measured, String> {
-        let table = SessionTable::new(self.sessions.iter().map(UeSession::from).collect())?;
+    pub(super) fn traffic(&mut self, a: &Args, stop: &AtomicBool) -> anyhow::Result<Measured> {
+        let table = SessionTable::new(self.sessions.iter().map(UeSession::from).collect())
+            .map_err(anyhow::Error::msg)?;
         let plan = Plan {
             table,
             upf_n3: SocketAddr::from((UPF_N3, upf_loadgen::gnb::GTPU_PORT)),
             dn: SocketAddrV4::new(DN, traffic::REFLECTOR_PORT),
             rate: a.rate,
         };
-        let gnb_sock = in_netns(UE_NS, || traffic::gnb_socket(GNB))
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("gNB socket: {e}"))?;
-        let dn_sock = in_netns(DN_NS, traffic::reflector_socket)
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("reflector socket: {e}"))?;
+        let gnb_sock = in_netns(UE_NS, || traffic::gnb_socket(GNB))?.context("gNB socket")?;
+        let dn_sock = in_netns(DN_NS, traffic::reflector_socket)?.context("reflector socket")?;
         let pid = self.daemon.as_ref().map(Child::id);
         let ticks = clock_ticks();
         let cpu = || pid.and_then(|p| cpu_seconds(p, ticks));
@@ -119,7 +117,7 @@ impl Demo {
         let cpu0 = cpu();
         let traffic = self
             .traffic
-            .insert(Traffic::start(plan, gnb_sock, dn_sock).map_err(|e| format!("traffic: {e}"))?);
+            .insert(Traffic::start(plan, gnb_sock, dn_sock).context("traffic")?);
         let stats = traffic.stats.clone();
         say!(
             "upf demo: {} s of traffic at {} pps: UDP from every UE to {DN}:{} (64/576/1400-octet \
@@ -209,7 +207,7 @@ impl Demo {
         if open {
             let _ = writeln!(out);
         }
-        let traffic = self.traffic.as_mut().ok_or("traffic vanished")?;
+        let traffic = self.traffic.as_mut().context("traffic vanished")?;
         traffic.stop_sending();
         let seconds = start.elapsed().as_secs_f64();
         // Let what is in flight come back: until every packet has, or none has for 300 ms.

@@ -2,6 +2,7 @@
 
 use super::summary::thousands;
 use super::{Args, Demo, DL_TEID_BASE, GNB, SMF, UE_NS, UPF_N4};
+use anyhow::{bail, Context};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -10,7 +11,7 @@ use upf_loadgen::in_netns;
 use upf_loadgen::smf::{ue_pool, Qos, SessionSpec, Smf, SmfConfig, UeAddr, Usage};
 
 impl Demo {
-    pub(super) fn establish(&mut self, a: &Args, stop: &AtomicBool) -> Result<(), String> {
+    pub(super) fn establish(&mut self, a: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
         let smf = in_netns(UE_NS, || {
             let mut c = SmfConfig::new(SocketAddr::from((UPF_N4, 8805)));
             c.bind = SocketAddr::from((SMF, 0));
@@ -18,14 +19,12 @@ impl Demo {
             c.n1 = 3;
             c.window = 64;
             Smf::new(c)
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("SMF emulator: {e}"))?;
+        })?
+        .context("SMF emulator")?;
         let smf = self.smf.insert(smf);
-        let assoc = smf
-            .associate()
-            .map_err(|e| format!("PFCP association: {e}"))?;
-        let ues = ue_pool(Ipv4Addr::new(10, 60, 0, 0), 16, 0, a.sessions)?;
+        let assoc = smf.associate().context("PFCP association")?;
+        let ues =
+            ue_pool(Ipv4Addr::new(10, 60, 0, 0), 16, 0, a.sessions).map_err(anyhow::Error::msg)?;
         let specs: Vec<SessionSpec> = ues
             .into_iter()
             .zip(0u32..)
@@ -43,12 +42,12 @@ impl Demo {
                 match r {
                     Ok(s) => self.sessions.push(s),
                     Err(e) => {
-                        return Err(format!("session {}: {e}", self.sessions.len() + 1));
+                        bail!("session {}: {e}", self.sessions.len() + 1);
                     }
                 }
             }
             if stop.load(Relaxed) {
-                return Err("interrupted".into());
+                bail!("interrupted");
             }
         }
         self.established = self.sessions.len();

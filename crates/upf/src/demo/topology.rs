@@ -3,6 +3,7 @@
 use super::{
     traffic, Demo, DN, DN_NS, GNB, NAMESPACES, SMF, UE_NS, UE_POOL, UPF_N3, UPF_N4, UPF_N6, UPF_NS,
 };
+use anyhow::Context;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,11 +15,10 @@ pub(super) fn ns_exists(name: &str) -> bool {
 }
 
 /// Writes /proc/sys/KEY inside namespace `ns` (net sysctls are per namespace).
-fn sysctl(ns: &str, key: &str, value: &str) -> Result<(), String> {
+fn sysctl(ns: &str, key: &str, value: &str) -> anyhow::Result<()> {
     let path = format!("/proc/sys/{key}");
-    in_netns(ns, || std::fs::write(&path, value))
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{ns}: {path} = {value}: {e}"))
+    in_netns(ns, || std::fs::write(&path, value))?
+        .with_context(|| format!("{ns}: {path} = {value}"))
 }
 
 pub(super) fn signal(pid: u32, sig: &str) -> bool {
@@ -41,7 +41,7 @@ fn process_gone(pid: u32) -> bool {
 }
 
 /// `upf demo --clean`: stops what runs in the demo's namespaces and deletes them.
-pub(super) fn clean() -> Result<(), String> {
+pub(super) fn clean() -> anyhow::Result<()> {
     let mut removed = Vec::new();
     for ns in NAMESPACES {
         if !ns_exists(ns) {
@@ -62,7 +62,7 @@ pub(super) fn clean() -> Result<(), String> {
         for &p in pids.iter().filter(|&&p| !process_gone(p)) {
             signal(p, "KILL");
         }
-        ip(&["netns", "del", ns])?;
+        ip(&["netns", "del", ns]).map_err(anyhow::Error::msg)?;
         removed.push(if pids.is_empty() {
             ns.to_string()
         } else {
@@ -84,11 +84,11 @@ fn join(v: &[u32]) -> String {
 impl Demo {
     /// The three namespaces and their links (scripts/e2e-topology.sh's layout, without the
     /// UE TUN: the demo's gNB makes the UEs' packets itself).
-    pub(super) fn topology(&mut self, forward: bool) -> Result<(), String> {
+    pub(super) fn topology(&mut self, forward: bool) -> anyhow::Result<()> {
         for ns in NAMESPACES {
-            ip(&["netns", "add", ns])?;
+            ip(&["netns", "add", ns]).map_err(anyhow::Error::msg)?;
             self.namespaces.push(ns);
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"]).map_err(anyhow::Error::msg)?;
             for (k, v) in [
                 ("net/ipv4/conf/all/rp_filter", "0"),
                 ("net/ipv4/conf/default/rp_filter", "0"),
@@ -133,17 +133,17 @@ impl Demo {
                 "192.168.6.2/24",
             ),
         ] {
-            veth_pair((a, da, aa), (b, db, ab))?;
+            veth_pair((a, da, aa), (b, db, ab)).map_err(anyhow::Error::msg)?;
         }
-        ip(&["-n", DN_NS, "route", "add", UE_POOL, "via", "192.168.6.1"])?;
+        ip(&["-n", DN_NS, "route", "add", UE_POOL, "via", "192.168.6.1"])
+            .map_err(anyhow::Error::msg)?;
         // The UPF has the kernel confirm its next hops (the gNB, the DN) with an empty datagram
         // to their discard port. Someone listening there keeps those kernels from answering
         // with ICMP port unreachable, which the raw-socket backends would see as packets for
         // no session and count as drops.
         for (ns, at) in [(UE_NS, GNB), (DN_NS, DN)] {
-            let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("{ns}: UDP {at}:9: {e}"))?;
+            let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))?
+                .with_context(|| format!("{ns}: UDP {at}:9"))?;
             self.discard.push(s);
         }
         warm_neighbours();
