@@ -379,7 +379,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
                 };
-                let _ = req.reply.send(admin::answer(&req.path, &st));
+                let _ = req.reply.send(admin::answer(req.query, &st));
             }
             () = tokio::time::sleep_until(deadline.into()) => agent.handle_timeout(Instant::now()),
             _ = tokio::signal::ctrl_c() => break,
