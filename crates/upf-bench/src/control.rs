@@ -26,7 +26,6 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -329,26 +328,24 @@ impl Daemon {
     }
 }
 
-/// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body.
+/// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body (of a 200).
 pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
-    let mut s = in_netns(ns, || {
-        std::net::TcpStream::connect_timeout(
-            &ADMIN.parse().unwrap_or_else(|_| unreachable!()),
-            Duration::from_secs(2),
-        )
+    let url = format!("http://{ADMIN}{path}");
+    // The connection is made from a thread inside the namespace, where ADMIN is the UPF's.
+    in_netns(ns, || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .proxy(None)
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        agent
+            .get(&url)
+            .call()
+            .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
+            .map_err(|e| format!("admin {url}: {e}"))
     })
     .map_err(|e| e.to_string())?
-    .map_err(|e| format!("admin {ADMIN}: {e}"))?;
-    let e = |e: std::io::Error| format!("admin {ADMIN}{path}: {e}");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(e)?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {ADMIN}\r\n\r\n").map_err(e)?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).map_err(e)?;
-    Ok(out
-        .split_once("\r\n\r\n")
-        .map_or(out.as_str(), |(_, b)| b)
-        .to_string())
 }
 
 /// Where the UPF lost packets, summed over workers and queues from its `/metrics`:

@@ -351,28 +351,32 @@ fn counters(ws: &[WorkerStats], c: &ControlView) -> Value {
     })
 }
 
-/// `upf show WHAT` against a running UPF's admin address.
-pub fn show(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2)).with_context(
-        || {
+/// The body of a running UPF's answer to GET `path` on its admin endpoint (`upf show`, the
+/// demo); any status but 200 is an error that says what the endpoint answered.
+pub fn get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(2)))
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut answer = agent
+        .get(format!("http://{admin}{path}"))
+        .call()
+        .with_context(|| {
             format!(
                 "admin endpoint {admin} (is `upf run` running, with admin.address = \"{admin}\"?)"
             )
-        },
-    )?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut r = String::new();
-    s.read_to_string(&mut r)?;
-    let (head, body) = r
-        .split_once("\r\n\r\n")
-        .context("admin endpoint: malformed answer")?;
-    if !head.starts_with("HTTP/1.1 200") {
+        })?;
+    // /api/sessions of a million sessions is larger than ureq's 10 MB default.
+    let body = answer
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()?;
+    if answer.status() != StatusCode::OK {
         bail!("{}", body.trim());
     }
-    Ok(body.to_string())
+    Ok(body)
 }

@@ -61,7 +61,7 @@ fn show(a: &ShowArgs) -> anyhow::Result<String> {
         (w @ ("sessions" | "associations" | "workers" | "drops" | "counters"), _) => format!("/api/{w}"),
         (w, _) => bail!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics"),
     };
-    upf::admin::show(a.admin, &path)
+    upf::admin::get(a.admin, &path)
 }
 
 fn main() -> ExitCode {

@@ -51,7 +51,7 @@ impl UpfCounters {
 /// GET `path` from the UPF's admin endpoint, from inside its namespace.
 pub(super) fn upf_api(path: &str) -> anyhow::Result<Value> {
     let addr: SocketAddr = ADMIN.parse().context(ADMIN)?;
-    let body = in_netns(UPF_NS, || admin::show(addr, path))??;
+    let body = in_netns(UPF_NS, || admin::get(addr, path))??;
     serde_json::from_str(&body).with_context(|| path.to_string())
 }
 

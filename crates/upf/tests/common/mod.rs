@@ -3,8 +3,7 @@
 //! 127.0.0.0/8, every process ended on drop.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -109,31 +108,17 @@ impl Upf {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The body of an admin endpoint's answer to GET `path`.
-    pub fn get(&self, path: &str) -> String {
-        let mut s = TcpStream::connect(self.admin).expect("admin endpoint");
-        s.set_read_timeout(Some(ANSWER_WITHIN)).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: upf\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).expect("admin answer");
-        match out.split_once("\r\n\r\n") {
-            Some((_, body)) => body.to_string(),
-            None => out,
-        }
-    }
-
     /// The `/metrics` text.
     pub fn metrics(&self) -> String {
-        self.get("/metrics")
+        upf::admin::get(self.admin, "/metrics").expect("/metrics")
     }
 
-    /// The JSON of `/api/...`.
+    /// The JSON of `/api/...` (null for an error, a session that does not exist).
     pub fn api(&self, what: &str) -> serde_json::Value {
-        serde_json::from_str(&self.get(&format!("/api/{what}"))).unwrap_or_default()
+        upf::admin::get(self.admin, &format!("/api/{what}"))
+            .ok()
+            .and_then(|body| serde_json::from_str(&body).ok())
+            .unwrap_or_default()
     }
 
     /// The value of one series of `/metrics`, written as it appears there
