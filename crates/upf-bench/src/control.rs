@@ -320,11 +320,9 @@ impl Daemon {
     /// The daemon's own session count (its `upf_pfcp_sessions` gauge).
     fn sessions_gauge(&self) -> Option<u64> {
         let m = admin_get(&self.ns, "/metrics").ok()?;
-        m.lines()
-            .find_map(|l| l.strip_prefix("upf_pfcp_sessions "))?
-            .trim()
-            .parse()
-            .ok()
+        samples(&m)
+            .into_iter()
+            .find_map(|(name, _, v)| (name == "upf_pfcp_sessions").then_some(v))
     }
 }
 
@@ -348,28 +346,38 @@ pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
     .map_err(|e| e.to_string())?
 }
 
+/// The samples of a `/metrics` text (prometheus-parse): name, labels, value as the integer
+/// every UPF counter and gauge is (histograms left out).
+pub(crate) fn samples(metrics: &str) -> Vec<(String, prometheus_parse::Labels, u64)> {
+    use prometheus_parse::Value;
+    let Ok(scrape) = prometheus_parse::Scrape::parse(metrics.lines().map(|l| Ok(l.to_owned())))
+    else {
+        return Vec::new();
+    };
+    scrape
+        .samples
+        .into_iter()
+        .filter_map(|s| match s.value {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole, ≥ 0
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => {
+                Some((s.metric, s.labels, v as u64))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Where the UPF lost packets, summed over workers and queues from its `/metrics`:
 /// `dropped:REASON` (the pipeline's drop reasons), `rx_kernel_dropped` (the kernel could not
 /// hand frames to a queue: ring full) and `tx_dropped`.
 pub(crate) fn drop_counters(metrics: &str) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
-    for l in metrics.lines() {
-        let Some((key, v)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = v.parse::<u64>() else { continue };
-        let name = key.split('{').next().unwrap_or(key);
-        let k = match name {
-            "upf_packets_dropped_total" => {
-                let Some(r) = key
-                    .split("reason=\"")
-                    .nth(1)
-                    .and_then(|r| r.split('"').next())
-                else {
-                    continue;
-                };
-                format!("dropped:{r}")
-            }
+    for (name, labels, v) in samples(metrics) {
+        let k = match name.as_str() {
+            "upf_packets_dropped_total" => match labels.get("reason") {
+                Some(r) => format!("dropped:{r}"),
+                None => continue,
+            },
             "upf_io_rx_kernel_dropped_total" => "rx_kernel_dropped".into(),
             "upf_io_tx_dropped_total" => "tx_dropped".into(),
             _ => continue,
@@ -1066,7 +1074,9 @@ mod tests {
 
     #[test]
     fn drops_from_metrics() {
-        let m = "# HELP upf_packets_dropped_total x\n\
+        // As the UPF writes it (prometheus-client): counter families named without `_total`.
+        let m = "# HELP upf_packets_dropped x\n\
+                 # TYPE upf_packets_dropped counter\n\
                  upf_packets_dropped_total{worker=\"0\",reason=\"no_pdr\"} 3\n\
                  upf_packets_dropped_total{worker=\"1\",reason=\"no_pdr\"} 4\n\
                  upf_packets_dropped_total{worker=\"0\",reason=\"qer_gate\"} 0\n\

@@ -121,16 +121,25 @@ impl Upf {
             .unwrap_or_default()
     }
 
-    /// The value of one series of `/metrics`, written as it appears there
-    /// (`name{label="value"}`); None if absent.
-    pub fn metric(&self, series: &str) -> Option<f64> {
+    /// The value of the `/metrics` sample `name` (as the samples are named) whose labels
+    /// include `labels`; None if there is none.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let text = self.metrics();
-        text.lines().find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).ok()?;
+        scrape.samples.into_iter().find_map(|s| {
+            let wanted =
+                s.metric == name && labels.iter().all(|&(k, v)| s.labels.get(k) == Some(v));
+            match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v)
+                    if wanted =>
+                {
+                    Some(v)
+                }
+                _ => None,
+            }
         })
     }
 }
