@@ -11,7 +11,9 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: upf_io::hugepages::HugePageAlloc = upf_io::hugepages::HugePageAlloc;
 use std::process::ExitCode;
-use upf::{decode, demo, run};
+#[cfg(feature = "demo")]
+use upf::demo;
+use upf::{decode, run};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,7 +32,11 @@ enum Command {
     /// UPF, data network), `upf run` in the middle, sessions through the built-in SMF
     /// emulator, GTP-U traffic both ways with live rates, drops and round-trip times, a
     /// summary, and everything removed again (also on Ctrl-C).
+    #[cfg(feature = "demo")]
     Demo(demo::Args),
+    /// Not in this build: it was built without the `demo` feature (--no-default-features).
+    #[cfg(not(feature = "demo"))]
+    Demo(NoDemo),
     /// Decode PFCP (UDP 8805) and GTP-U (UDP 2152) from a pcap/pcapng file, or one message
     /// given as hex, and print one JSON object per packet.
     Decode(decode::Args),
@@ -40,6 +46,14 @@ enum Command {
     Run(Box<run::Args>),
     /// Ask a running UPF (its admin endpoint) for its state.
     Show(ShowArgs),
+}
+
+/// Whatever `upf demo` was given, in a build without it.
+#[cfg(not(feature = "demo"))]
+#[derive(Debug, clap::Args)]
+struct NoDemo {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _args: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +82,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => {
+            eprintln!(
+                "upf demo: this upf was built without the `demo` feature (the load generator); \
+                 build it with it: cargo build --release -p upf (the feature is on by default)"
+            );
+            ExitCode::FAILURE
+        }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => match demo::run(&args) {
             Ok(demo::Outcome::Completed) => ExitCode::SUCCESS,
             Ok(demo::Outcome::Interrupted) => ExitCode::from(130),
