@@ -325,8 +325,8 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<
         .await
         .with_context(|| format!("n4.address {addr}"))?;
     // An SMF may send hundreds of requests at once (establishment bursts, a restart's
-    // re-establishments): the default ~200 KiB held ~250 and the rest waited for the SMF's
-    // retransmission timer (`upf-bench control`, window 256).
+    // re-establishments): 4 MiB holds them, where the kernel's default buffer would leave
+    // the rest to the SMF's retransmission timer.
     upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
     let mut agent = Agent::new(cfg, workers, started, ntp_now()).map_err(anyhow::Error::msg)?;
