@@ -7,7 +7,7 @@ use prometheus_client::encoding::text::encode_registry;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::MetricType::{self, Counter, Gauge};
 use prometheus_client::registry::Registry;
 use std::fmt;
 use upf_dataplane::{DropReason, Port};
@@ -35,34 +35,39 @@ struct Scrape {
 
 type Labels = Vec<(&'static str, String)>;
 
-/// A counter family: HELP and TYPE, then a sample per label set. `name` is the samples' name;
-/// prometheus-client writes their `_total` itself and names the family without it.
-fn counters(
+/// A family of counters or gauges: HELP and TYPE, then a sample per label set. `name` is the
+/// samples' name; prometheus-client writes a counter's `_total` itself and names its family
+/// without it.
+fn family(
     e: &mut DescriptorEncoder,
+    kind: MetricType,
     name: &str,
     help: &str,
     samples: impl IntoIterator<Item = (Labels, u64)>,
 ) -> fmt::Result {
-    let family = name.strip_suffix("_total").unwrap_or(name);
-    let mut m = e.encode_descriptor(family, help, None, MetricType::Counter)?;
+    let name = match kind {
+        Counter => name.strip_suffix("_total").unwrap_or(name),
+        _ => name,
+    };
+    let mut m = e.encode_descriptor(name, help, None, kind)?;
     for (labels, v) in samples {
-        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+        let sample = m.encode_family(&labels)?;
+        match kind {
+            Counter => ConstCounter::new(v).encode(sample)?,
+            _ => ConstGauge::new(v).encode(sample)?,
+        }
     }
     Ok(())
 }
 
-/// A gauge family: HELP and TYPE, then a sample per label set.
-fn gauges(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Labels, u64)>,
-) -> fmt::Result {
-    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, v) in samples {
-        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
-    }
-    Ok(())
+/// A sample per non-zero count of a table indexed by a PFCP value (message type, cause).
+fn nonzero<'a>(
+    counts: &'a [u64],
+    labels: impl Fn(u8) -> Labels + 'a,
+) -> impl Iterator<Item = (Labels, u64)> + 'a {
+    (counts.iter().enumerate())
+        .filter(|&(_, &n)| n > 0)
+        .map(move |(i, &n)| (labels(u8::try_from(i).unwrap_or(0)), n))
 }
 
 fn worker(w: usize) -> Labels {
@@ -139,44 +144,51 @@ impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let (workers, c) = (&self.workers, &self.control);
         let one = |v: u64| [(Labels::new(), v)];
-        gauges(
+        family(
             &mut e,
+            Gauge,
             "upf_uptime_seconds",
             "Seconds since the UPF started.",
             one(c.uptime_s),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_admin_connections_refused_total",
             "Admin/metrics connections refused: admin.max_connections were being served.",
             one(c.admin_refused),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_packets_received_total",
             "Packets the pipeline received, by ingress port.",
             self.per_port(|s, i| s.counters.rx_packets[i]),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_bytes_received_total",
             "Octets the pipeline received, by ingress port.",
             self.per_port(|s, i| s.counters.rx_bytes[i]),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_packets_sent_total",
             "Packets the pipeline sent, by egress port.",
             self.per_port(|s, i| s.counters.tx_packets[i]),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_bytes_sent_total",
             "Octets the pipeline sent, by egress port.",
             self.per_port(|s, i| s.counters.tx_bytes[i]),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_packets_dropped_total",
             "Packets dropped, by reason (every drop has one).",
             workers.iter().enumerate().flat_map(|(w, s)| {
@@ -186,176 +198,191 @@ impl Collector for Scrape {
                 })
             }),
         )?;
-        gauges(
+        family(
             &mut e,
+            Gauge,
             "upf_packets_buffered",
             "Downlink packets held in buffers (idle UEs, BUFF FARs).",
             self.per_worker(|s| s.counters.buffered),
         )?;
-        gauges(
+        family(
             &mut e,
+            Gauge,
             "upf_worker_sessions",
             "Sessions installed on the worker.",
             self.per_worker(|s| s.sessions as u64),
         )?;
-        for (name, help, f) in [
-            (
-                "upf_packets_created_total",
-                "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.",
-                (|s| s.counters.created) as fn(&WorkerStats) -> u64,
-            ),
-            (
-                "upf_error_indications_suppressed_total",
-                "Error Indications not sent because of their rate limit.",
-                |s| s.counters.error_indications_suppressed,
-            ),
-            (
-                "upf_error_indications_repeated_total",
-                "Error Indications received for a session already reported to its SMF since its last modification (not reported again).",
-                |s| s.counters.error_indications_repeated,
-            ),
-            (
-                "upf_packets_handed_off_total",
-                "Packets a worker received for another worker's UE and handed over.",
-                |s| s.handed_off,
-            ),
-            (
-                "upf_packets_hand_off_dropped_total",
-                "Packets for another worker's UE dropped: that worker's backlog of handed-over packets was full.",
-                |s| s.hand_off_dropped,
-            ),
-            (
-                "upf_packets_no_queue_total",
-                "Packets sent by a port the worker has no queue for.",
-                |s| s.no_queue,
-            ),
-            (
-                "upf_batches_total",
-                "Batches the worker processed.",
-                |s| s.batch.batches,
-            ),
-            (
-                "upf_batch_packets_total",
-                "Packets in those batches.",
-                |s| s.batch.packets,
-            ),
-        ] {
-            counters(&mut e, name, help, self.per_worker(f))?;
-        }
-        self.batch_duration(&mut e)?;
-        for (name, help, f) in [
-            (
-                "upf_io_received_packets_total",
-                "Packets the interface queue received.",
-                (|s| s.rx_packets) as fn(&upf_io::IoStats) -> u64,
-            ),
-            (
-                "upf_io_sent_packets_total",
-                "Packets the interface queue sent.",
-                |s| s.tx_packets,
-            ),
-            (
-                "upf_io_rx_discarded_total",
-                "Frames the queue received and discarded (not IP, too big).",
-                |s| s.rx_discarded,
-            ),
-            (
-                "upf_io_rx_kernel_dropped_total",
-                "Frames the kernel dropped before the queue saw them (full ring, empty fill ring).",
-                |s| s.rx_kernel_dropped,
-            ),
-            (
-                "upf_io_tx_dropped_total",
-                "Packets the queue could not send (ring full, no neighbour).",
-                |s| s.tx_dropped,
-            ),
-        ] {
-            counters(&mut e, name, help, self.per_queue(f))?;
-        }
-        gauges(
+        family(
             &mut e,
+            Counter,
+            "upf_packets_created_total",
+            "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.",
+            self.per_worker(|s| s.counters.created),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_error_indications_suppressed_total",
+            "Error Indications not sent because of their rate limit.",
+            self.per_worker(|s| s.counters.error_indications_suppressed),
+        )?;
+        family(&mut e, Counter, "upf_error_indications_repeated_total", "Error Indications received for a session already reported to its SMF since its last modification (not reported again).", self.per_worker(|s| s.counters.error_indications_repeated))?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_handed_off_total",
+            "Packets a worker received for another worker's UE and handed over.",
+            self.per_worker(|s| s.handed_off),
+        )?;
+        family(&mut e, Counter, "upf_packets_hand_off_dropped_total", "Packets for another worker's UE dropped: that worker's backlog of handed-over packets was full.", self.per_worker(|s| s.hand_off_dropped))?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_no_queue_total",
+            "Packets sent by a port the worker has no queue for.",
+            self.per_worker(|s| s.no_queue),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_batches_total",
+            "Batches the worker processed.",
+            self.per_worker(|s| s.batch.batches),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_batch_packets_total",
+            "Packets in those batches.",
+            self.per_worker(|s| s.batch.packets),
+        )?;
+        self.batch_duration(&mut e)?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_received_packets_total",
+            "Packets the interface queue received.",
+            self.per_queue(|s| s.rx_packets),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_sent_packets_total",
+            "Packets the interface queue sent.",
+            self.per_queue(|s| s.tx_packets),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_rx_discarded_total",
+            "Frames the queue received and discarded (not IP, too big).",
+            self.per_queue(|s| s.rx_discarded),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_rx_kernel_dropped_total",
+            "Frames the kernel dropped before the queue saw them (full ring, empty fill ring).",
+            self.per_queue(|s| s.rx_kernel_dropped),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_tx_dropped_total",
+            "Packets the queue could not send (ring full, no neighbour).",
+            self.per_queue(|s| s.tx_dropped),
+        )?;
+        family(
+            &mut e,
+            Gauge,
             "upf_pfcp_sessions",
             "PFCP sessions.",
             one(c.sessions as u64),
         )?;
-        gauges(
+        family(
             &mut e,
+            Gauge,
             "upf_pfcp_associations",
             "PFCP associations.",
             one(c.associations as u64),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_pfcp_messages_received_total",
             "PFCP messages received, by type.",
-            (c.pfcp.received.iter().enumerate())
-                .filter(|&(_, &n)| n > 0)
-                .map(|(t, &n)| {
-                    let t = u8::try_from(t).unwrap_or(0);
-                    (vec![("type", upf_pfcp::message_name(t).to_string())], n)
-                }),
+            nonzero(&c.pfcp.received, |t| {
+                vec![("type", upf_pfcp::message_name(t).to_string())]
+            }),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_pfcp_responses_sent_total",
             "PFCP responses sent, by cause.",
-            (c.pfcp.causes_sent.iter().enumerate())
-                .filter(|&(_, &n)| n > 0)
-                .map(|(v, &n)| {
-                    let cause = upf_pfcp::Cause(u8::try_from(v).unwrap_or(0));
-                    let labels = vec![("cause", v.to_string()), ("name", cause.name().to_string())];
-                    (labels, n)
-                }),
+            nonzero(&c.pfcp.causes_sent, |v| {
+                let name = upf_pfcp::Cause(v).name().to_string();
+                vec![("cause", v.to_string()), ("name", name)]
+            }),
         )?;
-        for (name, help, v) in [
-            (
-                "upf_pfcp_retransmissions_answered_total",
-                "Retransmitted requests answered from the response cache.",
-                c.pfcp.retransmissions_answered,
-            ),
-            (
-                "upf_pfcp_retransmissions_sent_total",
-                "Requests of ours sent again (T1 expired).",
-                c.pfcp.retransmissions_sent,
-            ),
-            (
-                "upf_pfcp_requests_given_up_total",
-                "Requests of ours unanswered after N1 retransmissions.",
-                c.pfcp.requests_given_up,
-            ),
-            (
-                "upf_pfcp_dropped_total",
-                "PFCP datagrams dropped without an answer.",
-                c.pfcp.dropped,
-            ),
-            (
-                "upf_pfcp_events_dropped_total",
-                "Agent events (what is logged) dropped: 4096 were waiting for the driver.",
-                c.pfcp.events_dropped,
-            ),
-            (
-                "upf_pfcp_response_cache_expired_total",
-                "Cached responses dropped at the end of the SMF's retransmission window.",
-                c.response_cache.expired,
-            ),
-        ] {
-            counters(&mut e, name, help, one(v))?;
-        }
-        gauges(
+        family(
             &mut e,
+            Counter,
+            "upf_pfcp_retransmissions_answered_total",
+            "Retransmitted requests answered from the response cache.",
+            one(c.pfcp.retransmissions_answered),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_retransmissions_sent_total",
+            "Requests of ours sent again (T1 expired).",
+            one(c.pfcp.retransmissions_sent),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_requests_given_up_total",
+            "Requests of ours unanswered after N1 retransmissions.",
+            one(c.pfcp.requests_given_up),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_dropped_total",
+            "PFCP datagrams dropped without an answer.",
+            one(c.pfcp.dropped),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_events_dropped_total",
+            "Agent events (what is logged) dropped: 4096 were waiting for the driver.",
+            one(c.pfcp.events_dropped),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_response_cache_expired_total",
+            "Cached responses dropped at the end of the SMF's retransmission window.",
+            one(c.response_cache.expired),
+        )?;
+        family(
+            &mut e,
+            Gauge,
             "upf_pfcp_response_cache_entries",
             "Responses kept for retransmitted requests.",
             one(c.response_cache.entries as u64),
         )?;
-        gauges(
+        family(
             &mut e,
+            Gauge,
             "upf_pfcp_response_cache_bytes",
             "Their bytes: payloads and the per-entry overhead.",
             one(c.response_cache.bytes as u64),
         )?;
         let by = |label: &'static str, v: &str, n: u64| (vec![(label, v.to_string())], n);
-        counters(
-            &mut e,
+        family(&mut e, Counter,
             "upf_pfcp_reports_dropped_total",
             "Requests of ours not sent, by the bound reached (requests or bytes awaiting a response).",
             [
@@ -363,14 +390,16 @@ impl Collector for Scrape {
                 by("bound", "bytes", c.pfcp.reports_dropped_bytes),
             ],
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_pfcp_response_cache_evictions_total",
             "Cached responses dropped before expiry, by the bound reached.",
             Eviction::ALL.map(|r| by("reason", r.name(), c.response_cache.evicted[r as usize])),
         )?;
-        counters(
+        family(
             &mut e,
+            Counter,
             "upf_pfcp_requests_refused_total",
             "Requests refused at the N4 trust boundary, by reason (docs/operations.md).",
             upf_n4::Refusal::ALL.map(|r| by("reason", r.name(), c.pfcp.refused[r.index()])),
