@@ -349,12 +349,7 @@ impl Demo {
         self.daemon = Some(child);
         let until = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(st) = self
-                .daemon
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.daemon = None;
+            if let Some(st) = self.exited() {
                 bail!("the UPF exited during start-up ({st})");
             }
             if upf_api("/api/counters").is_ok() {
@@ -381,13 +376,15 @@ impl Demo {
         Ok(())
     }
 
+    /// The UPF's exit status if it has exited (it is then no longer ours to stop).
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let st = self.daemon.as_mut()?.try_wait().ok().flatten()?;
+        self.daemon = None;
+        Some(st)
+    }
+
     fn check_daemon(&mut self) -> anyhow::Result<()> {
-        if let Some(st) = self
-            .daemon
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        {
-            self.daemon = None;
+        if let Some(st) = self.exited() {
             bail!("the UPF exited ({st})");
         }
         Ok(())
