@@ -18,6 +18,9 @@ step "docs: links resolve, every results folder is indexed"
 python3 scripts/check-docs.py
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+step "the upf binary without the demo (cargo build -p upf --no-default-features)"
+cargo build --quiet -p upf --no-default-features
+cargo clippy -p upf --no-default-features --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
 if [[ $(id -u) -eq 0 ]]; then

@@ -26,7 +26,6 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -321,34 +320,51 @@ impl Daemon {
     /// The daemon's own session count (its `upf_pfcp_sessions` gauge).
     fn sessions_gauge(&self) -> Option<u64> {
         let m = admin_get(&self.ns, "/metrics").ok()?;
-        m.lines()
-            .find_map(|l| l.strip_prefix("upf_pfcp_sessions "))?
-            .trim()
-            .parse()
-            .ok()
+        samples(&m)
+            .into_iter()
+            .find_map(|(name, _, v)| (name == "upf_pfcp_sessions").then_some(v))
     }
 }
 
-/// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body.
+/// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body (of a 200).
 pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
-    let mut s = in_netns(ns, || {
-        std::net::TcpStream::connect_timeout(
-            &ADMIN.parse().unwrap_or_else(|_| unreachable!()),
-            Duration::from_secs(2),
-        )
+    let url = format!("http://{ADMIN}{path}");
+    // The connection is made from a thread inside the namespace, where ADMIN is the UPF's.
+    in_netns(ns, || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .proxy(None)
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        agent
+            .get(&url)
+            .call()
+            .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
+            .map_err(|e| format!("admin {url}: {e}"))
     })
     .map_err(|e| e.to_string())?
-    .map_err(|e| format!("admin {ADMIN}: {e}"))?;
-    let e = |e: std::io::Error| format!("admin {ADMIN}{path}: {e}");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(e)?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {ADMIN}\r\n\r\n").map_err(e)?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).map_err(e)?;
-    Ok(out
-        .split_once("\r\n\r\n")
-        .map_or(out.as_str(), |(_, b)| b)
-        .to_string())
+}
+
+/// The samples of a `/metrics` text (prometheus-parse): name, labels, value as the integer
+/// every UPF counter and gauge is (histograms left out).
+pub(crate) fn samples(metrics: &str) -> Vec<(String, prometheus_parse::Labels, u64)> {
+    use prometheus_parse::Value;
+    let Ok(scrape) = prometheus_parse::Scrape::parse(metrics.lines().map(|l| Ok(l.to_owned())))
+    else {
+        return Vec::new();
+    };
+    scrape
+        .samples
+        .into_iter()
+        .filter_map(|s| match s.value {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole, ≥ 0
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => {
+                Some((s.metric, s.labels, v as u64))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Where the UPF lost packets, summed over workers and queues from its `/metrics`:
@@ -356,23 +372,12 @@ pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
 /// hand frames to a queue: ring full) and `tx_dropped`.
 pub(crate) fn drop_counters(metrics: &str) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
-    for l in metrics.lines() {
-        let Some((key, v)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = v.parse::<u64>() else { continue };
-        let name = key.split('{').next().unwrap_or(key);
-        let k = match name {
-            "upf_packets_dropped_total" => {
-                let Some(r) = key
-                    .split("reason=\"")
-                    .nth(1)
-                    .and_then(|r| r.split('"').next())
-                else {
-                    continue;
-                };
-                format!("dropped:{r}")
-            }
+    for (name, labels, v) in samples(metrics) {
+        let k = match name.as_str() {
+            "upf_packets_dropped_total" => match labels.get("reason") {
+                Some(r) => format!("dropped:{r}"),
+                None => continue,
+            },
             "upf_io_rx_kernel_dropped_total" => "rx_kernel_dropped".into(),
             "upf_io_tx_dropped_total" => "tx_dropped".into(),
             _ => continue,
@@ -1069,7 +1074,9 @@ mod tests {
 
     #[test]
     fn drops_from_metrics() {
-        let m = "# HELP upf_packets_dropped_total x\n\
+        // As the UPF writes it (prometheus-client): counter families named without `_total`.
+        let m = "# HELP upf_packets_dropped x\n\
+                 # TYPE upf_packets_dropped counter\n\
                  upf_packets_dropped_total{worker=\"0\",reason=\"no_pdr\"} 3\n\
                  upf_packets_dropped_total{worker=\"1\",reason=\"no_pdr\"} 4\n\
                  upf_packets_dropped_total{worker=\"0\",reason=\"qer_gate\"} 0\n\

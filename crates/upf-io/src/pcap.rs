@@ -1,12 +1,15 @@
 //! A decorator that writes every packet received and/or sent by a backend to a pcap file
 //! (LINKTYPE_RAW: each record is an IP packet; microsecond timestamps), for Wireshark or
 //! tshark. Packets are recorded as the pipeline sees them: after RX, and as handed to TX
-//! (including those the backend then drops).
+//! (including those the backend then drops). The file header and records are pcap-file's.
 //!
 //! A failing capture never disturbs the data path: the first write error stops capturing and
 //! is returned by the next [`PacketIo::flush`].
 
 use crate::{IoStats, PacketIo, Pool};
+use byteorder_slice::LittleEndian;
+use pcap_file::pcap::{PcapHeader, PcapPacket};
+use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::BorrowedFd;
@@ -14,12 +17,8 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 use upf_packet::Packet;
 
-/// pcap link type of raw IPv4/IPv6 packets.
-pub const LINKTYPE_RAW: u32 = 101;
 /// Longest record written (a packet buffer is smaller).
 pub const SNAPLEN: u32 = 65_535;
-/// Magic of a pcap file with microsecond timestamps (written little-endian).
-pub const MAGIC_USEC: u32 = 0xa1b2_c3d4;
 
 /// Which packets a [`Capture`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,16 +38,25 @@ impl Direction {
     }
 }
 
-/// The 24-octet pcap global header.
-pub fn file_header() -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[0..4].copy_from_slice(&MAGIC_USEC.to_le_bytes());
-    h[4..6].copy_from_slice(&2u16.to_le_bytes()); // version 2.4
-    h[6..8].copy_from_slice(&4u16.to_le_bytes());
-    // thiszone 0, sigfigs 0
-    h[16..20].copy_from_slice(&SNAPLEN.to_le_bytes());
-    h[20..24].copy_from_slice(&LINKTYPE_RAW.to_le_bytes());
-    h
+/// The file's header: pcap 2.4, little endian, µs, raw IP.
+fn header() -> PcapHeader {
+    PcapHeader {
+        version_major: 2,
+        version_minor: 4,
+        ts_correction: 0,
+        ts_accuracy: 0,
+        snaplen: SNAPLEN,
+        datalink: DataLink::RAW,
+        ts_resolution: TsResolution::MicroSecond,
+        endianness: Endianness::Little,
+    }
+}
+
+fn io_error(e: PcapError) -> io::Error {
+    match e {
+        PcapError::IoError(e) => e,
+        e => io::Error::other(e),
+    }
 }
 
 /// A backend whose traffic is also written to a pcap file.
@@ -68,7 +76,7 @@ impl<T: PacketIo> Capture<T> {
         let f = File::create(path)
             .map_err(|e| io::Error::new(e.kind(), format!("pcap file {}: {e}", path.display())))?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
-        out.write_all(&file_header())?;
+        header().write_to(&mut out).map_err(io_error)?;
         Ok(Self {
             inner,
             out: Some(out),
@@ -101,20 +109,15 @@ impl<T: PacketIo> Capture<T> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let sec = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
-        let usec = now.subsec_micros();
         for p in packets {
             let d = p.data();
             let len = u32::try_from(d.len()).unwrap_or(u32::MAX);
-            let incl = len.min(SNAPLEN);
-            let mut h = [0u8; 16];
-            h[0..4].copy_from_slice(&sec.to_le_bytes());
-            h[4..8].copy_from_slice(&usec.to_le_bytes());
-            h[8..12].copy_from_slice(&incl.to_le_bytes());
-            h[12..16].copy_from_slice(&len.to_le_bytes());
-            let body = d.get(..incl as usize).unwrap_or(d);
-            if let Err(e) = out.write_all(&h).and_then(|()| out.write_all(body)) {
-                self.error = Some(e);
+            let body = d.get(..SNAPLEN as usize).unwrap_or(d);
+            let record = PcapPacket::new(now, len, body);
+            if let Err(e) =
+                record.write_to::<_, LittleEndian>(out, TsResolution::MicroSecond, SNAPLEN)
+            {
+                self.error = Some(io_error(e));
                 self.out = None;
                 return;
             }
@@ -200,35 +203,30 @@ mod tests {
         std::env::temp_dir().join(format!("upfio-{}-{name}.pcap", std::process::id()))
     }
 
-    fn u32_at(d: &[u8], at: usize) -> u32 {
-        u32::from_le_bytes(d[at..at + 4].try_into().unwrap())
-    }
-
     /// The records of a pcap file written by [`Capture`]: (seconds, µs, included, original, data).
     fn read_pcap(path: &Path) -> Vec<(u32, u32, u32, u32, Vec<u8>)> {
-        let d = std::fs::read(path).unwrap();
-        assert_eq!(u32_at(&d, 0), 0xa1b2_c3d4, "magic (µs)");
-        assert_eq!(&d[4..8], &[2, 0, 4, 0], "version 2.4");
-        assert_eq!(u32_at(&d, 8), 0, "thiszone");
-        assert_eq!(u32_at(&d, 12), 0, "sigfigs");
-        assert_eq!(u32_at(&d, 16), 65_535, "snaplen");
-        assert_eq!(u32_at(&d, 20), 101, "LINKTYPE_RAW");
+        let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+        assert_eq!(r.header(), header());
         let mut out = Vec::new();
-        let mut at = 24;
-        while at < d.len() {
-            let incl = u32_at(&d, at + 8);
-            let body = d[at + 16..at + 16 + incl as usize].to_vec();
-            out.push((
-                u32_at(&d, at),
-                u32_at(&d, at + 4),
-                incl,
-                u32_at(&d, at + 12),
-                body,
-            ));
-            at += 16 + incl as usize;
+        while let Some(p) = r.next_raw_packet() {
+            let p = p.unwrap();
+            assert_eq!(p.incl_len as usize, p.data.len());
+            out.push((p.ts_sec, p.ts_frac, p.incl_len, p.orig_len, p.data.to_vec()));
         }
-        assert_eq!(at, d.len());
         out
+    }
+
+    #[test]
+    fn the_header_is_pcap_2_4_raw_ip_in_microseconds() {
+        let mut h = Vec::new();
+        header().write_to(&mut h).unwrap();
+        let u32_at = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap());
+        assert_eq!(u32_at(0), 0xa1b2_c3d4, "magic (µs)");
+        assert_eq!(&h[4..8], &[2, 0, 4, 0], "version 2.4");
+        assert_eq!((u32_at(8), u32_at(12)), (0, 0), "thiszone, sigfigs");
+        assert_eq!(u32_at(16), 65_535, "snaplen");
+        assert_eq!(u32_at(20), 101, "LINKTYPE_RAW");
+        assert_eq!(h.len(), 24);
     }
 
     fn ip(n: u8, len: usize) -> Vec<u8> {

@@ -1,25 +1,53 @@
-//! The admin HTTP endpoint: `/metrics` for Prometheus and `/api/…` (JSON) for `upf show`.
-//! Connections are read by their own tasks; the answer is computed by the main loop, which
-//! owns the agent, so no state is shared or locked.
+//! The admin HTTP endpoint (axum on the daemon's tokio runtime): `/metrics` for Prometheus and
+//! `/api/…` (JSON) for `upf show`. Connections are served by their own tasks; the answer is
+//! computed by the main loop, which owns the agent, so no state is shared or locked.
 
 use crate::metrics::{self, ControlView};
+use anyhow::{bail, Context};
+use axum::extract::{Path, State as Main};
+use axum::http::Request as HttpRequest;
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::IntoResponse;
+use axum::routing::{on, MethodFilter};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tower::ServiceExt;
 use upf_dataplane::{DropReason, Port};
 use upf_n4::Agent;
 use upf_rules::{Datapath, Seid};
 use upf_runtime::{WorkerStats, Workers};
 
-/// A request the main loop answers: its path, and where the answer goes.
+/// How long a client may take to send its request line and headers (slowloris).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection is served at most, answer included.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest request head read (hyper's smallest buffer bound); a body is never read.
+const MAX_HEAD: usize = 8192;
+
+/// What the main loop is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Query {
+    Metrics,
+    Sessions,
+    Session(u64),
+    Associations,
+    Workers,
+    Drops,
+    Counters,
+}
+
+/// A query the main loop answers, and where the answer goes.
 #[derive(Debug)]
 pub struct Request {
-    pub path: String,
+    pub query: Query,
     pub reply: oneshot::Sender<Response>,
 }
 
@@ -39,24 +67,106 @@ impl Response {
         }
     }
 
-    fn not_found(what: &str) -> Self {
+    fn text(status: u16, what: &str) -> Self {
         Self {
-            status: 404,
+            status,
             content_type: "text/plain",
             body: format!("{what}\n"),
         }
     }
 }
 
-/// Accepts connections and forwards each request to the main loop. At most `max` connections
-/// are served at once (each holds a task and a 4 KiB buffer for up to 5 s); one more is
-/// answered 503 if its socket takes it at once, closed, and counted in `refused`.
+impl IntoResponse for Response {
+    fn into_response(self) -> axum::response::Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            [(header::CONTENT_TYPE, self.content_type)],
+            self.body,
+        )
+            .into_response()
+    }
+}
+
+const ENDPOINTS: &str = "endpoints: /metrics /api/sessions /api/session/SEID /api/associations /api/workers /api/drops /api/counters";
+
+/// The routes: each asks the main loop one [`Query`]. GET (and HEAD) only, 405 otherwise;
+/// a trailing slash and a query string are ignored; anything else is answered 404 with the
+/// list of endpoints.
+fn router(to_main: mpsc::Sender<Request>) -> Router {
+    let get = |q: Query| {
+        on(
+            MethodFilter::GET,
+            move |Main(tx): Main<mpsc::Sender<Request>>| ask(tx, q),
+        )
+    };
+    Router::new()
+        .route("/metrics", get(Query::Metrics))
+        .route("/api/sessions", get(Query::Sessions))
+        .route("/api/associations", get(Query::Associations))
+        .route("/api/workers", get(Query::Workers))
+        .route("/api/drops", get(Query::Drops))
+        .route("/api/counters", get(Query::Counters))
+        .route(
+            "/api/session/{seid}",
+            on(
+                MethodFilter::GET,
+                |Main(tx): Main<mpsc::Sender<Request>>, Path(seid): Path<String>| async move {
+                    match parse_seid(&seid) {
+                        Some(seid) => ask(tx, Query::Session(seid)).await,
+                        None => Response::text(404, "SEID: decimal or 0x-hex"),
+                    }
+                },
+            ),
+        )
+        .method_not_allowed_fallback(|| async { Response::text(405, "only GET") })
+        .fallback(|method: Method| async move {
+            if method == Method::GET {
+                Response::text(404, ENDPOINTS)
+            } else {
+                Response::text(405, "only GET")
+            }
+        })
+        .with_state(to_main)
+}
+
+async fn ask(to_main: mpsc::Sender<Request>, query: Query) -> Response {
+    let (reply, answer) = oneshot::channel();
+    if to_main.send(Request { query, reply }).await.is_err() {
+        return Response::text(503, "stopping");
+    }
+    answer
+        .await
+        .unwrap_or_else(|_| Response::text(503, "stopping"))
+}
+
+/// `/metrics/` is `/metrics`: the path without its trailing slashes (the query kept).
+fn trim_trailing_slash<B>(mut req: HttpRequest<B>) -> HttpRequest<B> {
+    let path = req.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let pq = match req.uri().query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        if let Ok(uri) = pq.parse::<Uri>() {
+            *req.uri_mut() = uri;
+        }
+    }
+    req
+}
+
+/// Accepts connections and serves each on its own task (HTTP/1.1, one request per
+/// connection). At most `max` connections are served at once (each for up to 5 s, its head
+/// read within 5 s and at most 8 KiB); one more is answered 503 if its socket takes it at once,
+/// closed, and counted in `refused`.
 pub async fn serve(
     listener: TcpListener,
     to_main: mpsc::Sender<Request>,
     max: usize,
     refused: Arc<AtomicU64>,
 ) {
+    let app = router(to_main).map_request(trim_trailing_slash);
     let slots = Arc::new(Semaphore::new(max));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -69,73 +179,18 @@ pub async fn serve(
             );
             continue;
         };
-        let to_main = to_main.clone();
+        let service = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(5), connection(stream, to_main)).await;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
             drop(slot);
         });
     }
-}
-
-async fn connection(mut s: TcpStream, to_main: mpsc::Sender<Request>) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 4096];
-    let mut n = 0;
-    // The request line and headers; a body is never needed.
-    while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n")
-        && !buf[..n].windows(2).any(|w| w == b"\n\n")
-    {
-        if n == buf.len() {
-            return Ok(());
-        }
-        let k = s.read(&mut buf[n..]).await?;
-        if k == 0 {
-            break;
-        }
-        n += k;
-    }
-    let head = String::from_utf8_lossy(&buf[..n]);
-    let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or("/"),
-    );
-    let resp = if method != "GET" {
-        Response {
-            status: 405,
-            content_type: "text/plain",
-            body: "only GET\n".into(),
-        }
-    } else {
-        let (tx, rx) = oneshot::channel();
-        if to_main
-            .send(Request {
-                path: path.to_string(),
-                reply: tx,
-            })
-            .await
-            .is_err()
-        {
-            return Ok(());
-        }
-        match rx.await {
-            Ok(r) => r,
-            Err(_) => return Ok(()),
-        }
-    };
-    let reason = match resp.status {
-        200 => "OK",
-        404 => "Not Found",
-        _ => "Method Not Allowed",
-    };
-    let head = format!(
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        resp.status,
-        resp.content_type,
-        resp.body.len()
-    );
-    s.write_all(head.as_bytes()).await?;
-    s.write_all(resp.body.as_bytes()).await?;
-    s.shutdown().await
 }
 
 /// What the main loop knows, to answer with.
@@ -147,35 +202,30 @@ pub struct State<'a> {
     pub admin_refused: u64,
 }
 
-pub fn answer(path: &str, st: &State<'_>) -> Response {
-    let path = path.split('?').next().unwrap_or(path);
+pub fn answer(query: Query, st: &State<'_>) -> Response {
     let workers = || st.agent.datapath().stats();
-    match path.trim_end_matches('/') {
-        "/metrics" => Response {
+    match query {
+        Query::Metrics => Response {
             status: 200,
             content_type: "text/plain; version=0.0.4",
             body: metrics::render(&workers(), &control(st)),
         },
-        "/api/sessions" => Response::json(&sessions(st.agent)),
-        "/api/associations" => Response::json(&Value::Array(
+        Query::Sessions => Response::json(&sessions(st.agent)),
+        Query::Session(seid) => match st.agent.session(Seid(seid)) {
+            Some(s) => Response::json(&serde_json::to_value(s).unwrap_or(Value::Null)),
+            None => Response::text(404, &format!("no session with SEID {seid:#x}")),
+        },
+        Query::Associations => Response::json(&Value::Array(
             st.agent
                 .associations()
                 .map(|(node, addr)| json!({"node_id": node.to_string(), "address": addr.to_string()}))
                 .collect(),
         )),
-        "/api/workers" => Response::json(&Value::Array(workers().iter().enumerate().map(|(i, w)| worker(i, w)).collect())),
-        "/api/drops" => Response::json(&drops(&workers())),
-        "/api/counters" => Response::json(&counters(&workers(), &control(st))),
-        p => match p.strip_prefix("/api/session/").map(parse_seid) {
-            Some(Some(seid)) => match st.agent.session(Seid(seid)) {
-                Some(s) => Response::json(&serde_json::to_value(s).unwrap_or(Value::Null)),
-                None => Response::not_found(&format!("no session with SEID {seid:#x}")),
-            },
-            Some(None) => Response::not_found("SEID: decimal or 0x-hex"),
-            None => Response::not_found(
-                "endpoints: /metrics /api/sessions /api/session/SEID /api/associations /api/workers /api/drops /api/counters",
-            ),
-        },
+        Query::Workers => Response::json(&Value::Array(
+            workers().iter().enumerate().map(|(i, w)| worker(i, w)).collect(),
+        )),
+        Query::Drops => Response::json(&drops(&workers())),
+        Query::Counters => Response::json(&counters(&workers(), &control(st))),
     }
 }
 
@@ -301,25 +351,32 @@ fn counters(ws: &[WorkerStats], c: &ControlView) -> Value {
     })
 }
 
-/// `upf show WHAT` against a running UPF's admin address.
-pub fn show(admin: SocketAddr, path: &str) -> Result<String, String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2))
-        .map_err(|e| format!("admin endpoint {admin}: {e} (is `upf run` running, with admin.address = \"{admin}\"?)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).map_err(|e| e.to_string())?;
-    let (head, body) = r
-        .split_once("\r\n\r\n")
-        .ok_or("admin endpoint: malformed answer")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(body.trim().to_string());
+/// The body of a running UPF's answer to GET `path` on its admin endpoint (`upf show`, the
+/// demo); any status but 200 is an error that says what the endpoint answered.
+pub fn get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(2)))
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut answer = agent
+        .get(format!("http://{admin}{path}"))
+        .call()
+        .with_context(|| {
+            format!(
+                "admin endpoint {admin} (is `upf run` running, with admin.address = \"{admin}\"?)"
+            )
+        })?;
+    // /api/sessions of a million sessions is larger than ureq's 10 MB default.
+    let body = answer
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()?;
+    if answer.status() != StatusCode::OK {
+        bail!("{}", body.trim());
     }
-    Ok(body.to_string())
+    Ok(body)
 }

@@ -3,6 +3,7 @@
 //! naming the key and the reason, never a panic.
 
 use crate::config::{Backend, FileConfig, Interface};
+use anyhow::{anyhow, bail, Context};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use upf_io::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
 use upf_io::af_xdp::{XdpConfig, XdpInterface};
@@ -49,7 +50,7 @@ fn prefix(p: &str) -> Option<(IpAddr, u8)> {
     Some((a.parse().ok()?, len.parse().ok()?))
 }
 
-pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
+pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
     let n = rt.workers;
     let mut queues: Vec<WorkerQueues> = (0..n).map(|_| WorkerQueues::default()).collect();
     let mut report = Vec::new();
@@ -90,7 +91,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
                     let mut u = UdpConfig::new(bind_at, port);
                     u.reuse_port = n > 1;
                     u.batch = rt.batch.min(64);
-                    let io = UdpIo::open(&u).map_err(|e| format!("{key}: udp on {bind}: {e}"))?;
+                    let io = UdpIo::open(&u).with_context(|| format!("{key}: udp on {bind}"))?;
                     bind_at = io.local_addr();
                     push(q, i, port, io, iface)?;
                 }
@@ -116,7 +117,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
                     }
                 }
             }
-            b => return Err(format!("{key}.backend: {b:?} cannot carry GTP-U")),
+            b => bail!("{key}.backend: {b:?} cannot carry GTP-U"),
         }
     }
 
@@ -146,24 +147,22 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
             }
             for (i, q) in queues.iter_mut().enumerate() {
                 let io =
-                    TunIo::open(&name, Port::N6).map_err(|e| format!("n6: tun {name:?}: {e}"))?;
+                    TunIo::open(&name, Port::N6).with_context(|| format!("n6: tun {name:?}"))?;
                 push(q, i, Port::N6, io, &c.n6)?;
             }
-            let mut nl = netlink::Socket::open().map_err(|e| format!("n6: rtnetlink: {e}"))?;
-            let dev = Link::by_name(&name)
-                .map_err(|e| format!("n6: {e}"))?
-                .ifindex;
+            let mut nl = netlink::Socket::open().context("n6: rtnetlink")?;
+            let dev = Link::by_name(&name).context("n6")?.ifindex;
             // No IPv6 link-local address: the host would otherwise send router solicitations
             // and MLD reports into the data path (best effort: older kernels lack it).
             let _ = nl.disable_ipv6_addr_gen(dev);
             nl.set_link_up(dev)
-                .map_err(|e| format!("n6: setting {name} up: {e}"))?;
+                .with_context(|| format!("n6: setting {name} up"))?;
             if c.n6.route_ue_pools {
                 for p in &c.ue_pools_or_default() {
                     let (addr, len) =
-                        prefix(p).ok_or_else(|| format!("n6.route_ue_pools: pool {p:?}"))?;
+                        prefix(p).ok_or_else(|| anyhow!("n6.route_ue_pools: pool {p:?}"))?;
                     nl.replace_route(addr, len, dev)
-                        .map_err(|e| format!("n6.route_ue_pools: route {p} into {name}: {e}"))?;
+                        .with_context(|| format!("n6.route_ue_pools: route {p} into {name}"))?;
                     cleanup.routes.push((addr, len, dev));
                     report.push(format!("n6: route {p} into {name}"));
                 }
@@ -183,7 +182,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> Result<Opened, String> {
             )?;
             cleanup.held.extend(held);
         }
-        b => return Err(format!("n6.backend: {b:?} cannot carry N6")),
+        b => bail!("n6.backend: {b:?} cannot carry N6"),
     }
     for (i, q) in queues.iter_mut().enumerate() {
         q.steered = steered;
@@ -216,7 +215,7 @@ fn ethernet(
     iface: &Interface,
     report: &mut Vec<String>,
     steered: &mut bool,
-) -> Result<Option<Box<dyn std::fmt::Debug + Send>>, String> {
+) -> anyhow::Result<Option<Box<dyn std::fmt::Debug + Send>>> {
     let n = queues.len();
     match backend {
         Backend::AfPacket => {
@@ -233,7 +232,7 @@ fn ethernet(
                     });
                 }
                 let io = AfPacketIo::open(cfg)
-                    .map_err(|e| format!("{key}: af_packet on {name:?}: {e}"))?;
+                    .with_context(|| format!("{key}: af_packet on {name:?}"))?;
                 if n > 1 && *io.fanout_mode() != FanoutMode::Ebpf {
                     *steered = false;
                 }
@@ -245,14 +244,14 @@ fn ethernet(
             let mut cfg = XdpConfig::new(port, u32::try_from(n).unwrap_or(1));
             cfg.local = iface.addresses.clone();
             let xi = XdpInterface::open(name, cfg)
-                .map_err(|e| format!("{key}: af_xdp on {name:?}: {e}"))?;
+                .with_context(|| format!("{key}: af_xdp on {name:?}"))?;
             let nq = usize::try_from(xi.queues()).unwrap_or(1);
             if nq < n {
-                return Err(format!(
+                bail!(
                     "{key}: af_xdp on {name:?}: the interface has {nq} queue(s) and workers.count is {n}; \
                      each worker needs a queue of its own (ethtool -L {name} combined {n}; a veth: \
                      numrxqueues/numtxqueues {n} when it is created)"
-                ));
+                );
             }
             report.push(format!(
                 "{key}: XDP program on {name} ({}), {nq} queue(s)",
@@ -265,7 +264,7 @@ fn ethernet(
             for (i, q) in queues.iter_mut().enumerate() {
                 let io = xi
                     .socket(u32::try_from(i).unwrap_or(0))
-                    .map_err(|e| format!("{key}: af_xdp queue {i} of {name:?}: {e}"))?;
+                    .with_context(|| format!("{key}: af_xdp queue {i} of {name:?}"))?;
                 push(q, i, port, io, iface)?;
             }
             Ok(Some(Box::new(xi)))
@@ -280,13 +279,13 @@ fn push(
     port: Port,
     io: impl PacketIo + 'static,
     iface: &Interface,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let io: Box<dyn PacketIo> = match &iface.pcap {
         Some(path) => {
             // One capture per worker queue: NAME.wN.pcap.
             let path = path.with_extension(format!("w{worker}.pcap"));
             let cap = Capture::create(io, &path, Direction::Both)
-                .map_err(|e| format!("{}.pcap {}: {e}", port.name(), path.display()))?;
+                .with_context(|| format!("{}.pcap {}", port.name(), path.display()))?;
             Box::new(cap)
         }
         None => Box::new(io),

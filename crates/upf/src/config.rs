@@ -3,6 +3,7 @@
 //! N4 on 127.0.0.1:8805, N3 as a UDP socket on 127.0.0.1:2152, N6 a TUN device when the
 //! process may create one. `upf.toml` at the repository root is the documented sample.
 
+use anyhow::{bail, Context};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -281,40 +282,40 @@ pub fn ipv6_net(s: &str) -> Option<(Ipv6Addr, u8)> {
 
 impl FileConfig {
     /// Reads and validates a file; errors name the file and the key.
-    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
         let text =
-            std::fs::read_to_string(path).map_err(|e| format!("config {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
+            std::fs::read_to_string(path).with_context(|| format!("config {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("config {}", path.display()))
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let c: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let c: FileConfig = toml::from_str(text)?;
         c.validate()?;
         Ok(c)
     }
 
     /// Checks what types alone cannot; every message starts with the key at fault.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         socket_addr(&self.n4.address, 8805)
-            .ok_or_else(|| format!("n4.address: {:?} is not IP or IP:PORT", self.n4.address))?;
+            .with_context(|| format!("n4.address: {:?} is not IP or IP:PORT", self.n4.address))?;
         for (i, s) in self.n4.smfs.iter().enumerate() {
             socket_addr(s, 8805)
-                .ok_or_else(|| format!("n4.smfs[{i}]: {s:?} is not IP or IP:PORT"))?;
+                .with_context(|| format!("n4.smfs[{i}]: {s:?} is not IP or IP:PORT"))?;
         }
         if self.n4.heartbeat_interval_s == 0 {
-            return Err("n4.heartbeat_interval_s: must be at least 1".into());
+            bail!("n4.heartbeat_interval_s: must be at least 1");
         }
         if self.n4.t1_ms < 10 {
-            return Err("n4.t1_ms: must be at least 10".into());
+            bail!("n4.t1_ms: must be at least 10");
         }
         if !(10..=60_000).contains(&self.n4.smf_t1_ms) {
-            return Err(format!(
+            bail!(
                 "n4.smf_t1_ms: {} is not within 10..=60000",
                 self.n4.smf_t1_ms
-            ));
+            );
         }
         if self.n4.smf_n1 > 32 {
-            return Err(format!("n4.smf_n1: {} is above 32", self.n4.smf_n1));
+            bail!("n4.smf_n1: {} is above 32", self.n4.smf_n1);
         }
         for (name, i) in [("n3", Some(&self.n3)), ("n9", self.n9.as_ref())] {
             let Some(i) = i else { continue };
@@ -322,96 +323,89 @@ impl FileConfig {
                 Backend::Udp | Backend::AfPacket | Backend::AfXdp => {}
                 Backend::None if name == "n9" => {}
                 b => {
-                    return Err(format!(
-                        "{name}.backend: {b:?} cannot carry GTP-U (udp, af_packet or af_xdp)"
-                    ))
+                    bail!("{name}.backend: {b:?} cannot carry GTP-U (udp, af_packet or af_xdp)")
                 }
             }
             if matches!(i.gtpu_backend(), Backend::AfPacket | Backend::AfXdp)
                 && i.interface.is_none()
             {
-                return Err(format!(
+                bail!(
                     "{name}.interface: required by backend {:?}",
                     i.gtpu_backend()
-                ));
+                );
             }
         }
         match self.n6.n6_backend() {
             Backend::Udp => {
-                return Err(
-                    "n6.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)"
-                        .into(),
-                )
+                bail!("n6.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)")
             }
             Backend::AfPacket | Backend::AfXdp if self.n6.interface.is_none() => {
-                return Err(format!(
+                bail!(
                     "n6.interface: required by backend {:?}",
                     self.n6.n6_backend()
-                ))
+                )
             }
             _ => {}
         }
         if self.workers.count == 0 || self.workers.count > 256 {
-            return Err(format!(
+            bail!(
                 "workers.count: {} is not within 1..=256",
                 self.workers.count
-            ));
+            );
         }
         if self.workers.idle_poll_us > 1_000_000 {
-            return Err(format!(
+            bail!(
                 "workers.idle_poll_us: {} is above 1000000 (use busy_poll = true to never sleep)",
                 self.workers.idle_poll_us
-            ));
+            );
         }
         if !(1..=1024).contains(&self.workers.batch) {
-            return Err(format!(
+            bail!(
                 "workers.batch: {} is not within 1..=1024",
                 self.workers.batch
-            ));
+            );
         }
         for (i, p) in self.ue_pools.iter().enumerate() {
             if p.ipv4.is_none() && p.ipv6.is_none() {
-                return Err(format!("ue_pool[{i}]: needs ipv4 or ipv6"));
+                bail!("ue_pool[{i}]: needs ipv4 or ipv6");
             }
             if let Some(v4) = &p.ipv4 {
                 ipv4_net(v4)
-                    .ok_or_else(|| format!("ue_pool[{i}].ipv4: {v4:?} is not A.B.C.D/LEN"))?;
+                    .with_context(|| format!("ue_pool[{i}].ipv4: {v4:?} is not A.B.C.D/LEN"))?;
             }
             if let Some(v6) = &p.ipv6 {
                 ipv6_net(v6)
-                    .ok_or_else(|| format!("ue_pool[{i}].ipv6: {v6:?} is not PREFIX/LEN"))?;
+                    .with_context(|| format!("ue_pool[{i}].ipv6: {v6:?} is not PREFIX/LEN"))?;
             }
             if let Some(l) = p.ipv6_ue_prefix_len {
                 if !(1..=128).contains(&l) {
-                    return Err(format!(
-                        "ue_pool[{i}].ipv6_ue_prefix_len: {l} is not within 1..=128"
-                    ));
+                    bail!("ue_pool[{i}].ipv6_ue_prefix_len: {l} is not within 1..=128");
                 }
             }
         }
         if self.limits.sessions == 0 {
-            return Err("limits.sessions: must be at least 1".into());
+            bail!("limits.sessions: must be at least 1");
         }
         if self.limits.response_cache_bytes_per_peer > self.limits.response_cache_bytes {
-            return Err(format!(
+            bail!(
                 "limits.response_cache_bytes_per_peer: {} is above limits.response_cache_bytes ({})",
                 self.limits.response_cache_bytes_per_peer, self.limits.response_cache_bytes
-            ));
+            );
         }
         if self.admin.max_connections == 0 {
-            return Err("admin.max_connections: must be at least 1".into());
+            bail!("admin.max_connections: must be at least 1");
         }
         if self.limits.sessions_per_association == 0 {
-            return Err("limits.sessions_per_association: must be at least 1".into());
+            bail!("limits.sessions_per_association: must be at least 1");
         }
         if !self.admin.address.is_empty() && socket_addr(&self.admin.address, 9464).is_none() {
-            return Err(format!(
+            bail!(
                 "admin.address: {:?} is not IP or IP:PORT",
                 self.admin.address
-            ));
+            );
         }
         for (i, r) in self.acl.uplink_rules.iter().enumerate() {
-            upf_dataplane::acl::Acl::load(r).map_err(|e| format!("acl.uplink_rules[{i}]: {e}"))?;
+            upf_dataplane::acl::Acl::load(r).with_context(|| format!("acl.uplink_rules[{i}]"))?;
         }
         Ok(())
     }
@@ -508,7 +502,7 @@ mod tests {
             ("[log]\nformat = \"xml\"", "format"),
         ] {
             let e = FileConfig::parse(text).unwrap_err();
-            assert!(e.contains(key), "{text:?}: {e}");
+            assert!(e.to_string().contains(key), "{text:?}: {e}");
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod backends;
 pub mod config;
 pub mod decode;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod metrics;
 pub mod pcap;

@@ -3,6 +3,7 @@
 //! hex to JSON).
 #![forbid(unsafe_code)]
 
+use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 /// Large allocations (session tables, hot records) on transparent huge pages: fewer page walks
@@ -10,7 +11,9 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: upf_io::hugepages::HugePageAlloc = upf_io::hugepages::HugePageAlloc;
 use std::process::ExitCode;
-use upf::{decode, demo, run};
+#[cfg(feature = "demo")]
+use upf::demo;
+use upf::{decode, run};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,7 +32,11 @@ enum Command {
     /// UPF, data network), `upf run` in the middle, sessions through the built-in SMF
     /// emulator, GTP-U traffic both ways with live rates, drops and round-trip times, a
     /// summary, and everything removed again (also on Ctrl-C).
+    #[cfg(feature = "demo")]
     Demo(demo::Args),
+    /// Not in this build: it was built without the `demo` feature (--no-default-features).
+    #[cfg(not(feature = "demo"))]
+    Demo(NoDemo),
     /// Decode PFCP (UDP 8805) and GTP-U (UDP 2152) from a pcap/pcapng file, or one message
     /// given as hex, and print one JSON object per packet.
     Decode(decode::Args),
@@ -39,6 +46,14 @@ enum Command {
     Run(Box<run::Args>),
     /// Ask a running UPF (its admin endpoint) for its state.
     Show(ShowArgs),
+}
+
+/// Whatever `upf demo` was given, in a build without it.
+#[cfg(not(feature = "demo"))]
+#[derive(Debug, clap::Args)]
+struct NoDemo {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _args: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,26 +67,35 @@ struct ShowArgs {
     admin: std::net::SocketAddr,
 }
 
-fn show(a: &ShowArgs) -> Result<String, String> {
+fn show(a: &ShowArgs) -> anyhow::Result<String> {
     let path = match (a.what.as_str(), &a.seid) {
         ("session", Some(s)) => format!("/api/session/{s}"),
-        ("session", None) => return Err("show session SEID".into()),
+        ("session", None) => bail!("show session SEID"),
         ("metrics", _) => "/metrics".into(),
         (w @ ("sessions" | "associations" | "workers" | "drops" | "counters"), _) => format!("/api/{w}"),
-        (w, _) => return Err(format!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics")),
+        (w, _) => bail!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics"),
     };
-    upf::admin::show(a.admin, &path)
+    upf::admin::get(a.admin, &path)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => {
+            eprintln!(
+                "upf demo: this upf was built without the `demo` feature (the load generator); \
+                 build it with it: cargo build --release -p upf (the feature is on by default)"
+            );
+            ExitCode::FAILURE
+        }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => match demo::run(&args) {
             Ok(demo::Outcome::Completed) => ExitCode::SUCCESS,
             Ok(demo::Outcome::Interrupted) => ExitCode::from(130),
             Err(e) => {
-                eprintln!("upf demo: {e}");
+                eprintln!("upf demo: {e:#}");
                 ExitCode::FAILURE
             }
         },
@@ -81,14 +105,14 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("upf show: {e}");
+                eprintln!("upf show: {e:#}");
                 ExitCode::FAILURE
             }
         },
         Command::Run(args) => match run::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("upf: {e}");
+                eprintln!("upf: {e:#}");
                 ExitCode::FAILURE
             }
         },

@@ -2,7 +2,14 @@
 //! are read between two batches on a scrape and rendered here, so metrics cost the fast path
 //! nothing but the counting it does anyway.
 
-use std::fmt::Write;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::encode_registry;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType::{self, Counter, Gauge};
+use prometheus_client::registry::Registry;
+use std::fmt;
 use upf_dataplane::{DropReason, Port};
 use upf_n4::reliability::{CacheStats, Eviction};
 use upf_n4::Stats;
@@ -19,373 +26,398 @@ pub struct ControlView {
     pub uptime_s: u64,
 }
 
-struct Out(String);
-
-impl Out {
-    fn help(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-
-    /// A counter family with one label: a line per (label value, count).
-    fn counters<'a>(
-        &mut self,
-        name: &str,
-        help: &str,
-        label: &str,
-        values: impl IntoIterator<Item = (&'a str, u64)>,
-    ) {
-        self.help(name, "counter", help);
-        for (v, n) in values {
-            self.line(name, &[(label, v)], n);
-        }
-    }
-
-    fn line(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
-        self.0.push_str(name);
-        if !labels.is_empty() {
-            self.0.push('{');
-            for (i, (k, val)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
-                }
-                let _ = write!(self.0, "{k}=\"{}\"", escape(val));
-            }
-            self.0.push('}');
-        }
-        let _ = writeln!(self.0, " {v}");
-    }
+/// One scrape: the snapshot as a prometheus-client collector, encoded in the registry's order.
+#[derive(Debug)]
+struct Scrape {
+    workers: Vec<WorkerStats>,
+    control: ControlView,
 }
 
-/// Label values may hold `"` or `\` (interface names from the config); Prometheus escapes them.
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+type Labels = Vec<(&'static str, String)>;
+
+/// A family of counters or gauges: HELP and TYPE, then a sample per label set. `name` is the
+/// samples' name; prometheus-client writes a counter's `_total` itself and names its family
+/// without it.
+fn family(
+    e: &mut DescriptorEncoder,
+    kind: MetricType,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels, u64)>,
+) -> fmt::Result {
+    let name = match kind {
+        Counter => name.strip_suffix("_total").unwrap_or(name),
+        _ => name,
+    };
+    let mut m = e.encode_descriptor(name, help, None, kind)?;
+    for (labels, v) in samples {
+        let sample = m.encode_family(&labels)?;
+        match kind {
+            Counter => ConstCounter::new(v).encode(sample)?,
+            _ => ConstGauge::new(v).encode(sample)?,
+        }
+    }
+    Ok(())
 }
 
-pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
-    let mut o = Out(String::with_capacity(16 << 10));
-    o.help(
-        "upf_uptime_seconds",
-        "gauge",
-        "Seconds since the UPF started.",
-    );
-    o.line("upf_uptime_seconds", &[], c.uptime_s);
-    o.help(
-        "upf_admin_connections_refused_total",
-        "counter",
-        "Admin/metrics connections refused: admin.max_connections were being served.",
-    );
-    o.line("upf_admin_connections_refused_total", &[], c.admin_refused);
+/// A sample per non-zero count of a table indexed by a PFCP value (message type, cause).
+fn nonzero<'a>(
+    counts: &'a [u64],
+    labels: impl Fn(u8) -> Labels + 'a,
+) -> impl Iterator<Item = (Labels, u64)> + 'a {
+    (counts.iter().enumerate())
+        .filter(|&(_, &n)| n > 0)
+        .map(move |(i, &n)| (labels(u8::try_from(i).unwrap_or(0)), n))
+}
 
-    let per_port = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&WorkerStats, usize) -> u64| {
-        o.help(name, "counter", help);
-        for (w, s) in workers.iter().enumerate() {
-            let w = w.to_string();
+fn worker(w: usize) -> Labels {
+    vec![("worker", w.to_string())]
+}
+
+impl Scrape {
+    /// A counter or gauge per worker: `[(worker), value]`.
+    fn per_worker(&self, f: impl Fn(&WorkerStats) -> u64) -> Vec<(Labels, u64)> {
+        (self.workers.iter().enumerate())
+            .map(|(w, s)| (worker(w), f(s)))
+            .collect()
+    }
+
+    /// A counter per worker and port.
+    fn per_port(&self, f: impl Fn(&WorkerStats, usize) -> u64) -> Vec<(Labels, u64)> {
+        let mut v = Vec::new();
+        for (w, s) in self.workers.iter().enumerate() {
             for p in Port::ALL {
-                o.line(name, &[("worker", &w), ("port", p.name())], f(s, p.index()));
+                let labels = vec![("worker", w.to_string()), ("port", p.name().to_string())];
+                v.push((labels, f(s, p.index())));
             }
         }
-    };
-    per_port(
-        &mut o,
-        "upf_packets_received_total",
-        "Packets the pipeline received, by ingress port.",
-        &|s, i| s.counters.rx_packets[i],
-    );
-    per_port(
-        &mut o,
-        "upf_bytes_received_total",
-        "Octets the pipeline received, by ingress port.",
-        &|s, i| s.counters.rx_bytes[i],
-    );
-    per_port(
-        &mut o,
-        "upf_packets_sent_total",
-        "Packets the pipeline sent, by egress port.",
-        &|s, i| s.counters.tx_packets[i],
-    );
-    per_port(
-        &mut o,
-        "upf_bytes_sent_total",
-        "Octets the pipeline sent, by egress port.",
-        &|s, i| s.counters.tx_bytes[i],
-    );
-
-    o.help(
-        "upf_packets_dropped_total",
-        "counter",
-        "Packets dropped, by reason (every drop has one).",
-    );
-    for (w, s) in workers.iter().enumerate() {
-        let w = w.to_string();
-        for &r in DropReason::ALL {
-            o.line(
-                "upf_packets_dropped_total",
-                &[("worker", &w), ("reason", r.name())],
-                s.counters.dropped(r),
-            );
-        }
-    }
-    let gauge = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&WorkerStats) -> u64| {
-        o.help(name, "gauge", help);
-        for (w, s) in workers.iter().enumerate() {
-            o.line(name, &[("worker", &w.to_string())], f(s));
-        }
-    };
-    let counter = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&WorkerStats) -> u64| {
-        o.help(name, "counter", help);
-        for (w, s) in workers.iter().enumerate() {
-            o.line(name, &[("worker", &w.to_string())], f(s));
-        }
-    };
-    gauge(
-        &mut o,
-        "upf_packets_buffered",
-        "Downlink packets held in buffers (idle UEs, BUFF FARs).",
-        &|s| s.counters.buffered,
-    );
-    gauge(
-        &mut o,
-        "upf_worker_sessions",
-        "Sessions installed on the worker.",
-        &|s| s.sessions as u64,
-    );
-    counter(
-        &mut o,
-        "upf_packets_created_total",
-        "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.",
-        &|s| s.counters.created,
-    );
-    counter(
-        &mut o,
-        "upf_error_indications_suppressed_total",
-        "Error Indications not sent because of their rate limit.",
-        &|s| s.counters.error_indications_suppressed,
-    );
-    counter(
-        &mut o,
-        "upf_error_indications_repeated_total",
-        "Error Indications received for a session already reported to its SMF since its last modification (not reported again).",
-        &|s| s.counters.error_indications_repeated,
-    );
-    counter(
-        &mut o,
-        "upf_packets_handed_off_total",
-        "Packets a worker received for another worker's UE and handed over.",
-        &|s| s.handed_off,
-    );
-    counter(
-        &mut o,
-        "upf_packets_hand_off_dropped_total",
-        "Packets for another worker's UE dropped: that worker's backlog of handed-over packets was full.",
-        &|s| s.hand_off_dropped,
-    );
-    counter(
-        &mut o,
-        "upf_packets_no_queue_total",
-        "Packets sent by a port the worker has no queue for.",
-        &|s| s.no_queue,
-    );
-    counter(
-        &mut o,
-        "upf_batches_total",
-        "Batches the worker processed.",
-        &|s| s.batch.batches,
-    );
-    counter(
-        &mut o,
-        "upf_batch_packets_total",
-        "Packets in those batches.",
-        &|s| s.batch.packets,
-    );
-
-    o.help(
-        "upf_batch_duration_seconds",
-        "histogram",
-        "Time from a batch's start to its packets handed to the interfaces.",
-    );
-    for (w, s) in workers.iter().enumerate() {
-        let w = w.to_string();
-        let mut cum = 0;
-        for (i, n) in s.batch.time.iter().enumerate() {
-            cum += n;
-            let le = if i + 1 == BATCH_TIME_BUCKETS {
-                "+Inf".to_string()
-            } else {
-                format!("{}", (1u64 << i) as f64 * 1e-6)
-            };
-            o.line(
-                "upf_batch_duration_seconds_bucket",
-                &[("worker", &w), ("le", &le)],
-                cum,
-            );
-        }
-        o.line(
-            "upf_batch_duration_seconds_sum",
-            &[("worker", &w)],
-            s.batch.time_ns_sum as f64 * 1e-9,
-        );
-        o.line(
-            "upf_batch_duration_seconds_count",
-            &[("worker", &w)],
-            s.batch.batches,
-        );
+        v
     }
 
-    let io = |o: &mut Out, name: &str, help: &str, f: &dyn Fn(&upf_io::IoStats) -> u64| {
-        o.help(name, "counter", help);
-        for (w, s) in workers.iter().enumerate() {
-            let w = w.to_string();
+    /// A counter per worker and interface queue.
+    fn per_queue(&self, f: impl Fn(&upf_io::IoStats) -> u64) -> Vec<(Labels, u64)> {
+        let mut v = Vec::new();
+        for (w, s) in self.workers.iter().enumerate() {
             for (port, what, st) in &s.io {
-                o.line(
-                    name,
-                    &[("worker", &w), ("port", port.name()), ("queue", what)],
-                    f(st),
-                );
+                let labels = vec![
+                    ("worker", w.to_string()),
+                    ("port", port.name().to_string()),
+                    ("queue", what.to_string()),
+                ];
+                v.push((labels, f(st)));
             }
         }
-    };
-    io(
-        &mut o,
-        "upf_io_received_packets_total",
-        "Packets the interface queue received.",
-        &|s| s.rx_packets,
-    );
-    io(
-        &mut o,
-        "upf_io_sent_packets_total",
-        "Packets the interface queue sent.",
-        &|s| s.tx_packets,
-    );
-    io(
-        &mut o,
-        "upf_io_rx_discarded_total",
-        "Frames the queue received and discarded (not IP, too big).",
-        &|s| s.rx_discarded,
-    );
-    io(
-        &mut o,
-        "upf_io_rx_kernel_dropped_total",
-        "Frames the kernel dropped before the queue saw them (full ring, empty fill ring).",
-        &|s| s.rx_kernel_dropped,
-    );
-    io(
-        &mut o,
-        "upf_io_tx_dropped_total",
-        "Packets the queue could not send (ring full, no neighbour).",
-        &|s| s.tx_dropped,
-    );
+        v
+    }
 
-    o.help("upf_pfcp_sessions", "gauge", "PFCP sessions.");
-    o.line("upf_pfcp_sessions", &[], c.sessions);
-    o.help("upf_pfcp_associations", "gauge", "PFCP associations.");
-    o.line("upf_pfcp_associations", &[], c.associations);
-    o.help(
-        "upf_pfcp_messages_received_total",
-        "counter",
-        "PFCP messages received, by type.",
-    );
-    for (t, &n) in c.pfcp.received.iter().enumerate() {
-        if n > 0 {
-            let t = u8::try_from(t).unwrap_or(0);
-            o.line(
-                "upf_pfcp_messages_received_total",
-                &[("type", upf_pfcp::message_name(t))],
-                n,
-            );
+    fn batch_duration(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let mut m = e.encode_descriptor(
+            "upf_batch_duration_seconds",
+            "Time from a batch's start to its packets handed to the interfaces.",
+            None,
+            MetricType::Histogram,
+        )?;
+        let bounds: Vec<f64> = (0..BATCH_TIME_BUCKETS)
+            .map(|i| {
+                if i + 1 == BATCH_TIME_BUCKETS {
+                    f64::INFINITY
+                } else {
+                    (1u64 << i) as f64 * 1e-6
+                }
+            })
+            .collect();
+        for (w, s) in self.workers.iter().enumerate() {
+            let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(s.batch.time).collect();
+            m.encode_family(&worker(w))?
+                .encode_histogram::<NoLabelSet>(
+                    s.batch.time_ns_sum as f64 * 1e-9,
+                    s.batch.batches,
+                    &buckets,
+                    None,
+                )?;
         }
+        Ok(())
     }
-    o.help(
-        "upf_pfcp_responses_sent_total",
-        "counter",
-        "PFCP responses sent, by cause.",
-    );
-    for (v, &n) in c.pfcp.causes_sent.iter().enumerate() {
-        if n > 0 {
-            let cause = upf_pfcp::Cause(u8::try_from(v).unwrap_or(0));
-            o.line(
-                "upf_pfcp_responses_sent_total",
-                &[("cause", &format!("{v}")), ("name", cause.name())],
-                n,
-            );
-        }
-    }
-    for (name, kind, help, v) in [
-        (
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let (workers, c) = (&self.workers, &self.control);
+        let one = |v: u64| [(Labels::new(), v)];
+        family(
+            &mut e,
+            Gauge,
+            "upf_uptime_seconds",
+            "Seconds since the UPF started.",
+            one(c.uptime_s),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_admin_connections_refused_total",
+            "Admin/metrics connections refused: admin.max_connections were being served.",
+            one(c.admin_refused),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_received_total",
+            "Packets the pipeline received, by ingress port.",
+            self.per_port(|s, i| s.counters.rx_packets[i]),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_bytes_received_total",
+            "Octets the pipeline received, by ingress port.",
+            self.per_port(|s, i| s.counters.rx_bytes[i]),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_sent_total",
+            "Packets the pipeline sent, by egress port.",
+            self.per_port(|s, i| s.counters.tx_packets[i]),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_bytes_sent_total",
+            "Octets the pipeline sent, by egress port.",
+            self.per_port(|s, i| s.counters.tx_bytes[i]),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_dropped_total",
+            "Packets dropped, by reason (every drop has one).",
+            workers.iter().enumerate().flat_map(|(w, s)| {
+                DropReason::ALL.iter().map(move |&r| {
+                    let labels = vec![("worker", w.to_string()), ("reason", r.name().to_string())];
+                    (labels, s.counters.dropped(r))
+                })
+            }),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_packets_buffered",
+            "Downlink packets held in buffers (idle UEs, BUFF FARs).",
+            self.per_worker(|s| s.counters.buffered),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_worker_sessions",
+            "Sessions installed on the worker.",
+            self.per_worker(|s| s.sessions as u64),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_created_total",
+            "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.",
+            self.per_worker(|s| s.counters.created),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_error_indications_suppressed_total",
+            "Error Indications not sent because of their rate limit.",
+            self.per_worker(|s| s.counters.error_indications_suppressed),
+        )?;
+        family(&mut e, Counter, "upf_error_indications_repeated_total", "Error Indications received for a session already reported to its SMF since its last modification (not reported again).", self.per_worker(|s| s.counters.error_indications_repeated))?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_handed_off_total",
+            "Packets a worker received for another worker's UE and handed over.",
+            self.per_worker(|s| s.handed_off),
+        )?;
+        family(&mut e, Counter, "upf_packets_hand_off_dropped_total", "Packets for another worker's UE dropped: that worker's backlog of handed-over packets was full.", self.per_worker(|s| s.hand_off_dropped))?;
+        family(
+            &mut e,
+            Counter,
+            "upf_packets_no_queue_total",
+            "Packets sent by a port the worker has no queue for.",
+            self.per_worker(|s| s.no_queue),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_batches_total",
+            "Batches the worker processed.",
+            self.per_worker(|s| s.batch.batches),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_batch_packets_total",
+            "Packets in those batches.",
+            self.per_worker(|s| s.batch.packets),
+        )?;
+        self.batch_duration(&mut e)?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_received_packets_total",
+            "Packets the interface queue received.",
+            self.per_queue(|s| s.rx_packets),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_sent_packets_total",
+            "Packets the interface queue sent.",
+            self.per_queue(|s| s.tx_packets),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_rx_discarded_total",
+            "Frames the queue received and discarded (not IP, too big).",
+            self.per_queue(|s| s.rx_discarded),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_rx_kernel_dropped_total",
+            "Frames the kernel dropped before the queue saw them (full ring, empty fill ring).",
+            self.per_queue(|s| s.rx_kernel_dropped),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_io_tx_dropped_total",
+            "Packets the queue could not send (ring full, no neighbour).",
+            self.per_queue(|s| s.tx_dropped),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_pfcp_sessions",
+            "PFCP sessions.",
+            one(c.sessions as u64),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_pfcp_associations",
+            "PFCP associations.",
+            one(c.associations as u64),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_messages_received_total",
+            "PFCP messages received, by type.",
+            nonzero(&c.pfcp.received, |t| {
+                vec![("type", upf_pfcp::message_name(t).to_string())]
+            }),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_responses_sent_total",
+            "PFCP responses sent, by cause.",
+            nonzero(&c.pfcp.causes_sent, |v| {
+                let name = upf_pfcp::Cause(v).name().to_string();
+                vec![("cause", v.to_string()), ("name", name)]
+            }),
+        )?;
+        family(
+            &mut e,
+            Counter,
             "upf_pfcp_retransmissions_answered_total",
-            "counter",
             "Retransmitted requests answered from the response cache.",
-            c.pfcp.retransmissions_answered,
-        ),
-        (
+            one(c.pfcp.retransmissions_answered),
+        )?;
+        family(
+            &mut e,
+            Counter,
             "upf_pfcp_retransmissions_sent_total",
-            "counter",
             "Requests of ours sent again (T1 expired).",
-            c.pfcp.retransmissions_sent,
-        ),
-        (
+            one(c.pfcp.retransmissions_sent),
+        )?;
+        family(
+            &mut e,
+            Counter,
             "upf_pfcp_requests_given_up_total",
-            "counter",
             "Requests of ours unanswered after N1 retransmissions.",
-            c.pfcp.requests_given_up,
-        ),
-        (
+            one(c.pfcp.requests_given_up),
+        )?;
+        family(
+            &mut e,
+            Counter,
             "upf_pfcp_dropped_total",
-            "counter",
             "PFCP datagrams dropped without an answer.",
-            c.pfcp.dropped,
-        ),
-        (
+            one(c.pfcp.dropped),
+        )?;
+        family(
+            &mut e,
+            Counter,
             "upf_pfcp_events_dropped_total",
-            "counter",
             "Agent events (what is logged) dropped: 4096 were waiting for the driver.",
-            c.pfcp.events_dropped,
-        ),
-        (
+            one(c.pfcp.events_dropped),
+        )?;
+        family(
+            &mut e,
+            Counter,
             "upf_pfcp_response_cache_expired_total",
-            "counter",
             "Cached responses dropped at the end of the SMF's retransmission window.",
-            c.response_cache.expired,
-        ),
-        (
+            one(c.response_cache.expired),
+        )?;
+        family(
+            &mut e,
+            Gauge,
             "upf_pfcp_response_cache_entries",
-            "gauge",
             "Responses kept for retransmitted requests.",
-            c.response_cache.entries as u64,
-        ),
-        (
+            one(c.response_cache.entries as u64),
+        )?;
+        family(
+            &mut e,
+            Gauge,
             "upf_pfcp_response_cache_bytes",
-            "gauge",
             "Their bytes: payloads and the per-entry overhead.",
-            c.response_cache.bytes as u64,
-        ),
-    ] {
-        o.help(name, kind, help);
-        o.line(name, &[], v);
+            one(c.response_cache.bytes as u64),
+        )?;
+        let by = |label: &'static str, v: &str, n: u64| (vec![(label, v.to_string())], n);
+        family(&mut e, Counter,
+            "upf_pfcp_reports_dropped_total",
+            "Requests of ours not sent, by the bound reached (requests or bytes awaiting a response).",
+            [
+                by("bound", "requests", c.pfcp.reports_dropped),
+                by("bound", "bytes", c.pfcp.reports_dropped_bytes),
+            ],
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_response_cache_evictions_total",
+            "Cached responses dropped before expiry, by the bound reached.",
+            Eviction::ALL.map(|r| by("reason", r.name(), c.response_cache.evicted[r as usize])),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_pfcp_requests_refused_total",
+            "Requests refused at the N4 trust boundary, by reason (docs/operations.md).",
+            upf_n4::Refusal::ALL.map(|r| by("reason", r.name(), c.pfcp.refused[r.index()])),
+        )
     }
-    o.counters(
-        "upf_pfcp_reports_dropped_total",
-        "Requests of ours not sent, by the bound reached (requests or bytes awaiting a response).",
-        "bound",
-        [
-            ("requests", c.pfcp.reports_dropped),
-            ("bytes", c.pfcp.reports_dropped_bytes),
-        ],
-    );
-    o.counters(
-        "upf_pfcp_response_cache_evictions_total",
-        "Cached responses dropped before expiry, by the bound reached.",
-        "reason",
-        Eviction::ALL.map(|r| (r.name(), c.response_cache.evicted[r as usize])),
-    );
-    o.counters(
-        "upf_pfcp_requests_refused_total",
-        "Requests refused at the N4 trust boundary, by reason (docs/operations.md).",
-        "reason",
-        upf_n4::Refusal::ALL.map(|r| (r.name(), c.pfcp.refused[r.index()])),
-    );
-    o.0
+}
+
+/// The Prometheus text of one scrape.
+pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape {
+        workers: workers.to_vec(),
+        control: c.clone(),
+    }));
+    let mut out = String::with_capacity(16 << 10);
+    // Writing to a String does not fail.
+    let _ = encode_registry(&mut out, &registry);
+    out
 }
 
 #[cfg(test)]
@@ -434,10 +466,10 @@ mod tests {
         );
         assert!(t.contains("upf_packets_dropped_total{worker=\"0\",reason=\"unknown_teid\"} 2\n"));
         assert!(
-            t.contains("upf_batch_duration_seconds_bucket{worker=\"0\",le=\"0.000004\"} 3\n"),
+            t.contains("upf_batch_duration_seconds_bucket{le=\"0.000004\",worker=\"0\"} 3\n"),
             "{t}"
         );
-        assert!(t.contains("upf_batch_duration_seconds_bucket{worker=\"0\",le=\"+Inf\"} 3\n"));
+        assert!(t.contains("upf_batch_duration_seconds_bucket{le=\"+Inf\",worker=\"0\"} 3\n"));
         assert!(t.contains("queue=\"n3: udp \\\"x\\\"\""));
         assert!(t.contains(
             "upf_pfcp_responses_sent_total{cause=\"1\",name=\"Request accepted (success)\"} 1"
@@ -452,14 +484,13 @@ mod tests {
             let v = l.rsplit(' ').next().unwrap();
             assert!(v.parse::<f64>().is_ok(), "{l}");
             let name = l.split(['{', ' ']).next().unwrap();
-            let family = name
-                .trim_end_matches("_bucket")
-                .trim_end_matches("_sum")
-                .trim_end_matches("_count");
-            assert!(
-                t.contains(&format!("# TYPE {family} ")) || t.contains(&format!("# TYPE {name} ")),
-                "{name}"
-            );
+            // A counter's family is named without its samples' `_total`, a histogram's
+            // without `_bucket`, `_sum` and `_count`.
+            let family = ["_bucket", "_sum", "_count", "_total"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            assert!(t.contains(&format!("# TYPE {family} ")), "{name}");
         }
     }
 }

@@ -1,7 +1,14 @@
-//! Minimal capture-file support for the decode tool and tests: reads classic pcap (both byte
-//! orders, µs and ns) and pcapng (SHB/IDB/EPB/SPB), writes classic pcap. Link types: Ethernet
-//! (with VLAN tags), raw IP, Linux cooked (SLL, SLL2) and BSD loopback.
+//! Capture files for the decode tool: classic pcap (both byte orders, µs and ns) and pcapng
+//! (EPB and SPB, each interface's timestamp resolution), read by pcap-file. Link types:
+//! Ethernet (with VLAN tags), raw IP, Linux cooked (SLL, SLL2) and BSD loopback.
 
+use pcap_file::pcap::PcapParser;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::{Block, PcapNgParser};
+use pcap_file::{PcapError, TsResolution};
+use std::borrow::Cow;
 use std::fmt;
 
 /// One captured frame: its time (seconds since the epoch) and the IP packet inside it.
@@ -22,6 +29,17 @@ impl fmt::Display for Error {
 }
 impl std::error::Error for Error {}
 
+impl From<PcapError> for Error {
+    fn from(e: PcapError) -> Self {
+        Error(match e {
+            PcapError::IncompleteBuffer => "truncated capture",
+            PcapError::InvalidField(what) => what,
+            PcapError::InvalidInterfaceId(_) => "a packet names an unknown interface",
+            _ => "unreadable capture",
+        })
+    }
+}
+
 pub const LINKTYPE_NULL: u32 = 0;
 pub const LINKTYPE_ETHERNET: u32 = 1;
 pub const LINKTYPE_RAW: u32 = 101;
@@ -29,23 +47,6 @@ pub const LINKTYPE_LINUX_SLL: u32 = 113;
 pub const LINKTYPE_IPV4: u32 = 228;
 pub const LINKTYPE_IPV6: u32 = 229;
 pub const LINKTYPE_LINUX_SLL2: u32 = 276;
-
-fn rd16(b: &[u8], at: usize, le: bool) -> Option<u16> {
-    let a: [u8; 2] = b.get(at..at + 2)?.try_into().ok()?;
-    Some(if le {
-        u16::from_le_bytes(a)
-    } else {
-        u16::from_be_bytes(a)
-    })
-}
-fn rd32(b: &[u8], at: usize, le: bool) -> Option<u32> {
-    let a: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-    Some(if le {
-        u32::from_le_bytes(a)
-    } else {
-        u32::from_be_bytes(a)
-    })
-}
 
 /// Reads every frame of a pcap or pcapng file held in memory.
 pub fn read(file: &[u8]) -> Result<Vec<Frame<'_>>, Error> {
@@ -56,130 +57,97 @@ pub fn read(file: &[u8]) -> Result<Vec<Frame<'_>>, Error> {
     }
 }
 
+/// Frames of a slice parsed in place: always borrowed from the file.
+fn borrowed(data: Cow<'_, [u8]>) -> Result<&[u8], Error> {
+    match data {
+        Cow::Borrowed(d) => Ok(d),
+        Cow::Owned(_) => Err(Error("unreadable capture")),
+    }
+}
+
 fn read_pcap(file: &[u8]) -> Result<Vec<Frame<'_>>, Error> {
-    let magic = rd32(file, 0, true).ok_or(Error("truncated pcap header"))?;
-    let (le, nanos) = match magic {
-        0xa1b2_c3d4 => (true, false),
-        0xa1b2_3c4d => (true, true),
-        0xd4c3_b2a1 => (false, false),
-        0x4d3c_b2a1 => (false, true),
-        _ => return Err(Error("not a pcap or pcapng file (bad magic)")),
+    let (mut rest, parser) = PcapParser::new(file).map_err(|e| match e {
+        PcapError::IncompleteBuffer => Error("truncated pcap header"),
+        _ => Error("not a pcap or pcapng file (bad magic)"),
+    })?;
+    let header = parser.header();
+    // The upper bits of the link type field may carry FCS flags.
+    let link_type = u32::from(header.datalink) & 0x0fff_ffff;
+    let ticks = match header.ts_resolution {
+        TsResolution::MicroSecond => 1e6,
+        TsResolution::NanoSecond => 1e9,
     };
-    let link_type = rd32(file, 20, le).ok_or(Error("truncated pcap header"))? & 0x0fff_ffff;
     let mut frames = Vec::new();
-    let mut at = 24;
-    while at < file.len() {
-        let rec = (|| {
-            let secs = rd32(file, at, le)?;
-            let frac = rd32(file, at + 4, le)?;
-            let caplen = usize::try_from(rd32(file, at + 8, le)?).ok()?;
-            let data = file.get(at + 16..(at + 16).checked_add(caplen)?)?;
-            Some((secs, frac, caplen, data))
-        })();
-        let (secs, frac, caplen, data) = rec.ok_or(Error("truncated pcap record"))?;
-        let div = if nanos { 1e9 } else { 1e6 };
+    while !rest.is_empty() {
+        // Raw records: a snapshot length smaller than a packet's is no error here.
+        let (r, p) = parser.next_raw_packet(rest)?;
+        rest = r;
         frames.push(Frame {
-            time: f64::from(secs) + f64::from(frac) / div,
+            time: f64::from(p.ts_sec) + f64::from(p.ts_frac) / ticks,
             link_type,
-            data,
+            data: borrowed(p.data)?,
         });
-        at += 16 + caplen;
     }
     Ok(frames)
 }
 
 fn read_pcapng(file: &[u8]) -> Result<Vec<Frame<'_>>, Error> {
+    let (mut rest, mut parser) = PcapNgParser::new(file)?;
     let mut frames = Vec::new();
-    let mut links: Vec<(u32, f64)> = Vec::new(); // (link type, ticks per second) per interface
-    let mut le = true;
-    let mut at = 0;
-    while at < file.len() {
-        let btype = rd32(file, at, le).ok_or(Error("truncated pcapng block"))?;
-        if btype == 0x0a0d_0d0a {
-            // Section header: the byte-order magic decides how the rest is read.
-            le = match file.get(at + 8..at + 12) {
-                Some([0x4d, 0x3c, 0x2b, 0x1a]) => true,
-                Some([0x1a, 0x2b, 0x3c, 0x4d]) => false,
-                _ => return Err(Error("bad pcapng byte-order magic")),
-            };
-            links.clear();
-        }
-        let blen = usize::try_from(rd32(file, at + 4, le).ok_or(Error("truncated pcapng block"))?)
-            .map_err(|_| Error("bad block length"))?;
-        if blen < 12 || !blen.is_multiple_of(4) {
-            return Err(Error("bad pcapng block length"));
-        }
-        let block = file
-            .get(at..at + blen)
-            .ok_or(Error("truncated pcapng block"))?;
-        let body = &block[8..blen - 4];
-        match btype {
-            1 => {
-                let lt = u32::from(rd16(body, 0, le).ok_or(Error("truncated IDB"))?);
-                links.push((lt, idb_ticks(body, le)));
-            }
-            6 => {
-                let ifc = usize::try_from(rd32(body, 0, le).ok_or(Error("truncated EPB"))?)
-                    .unwrap_or(usize::MAX);
-                let &(lt, tps) = links
-                    .get(ifc)
+    while !rest.is_empty() {
+        let (r, block) = parser.next_block(rest)?;
+        rest = r;
+        match block {
+            Block::EnhancedPacket(p) => {
+                let ifc = parser
+                    .packet_interface(&p)
                     .ok_or(Error("EPB names an unknown interface"))?;
-                let hi = u64::from(rd32(body, 4, le).ok_or(Error("truncated EPB"))?);
-                let lo = u64::from(rd32(body, 8, le).ok_or(Error("truncated EPB"))?);
-                let caplen = usize::try_from(rd32(body, 12, le).ok_or(Error("truncated EPB"))?)
-                    .unwrap_or(usize::MAX);
-                let data = body
-                    .get(20..20usize.saturating_add(caplen))
-                    .ok_or(Error("truncated EPB data"))?;
-                #[allow(clippy::cast_precision_loss)]
-                // timestamps: a float of seconds is what we print
-                let time = ((hi << 32) | lo) as f64 / tps;
+                // pcap-file keeps the timestamp's ticks as nanoseconds; they are in the
+                // interface's resolution.
+                #[allow(clippy::cast_precision_loss)] // a float of seconds is what we print
+                let time = p.timestamp.as_nanos() as f64 / ticks_per_second(ifc);
                 frames.push(Frame {
                     time,
-                    link_type: lt,
-                    data,
+                    link_type: u32::from(ifc.linktype),
+                    data: borrowed(p.data)?,
                 });
             }
-            3 => {
-                let &(lt, _) = links.first().ok_or(Error("SPB before any IDB"))?;
-                let len = usize::try_from(rd32(body, 0, le).ok_or(Error("truncated SPB"))?)
-                    .unwrap_or(usize::MAX);
-                let data = body
-                    .get(4..4usize.saturating_add(len).min(body.len()))
-                    .ok_or(Error("truncated SPB"))?;
+            Block::SimplePacket(p) => {
+                let ifc = parser
+                    .interfaces()
+                    .first()
+                    .ok_or(Error("SPB before any IDB"))?;
+                let data = borrowed(p.data)?;
+                // The block's data is padded to 32 bits: the packet is its original length.
+                let len = usize::try_from(p.original_len).map_or(data.len(), |l| l.min(data.len()));
                 frames.push(Frame {
                     time: 0.0,
-                    link_type: lt,
-                    data,
+                    link_type: u32::from(ifc.linktype),
+                    data: &data[..len],
                 });
             }
             _ => {}
         }
-        at += blen;
     }
     Ok(frames)
 }
 
 /// Ticks per second of an interface, from its if_tsresol option (default µs).
-fn idb_ticks(body: &[u8], le: bool) -> f64 {
-    let mut at = 8;
-    while let (Some(code), Some(len)) = (rd16(body, at, le), rd16(body, at + 2, le)) {
-        if code == 0 {
-            break;
-        }
-        if code == 9 && len >= 1 {
-            if let Some(&r) = body.get(at + 4) {
+fn ticks_per_second(ifc: &InterfaceDescriptionBlock<'_>) -> f64 {
+    ifc.options
+        .iter()
+        .find_map(|o| match o {
+            InterfaceDescriptionOption::IfTsResol(r) => {
                 let exp = i32::from(r & 0x7f);
-                return if r & 0x80 == 0 {
+                Some(if r & 0x80 == 0 {
                     10f64.powi(exp)
                 } else {
                     2f64.powi(exp)
-                };
+                })
             }
-        }
-        at += 4 + usize::from(len).div_ceil(4) * 4;
-    }
-    1e6
+            _ => None,
+        })
+        .unwrap_or(1e6)
 }
 
 /// The IP packet inside a frame of the given link type, if it carries IPv4 or IPv6.
@@ -212,54 +180,39 @@ pub fn ip_payload(link_type: u32, data: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// Writes a classic pcap (µs, little endian) of raw IP packets (link type 101).
-#[derive(Debug, Default)]
-pub struct Writer {
-    buf: Vec<u8>,
-}
-
-impl Writer {
-    pub fn new() -> Self {
-        let mut buf = Vec::new();
-        buf.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        buf.extend_from_slice(&2u16.to_le_bytes());
-        buf.extend_from_slice(&4u16.to_le_bytes());
-        buf.extend_from_slice(&[0; 8]);
-        buf.extend_from_slice(&65535u32.to_le_bytes());
-        buf.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
-        Self { buf }
-    }
-
-    /// Appends one IP packet with the given timestamp in microseconds.
-    pub fn push(&mut self, micros: u64, ip_packet: &[u8]) {
-        let len = u32::try_from(ip_packet.len()).unwrap_or(u32::MAX);
-        let secs = u32::try_from(micros / 1_000_000).unwrap_or(u32::MAX);
-        let us = u32::try_from(micros % 1_000_000).unwrap_or(0);
-        for v in [secs, us, len, len] {
-            self.buf.extend_from_slice(&v.to_le_bytes());
-        }
-        self.buf.extend_from_slice(ip_packet);
-    }
-
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.buf
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+    use pcap_file::DataLink;
+    use std::time::Duration;
+
+    /// A classic pcap (µs, little endian) of raw IP packets: (µs, packet).
+    fn pcap(packets: &[(u64, &[u8])]) -> Vec<u8> {
+        let header = PcapHeader {
+            datalink: DataLink::RAW,
+            endianness: pcap_file::Endianness::Little,
+            ..Default::default()
+        };
+        let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
+        for &(us, p) in packets {
+            let len = u32::try_from(p.len()).unwrap();
+            w.write_packet(&PcapPacket::new(Duration::from_micros(us), len, p))
+                .unwrap();
+        }
+        w.into_writer()
+    }
 
     #[test]
-    fn writes_and_reads_back() {
-        let mut w = Writer::new();
-        w.push(1_500_000, &[0x45, 0, 0, 20]);
-        w.push(2_000_001, &[0x60, 1]);
-        let bytes = w.into_bytes();
+    fn pcap_reads_back() {
+        let bytes = pcap(&[(1_500_000, &[0x45, 0, 0, 20]), (2_000_001, &[0x60, 1])]);
         let frames = read(&bytes).unwrap();
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].data, &[0x45, 0, 0, 20]);
         assert!((frames[0].time - 1.5).abs() < 1e-9);
+        assert!((frames[1].time - 2.000_001).abs() < 1e-9);
         assert_eq!(
             ip_payload(frames[1].link_type, frames[1].data),
             Some(&[0x60, 1][..])
@@ -267,10 +220,36 @@ mod tests {
     }
 
     #[test]
+    fn pcapng_reads_back_in_the_interfaces_resolution() {
+        let mut w = PcapNgWriter::new(Vec::new()).unwrap();
+        let mut idb = InterfaceDescriptionBlock::new(DataLink::RAW, 65_535);
+        idb.options.push(InterfaceDescriptionOption::IfTsResol(9));
+        w.write_pcapng_block(idb).unwrap();
+        let data = [0x45u8, 0, 0, 20, 1];
+        let epb = EnhancedPacketBlock {
+            interface_id: 0,
+            // Ticks of the interface: nanoseconds here.
+            timestamp: Duration::from_nanos(1_500_000_001),
+            original_len: 5,
+            data: Cow::Borrowed(&data[..]),
+            options: vec![],
+        };
+        w.write_pcapng_block(epb).unwrap();
+        let bytes = w.into_inner();
+        let frames = read(&bytes).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].data, &data);
+        assert_eq!(frames[0].link_type, LINKTYPE_RAW);
+        assert!(
+            (frames[0].time - 1.500_000_001).abs() < 1e-9,
+            "{}",
+            frames[0].time
+        );
+    }
+
+    #[test]
     fn truncated_files_are_errors() {
-        let mut w = Writer::new();
-        w.push(0, &[0x45; 40]);
-        let bytes = w.into_bytes();
+        let bytes = pcap(&[(0, &[0x45; 40])]);
         for n in 0..bytes.len() {
             let _ = read(&bytes[..n]);
         }

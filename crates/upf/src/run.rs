@@ -5,6 +5,7 @@
 use crate::admin;
 use crate::backends;
 use crate::config::{self, Backend, FileConfig, LogFormat};
+use anyhow::{bail, Context};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,7 +69,7 @@ pub struct Args {
 }
 
 /// The file (or defaults) with the flags applied, validated.
-pub fn file_config(args: &Args) -> Result<FileConfig, String> {
+pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
     let mut c = match &args.config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
@@ -98,9 +99,7 @@ pub fn file_config(args: &Args) -> Result<FileConfig, String> {
             "af_packet" => Backend::AfPacket,
             "af_xdp" => Backend::AfXdp,
             _ => {
-                return Err(format!(
-                    "--n6 {b:?}: expected tun, auto, none, af_packet or af_xdp"
-                ))
+                bail!("--n6 {b:?}: expected tun, auto, none, af_packet or af_xdp")
             }
         });
     }
@@ -142,7 +141,7 @@ pub fn file_config(args: &Args) -> Result<FileConfig, String> {
         c.log.format = match f.as_str() {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
-            _ => return Err(format!("--log-format {f:?}: expected text or json")),
+            _ => bail!("--log-format {f:?}: expected text or json"),
         };
     }
     c.validate()?;
@@ -158,8 +157,8 @@ fn ntp_now() -> u32 {
 }
 
 /// The agent's configuration from the file's.
-pub fn agent_config(c: &FileConfig) -> Result<Config, String> {
-    let n4 = config::socket_addr(&c.n4.address, 8805).ok_or("n4.address")?;
+pub fn agent_config(c: &FileConfig) -> anyhow::Result<Config> {
+    let n4 = config::socket_addr(&c.n4.address, 8805).context("n4.address")?;
     let mut cfg = Config::new(n4.ip());
     if let Some(id) = &c.n4.node_id {
         cfg.node_id = match id.parse::<IpAddr>() {
@@ -230,15 +229,15 @@ fn tunnel_addrs(a: &[IpAddr]) -> TunnelAddrs {
 }
 
 /// The workers' configuration from the file's.
-pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
+pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
     let mut acl_text = c.acl.uplink_rules.join("\n");
     if let Some(f) = &c.acl.uplink_file {
         let t = std::fs::read_to_string(f)
-            .map_err(|e| format!("acl.uplink_file {}: {e}", f.display()))?;
+            .with_context(|| format!("acl.uplink_file {}", f.display()))?;
         acl_text.push('\n');
         acl_text.push_str(&t);
     }
-    let acl = upf_dataplane::acl::Acl::load(&acl_text).map_err(|e| format!("acl: {e}"))?;
+    let acl = upf_dataplane::acl::Acl::load(&acl_text).context("acl")?;
     let local = |a: &[IpAddr]| {
         let t = tunnel_addrs(a);
         upf_dataplane::LocalAddrs {
@@ -296,7 +295,7 @@ fn init_logging(c: &FileConfig) {
 
 /// Runs until SIGINT/SIGTERM. Errors are start-up errors (bad config, address in use, an
 /// interface the host cannot give), each saying what to change.
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> anyhow::Result<()> {
     let c = file_config(args)?;
     if args.check {
         println!("{c:#?}");
@@ -309,35 +308,35 @@ pub fn run(args: &Args) -> Result<(), String> {
     for line in &opened.report {
         info!(target: "upf", "{line}");
     }
-    let workers = Workers::start_io(&rt_cfg, opened.queues).map_err(|e| e.to_string())?;
+    let workers = Workers::start_io(&rt_cfg, opened.queues)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("tokio: {e}"))?;
+        .context("tokio")?;
     let result = rt.block_on(serve(&c, agent_cfg, workers));
     // Routes and devices set up for the run go away with it.
     drop(opened.cleanup);
     result
 }
 
-async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), String> {
-    let addr = config::socket_addr(&c.n4.address, 8805).ok_or("n4.address")?;
+async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<()> {
+    let addr = config::socket_addr(&c.n4.address, 8805).context("n4.address")?;
     let sock = UdpSocket::bind(addr)
         .await
-        .map_err(|e| format!("n4.address {addr}: {e}"))?;
+        .with_context(|| format!("n4.address {addr}"))?;
     // An SMF may send hundreds of requests at once (establishment bursts, a restart's
-    // re-establishments): the default ~200 KiB held ~250 and the rest waited for the SMF's
-    // retransmission timer (`upf-bench control`, window 256).
+    // re-establishments): 4 MiB holds them, where the kernel's default buffer would leave
+    // the rest to the SMF's retransmission timer.
     upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
-    let mut agent = Agent::new(cfg, workers, started, ntp_now()).map_err(|e| e.to_string())?;
+    let mut agent = Agent::new(cfg, workers, started, ntp_now())?;
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
-        let a = config::socket_addr(&c.admin.address, 9464).ok_or("admin.address")?;
+        let a = config::socket_addr(&c.admin.address, 9464).context("admin.address")?;
         let l = tokio::net::TcpListener::bind(a)
             .await
-            .map_err(|e| format!("admin.address {a}: {e}"))?;
+            .with_context(|| format!("admin.address {a}"))?;
         info!(target: "upf", "admin: http://{} (/metrics, /api/…)", l.local_addr().unwrap_or(a));
         tokio::spawn(admin::serve(
             l,
@@ -350,7 +349,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
     let mut buf = vec![0u8; 65_536];
     let mut peer_lines = PeerLogLimit::new(PEER_LOG_LINES_PER_S);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("signal: {e}"))?;
+        .context("signal")?;
     loop {
         while let Some(t) = agent.poll_transmit() {
             if let Err(e) = sock.send_to(&t.payload, t.dest).await {
@@ -380,7 +379,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> Result<(), Stri
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
                 };
-                let _ = req.reply.send(admin::answer(&req.path, &st));
+                let _ = req.reply.send(admin::answer(req.query, &st));
             }
             () = tokio::time::sleep_until(deadline.into()) => agent.handle_timeout(Instant::now()),
             _ = tokio::signal::ctrl_c() => break,

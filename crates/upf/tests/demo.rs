@@ -1,6 +1,8 @@
 //! `upf demo` end to end (root only: `#[ignore = "needs root"]`): a short run with few sessions at a
 //! low rate must exit 0, report packets received at both ends (the DN for uplink, the gNB for
-//! downlink), and leave no `upfdemo-*` namespace behind.
+//! downlink), and leave no `upfdemo-*` namespace behind. Only in a build with the `demo`
+//! feature (the default).
+#![cfg(feature = "demo")]
 
 use std::process::Command;
 

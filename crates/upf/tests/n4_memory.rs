@@ -37,17 +37,10 @@ impl Drop for ConfigFile {
 }
 
 /// A counter or gauge of `/metrics`, as the integer it is.
-fn metric(upf: &Upf, series: &str) -> u64 {
-    upf.metrics()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("{series} not in /metrics"))
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole, not negative
+fn metric(upf: &Upf, name: &str, labels: &[(&str, &str)]) -> u64 {
+    upf.metric(name, labels)
+        .unwrap_or_else(|| panic!("{name}{labels:?} not in /metrics")) as u64
 }
 
 /// The daemon's resident set (kB), for the record.
@@ -132,7 +125,7 @@ fn response_flood_stays_within_the_cache_bounds() {
         assert_eq!(m.cause, Cause::REQUEST_ACCEPTED);
         assert_eq!(m.usage_reports.len(), 256);
         if i % 100 == 99 {
-            let bytes = metric(&upf, "upf_pfcp_response_cache_bytes");
+            let bytes = metric(&upf, "upf_pfcp_response_cache_bytes", &[]);
             assert!(bytes <= TOTAL, "{bytes} B cached after {i} requests");
             peak = peak.max(bytes);
         }
@@ -144,12 +137,13 @@ fn response_flood_stays_within_the_cache_bounds() {
     }
     assert!(largest > 20_000, "responses of {largest} B");
     let per_entry = largest as u64 + CACHE_ENTRY_OVERHEAD as u64;
-    let bytes = metric(&upf, "upf_pfcp_response_cache_bytes");
-    let entries = metric(&upf, "upf_pfcp_response_cache_entries");
+    let bytes = metric(&upf, "upf_pfcp_response_cache_bytes", &[]);
+    let entries = metric(&upf, "upf_pfcp_response_cache_entries", &[]);
     let evicted = |r: &str| {
         metric(
             &upf,
-            &format!("upf_pfcp_response_cache_evictions_total{{reason=\"{r}\"}}"),
+            "upf_pfcp_response_cache_evictions_total",
+            &[("reason", r)],
         )
     };
     let own = evicted("peer_bytes");
@@ -162,11 +156,11 @@ fn response_flood_stays_within_the_cache_bounds() {
     assert_eq!((evicted("bytes"), evicted("entries")), (0, 0));
     assert!(bytes <= PER_PEER + 16 * 1024, "{bytes}");
     // The other SMF's first heartbeat is answered from the cache, not executed again.
-    let answered = metric(&upf, "upf_pfcp_retransmissions_answered_total");
+    let answered = metric(&upf, "upf_pfcp_retransmissions_answered_total", &[]);
     other.sock.send_to(&hb, upf.n4).unwrap();
     other.response(hb_seq);
     assert_eq!(
-        metric(&upf, "upf_pfcp_retransmissions_answered_total"),
+        metric(&upf, "upf_pfcp_retransmissions_answered_total", &[]),
         answered + 1
     );
     let rss_after = rss_kb(&upf);

@@ -166,10 +166,8 @@ fn owner_still_in_charge(upf: &Upf, smf: &mut Peer, seids: [u64; 2]) {
 }
 
 fn refused(upf: &Upf, reason: &str) -> f64 {
-    upf.metric(&format!(
-        "upf_pfcp_requests_refused_total{{reason=\"{reason}\"}}"
-    ))
-    .unwrap_or_else(|| panic!("no refusal counter {reason}"))
+    upf.metric("upf_pfcp_requests_refused_total", &[("reason", reason)])
+        .unwrap_or_else(|| panic!("no refusal counter {reason}"))
 }
 
 #[test]

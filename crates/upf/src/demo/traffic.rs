@@ -5,7 +5,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use upf_loadgen::gnb::{classify_downlink, encap_uplink, Received, SessionTable, HEADROOM};
@@ -43,99 +43,66 @@ pub struct Stats {
     pub rtt: Histogram,
 }
 
-/// The round-trip times (ns) in log-linear buckets: exact below 64 ns, 32 buckets per power of
-/// two above (about 3 % wide). Written by one thread, read by any.
+/// The round-trip times (ns): an HDR histogram (3 significant digits, 1 ns to 60 s), written
+/// by the gNB's receiving thread and copied once a second by the progress table.
 #[derive(Debug)]
-pub struct Histogram {
-    buckets: Vec<AtomicU64>,
-    max: AtomicU64,
-}
+pub struct Histogram(Mutex<hdrhistogram::Histogram<u64>>);
 
-const LINEAR: u64 = 64;
-const SUB_BITS: u32 = 5;
-const BUCKETS: usize = 64 + (64 - 6) * 32;
+/// The longest round trip told apart from the others; longer ones count as this.
+const RTT_MAX_NS: u64 = 60_000_000_000;
 
 impl Default for Histogram {
     fn default() -> Self {
-        Self {
-            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-            max: AtomicU64::new(0),
-        }
+        Self(Mutex::new(
+            hdrhistogram::Histogram::new_with_bounds(1, RTT_MAX_NS, 3)
+                .unwrap_or_else(|_| unreachable!("valid bounds")),
+        ))
     }
-}
-
-#[allow(clippy::cast_possible_truncation)] // bucket numbers are below BUCKETS
-fn bucket(v: u64) -> usize {
-    if v < LINEAR {
-        return v as usize;
-    }
-    let e = 63 - v.leading_zeros(); // ≥ 6
-    let sub = (v >> (e - SUB_BITS)) & 31;
-    (LINEAR + u64::from(e - 6) * 32 + sub) as usize
-}
-
-/// The middle of bucket `i`.
-fn bucket_value(i: usize) -> u64 {
-    let i = i as u64;
-    if i < LINEAR {
-        return i;
-    }
-    let e = (i - LINEAR) / 32 + 6;
-    let sub = (i - LINEAR) % 32;
-    let width = 1u64 << (e - u64::from(SUB_BITS));
-    (32 + sub) * width + width / 2
 }
 
 impl Histogram {
+    fn get(&self) -> std::sync::MutexGuard<'_, hdrhistogram::Histogram<u64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn record(&self, ns: u64) {
-        self.buckets[bucket(ns)].fetch_add(1, Relaxed);
-        self.max.fetch_max(ns, Relaxed);
+        self.get().saturating_record(ns);
     }
 
     pub fn snapshot(&self) -> Counts {
-        Counts(self.buckets.iter().map(|b| b.load(Relaxed)).collect())
+        Counts(Some(self.get().clone()))
     }
 
+    /// The longest round trip (to the histogram's precision).
     pub fn max(&self) -> u64 {
-        self.max.load(Relaxed)
+        self.get().max()
     }
 }
 
-/// Bucket counts at one moment (or between two).
+/// The round trips at one moment (or between two).
 #[derive(Debug, Clone, Default)]
-pub struct Counts(Vec<u64>);
+pub struct Counts(Option<hdrhistogram::Histogram<u64>>);
 
 impl Counts {
     pub fn since(&self, earlier: &Counts) -> Counts {
-        Counts(
-            self.0
-                .iter()
-                .zip(earlier.0.iter().chain(std::iter::repeat(&0)))
-                .map(|(a, b)| a.saturating_sub(*b))
-                .collect(),
-        )
+        let mut d = self.0.clone();
+        if let (Some(d), Some(e)) = (d.as_mut(), &earlier.0) {
+            // An earlier snapshot of the same histogram: never more in any bucket.
+            let _ = d.subtract(e);
+        }
+        Counts(d)
     }
 
     pub fn total(&self) -> u64 {
-        self.0.iter().sum()
+        self.0.as_ref().map_or(0, hdrhistogram::Histogram::len)
     }
 
     /// The value (ns) below which a fraction `q` of the samples lie; None without samples.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 0 ≤ q ≤ 1
     pub fn quantile(&self, q: f64) -> Option<u64> {
-        let total = self.total();
-        if total == 0 {
-            return None;
-        }
-        let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
-        let mut seen = 0;
-        for (i, n) in self.0.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Some(bucket_value(i));
-            }
-        }
-        None
+        let h = self.0.as_ref().filter(|h| !h.is_empty())?;
+        Some(h.value_at_quantile(q))
     }
 }
 
@@ -430,32 +397,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_monotonic_and_close() {
-        let mut last = 0;
-        for v in [
-            0u64,
-            1,
-            63,
-            64,
-            65,
-            100,
-            1000,
-            12_345,
-            1 << 20,
-            123_456_789,
-            u64::MAX / 3,
-        ] {
-            let b = bucket(v);
-            assert!(b >= last && b < BUCKETS, "{v}");
-            last = b;
-            let m = bucket_value(b);
-            let err = (m as f64 - v as f64).abs() / (v.max(1) as f64);
-            assert!(err < 0.04 || v < LINEAR && m == v, "{v} → {m}");
-        }
-        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
-    }
-
-    #[test]
     fn quantiles() {
         let h = Histogram::default();
         for v in 1..=1000u64 {
@@ -464,11 +405,17 @@ mod tests {
         let c = h.snapshot();
         assert_eq!(c.total(), 1000);
         let p50 = c.quantile(0.5).unwrap();
-        assert!((480_000..520_000).contains(&p50), "{p50}");
+        assert!((499_500..=500_500).contains(&p50), "{p50}");
         let p99 = c.quantile(0.99).unwrap();
-        assert!((960_000..1_020_000).contains(&p99), "{p99}");
-        assert_eq!(h.max(), 1_000_000);
+        assert!((989_000..=991_000).contains(&p99), "{p99}");
+        assert!((1_000_000..=1_001_000).contains(&h.max()), "{}", h.max());
         assert_eq!(c.since(&c).quantile(0.5), None);
+        // The last second's share: only what came after the earlier snapshot.
+        h.record(7_000_000);
+        let d = h.snapshot().since(&c);
+        assert_eq!(d.total(), 1);
+        assert!((6_990_000..=7_010_000).contains(&d.quantile(0.99).unwrap()));
+        assert_eq!(Counts::default().quantile(0.5), None);
     }
 
     #[test]

@@ -3,8 +3,7 @@
 //! 127.0.0.0/8, every process ended on drop.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -109,43 +108,38 @@ impl Upf {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The body of an admin endpoint's answer to GET `path`.
-    pub fn get(&self, path: &str) -> String {
-        let mut s = TcpStream::connect(self.admin).expect("admin endpoint");
-        s.set_read_timeout(Some(ANSWER_WITHIN)).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: upf\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).expect("admin answer");
-        match out.split_once("\r\n\r\n") {
-            Some((_, body)) => body.to_string(),
-            None => out,
-        }
-    }
-
     /// The `/metrics` text.
     pub fn metrics(&self) -> String {
-        self.get("/metrics")
+        upf::admin::get(self.admin, "/metrics").expect("/metrics")
     }
 
-    /// The JSON of `/api/...`.
+    /// The JSON of `/api/...` (null for an error, a session that does not exist).
     pub fn api(&self, what: &str) -> serde_json::Value {
-        serde_json::from_str(&self.get(&format!("/api/{what}"))).unwrap_or_default()
+        upf::admin::get(self.admin, &format!("/api/{what}"))
+            .ok()
+            .and_then(|body| serde_json::from_str(&body).ok())
+            .unwrap_or_default()
     }
 
-    /// The value of one series of `/metrics`, written as it appears there
-    /// (`name{label="value"}`); None if absent.
-    pub fn metric(&self, series: &str) -> Option<f64> {
+    /// The value of the `/metrics` sample `name` (as the samples are named) whose labels
+    /// include `labels`; None if there is none.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let text = self.metrics();
-        text.lines().find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).ok()?;
+        scrape.samples.into_iter().find_map(|s| {
+            let wanted =
+                s.metric == name && labels.iter().all(|&(k, v)| s.labels.get(k) == Some(v));
+            match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v)
+                    if wanted =>
+                {
+                    Some(v)
+                }
+                _ => None,
+            }
         })
     }
 }
