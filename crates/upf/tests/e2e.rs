@@ -28,10 +28,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use upf_loadgen::gnb::{Gnb, GnbConfig, SessionTable, UeSession};
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{
     ue_pool, Downlink, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr, UpfEvent,
 };
+use upf_netns::in_netns;
 
 const UPF_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 1);
 const GNB_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 2);

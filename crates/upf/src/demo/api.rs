@@ -5,7 +5,7 @@ use crate::admin;
 use anyhow::Context;
 use serde_json::Value;
 use std::net::SocketAddr;
-use upf_loadgen::in_netns;
+use upf_netns::in_netns;
 
 /// The UPF's counters as its admin API reports them.
 #[derive(Debug, Clone, Default)]

@@ -44,8 +44,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use topology::{clean, ns_exists, signal};
 use traffic::Traffic;
-use upf_io::link::ip;
 use upf_loadgen::smf::{Session, Smf};
+use upf_netns::ip;
 
 pub const UE_NS: &str = "upfdemo-ue";
 pub const UPF_NS: &str = "upfdemo-upf";

@@ -11,7 +11,7 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use upf_loadgen::gnb::{SessionTable, UeSession};
-use upf_loadgen::in_netns;
+use upf_netns::in_netns;
 
 /// CPU time (user + system, in seconds) of process `pid` so far.
 fn cpu_seconds(pid: u32, ticks_per_s: u64) -> Option<f64> {

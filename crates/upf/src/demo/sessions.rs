@@ -7,8 +7,8 @@ use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{ue_pool, Qos, SessionSpec, Smf, SmfConfig, UeAddr, Usage};
+use upf_netns::in_netns;
 
 impl Demo {
     pub(super) fn establish(&mut self, a: &Args, stop: &AtomicBool) -> anyhow::Result<()> {

@@ -7,11 +7,11 @@ use anyhow::Context;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use upf_io::link::ip;
-use upf_loadgen::{in_netns, veth_pair};
+use upf_netns::ip;
+use upf_netns::{in_netns, veth_pair};
 
 pub(super) fn ns_exists(name: &str) -> bool {
-    upf_loadgen::netns_path(name).exists()
+    upf_netns::netns_path(name).exists()
 }
 
 /// Writes /proc/sys/KEY inside namespace `ns` (net sysctls are per namespace).
@@ -62,7 +62,7 @@ pub(super) fn clean() -> anyhow::Result<()> {
         for &p in pids.iter().filter(|&&p| !process_gone(p)) {
             signal(p, "KILL");
         }
-        ip(&["netns", "del", ns]).map_err(anyhow::Error::msg)?;
+        ip(&["netns", "del", ns])?;
         removed.push(if pids.is_empty() {
             ns.to_string()
         } else {
@@ -86,9 +86,9 @@ impl Demo {
     /// UE TUN: the demo's gNB makes the UEs' packets itself).
     pub(super) fn topology(&mut self, forward: bool) -> anyhow::Result<()> {
         for ns in NAMESPACES {
-            ip(&["netns", "add", ns]).map_err(anyhow::Error::msg)?;
+            ip(&["netns", "add", ns])?;
             self.namespaces.push(ns);
-            ip(&["-n", ns, "link", "set", "lo", "up"]).map_err(anyhow::Error::msg)?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
             for (k, v) in [
                 ("net/ipv4/conf/all/rp_filter", "0"),
                 ("net/ipv4/conf/default/rp_filter", "0"),
@@ -135,8 +135,7 @@ impl Demo {
         ] {
             veth_pair((a, da, aa), (b, db, ab))?;
         }
-        ip(&["-n", DN_NS, "route", "add", UE_POOL, "via", "192.168.6.1"])
-            .map_err(anyhow::Error::msg)?;
+        ip(&["-n", DN_NS, "route", "add", UE_POOL, "via", "192.168.6.1"])?;
         // The UPF has the kernel confirm its next hops (the gNB, the DN) with an empty datagram
         // to their discard port. Someone listening there keeps those kernels from answering
         // with ICMP port unreachable, which the raw-socket backends would see as packets for
