@@ -385,7 +385,7 @@ fn join_fanout(fd: RawFd, port: Port, f: Fanout) -> io::Result<FanoutMode> {
         Ok(prog) => match setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg(PACKET_FANOUT_EBPF)) {
             Ok(()) => {
                 // Every member sets the (same) program; the group keeps the last one.
-                let pfd: i32 = prog.fd().as_raw_fd();
+                let pfd: i32 = prog.fd()?.as_raw_fd();
                 setsockopt(fd, SOL_PACKET, PACKET_FANOUT_DATA, &pfd)
                     .map_err(ctx("PACKET_FANOUT_DATA (attaching the eBPF program)"))?;
                 return Ok(FanoutMode::Ebpf);
