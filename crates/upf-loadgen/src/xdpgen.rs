@@ -16,6 +16,10 @@
 //! (CLOCK_MONOTONIC, 8 octets, host order) and a class word ([`STAMP_MAGIC`] + class, 4
 //! octets). The peer veth needs an XDP program (or GRO on) to accept redirected frames.
 //!
+//! The programs are C (`bpf/gen.bpf.c`, `bpf/sink.bpf.c`, `bpf/verdict.bpf.c`), built by
+//! clang and loaded with aya; what varies (the template, the ports, the latency settings) is
+//! set at load as read-only globals, so the verifier keeps only the code a template needs.
+//!
 //! [`Counter`]: an XDP program that counts (packets, octets) the IPv4 UDP packets to the ports
 //! given, atomically in an array map, and drops them; everything else (ARP, ICMP, …) passes,
 //! so the kernel behind it keeps resolving neighbours. Count at the receiver: a sender's own
@@ -26,22 +30,28 @@
 #![forbid(unsafe_code)]
 
 use crate::sys;
+use aya::maps::{Array, MapData};
+use aya::programs::{Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use upf_io::af_xdp::bpf::{self, Asm, Insn, Label, ADD, AND, B, DW, H, JGT, JNE, R0, R1, R2};
-use upf_io::af_xdp::bpf::{JEQ, JGE, JLT, LSH, MUL, R10, R9, SUB};
-use upf_io::af_xdp::bpf::{R3, R4, R5, R6, R7, R8, RSH, W, XOR};
+use upf_io::bpf::{self, LiveFrames};
 
 pub const XDP_DROP: i32 = 1;
 pub const XDP_PASS: i32 = 2;
 pub const XDP_TX: i32 = 3;
 pub const GTPU_PORT: u16 = 2152;
-/// bpf_ktime_get_ns (CLOCK_MONOTONIC) and bpf_map_lookup_elem.
-const HELPER_KTIME_GET_NS: i32 = 5;
-const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+static GEN_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gen.bpf.o"));
+static SINK_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sink.bpf.o"));
+static VERDICT_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/verdict.bpf.o"));
+/// Template header octets the generator program holds at most.
+pub const MAX_HEADER: usize = 128;
+/// Destination ports the sink counts at most.
+pub const MAX_PORTS: usize = 8;
 /// Inner UDP ports of the generated packets.
 pub const SRC_PORT: u16 = 5000;
 pub const DST_PORT: u16 = 5001;
@@ -296,177 +306,172 @@ impl Template {
             .sum()
     }
 
-    /// The XDP program: pace, rewrite the headers, then the session's fields and the class
-    /// marks, stamp, XDP_TX. `state` is an array map of one [`STATE_LEN`]-octet value: the
-    /// session index of the next frame (u32), the frame counter k (u32), the time the next
-    /// frame is due (ps, u64), the interval between frames (ps, u64; 0: not paced) and the
-    /// frames sent (u64). A run before its frame is due returns XDP_DROP and changes
-    /// nothing: a paced generator spins through the kernel's loop and sends on time.
-    pub fn program(&self, state: &OwnedFd) -> io::Result<Vec<Insn>> {
-        let off16 = |o: usize| i16::try_from(o).map_err(io::Error::other);
-        let imm = |v: usize| i32::try_from(v).map_err(io::Error::other);
-        let mut a = Asm::new();
-        let drop = a.new_label();
-        let go = a.new_label();
-        a.mov_reg(R6, R1);
-        a.ld_map_value(R7, state.as_raw_fd(), 0);
-        a.ldx(DW, R1, R7, 16);
-        a.jmp(JEQ, R1, 0, go);
-        a.call(HELPER_KTIME_GET_NS);
-        a.alu(MUL, R0, 1000);
-        a.ldx(DW, R2, R7, 8);
-        a.jmp_reg(JLT, R0, R2, drop);
-        // Late by more than 100 µs (the thread was off the CPU, or between calls): start
-        // over from now rather than catch up in a burst.
-        let on_time = a.new_label();
-        a.mov_reg(R3, R0);
-        a.alu(SUB, R3, 100_000_000);
-        a.jmp_reg(JGE, R2, R3, on_time);
-        a.mov_reg(R2, R0);
-        a.label(on_time);
-        a.ldx(DW, R1, R7, 16);
-        a.alu_reg(ADD, R2, R1);
-        a.stx(DW, R7, 8, R2);
-        a.label(go);
-        a.ldx(W, R2, R6, 0);
-        a.ldx(W, R3, R6, 4);
-        a.mov_reg(R4, R2);
-        let need = self.stamp.map_or(self.header_len, |s| s + STAMP_LEN);
-        a.alu(ADD, R4, imm(need.max(self.header_len))?);
-        a.jmp_reg(JGT, R4, R3, drop);
-        // Every header octet, from immediates.
-        let h = &self.frame[..self.header_len];
-        let mut off = 0;
-        while off < h.len() {
-            let o = off16(off)?;
-            let rest = h.len() - off;
-            if rest >= 8 {
-                let v = u64::from_le_bytes(h[off..off + 8].try_into().unwrap_or([0; 8]));
-                a.ld_imm64(R1, v);
-                a.stx(DW, R2, o, R1);
-                off += 8;
-            } else if rest >= 4 {
-                let v = u32::from_le_bytes(h[off..off + 4].try_into().unwrap_or([0; 4]));
-                a.ld_imm64(R1, u64::from(v));
-                a.stx(W, R2, o, R1);
-                off += 4;
-            } else if rest >= 2 {
-                a.st(
-                    H,
-                    R2,
-                    o,
-                    i32::from(u16::from_le_bytes([h[off], h[off + 1]])),
-                );
-                off += 2;
-            } else {
-                a.st(B, R2, o, i32::from(h[off]));
-                off += 1;
-            }
+    /// The generator program's globals for this template (see `bpf/gen.bpf.c`): an error when
+    /// the headers are longer than [`MAX_HEADER`].
+    fn globals(&self) -> io::Result<GenGlobals> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        let u32_of = |v: usize| u32::try_from(v).map_err(|_| bad(format!("offset {v}")));
+        if self.header_len > MAX_HEADER || self.header_len > self.frame.len() {
+            return Err(bad(format!(
+                "template headers of {} octets: at most {MAX_HEADER} and the frame's",
+                self.header_len
+            )));
         }
-        // Sent; r8 = this frame's session index; the next one's back into the map.
-        a.ldx(DW, R1, R7, 24);
-        a.alu(ADD, R1, 1);
-        a.stx(DW, R7, 24, R1);
-        a.ldx(W, R8, R7, 0);
-        let keep = a.new_label();
-        a.mov_reg(R1, R8);
-        a.alu(ADD, R1, 1);
-        a.ld_imm64(R4, u64::from(self.count));
-        a.jmp_reg(JLT, R1, R4, keep);
-        a.mov(R1, 0);
-        a.label(keep);
-        a.stx(W, R7, 0, R1);
-        // r9 = this frame's class (1: high priority), from the frame counter k.
-        a.mov(R9, 0);
-        if let Some((_, threshold)) = self.high {
-            a.ldx(W, R1, R7, 4);
-            a.mov_reg(R4, R1);
-            a.alu(ADD, R4, 1);
-            a.stx(W, R7, 4, R4);
-            a.ld_imm64(R4, GOLDEN);
-            a.alu_reg(MUL, R1, R4);
-            a.ld_imm64(R4, 0xffff_ffff);
-            a.alu_reg(AND, R1, R4);
-            a.ld_imm64(R4, threshold);
-            let low = a.new_label();
-            a.jmp_reg(JGE, R1, R4, low);
-            a.mov(R9, 1);
-            a.label(low);
-        }
-        if let Some((toff, base)) = self.teid {
-            a.ld_imm64(R4, u64::from(base));
-            a.mov_reg(R1, R8);
-            a.alu_reg(ADD, R1, R4);
-            a.be(R1, 32);
-            a.stx(W, R2, off16(toff)?, R1);
-        }
-        a.ld_imm64(R4, u64::from(self.addr_base));
-        a.mov_reg(R1, R8);
-        a.alu_reg(ADD, R1, R4);
-        // 32-bit wrap, like the specification.
-        a.ld_imm64(R4, 0xffff_ffff);
-        a.alu_reg(AND, R1, R4);
-        a.mov_reg(R5, R1);
-        a.be(R5, 32);
-        a.stx(W, R2, off16(self.addr_off)?, R5);
-        // Header checksum: the fixed words' sum plus the address's halves (and a high-priority
-        // DSCP's difference to the template's ToS), folded, inverted.
-        a.mov_reg(R4, R1);
-        a.alu(RSH, R4, 16);
-        a.alu(AND, R1, 0xffff);
-        a.alu_reg(ADD, R1, R4);
-        a.alu(
-            ADD,
-            R1,
-            i32::try_from(self.partial_sum()).map_err(io::Error::other)?,
-        );
-        let plain = a.new_label();
-        match self.high {
-            Some((Mark::Dscp(d), _)) => {
-                a.jmp(JEQ, R9, 0, plain);
-                let tos = i32::from(d << 2);
-                a.alu(ADD, R1, tos - i32::from(self.frame[self.ip + 1]));
-                a.st(B, R2, off16(self.ip + 1)?, tos);
-            }
-            Some((Mark::Qfi(q), _)) => {
-                a.jmp(JEQ, R9, 0, plain);
+        let mut hdr = [0u8; MAX_HEADER];
+        hdr[..self.header_len].copy_from_slice(&self.frame[..self.header_len]);
+        let need = self
+            .stamp
+            .map_or(self.header_len, |s| s + STAMP_LEN)
+            .max(self.header_len);
+        let (mark, mark_off, mark_val, mark_csum, threshold) = match self.high {
+            None => (0, 0, 0, 0, 0),
+            Some((Mark::Qfi(q), thr)) => {
                 let o = self
                     .psc_qfi
-                    .ok_or_else(|| io::Error::other("QFI mark without PSC"))?;
-                a.st(B, R2, off16(o)?, i32::from(q));
+                    .ok_or_else(|| bad("QFI mark without PSC".into()))?;
+                (1, o, u32::from(q), 0, thr)
             }
-            None => {}
-        }
-        a.label(plain);
-        for _ in 0..2 {
-            a.mov_reg(R4, R1);
-            a.alu(RSH, R4, 16);
-            a.alu(AND, R1, 0xffff);
-            a.alu_reg(ADD, R1, R4);
-        }
-        a.alu(XOR, R1, 0xffff);
-        a.be(R1, 16);
-        a.stx(H, R2, off16(self.ip + 10)?, R1);
-        if let Some(s) = self.stamp {
-            // The class word, then the clock as late as possible (the helper call clobbers
-            // r1–r5; the packet pointer lives on in r6).
-            a.mov_reg(R1, R9);
-            a.alu(
-                ADD,
-                R1,
-                i32::try_from(STAMP_MAGIC).map_err(io::Error::other)?,
-            );
-            a.stx(W, R2, off16(s + 8)?, R1);
-            a.mov_reg(R6, R2);
-            a.call(HELPER_KTIME_GET_NS);
-            a.stx(DW, R6, off16(s)?, R0);
-        }
-        a.mov(R0, XDP_TX);
-        a.exit();
-        a.label(drop);
-        a.mov(R0, XDP_DROP);
-        a.exit();
-        a.finish()
+            Some((Mark::Dscp(d), thr)) => {
+                let tos = d << 2;
+                let delta = i32::from(tos) - i32::from(self.frame[self.ip + 1]);
+                (2, self.ip + 1, u32::from(tos), delta, thr)
+            }
+        };
+        let (teid_off, teid_base) = self.teid.unwrap_or((0, 0));
+        Ok(GenGlobals {
+            hdr,
+            hdr_len: u32_of(self.header_len)?,
+            need: u32_of(need)?,
+            sessions: self.count.max(1),
+            ip_off: u32_of(self.ip)?,
+            addr_off: u32_of(self.addr_off)?,
+            addr_base: self.addr_base,
+            has_teid: u32::from(self.teid.is_some()),
+            teid_off: u32_of(teid_off)?,
+            teid_base,
+            partial_sum: self.partial_sum(),
+            mark,
+            mark_off: u32_of(mark_off)?,
+            mark_val,
+            mark_csum,
+            threshold,
+            has_stamp: u32::from(self.stamp.is_some()),
+            stamp_off: u32_of(self.stamp.unwrap_or(0))?,
+        })
+    }
+}
+
+/// The generator program's read-only globals (`bpf/gen.bpf.c`).
+#[derive(Debug)]
+struct GenGlobals {
+    hdr: [u8; MAX_HEADER],
+    hdr_len: u32,
+    need: u32,
+    sessions: u32,
+    ip_off: u32,
+    addr_off: u32,
+    addr_base: u32,
+    has_teid: u32,
+    teid_off: u32,
+    teid_base: u32,
+    partial_sum: u32,
+    mark: u32,
+    mark_off: u32,
+    mark_val: u32,
+    mark_csum: i32,
+    threshold: u64,
+    has_stamp: u32,
+    stamp_off: u32,
+}
+
+impl GenGlobals {
+    fn load(&self) -> io::Result<Ebpf> {
+        EbpfLoader::new()
+            .override_global("hdr", &self.hdr, true)
+            .override_global("hdr_len", &self.hdr_len, true)
+            .override_global("need", &self.need, true)
+            .override_global("sessions", &self.sessions, true)
+            .override_global("ip_off", &self.ip_off, true)
+            .override_global("addr_off", &self.addr_off, true)
+            .override_global("addr_base", &self.addr_base, true)
+            .override_global("has_teid", &self.has_teid, true)
+            .override_global("teid_off", &self.teid_off, true)
+            .override_global("teid_base", &self.teid_base, true)
+            .override_global("partial_sum", &self.partial_sum, true)
+            .override_global("mark", &self.mark, true)
+            .override_global("mark_off", &self.mark_off, true)
+            .override_global("mark_val", &self.mark_val, true)
+            .override_global("mark_csum", &self.mark_csum, true)
+            .override_global("threshold", &self.threshold, true)
+            .override_global("has_stamp", &self.has_stamp, true)
+            .override_global("stamp_off", &self.stamp_off, true)
+            .load(GEN_OBJECT)
+            .map_err(|e| bpf::error("loading the generator object", &e))
+    }
+}
+
+/// Loads XDP program `name` of `ebpf` into the kernel.
+fn load_xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> io::Result<&'a mut Xdp> {
+    let prog: &mut Xdp = ebpf
+        .program_mut(name)
+        .ok_or_else(|| io::Error::other(format!("object without {name}")))?
+        .try_into()
+        .map_err(|e| bpf::error(name, &e))?;
+    prog.load()
+        .map_err(|e| bpf::error(&format!("BPF_PROG_LOAD (XDP {name})"), &e))?;
+    Ok(prog)
+}
+
+/// XDP program `name` of `ebpf`, loaded.
+fn xdp<'a>(ebpf: &'a Ebpf, name: &str) -> io::Result<&'a Xdp> {
+    ebpf.program(name)
+        .ok_or_else(|| io::Error::other(format!("object without {name}")))?
+        .try_into()
+        .map_err(|e| bpf::error(name, &e))
+}
+
+/// An array map of `N`-octet values (u32 keys), taken out of its object; the threads that
+/// read and reset it share it.
+struct ArrayMap<const N: usize> {
+    name: &'static str,
+    map: Mutex<Array<MapData, [u8; N]>>,
+}
+
+impl<const N: usize> std::fmt::Debug for ArrayMap<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ArrayMap({}, {N} octets)", self.name)
+    }
+}
+
+impl<const N: usize> ArrayMap<N> {
+    /// Map `name` of `ebpf` (after its programs are loaded: they hold the map from then on).
+    fn take(ebpf: &mut Ebpf, name: &'static str) -> io::Result<Self> {
+        let m = ebpf
+            .take_map(name)
+            .ok_or_else(|| io::Error::other(format!("object without map {name}")))?;
+        let map = Array::try_from(m).map_err(|e| bpf::error(name, &e))?;
+        Ok(ArrayMap {
+            name,
+            map: Mutex::new(map),
+        })
+    }
+
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, Array<MapData, [u8; N]>>> {
+        self.map
+            .lock()
+            .map_err(|_| io::Error::other(format!("map {} lock poisoned", self.name)))
+    }
+
+    fn get(&self, i: u32) -> io::Result<[u8; N]> {
+        self.lock()?
+            .get(&i, 0)
+            .map_err(|e| bpf::error(&format!("reading map {}", self.name), &e))
+    }
+
+    fn set(&self, i: u32, v: &[u8; N]) -> io::Result<()> {
+        self.lock()?
+            .set(i, v, 0)
+            .map_err(|e| bpf::error(&format!("writing map {}", self.name), &e))
     }
 }
 
@@ -493,16 +498,22 @@ fn wake_handler() -> io::Result<()> {
     .map_err(io::Error::other)
 }
 
-/// Octets of the generator's state (see [`Template::program`]).
+/// Octets of the generator's state (`struct gen_state` of `bpf/gen.bpf.c`): the session index
+/// of the next frame (u32), the frame counter k (u32), the time the next frame is due (ps,
+/// u64), the interval between frames (ps, u64; 0: not paced) and the frames sent (u64). A run
+/// before its frame is due returns XDP_DROP and changes nothing: a paced generator spins
+/// through the kernel's loop and sends on time.
 pub const STATE_LEN: usize = 32;
 
 /// A loaded generator: program, state map and template.
 #[derive(Debug)]
 pub struct Generator {
     template: Template,
-    state: OwnedFd,
-    prog: OwnedFd,
+    state: ArrayMap<STATE_LEN>,
+    ebpf: Ebpf,
 }
+
+const GEN_PROGRAM: &str = "upf_gen";
 
 /// What one run sent.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -531,16 +542,13 @@ fn thread_cpu() -> Duration {
 
 impl Generator {
     pub fn new(template: Template) -> io::Result<Generator> {
-        let state = bpf::create_array(
-            STATE_LEN.try_into().map_err(io::Error::other)?,
-            1,
-            "upfgen_state",
-        )?;
-        let prog = bpf::load_xdp(&template.program(&state)?, "upf_gen")?;
+        let mut ebpf = template.globals()?.load()?;
+        load_xdp(&mut ebpf, GEN_PROGRAM)?;
+        let state = ArrayMap::take(&mut ebpf, "state")?;
         Ok(Generator {
             template,
             state,
-            prog,
+            ebpf,
         })
     }
 
@@ -551,13 +559,19 @@ impl Generator {
     /// Runs the program once on the template through BPF_PROG_TEST_RUN (no live frames):
     /// the verdict and the frame it made (for tests).
     pub fn test_once(&self) -> io::Result<(u32, Vec<u8>)> {
-        bpf::test_run(&self.prog, &self.template.frame)
+        let frame = &self.template.frame;
+        let mut out = vec![0u8; frame.len() + 512];
+        let r = bpf::run(xdp(&self.ebpf, GEN_PROGRAM)?, frame, &mut out, 1, None)?;
+        out.truncate(r.out_len);
+        Ok((r.retval, out))
     }
 
     fn state(&self) -> io::Result<[u8; STATE_LEN]> {
-        let mut v = [0u8; STATE_LEN];
-        bpf::map_lookup(&self.state, 0, &mut v)?;
-        Ok(v)
+        self.state.get(0)
+    }
+
+    fn set_state(&self, v: &[u8; STATE_LEN]) -> io::Result<()> {
+        self.state.set(0, v)
     }
 
     /// Paces the program at `rate` frames/s (0: not paced), the next frame due now.
@@ -568,7 +582,7 @@ impl Generator {
             .map_or(0, |i| i.max(1));
         v[8..16].fill(0);
         v[16..24].copy_from_slice(&interval_ps.to_ne_bytes());
-        bpf::map_update(&self.state, 0, &v)
+        self.set_state(&v)
     }
 
     /// Frames sent since the generator was made (runs that returned XDP_TX).
@@ -583,7 +597,7 @@ impl Generator {
     /// and tear-down: nothing is sent meanwhile), so there is one call, as long as it takes:
     /// a helper thread interrupts it with [`WAKE_SIGNAL`] at the deadline (the kernel's loop
     /// stops on a pending signal). Paced, the program drops the runs before their frame is
-    /// due (see [`Template::program`]).
+    /// due (see [`STATE_LEN`]).
     pub fn run(
         &self,
         dev: &str,
@@ -594,6 +608,8 @@ impl Generator {
         wake_handler()?;
         let ifindex = sys::ifindex(dev)?;
         let frame = &self.template.frame;
+        let prog = xdp(&self.ebpf, GEN_PROGRAM)?;
+        let live = Some(LiveFrames { ifindex, batch: 64 });
         self.set_rate(rate)?;
         let sent0 = self.sent()?;
         let cpu0 = thread_cpu();
@@ -618,8 +634,8 @@ impl Generator {
                 if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
                     break Ok(());
                 }
-                match bpf::test_run_live(&self.prog, frame, ifindex, u32::MAX, 64) {
-                    Ok(()) => {}
+                match bpf::run(prog, frame, &mut [], u32::MAX, live) {
+                    Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => break Err(e),
                 }
@@ -643,7 +659,7 @@ impl Generator {
     pub fn reset(&self) -> io::Result<()> {
         let mut v = self.state()?;
         v[0..8].fill(0);
-        bpf::map_update(&self.state, 0, &v)
+        self.set_state(&v)
     }
 }
 
@@ -816,287 +832,23 @@ pub struct JitterSummary {
 /// and measures their latency if asked; detached when dropped (a BPF link).
 #[derive(Debug)]
 pub struct Counter {
-    map: OwnedFd,
-    latency: Option<(OwnedFd, OwnedFd, LatencyConfig)>,
+    counts: ArrayMap<16>,
+    latency: Option<SinkLatency>,
     generation: std::sync::atomic::AtomicU32,
-    _prog: OwnedFd,
-    _link: OwnedFd,
+    /// The program and its link (dropping it detaches the program); the tests run it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    ebpf: Ebpf,
 }
 
-/// The counting program (see [`Counter`]); `map` holds one value: packets, octets (u64
-/// each); `latency`: the latency map, the jitter map and what the sink needs to know.
-pub fn counter_program(
-    map: &OwnedFd,
-    ports: &[u16],
-    latency: Option<(&OwnedFd, &OwnedFd, &LatencyConfig)>,
-) -> io::Result<Vec<Insn>> {
-    let mut a = Asm::new();
-    let pass = a.new_label();
-    let count = a.new_label();
-    let done = a.new_label();
-    a.ldx(W, R2, R1, 0);
-    a.ldx(W, R3, R1, 4);
-    a.mov_reg(R4, R2);
-    a.alu(ADD, R4, 42);
-    a.jmp_reg(JGT, R4, R3, pass);
-    // Octets as loaded from the wire, little-endian: 08 00 is 0x0008.
-    a.ldx(H, R4, R2, 12);
-    a.jmp(JNE, R4, 0x0008, pass);
-    a.ldx(B, R4, R2, 14);
-    a.jmp(JNE, R4, 0x45, pass);
-    a.ldx(B, R4, R2, 23);
-    a.jmp(JNE, R4, 17, pass);
-    a.ldx(H, R4, R2, 36);
-    for p in ports {
-        a.jmp(JEQ, R4, i32::from(p.swap_bytes()), count);
-    }
-    a.label(pass);
-    a.mov(R0, XDP_PASS);
-    a.exit();
-    a.label(count);
-    a.mov_reg(R5, R3);
-    a.alu_reg(SUB, R5, R2);
-    a.ld_map_value(R7, map.as_raw_fd(), 0);
-    a.mov(R1, 1);
-    a.atomic_add(DW, R7, 0, R1);
-    a.atomic_add(DW, R7, 8, R5);
-    if let Some((lat, jit, cfg)) = latency {
-        latency_block(&mut a, lat, jit, cfg, done)?;
-    }
-    a.label(done);
-    a.mov(R0, XDP_DROP);
-    a.exit();
-    a.finish()
+/// The sink's latency maps (`bpf/sink.bpf.c`) and settings.
+#[derive(Debug)]
+struct SinkLatency {
+    lat: ArrayMap<LAT_BYTES>,
+    jit: ArrayMap<JIT_BYTES>,
+    cfg: LatencyConfig,
 }
 
-/// The sink's latency part: r2 = data, r3 = data_end, r4 = the UDP destination port as
-/// loaded. Jumps to `done` when a packet has no stamp it understands.
-fn latency_block(
-    a: &mut Asm,
-    lat: &OwnedFd,
-    jit: &OwnedFd,
-    cfg: &LatencyConfig,
-    done: Label,
-) -> io::Result<()> {
-    let imm = |v: usize| i32::try_from(v).map_err(io::Error::other);
-    let lat_fd = lat.as_raw_fd();
-    // [r10-8]: the QFI of the PDU Session Container (0xff: none).
-    a.st(DW, R10, -8, 0xff);
-    let plain = a.new_label();
-    let gtp_done = a.new_label();
-    let have_inner = a.new_label();
-    a.jmp(JNE, R4, i32::from(GTPU_PORT.swap_bytes()), plain);
-    // GTP-U at 42: 8 octets, +4 if E, S or PN, + one extension header if E.
-    a.mov_reg(R5, R2);
-    a.alu(ADD, R5, 58);
-    a.jmp_reg(JGT, R5, R3, done);
-    a.ldx(B, R1, R2, 42);
-    a.mov(R0, 8);
-    a.mov_reg(R5, R1);
-    a.alu(AND, R5, 7);
-    a.jmp(JEQ, R5, 0, gtp_done);
-    a.mov(R0, 12);
-    a.mov_reg(R5, R1);
-    a.alu(AND, R5, 4);
-    a.jmp(JEQ, R5, 0, gtp_done);
-    a.ldx(B, R5, R2, 53);
-    a.jmp(JEQ, R5, 0, gtp_done);
-    let not_psc = a.new_label();
-    a.jmp(JNE, R5, 0x85, not_psc);
-    a.ldx(B, R1, R2, 56);
-    a.alu(AND, R1, 0x3f);
-    a.stx(DW, R10, -8, R1);
-    a.label(not_psc);
-    a.ldx(B, R5, R2, 54);
-    a.jmp(JEQ, R5, 0, done);
-    a.alu(LSH, R5, 2);
-    a.alu_reg(ADD, R0, R5);
-    // The extension's next-type octet (at 42 + r0 - 1) must end the chain.
-    a.mov_reg(R1, R2);
-    a.alu_reg(ADD, R1, R0);
-    a.alu(ADD, R1, 41);
-    a.mov_reg(R5, R1);
-    a.alu(ADD, R5, 1);
-    a.jmp_reg(JGT, R5, R3, done);
-    a.ldx(B, R5, R1, 0);
-    a.jmp(JNE, R5, 0, done);
-    a.label(gtp_done);
-    a.mov_reg(R8, R2);
-    a.alu_reg(ADD, R8, R0);
-    a.alu(ADD, R8, 42);
-    a.ja(have_inner);
-    a.label(plain);
-    a.mov_reg(R8, R2);
-    a.alu(ADD, R8, 14);
-    a.label(have_inner);
-    // r8 = the inner IPv4 header: IPv4/UDP, then the stamp.
-    a.mov_reg(R5, R8);
-    a.alu(ADD, R5, imm(28 + STAMP_LEN)?);
-    a.jmp_reg(JGT, R5, R3, done);
-    a.ldx(B, R5, R8, 0);
-    a.jmp(JNE, R5, 0x45, done);
-    a.ldx(B, R5, R8, 9);
-    a.jmp(JNE, R5, 17, done);
-    // r7 = class, r6 = stamp, r9 = session index.
-    a.ldx(W, R7, R8, 36);
-    a.alu(
-        SUB,
-        R7,
-        i32::try_from(STAMP_MAGIC).map_err(io::Error::other)?,
-    );
-    a.ld_imm64(R5, 0xffff_ffff);
-    a.alu_reg(AND, R7, R5);
-    a.jmp(JGT, R7, 1, done);
-    a.ldx(DW, R6, R8, 28);
-    a.ldx(W, R9, R8, if cfg.ue_is_dst { 16 } else { 12 });
-    a.be(R9, 32);
-    a.ld_imm64(R5, u64::from(u32::from(cfg.ue_base)));
-    a.alu_reg(SUB, R9, R5);
-    a.ld_imm64(R5, 0xffff_ffff);
-    a.alu_reg(AND, R9, R5);
-    // A QFI that is not the class's.
-    if let Some((lo, hi)) = cfg.qfi {
-        let ok = a.new_label();
-        let cmp = a.new_label();
-        a.ldx(DW, R1, R10, -8);
-        a.jmp(JEQ, R1, 0xff, ok);
-        a.mov(R2, i32::from(lo));
-        a.jmp(JEQ, R7, 0, cmp);
-        a.mov(R2, i32::from(hi));
-        a.label(cmp);
-        a.jmp_reg(JEQ, R1, R2, ok);
-        class_ptr(a, R1, R7, lat_fd, 24)?;
-        a.mov(R2, 1);
-        a.atomic_add(DW, R1, 0, R2);
-        a.label(ok);
-    }
-    a.call(HELPER_KTIME_GET_NS);
-    let forward = a.new_label();
-    a.jmp_reg(JGE, R0, R6, forward);
-    a.ld_map_value(R1, lat_fd, 8);
-    a.mov(R2, 1);
-    a.atomic_add(DW, R1, 0, R2);
-    a.ja(done);
-    a.label(forward);
-    a.alu_reg(SUB, R0, R6);
-    a.mov_reg(R6, R0);
-    // r8 = the class's fields: count, sum, max.
-    class_ptr(a, R8, R7, lat_fd, 0)?;
-    a.mov(R1, 1);
-    a.atomic_add(DW, R8, 0, R1);
-    a.atomic_add(DW, R8, 8, R6);
-    let no_max = a.new_label();
-    a.ldx(DW, R1, R8, 16);
-    a.jmp_reg(JGE, R1, R6, no_max);
-    a.stx(DW, R8, 16, R6);
-    a.label(no_max);
-    // r1 = bucket(r6), as `bucket` does: r2 = floor(log2 v) by halving steps.
-    let have_b = a.new_label();
-    a.mov_reg(R1, R6);
-    a.jmp(JLT, R1, 32, have_b);
-    a.mov(R2, 0);
-    a.mov_reg(R3, R1);
-    for sh in [32, 16, 8, 4, 2, 1] {
-        let skip = a.new_label();
-        a.ld_imm64(R4, 1u64 << sh);
-        a.jmp_reg(JLT, R3, R4, skip);
-        a.alu(RSH, R3, sh);
-        a.alu(ADD, R2, sh);
-        a.label(skip);
-    }
-    let in_range = a.new_label();
-    a.jmp(
-        JGT,
-        R2,
-        imm(usize::try_from(MAX_EXP).map_err(io::Error::other)?)?,
-        in_range,
-    );
-    a.alu(
-        SUB,
-        R2,
-        imm(usize::try_from(SUB_BITS).map_err(io::Error::other)?)?,
-    );
-    a.alu_reg(RSH, R1, R2);
-    a.alu(LSH, R2, 5);
-    a.alu_reg(ADD, R1, R2);
-    a.ja(have_b);
-    a.label(in_range);
-    a.mov(R1, imm(BUCKETS - 1)?);
-    a.label(have_b);
-    // Bounded for the verifier (it is already).
-    a.jmp(JGT, R1, imm(BUCKETS - 1)?, done);
-    a.alu(LSH, R1, 3);
-    a.alu_reg(ADD, R8, R1);
-    a.mov(R1, 1);
-    a.atomic_add(
-        DW,
-        R8,
-        i16::try_from(CLASS_FIELDS).map_err(io::Error::other)?,
-        R1,
-    );
-    // Jitter of flow session × 2 + class.
-    a.jmp(
-        JGE,
-        R9,
-        i32::try_from(cfg.sessions).map_err(io::Error::other)?,
-        done,
-    );
-    a.alu(LSH, R9, 1);
-    a.alu_reg(ADD, R9, R7);
-    a.stx(W, R10, -16, R9);
-    a.ld_map(R1, jit.as_raw_fd());
-    a.mov_reg(R2, R10);
-    a.alu(ADD, R2, -16);
-    a.call(HELPER_MAP_LOOKUP_ELEM);
-    a.jmp(JEQ, R0, 0, done);
-    a.ld_map_value(R1, lat_fd, 0);
-    a.ldx(W, R2, R1, 0);
-    a.ldx(W, R3, R0, 16);
-    let same = a.new_label();
-    a.jmp_reg(JEQ, R3, R2, same);
-    a.stx(DW, R0, 0, R6);
-    a.st(DW, R0, 8, 0);
-    a.stx(W, R0, 16, R2);
-    a.st(W, R0, 20, 1);
-    a.ja(done);
-    a.label(same);
-    a.ldx(DW, R1, R0, 0);
-    a.stx(DW, R0, 0, R6);
-    let up = a.new_label();
-    let have_d = a.new_label();
-    a.mov_reg(R3, R6);
-    a.jmp_reg(JGE, R6, R1, up);
-    a.mov_reg(R3, R1);
-    a.alu_reg(SUB, R3, R6);
-    a.ja(have_d);
-    a.label(up);
-    a.alu_reg(SUB, R3, R1);
-    a.label(have_d);
-    a.ldx(DW, R4, R0, 8);
-    a.mov_reg(R5, R4);
-    a.alu(ADD, R5, 8);
-    a.alu(RSH, R5, 4);
-    a.alu_reg(ADD, R4, R3);
-    a.alu_reg(SUB, R4, R5);
-    a.stx(DW, R0, 8, R4);
-    a.ldx(W, R1, R0, 20);
-    a.alu(ADD, R1, 1);
-    a.stx(W, R0, 20, R1);
-    Ok(())
-}
-
-/// dst = the address of field `field` of the class in register `class` (0 or 1) of the
-/// latency map.
-fn class_ptr(a: &mut Asm, dst: u8, class: u8, lat: i32, field: usize) -> io::Result<()> {
-    let c0 = a.new_label();
-    let off =
-        |c: usize| i32::try_from(LAT_HEADER + c * CLASS_BYTES + field).map_err(io::Error::other);
-    a.ld_map_value(dst, lat, off(0)?);
-    a.jmp(JEQ, class, 0, c0);
-    a.ld_map_value(dst, lat, off(1)?);
-    a.label(c0);
-    Ok(())
-}
+const SINK_PROGRAM: &str = "upf_sink";
 
 fn u64_at(v: &[u8], off: usize) -> u64 {
     u64::from_ne_bytes(v[off..off + 8].try_into().unwrap_or([0; 8]))
@@ -1119,42 +871,68 @@ impl Counter {
         latency: Option<LatencyConfig>,
     ) -> io::Result<Counter> {
         let ifindex = sys::ifindex(dev)?;
-        let c = Counter::load(ports, latency, |prog| {
-            bpf::attach_xdp(prog, ifindex, upf_io::af_xdp::XDP_FLAGS_DRV_MODE).map_err(|e| {
-                io::Error::new(e.kind(), format!("attaching the counter to {dev}: {e}"))
-            })
-        })?;
-        Ok(c)
+        Counter::load(ports, latency, Some((ifindex, dev)))
     }
 
-    /// Loads the program and its maps; `link` attaches it (tests: a descriptor of anything).
+    /// Loads the program and its maps and attaches it to `attach` (ifindex, name; tests: none).
     fn load(
         ports: &[u16],
         latency: Option<LatencyConfig>,
-        link: impl FnOnce(&OwnedFd) -> io::Result<OwnedFd>,
+        attach: Option<(u32, &str)>,
     ) -> io::Result<Counter> {
-        let map = bpf::create_array(16, 1, "upf_sink")?;
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        let mut stored = [0u16; MAX_PORTS];
+        if ports.len() > MAX_PORTS {
+            return Err(bad(format!("the sink counts at most {MAX_PORTS} ports")));
+        }
+        for (s, p) in stored.iter_mut().zip(ports) {
+            *s = u16::from_ne_bytes(p.to_be_bytes());
+        }
+        let n_ports = u32::try_from(ports.len()).unwrap_or(0);
+        let cfg = latency.unwrap_or(LatencyConfig {
+            ue_base: Ipv4Addr::UNSPECIFIED,
+            sessions: 1,
+            ue_is_dst: false,
+            qfi: None,
+        });
+        let flows = cfg
+            .sessions
+            .max(1)
+            .checked_mul(2)
+            .ok_or_else(|| bad("too many sessions".into()))?;
+        let (qlo, qhi) = cfg.qfi.unwrap_or((0, 0));
+        let mut ebpf = EbpfLoader::new()
+            .override_global("n_ports", &n_ports, true)
+            .override_global("ports", &stored, true)
+            .override_global("latency", &u32::from(latency.is_some()), true)
+            .override_global("ue_base", &u32::from(cfg.ue_base), true)
+            .override_global("ue_is_dst", &u32::from(cfg.ue_is_dst), true)
+            .override_global("sessions", &cfg.sessions, true)
+            .override_global("has_qfi", &u32::from(cfg.qfi.is_some()), true)
+            .override_global("qfi_low", &u32::from(qlo), true)
+            .override_global("qfi_high", &u32::from(qhi), true)
+            .map_max_entries("jit", flows)
+            .load(SINK_OBJECT)
+            .map_err(|e| bpf::error("loading the sink object", &e))?;
+        let prog = load_xdp(&mut ebpf, SINK_PROGRAM)?;
+        if let Some((ifindex, dev)) = attach {
+            prog.attach_to_if_index(ifindex, XdpMode::Driver)
+                .map_err(|e| bpf::error(&format!("attaching the counter to {dev}"), &e))?;
+        }
+        let counts = ArrayMap::take(&mut ebpf, "counts")?;
         let latency = match latency {
             None => None,
-            Some(cfg) => {
-                let size = |n: usize| u32::try_from(n).map_err(io::Error::other);
-                let lat = bpf::create_array(size(LAT_BYTES)?, 1, "upf_sink_lat")?;
-                let flows = cfg.sessions.max(1).checked_mul(2).ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidInput, "too many sessions")
-                })?;
-                let jit = bpf::create_array(size(JIT_BYTES)?, flows, "upf_sink_jit")?;
-                Some((lat, jit, cfg))
-            }
+            Some(cfg) => Some(SinkLatency {
+                lat: ArrayMap::take(&mut ebpf, "lat")?,
+                jit: ArrayMap::take(&mut ebpf, "jit")?,
+                cfg,
+            }),
         };
-        let insns = counter_program(&map, ports, latency.as_ref().map(|(l, j, c)| (l, j, c)))?;
-        let prog = bpf::load_xdp(&insns, "upf_sink")?;
-        let link = link(&prog)?;
         let c = Counter {
-            map,
+            counts,
             latency,
             generation: std::sync::atomic::AtomicU32::new(0),
-            _prog: prog,
-            _link: link,
+            ebpf,
         };
         c.reset_latency()?;
         Ok(c)
@@ -1176,8 +954,7 @@ impl Counter {
     }
 
     pub fn read(&self) -> io::Result<Count> {
-        let mut v = [0u8; 16];
-        bpf::map_lookup(&self.map, 0, &mut v)?;
+        let v = self.counts.get(0)?;
         Ok(Count {
             packets: u64_at(&v, 0),
             octets: u64_at(&v, 8),
@@ -1187,22 +964,21 @@ impl Counter {
     /// Empties the histograms and starts a new generation of jitter state (every flow
     /// starts over at its next packet). Call it while no packets arrive.
     pub fn reset_latency(&self) -> io::Result<()> {
-        let Some((lat, _, _)) = &self.latency else {
+        let Some(l) = &self.latency else {
             return Ok(());
         };
         let g = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut v = vec![0u8; LAT_BYTES];
+        let mut v = Box::new([0u8; LAT_BYTES]);
         v[0..4].copy_from_slice(&g.to_ne_bytes());
-        bpf::map_update(lat, 0, &v)
+        l.lat.set(0, &v)
     }
 
     /// The histograms since the last reset (`None`: not measuring latency).
     pub fn latency(&self) -> io::Result<Option<Latency>> {
-        let Some((lat, _, _)) = &self.latency else {
+        let Some(l) = &self.latency else {
             return Ok(None);
         };
-        let mut v = vec![0u8; LAT_BYTES];
-        bpf::map_lookup(lat, 0, &mut v)?;
+        let v = l.lat.get(0)?;
         let class = |c: usize| {
             let base = LAT_HEADER + c * CLASS_BYTES;
             ClassLatency {
@@ -1224,14 +1000,13 @@ impl Counter {
     /// Per flow of this generation with two packets or more: (session, class, J in ns,
     /// packets).
     pub fn flows(&self) -> io::Result<Vec<(u32, usize, f64, u32)>> {
-        let Some((_, jit, cfg)) = &self.latency else {
+        let Some(l) = &self.latency else {
             return Ok(Vec::new());
         };
         let g = self.generation.load(Ordering::Relaxed);
         let mut out = Vec::new();
-        let mut v = [0u8; JIT_BYTES];
-        for f in 0..cfg.sessions.max(1) * 2 {
-            bpf::map_lookup(jit, f, &mut v)?;
+        for f in 0..l.cfg.sessions.max(1) * 2 {
+            let v = l.jit.get(f)?;
             let packets = u32_at(&v, 20);
             if u32_at(&v, 16) == g && packets >= 2 {
                 out.push((
@@ -1267,23 +1042,23 @@ impl Counter {
 /// hand them to the kernel; XDP_DROP), attached to `dev` of `netns` while the value lives.
 #[derive(Debug)]
 pub struct Fixed {
-    _prog: OwnedFd,
-    _link: OwnedFd,
+    _ebpf: Ebpf,
 }
 
 impl Fixed {
     pub fn attach_in(netns: &str, dev: &str, verdict: i32) -> io::Result<Fixed> {
         crate::in_netns(netns, || {
             let ifindex = sys::ifindex(dev)?;
-            let mut a = Asm::new();
-            a.mov(R0, verdict);
-            a.exit();
-            let prog = bpf::load_xdp(&a.finish()?, "upf_fixed")?;
-            let link = bpf::attach_xdp(&prog, ifindex, upf_io::af_xdp::XDP_FLAGS_DRV_MODE)?;
-            Ok(Fixed {
-                _prog: prog,
-                _link: link,
-            })
+            let verdict = u32::try_from(verdict)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "XDP verdict"))?;
+            let mut ebpf = EbpfLoader::new()
+                .override_global("verdict", &verdict, true)
+                .load(VERDICT_OBJECT)
+                .map_err(|e| bpf::error("loading the verdict object", &e))?;
+            load_xdp(&mut ebpf, "upf_verdict")?
+                .attach_to_if_index(ifindex, XdpMode::Driver)
+                .map_err(|e| bpf::error(&format!("attaching XDP to {dev}"), &e))?;
+            Ok(Fixed { _ebpf: ebpf })
         })?
     }
 }
@@ -1483,6 +1258,7 @@ mod tests {
     #[ignore = "needs root"]
     fn program_matches_the_specification() {
         assert!(is_root(), "needs root");
+        const FRAMES: u64 = 2500;
         for t in [
             ul(),
             ul().with_high_priority(0.5, Mark::Qfi(1)).unwrap(),
@@ -1490,7 +1266,8 @@ mod tests {
         ] {
             let g = Generator::new(t.clone()).unwrap();
             let mut classes = [0; 2];
-            for k in 0..24 {
+            // More frames than sessions (1,000 for the uplink): the index wraps.
+            for k in 0..FRAMES {
                 let t0 = sys::monotonic_ns();
                 let (verdict, mut out) = g.test_once().unwrap();
                 let t1 = sys::monotonic_ns();
@@ -1512,7 +1289,7 @@ mod tests {
             let mut out = g.test_once().unwrap().1;
             out[t.stamp_time().unwrap()].fill(0);
             assert_eq!(out, t.frame(0));
-            assert_eq!(g.sent().unwrap(), 25);
+            assert_eq!(g.sent().unwrap(), FRAMES + 1);
             // Paced at 1 frame/s: the first run sends frame 1, the next ones are early and
             // change nothing; unpaced again, frame 2.
             g.set_rate(1).unwrap();
@@ -1524,7 +1301,7 @@ mod tests {
                     assert_eq!(out, t.frame(1));
                 }
             }
-            assert_eq!(g.sent().unwrap(), 26);
+            assert_eq!(g.sent().unwrap(), FRAMES + 2);
             g.set_rate(0).unwrap();
             let mut out = g.test_once().unwrap().1;
             out[t.stamp_time().unwrap()].fill(0);
@@ -1583,10 +1360,11 @@ mod tests {
             ue_is_dst: true,
             qfi: Some((9, 1)),
         };
-        let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), |p| p.try_clone()).unwrap();
+        let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), None).unwrap();
         let run = |f: &[u8]| {
-            let (verdict, _) = bpf::test_run(&c._prog, f).unwrap();
-            assert_eq!(verdict, XDP_DROP as u32);
+            let prog = xdp(&c.ebpf, SINK_PROGRAM).unwrap();
+            let r = bpf::run(prog, f, &mut [], 1, None).unwrap();
+            assert_eq!(r.retval, XDP_DROP as u32);
         };
         let magic = |class: u32| STAMP_MAGIC + class;
         let mut want = [
@@ -1670,5 +1448,113 @@ mod tests {
         let got = c.latency().unwrap().unwrap();
         assert_eq!(got.classes[1].count, 1);
         assert!(c.flows().unwrap().is_empty());
+    }
+
+    /// The sink against its specification on thousands of random frames (root only): plain
+    /// and G-PDU, both classes, stamps it must ignore, sessions beyond the configured ones,
+    /// QFIs right and wrong, stamps from the future, ports it does not count.
+    #[test]
+    #[ignore = "needs root"]
+    fn sink_matches_the_specification_on_random_frames() {
+        assert!(is_root(), "needs root");
+        let cfg = LatencyConfig {
+            ue_base: UE0,
+            sessions: 5,
+            ue_is_dst: true,
+            qfi: Some((9, 1)),
+        };
+        let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), None).unwrap();
+        let prog = xdp(&c.ebpf, SINK_PROGRAM).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut want: [ClassLatency; 2] = Default::default();
+        for w in &mut want {
+            w.buckets = vec![0; BUCKETS];
+        }
+        let mut flows: std::collections::BTreeMap<(u32, usize), (u64, u64, u32)> =
+            Default::default();
+        let (mut negative, mut counted) = (0u64, 0u64);
+        for _ in 0..3000 {
+            let session = u32::try_from(next() % 7).unwrap();
+            let qfi = [None, Some(1), Some(9), Some(5)][usize::try_from(next() % 4).unwrap()];
+            let word_class = next() % 5;
+            let word = match word_class {
+                0 | 1 => STAMP_MAGIC + u32::try_from(word_class).unwrap(),
+                2 => STAMP_MAGIC + 1,
+                3 => STAMP_MAGIC + 2,
+                _ => u32::try_from(next() >> 32).unwrap(),
+            };
+            let age = (1u64 << (next() % 30)) + next() % 1000;
+            let future = next() % 50 == 0;
+            let t0 = sys::monotonic_ns();
+            let ts = if future {
+                t0 + 10_000_000_000
+            } else {
+                t0 - age
+            };
+            let mut f = stamped(session, qfi, word, ts);
+            let other_port = next() % 20 == 0;
+            if other_port {
+                // The UDP destination port of the outer (or only) header.
+                f[36..38].copy_from_slice(&7777u16.to_be_bytes());
+            }
+            let before = c.latency().unwrap().unwrap();
+            let r = bpf::run(prog, &f, &mut [], 1, None).unwrap();
+            let after = c.latency().unwrap().unwrap();
+            if other_port {
+                assert_eq!(r.retval, XDP_PASS as u32);
+                assert_eq!(after, before);
+                continue;
+            }
+            assert_eq!(r.retval, XDP_DROP as u32);
+            counted += 1;
+            let class = word.wrapping_sub(STAMP_MAGIC);
+            if class > 1 {
+                assert_eq!(after, before, "not a stamp");
+                continue;
+            }
+            let class = usize::try_from(class).unwrap();
+            let w = &mut want[class];
+            if qfi.is_some_and(|q| q != [9, 1][class]) {
+                w.qfi_mismatch += 1;
+            }
+            if future {
+                negative += 1;
+                continue;
+            }
+            let transit = after.classes[class].sum_ns - before.classes[class].sum_ns;
+            assert!(transit >= age, "{transit} < {age}");
+            w.count += 1;
+            w.sum_ns += transit;
+            w.max_ns = w.max_ns.max(transit);
+            w.buckets[bucket(transit)] += 1;
+            if session < cfg.sessions {
+                flows
+                    .entry((session, class))
+                    .and_modify(|(last, j, n)| {
+                        *j = jitter_update(*j, *last, transit);
+                        *last = transit;
+                        *n += 1;
+                    })
+                    .or_insert((transit, 0, 1));
+            }
+        }
+        let got = c.latency().unwrap().unwrap();
+        assert_eq!(got.classes, want);
+        assert_eq!(got.negative, negative);
+        assert_eq!(c.read().unwrap().packets, counted);
+        let want_flows: Vec<(u32, usize, f64, u32)> = flows
+            .iter()
+            .filter(|(_, v)| v.2 >= 2)
+            .map(|(&(s, cl), &(_, j, n))| (s, cl, j as f64 / 16.0, n))
+            .collect();
+        assert_eq!(c.flows().unwrap(), want_flows);
+        assert!(want_flows.len() >= 8, "{want_flows:?}");
+        assert!(want[0].count > 300 && want[1].count > 300, "{want:?}");
     }
 }
