@@ -8,57 +8,57 @@
 #define MAX_HDR 128
 #define STAMP_MAGIC 0x55504c00
 #define CLASS_GOLDEN 0x9e3779b9ULL
-#define MARK_QFI 1
 #define MARK_DSCP 2
 
 /* The template, set at load (read-only: the verifier knows every value and keeps only the
- * code this template needs). */
-const volatile __u8 hdr[MAX_HDR] __attribute__((aligned(8))) = {};
-const volatile __u32 hdr_len = 0;
-/* Octets the frame must have: the header and the stamp. */
-const volatile __u32 need = 0;
-const volatile __u32 sessions = 1;
-const volatile __u32 ip_off = 0;
-const volatile __u32 addr_off = 0;
-const volatile __u32 addr_base = 0;
-const volatile __u32 has_teid = 0;
-const volatile __u32 teid_off = 0;
-const volatile __u32 teid_base = 0;
-/* Sum of the IPv4 header's 16-bit words but the checksum and the varying address. */
-const volatile __u32 partial_sum = 0;
-/* High priority: the mark (0: none), where it goes and its value; for DSCP, the difference of
- * the ToS to the template's (for the checksum). */
-const volatile __u32 mark = 0;
-const volatile __u32 mark_off = 0;
-const volatile __u32 mark_val = 0;
-const volatile __s32 mark_csum = 0;
-/* Frame k is high priority iff (k * CLASS_GOLDEN) mod 2^32 < threshold. */
-const volatile __u64 threshold = 0;
-const volatile __u32 has_stamp = 0;
-const volatile __u32 stamp_off = 0;
+ * code this template needs). cfg[] is indexed by the CFG_ names below (u64 each, the order of
+ * `GenConfig` in generator.rs). */
+enum {
+	CFG_HDR_LEN,     /* header octets rewritten from hdr[] */
+	CFG_NEED,        /* octets the frame must have: the header and the stamp */
+	CFG_SESSIONS,
+	CFG_IP_OFF,      /* the IPv4 header whose address varies */
+	CFG_ADDR_OFF,    /* that address */
+	CFG_ADDR_BASE,
+	CFG_HAS_TEID,
+	CFG_TEID_OFF,
+	CFG_TEID_BASE,
+	CFG_PARTIAL_SUM, /* the IPv4 header's words but the checksum and the address */
+	CFG_MARK,        /* high priority: 0 none, 1 QFI, 2 DSCP */
+	CFG_MARK_OFF,
+	CFG_MARK_VAL,
+	CFG_MARK_CSUM,   /* DSCP: the ToS's difference to the template's (two's complement) */
+	CFG_THRESHOLD,   /* frame k is high iff (k * CLASS_GOLDEN) mod 2^32 < threshold */
+	CFG_HAS_STAMP,
+	CFG_STAMP_OFF,
+	CFG_WORDS,
+};
+const volatile __u64 cfg[CFG_WORDS] = {};
+const volatile __u64 hdr[MAX_HDR / 8] = {};
 
+/* The state the host reads and sets (the .bss map): direct access, no lookup per frame. */
 struct gen_state {
 	__u32 session;     /* session index of the next frame */
 	__u32 k;           /* frame counter (classes) */
 	__u64 due_ps;      /* when the next frame is due */
 	__u64 interval_ps; /* between frames; 0: not paced */
 	__u64 sent;        /* runs that returned XDP_TX */
-};
+} state = {};
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gen_state);
-} state SEC(".maps");
+#define COPY(i) \
+	case (i) + 1: \
+		*(__u64 *)(data + (i) * 8) = h[(i)]
+#define TAIL(T, o) (*(T *)(data + (o)) = *(const volatile T *)((const volatile __u8 *)h + (o)))
 
 SEC("xdp")
 int upf_gen(struct xdp_md *ctx)
 {
-	__u32 zero = 0;
-	struct gen_state *s = bpf_map_lookup_elem(&state, &zero);
-	if (!s)
-		return XDP_DROP;
+	/* The globals' addresses in registers (opaque to clang, which would otherwise load each
+	 * address again before every access). */
+	struct gen_state *s = &state;
+	const volatile __u64 *c = cfg;
+	barrier_var(s);
+	barrier_var(c);
 	/* A run before its frame is due changes nothing. Late by more than 100 us (the thread
 	 * was off the CPU): start over from now rather than catch up in a burst. */
 	if (s->interval_ps) {
@@ -72,62 +72,78 @@ int upf_gen(struct xdp_md *ctx)
 	}
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u32 len = hdr_len;
-	if (data + need > end)
+	if (data + c[CFG_NEED] > end)
 		return XDP_DROP;
 
-	/* Every header octet, from the template. */
-	int i;
-#pragma unroll
-	for (i = 0; i < MAX_HDR / 8; i++) {
-		if (i * 8 + 8 > len)
-			break;
-		*(__u64 *)(data + i * 8) = *(volatile __u64 *)&hdr[i * 8];
+	/* Every header octet, from the template: whole words, then the rest. */
+	const volatile __u64 *h = hdr;
+	barrier_var(h);
+	__u64 len = c[CFG_HDR_LEN];
+	switch (len >> 3) {
+		COPY(15); /* fall through */
+		COPY(14); /* fall through */
+		COPY(13); /* fall through */
+		COPY(12); /* fall through */
+		COPY(11); /* fall through */
+		COPY(10); /* fall through */
+		COPY(9); /* fall through */
+		COPY(8); /* fall through */
+		COPY(7); /* fall through */
+		COPY(6); /* fall through */
+		COPY(5); /* fall through */
+		COPY(4); /* fall through */
+		COPY(3); /* fall through */
+		COPY(2); /* fall through */
+		COPY(1); /* fall through */
+		COPY(0); /* fall through */
+	default:
+		break;
 	}
-	__u32 off = len & ~7U;
+	__u64 off = len & ~7ULL;
 	if (len & 4) {
-		*(__u32 *)(data + off) = *(volatile __u32 *)&hdr[off];
+		TAIL(__u32, off);
 		off += 4;
 	}
 	if (len & 2) {
-		*(__u16 *)(data + off) = *(volatile __u16 *)&hdr[off];
+		TAIL(__u16, off);
 		off += 2;
 	}
 	if (len & 1)
-		*(__u8 *)(data + off) = hdr[off];
+		TAIL(__u8, off);
 
 	s->sent += 1;
-	__u32 session = s->session;
-	__u32 next = session + 1;
-	s->session = next < sessions ? next : 0;
+	__u64 session = s->session;
+	__u64 next = session + 1;
+	s->session = next < c[CFG_SESSIONS] ? next : 0;
 
-	int high = 0;
-	if (mark) {
+	__u64 high = 0;
+	if (c[CFG_MARK]) {
 		__u32 k = s->k;
 		s->k = k + 1;
-		high = (((__u64)k * CLASS_GOLDEN) & 0xffffffff) < threshold;
+		high = (((__u64)k * CLASS_GOLDEN) & 0xffffffff) < c[CFG_THRESHOLD];
 	}
-	if (has_teid)
-		*(__u32 *)(data + teid_off) = bpf_htonl(teid_base + session);
-	__u32 addr = addr_base + session;
-	*(__u32 *)(data + addr_off) = bpf_htonl(addr);
+	if (c[CFG_HAS_TEID])
+		*(__u32 *)(data + c[CFG_TEID_OFF]) = bpf_htonl((__u32)c[CFG_TEID_BASE] + session);
+	__u32 addr = (__u32)c[CFG_ADDR_BASE] + session;
+	*(__u32 *)(data + c[CFG_ADDR_OFF]) = bpf_htonl(addr);
 
 	/* IPv4 header checksum: the fixed words, the address's halves, a DSCP mark's
 	 * difference; folded, inverted. */
-	__u64 sum = (__u64)partial_sum + (addr >> 16) + (addr & 0xffff);
+	__u64 sum = c[CFG_PARTIAL_SUM] + (addr >> 16) + (addr & 0xffff);
 	if (high) {
-		*(__u8 *)(data + mark_off) = mark_val;
-		if (mark == MARK_DSCP)
-			sum += (__s64)mark_csum;
+		*(__u8 *)(data + c[CFG_MARK_OFF]) = c[CFG_MARK_VAL];
+		if (c[CFG_MARK] == MARK_DSCP)
+			sum += c[CFG_MARK_CSUM];
 	}
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
-	*(__u16 *)(data + ip_off + 10) = bpf_htons((__u16)(sum ^ 0xffff));
+	*(__u16 *)(data + c[CFG_IP_OFF] + 10) = bpf_htons((__u16)(sum ^ 0xffff));
 
 	/* The class word, then the clock as late as possible. */
-	if (has_stamp) {
-		*(__u32 *)(data + stamp_off + 8) = STAMP_MAGIC + high;
-		*(__u64 *)(data + stamp_off) = bpf_ktime_get_ns();
+	if (c[CFG_HAS_STAMP]) {
+		void *stamp = data + c[CFG_STAMP_OFF];
+		*(__u32 *)(stamp + 8) = STAMP_MAGIC + high;
+		*(__u64 *)stamp = bpf_ktime_get_ns();
 	}
 	return XDP_TX;
 }

@@ -16,18 +16,21 @@ pub const MAX_HEADER: usize = 128;
 
 impl Template {
     /// The generator program's globals for this template (see `bpf/gen.bpf.c`): an error when
-    /// the headers are longer than [`MAX_HEADER`].
+    /// the headers are longer than [`MAX_HEADER`] or an offset lies outside the frame.
     fn globals(&self) -> io::Result<GenGlobals> {
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
-        let u32_of = |v: usize| u32::try_from(v).map_err(|_| bad(format!("offset {v}")));
         if self.header_len > MAX_HEADER || self.header_len > self.frame.len() {
             return Err(bad(format!(
                 "template headers of {} octets: at most {MAX_HEADER} and the frame's",
                 self.header_len
             )));
         }
-        let mut hdr = [0u8; MAX_HEADER];
-        hdr[..self.header_len].copy_from_slice(&self.frame[..self.header_len]);
+        let mut octets = [0u8; MAX_HEADER];
+        octets[..self.header_len].copy_from_slice(&self.frame[..self.header_len]);
+        let mut hdr = [0u64; MAX_HEADER / 8];
+        for (w, c) in hdr.iter_mut().zip(octets.chunks_exact(8)) {
+            *w = u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+        }
         let need = self
             .stamp
             .map_or(self.header_len, |s| s + STAMP_LEN)
@@ -38,82 +41,53 @@ impl Template {
                 let o = self
                     .psc_qfi
                     .ok_or_else(|| bad("QFI mark without PSC".into()))?;
-                (1, o, u32::from(q), 0, thr)
+                (1, o, u64::from(q), 0, thr)
             }
             Some((Mark::Dscp(d), thr)) => {
                 let tos = d << 2;
-                let delta = i32::from(tos) - i32::from(self.frame[self.ip + 1]);
-                (2, self.ip + 1, u32::from(tos), delta, thr)
+                let delta = i64::from(tos) - i64::from(self.frame[self.ip + 1]);
+                (2, self.ip + 1, u64::from(tos), delta.cast_unsigned(), thr)
             }
         };
         let (teid_off, teid_base) = self.teid.unwrap_or((0, 0));
-        Ok(GenGlobals {
-            hdr,
-            hdr_len: u32_of(self.header_len)?,
-            need: u32_of(need)?,
-            sessions: self.count.max(1),
-            ip_off: u32_of(self.ip)?,
-            addr_off: u32_of(self.addr_off)?,
-            addr_base: self.addr_base,
-            has_teid: u32::from(self.teid.is_some()),
-            teid_off: u32_of(teid_off)?,
-            teid_base,
-            partial_sum: self.partial_sum(),
+        let offset = |v: usize| u64::try_from(v).map_err(|_| bad(format!("offset {v}")));
+        // In the order of the CFG_ names of bpf/gen.bpf.c.
+        let cfg = [
+            offset(self.header_len)?,
+            offset(need)?,
+            u64::from(self.count.max(1)),
+            offset(self.ip)?,
+            offset(self.addr_off)?,
+            u64::from(self.addr_base),
+            u64::from(self.teid.is_some()),
+            offset(teid_off)?,
+            u64::from(teid_base),
+            u64::from(self.partial_sum()),
             mark,
-            mark_off: u32_of(mark_off)?,
+            offset(mark_off)?,
             mark_val,
             mark_csum,
             threshold,
-            has_stamp: u32::from(self.stamp.is_some()),
-            stamp_off: u32_of(self.stamp.unwrap_or(0))?,
-        })
+            u64::from(self.stamp.is_some()),
+            offset(self.stamp.unwrap_or(0))?,
+        ];
+        Ok(GenGlobals { cfg, hdr })
     }
 }
 
-/// The generator program's read-only globals (`bpf/gen.bpf.c`).
+/// The generator program's read-only globals (`bpf/gen.bpf.c`): the template's numbers and
+/// its header octets (native-order words).
 #[derive(Debug)]
 struct GenGlobals {
-    hdr: [u8; MAX_HEADER],
-    hdr_len: u32,
-    need: u32,
-    sessions: u32,
-    ip_off: u32,
-    addr_off: u32,
-    addr_base: u32,
-    has_teid: u32,
-    teid_off: u32,
-    teid_base: u32,
-    partial_sum: u32,
-    mark: u32,
-    mark_off: u32,
-    mark_val: u32,
-    mark_csum: i32,
-    threshold: u64,
-    has_stamp: u32,
-    stamp_off: u32,
+    cfg: [u64; 17],
+    hdr: [u64; MAX_HEADER / 8],
 }
 
 impl GenGlobals {
     fn load(&self) -> io::Result<Ebpf> {
         EbpfLoader::new()
+            .override_global("cfg", &self.cfg, true)
             .override_global("hdr", &self.hdr, true)
-            .override_global("hdr_len", &self.hdr_len, true)
-            .override_global("need", &self.need, true)
-            .override_global("sessions", &self.sessions, true)
-            .override_global("ip_off", &self.ip_off, true)
-            .override_global("addr_off", &self.addr_off, true)
-            .override_global("addr_base", &self.addr_base, true)
-            .override_global("has_teid", &self.has_teid, true)
-            .override_global("teid_off", &self.teid_off, true)
-            .override_global("teid_base", &self.teid_base, true)
-            .override_global("partial_sum", &self.partial_sum, true)
-            .override_global("mark", &self.mark, true)
-            .override_global("mark_off", &self.mark_off, true)
-            .override_global("mark_val", &self.mark_val, true)
-            .override_global("mark_csum", &self.mark_csum, true)
-            .override_global("threshold", &self.threshold, true)
-            .override_global("has_stamp", &self.has_stamp, true)
-            .override_global("stamp_off", &self.stamp_off, true)
             .load(GEN_OBJECT)
             .map_err(|e| bpf::error("loading the generator object", &e))
     }
@@ -137,7 +111,7 @@ fn wake_handler() -> io::Result<()> {
     .map_err(io::Error::other)
 }
 
-/// Octets of the generator's state (`struct gen_state` of `bpf/gen.bpf.c`): the session index
+/// Octets of the generator's state (`struct gen_state` of `bpf/gen.bpf.c`, its .bss): the session index
 /// of the next frame (u32), the frame counter k (u32), the time the next frame is due (ps,
 /// u64), the interval between frames (ps, u64; 0: not paced) and the frames sent (u64). A run
 /// before its frame is due returns XDP_DROP and changes nothing: a paced generator spins
@@ -183,7 +157,7 @@ impl Generator {
     pub fn new(template: Template) -> io::Result<Generator> {
         let mut ebpf = template.globals()?.load()?;
         load_xdp(&mut ebpf, GEN_PROGRAM)?;
-        let state = ArrayMap::take(&mut ebpf, "state")?;
+        let state = ArrayMap::take(&mut ebpf, ".bss")?;
         Ok(Generator {
             template,
             state,
