@@ -28,6 +28,7 @@ use aya::programs::SocketFilter;
 use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
 use upf_packet::steer::{ue_hash_key, worker_of};
 
 /// Extension headers walked at most (the chain is unrolled in the program).
@@ -168,6 +169,21 @@ impl Program {
         prog.load()
             .map_err(|e| bpf::error("BPF_PROG_LOAD (fanout)", &e))?;
         Ok(Program { ebpf })
+    }
+
+    /// The fanout program for `port` and `n` workers, loaded once per process and shared by
+    /// every socket that asks for the same (loading parses the kernel's BTF: a tenth of a
+    /// second; the members of a group all set the same program).
+    pub fn shared(port: Port, n: usize) -> io::Result<Arc<Program>> {
+        static LOADED: Mutex<Vec<(Ingress, usize, Arc<Program>)>> = Mutex::new(Vec::new());
+        let ingress = Ingress::of(port);
+        let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, p)) = loaded.iter().find(|(i, m, _)| *i == ingress && *m == n) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Program::fanout(port, n)?);
+        loaded.push((ingress, n, p.clone()));
+        Ok(p)
     }
 
     fn prog(&self) -> io::Result<&SocketFilter> {
