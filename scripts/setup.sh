@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing upf needs on a fresh Debian machine (idempotent):
-# the pinned Rust toolchain, nightly + cargo-fuzz for the fuzz smoke run, tshark, scapy and Go
-# (for interop/go-smf, on go-pfcp v0.0.24) for the interoperability cross-checks, iproute2,
-# iputils-ping, iperf3, procps and ethtool for `upf demo` and the end-to-end suite.
+# the pinned Rust toolchain, clang and libbpf-dev for the BPF programs, nightly + cargo-fuzz
+# for the fuzz smoke run, tshark, scapy and Go (for interop/go-smf, on go-pfcp v0.0.24) for
+# the interoperability cross-checks, iproute2, iputils-ping, iperf3, procps and ethtool for
+# `upf demo` and the end-to-end suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -11,6 +12,11 @@ apt_pkgs=()
 command -v tshark >/dev/null || apt_pkgs+=(tshark)
 command -v python3 >/dev/null || apt_pkgs+=(python3 python3-pip)
 command -v cc >/dev/null || apt_pkgs+=(build-essential)
+# The BPF programs (crates/*/bpf/*.bpf.c) are built by clang with libbpf's headers
+# (bpf/bpf_helpers.h, bpf/bpf_endian.h) and the kernel's UAPI headers (linux/bpf.h).
+command -v clang >/dev/null || apt_pkgs+=(clang)
+[[ -f /usr/include/bpf/bpf_helpers.h ]] || apt_pkgs+=(libbpf-dev)
+[[ -f /usr/include/linux/bpf.h ]] || apt_pkgs+=(linux-libc-dev)
 # `upf demo` and the end-to-end suite (crates/upf/tests/e2e.rs, scripts/e2e.sh; root):
 # namespaces, veths and TUN (iproute2), real traffic (iperf3, ping), sysctl (procps), veth
 # offload settings (ethtool).

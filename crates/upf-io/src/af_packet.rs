@@ -382,11 +382,11 @@ impl AfPacketIo {
 
 fn join_fanout(fd: RawFd, port: Port, f: Fanout) -> io::Result<FanoutMode> {
     let arg = |ty: u32| u32::from(f.group) | ((ty | PACKET_FANOUT_FLAG_IGNORE_OUTGOING) << 16);
-    let why = match Program::fanout(port, f.workers) {
+    let why = match Program::shared(port, f.workers) {
         Ok(prog) => match setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg(PACKET_FANOUT_EBPF)) {
             Ok(()) => {
                 // Every member sets the (same) program; the group keeps the last one.
-                let pfd: i32 = prog.fd().as_raw_fd();
+                let pfd: i32 = prog.fd()?.as_raw_fd();
                 setsockopt(fd, SOL_PACKET, PACKET_FANOUT_DATA, &pfd)
                     .map_err(ctx("PACKET_FANOUT_DATA (attaching the eBPF program)"))?;
                 return Ok(FanoutMode::Ebpf);

@@ -12,6 +12,7 @@
 
 pub mod af_packet;
 pub mod af_xdp;
+pub mod bpf;
 pub mod fanout;
 pub mod fault;
 pub mod hugepages;

@@ -3,11 +3,10 @@
 //! the socket of the queue it arrived on (see [`prog`] for what goes where and how the owning
 //! worker is computed).
 //!
-//! Built on raw system calls (no libbpf, no compiler): the UMEM is an anonymous mapping
-//! registered with `XDP_UMEM_REG`, the four rings are mmap'd at the offsets of
-//! `XDP_MMAP_OFFSETS`, the program is assembled in Rust ([`bpf::Asm`]), loaded with
-//! `BPF_PROG_LOAD` and attached with `BPF_LINK_CREATE`, so it is detached when the last
-//! socket of the interface is dropped or the process exits.
+//! The sockets are raw system calls: the UMEM is an anonymous mapping registered with
+//! `XDP_UMEM_REG`, the four rings are mmap'd at the offsets of `XDP_MMAP_OFFSETS`. The program
+//! is C (`bpf/xdp.bpf.c`, built by clang), loaded with aya and attached as a BPF link, so it
+//! is detached when the last socket of the interface is dropped or the process exits.
 //!
 //! Frames: the first half of the UMEM's frames belong to the fill/RX rings, the second half to
 //! TX. Receiving copies the IP packet (Ethernet and one VLAN tag stripped) into a pool buffer
@@ -22,7 +21,6 @@
 //! runtime with fewer queues than workers hands those packets over in software. With the
 //! NIC's RSS spreading flows over as many queues as workers, most packets are already home.
 
-pub mod bpf;
 pub mod prog;
 mod ring;
 mod sys;
@@ -32,16 +30,17 @@ mod tests;
 
 pub use prog::{worker_of_key, xdp_worker, Filter};
 pub use sys::XdpStatistics;
-pub use sys::{XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE};
 
 use crate::link::{Link, NextHops};
 use crate::{IoStats, PacketIo, Pool};
+use aya::maps::{MapData, XskMap};
+use aya::programs::XdpMode;
+use aya::Ebpf;
 use ring::{AddrRing, DescRing};
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsFd as _, BorrowedFd};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Arc;
+use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use sys::{Mmap, XdpDesc};
 use upf_packet::{Packet, Port};
@@ -114,15 +113,19 @@ pub fn capabilities(ifname: &str) -> io::Result<Capabilities> {
         Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => false,
         Err(e) => return Err(e),
     };
-    let prog = bpf::pass_program()?;
-    let native_xdp = match bpf::attach_xdp(&prog, link.ifindex, sys::XDP_FLAGS_DRV_MODE) {
+    let mut probe = prog::object(&Filter::new(false, Vec::new(), 1), 1)?;
+    let prog = prog::load(&mut probe, prog::PROBE)?;
+    let native_xdp = match prog.attach_to_if_index(link.ifindex, XdpMode::Driver) {
         Ok(_link) => Some(true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EEXIST)) => None,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
-            return Err(sys::context(e, "bpf(BPF_LINK_CREATE XDP)"))
-        }
-        Err(_) => Some(false),
+        Err(e) => match crate::bpf::errno(&e) {
+            Some(libc::EBUSY) | Some(libc::EEXIST) => None,
+            Some(libc::EPERM) | Some(libc::EACCES) => {
+                return Err(crate::bpf::error("attaching XDP", &e))
+            }
+            _ => Some(false),
+        },
     };
+    drop(probe);
     let zero_copy = if af_xdp {
         match Umem::new(64, 2048).and_then(|u| Xsk::bind(&u, link.ifindex, 0, sys::XDP_ZEROCOPY)) {
             Ok(_) => Some(true),
@@ -190,15 +193,22 @@ pub fn interface_addresses(ifname: &str) -> io::Result<Vec<IpAddr>> {
     Ok(out)
 }
 
-/// The program attached to one interface, its XSKMAP, and the link keeping it attached.
-#[derive(Debug)]
+/// The program attached to one interface (aya keeps the link: dropping the object detaches
+/// it) and its XSKMAP.
 struct Attached {
-    // Field order: the link closes first (detaching the program).
-    _link: OwnedFd,
-    _prog: OwnedFd,
-    map: OwnedFd,
+    map: Mutex<XskMap<MapData>>,
+    _ebpf: Ebpf,
     native: bool,
     filter: Filter,
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attached")
+            .field("native", &self.native)
+            .field("filter", &self.filter)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An interface with the UPF's XDP program attached; hands out one socket per queue.
@@ -222,35 +232,36 @@ impl XdpInterface {
             cfg.local.clone()
         };
         let filter = Filter::new(cfg.port != Port::N6, local, cfg.workers);
-        let map = bpf::create_xskmap(queues)?;
-        let prog = bpf::load_xdp(&prog::program(&filter, &map)?, "upf_xdp")?;
-        let attach = |flags| {
-            bpf::attach_xdp(&prog, link.ifindex, flags)
-                .map_err(|e| sys::context(e, &format!("attach XDP to {ifname}")))
+        let mut ebpf = prog::object(&filter, queues)?;
+        let prog = prog::load(&mut ebpf, prog::PROGRAM)?;
+        let what = format!("attach XDP to {ifname}");
+        let mut attach = |mode| {
+            prog.attach_to_if_index(link.ifindex, mode)
+                .map(|_| ())
+                .map_err(|e| (crate::bpf::errno(&e), crate::bpf::error(&what, &e)))
         };
-        let (xlink, native) = match cfg.attach {
-            AttachMode::Native => (attach(sys::XDP_FLAGS_DRV_MODE)?, true),
-            AttachMode::Generic => (attach(sys::XDP_FLAGS_SKB_MODE)?, false),
-            AttachMode::Auto => match attach(sys::XDP_FLAGS_DRV_MODE) {
-                Ok(l) => (l, true),
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                    ) =>
-                {
-                    (attach(sys::XDP_FLAGS_SKB_MODE)?, false)
+        let native = match cfg.attach {
+            AttachMode::Native => attach(XdpMode::Driver).map(|()| true),
+            AttachMode::Generic => attach(XdpMode::Skb).map(|()| false),
+            AttachMode::Auto => match attach(XdpMode::Driver) {
+                Ok(()) => Ok(true),
+                Err((Some(libc::EOPNOTSUPP) | Some(libc::EINVAL), _)) => {
+                    attach(XdpMode::Skb).map(|()| false)
                 }
-                Err(e) => return Err(e),
+                Err(e) => Err(e),
             },
-        };
+        }
+        .map_err(|(_, e)| e)?;
+        let map = ebpf
+            .take_map(prog::XSK_MAP)
+            .ok_or_else(|| io::Error::other("XDP object without its XSKMAP"))?;
+        let map = XskMap::try_from(map).map_err(|e| crate::bpf::error("XSKMAP", &e))?;
         Ok(Self {
             link,
             cfg,
             attached: Arc::new(Attached {
-                _link: xlink,
-                _prog: prog,
-                map,
+                map: Mutex::new(map),
+                _ebpf: ebpf,
                 native,
                 filter,
             }),
@@ -305,7 +316,12 @@ impl XdpInterface {
             }
             Err(e) => return Err(e),
         };
-        bpf::map_update_u32(&self.attached.map, queue, xsk.fd.as_raw_fd() as u32)?;
+        self.attached
+            .map
+            .lock()
+            .map_err(|_| io::Error::other("XSKMAP lock poisoned"))?
+            .set(queue, xsk.fd.as_raw_fd(), 0)
+            .map_err(|e| crate::bpf::error("registering the socket in the XSKMAP", &e))?;
         Ok(XskIo::new(
             self,
             queue,

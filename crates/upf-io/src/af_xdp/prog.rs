@@ -1,5 +1,5 @@
-//! The XDP program in front of the sockets, generated as eBPF instructions (no compiler
-//! needed), and [`xdp_worker`], its specification in plain Rust.
+//! The XDP program in front of the sockets (C: `bpf/xdp.bpf.c`, built by clang, loaded with
+//! aya) and [`xdp_worker`], its specification in plain Rust.
 //!
 //! What goes to the UPF (XDP_REDIRECT into the socket of the arriving queue):
 //! - on N3/N9 (`Filter::gtpu`): unfragmented IPv4/IPv6 UDP to port 2152 addressed to one of
@@ -22,10 +22,10 @@
 //! Indication, End Marker) and G-PDUs whose header or inner packet cannot be read go to
 //! worker 0, like the software steering.
 
-use super::bpf::*;
+use crate::bpf;
+use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
 use upf_packet::steer;
 
 /// First word of the metadata the program writes in front of a frame.
@@ -37,10 +37,15 @@ pub const GTPU_PORT: u16 = 2152;
 pub const MAX_EXT: usize = 8;
 /// Bound on header offsets (keeps the verifier's ranges finite; beyond it: worker 0).
 const MAX_OFF: usize = 1600;
+/// Local addresses of each family the program knows at most.
+pub const MAX_LOCAL: usize = 16;
 
-const XDP_PASS: i32 = 2;
-const HELPER_REDIRECT_MAP: i32 = 51;
-const HELPER_XDP_ADJUST_META: i32 = 54;
+/// The object clang built from `bpf/xdp.bpf.c`: the steering program `upf_xdp`, its XSKMAP
+/// `xsks`, and `upf_probe` (passes everything).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
+pub(crate) const PROGRAM: &str = "upf_xdp";
+pub(crate) const PROBE: &str = "upf_probe";
+pub(crate) const XSK_MAP: &str = "xsks";
 
 /// What the program lets through to the sockets of one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,250 +211,52 @@ fn gtp_worker(f: &[u8], g: usize, n: u32) -> Option<u32> {
     Some(worker_of_key(key, n))
 }
 
-/// The program for `filter`, redirecting into `xsk_map` (indexed by receive queue).
-pub fn program(filter: &Filter, xsk_map: &OwnedFd) -> io::Result<Vec<Insn>> {
-    let mut a = Asm::new();
-    let pass = a.new_label();
-    let w0 = a.new_label();
-    let hash = a.new_label();
-    let meta = a.new_label();
-    let redir = a.new_label();
-    let l3 = a.new_label();
-    let v4 = a.new_label();
-    let v6 = a.new_label();
-    let udp = a.new_label();
-
-    // r6 = ctx, r2 = data, r3 = data_end.
-    a.mov_reg(R6, R1);
-    a.ldx(W, R2, R6, 0);
-    a.ldx(W, R3, R6, 4);
-    // Ethernet, one optional VLAN tag; r8 = offset of the IP header, r5 = EtherType.
-    bound(&mut a, R2, 14, pass);
-    a.ldx(H, R5, R2, 12);
-    a.be(R5, 16);
-    a.mov(R8, 14);
-    let vlan = a.new_label();
-    a.jmp(JEQ, R5, 0x8100, vlan);
-    a.jmp(JEQ, R5, 0x88a8, vlan);
-    a.ja(l3);
-    a.label(vlan);
-    bound(&mut a, R2, 18, pass);
-    a.ldx(H, R5, R2, 16);
-    a.be(R5, 16);
-    a.mov(R8, 18);
-    a.label(l3);
-    a.jmp(JEQ, R5, 0x0800, v4);
-    a.jmp(JEQ, R5, 0x86dd, v6);
-    a.ja(pass);
-
-    // IPv4: r7 = header.
-    a.label(v4);
-    a.mov_reg(R7, R2);
-    a.alu_reg(ADD, R7, R8);
-    bound(&mut a, R7, 20, pass);
-    a.ldx(B, R5, R7, 0);
-    a.mov_reg(R4, R5);
-    a.alu(RSH, R4, 4);
-    a.jmp(JNE, R4, 4, pass);
-    a.alu(AND, R5, 0xf);
-    a.jmp(JLT, R5, 5, pass);
-    a.alu(LSH, R5, 2); // header length, 20..60
-    a.ldx(W, R9, R7, 16); // destination, as stored
-    if filter.gtpu {
-        a.ldx(H, R4, R7, 6);
-        a.be(R4, 16);
-        a.alu(AND, R4, 0x3fff);
-        a.jmp(JNE, R4, 0, pass);
-        let local = a.new_label();
-        for addr in filter.v4() {
-            a.jmp32(JEQ, R9, u32::from_ne_bytes(addr), local);
-        }
-        a.ja(pass);
-        a.label(local);
-        a.ldx(B, R4, R7, 9);
-        a.jmp(JNE, R4, 17, pass);
-        a.alu_reg(ADD, R8, R5);
-        a.ja(udp);
-    } else {
-        a.ldx(B, R4, R7, 16);
-        a.jmp(JGT, R4, 223, pass);
-        for addr in filter.v4() {
-            a.jmp32(JEQ, R9, u32::from_ne_bytes(addr), pass);
-        }
-        a.mov_reg(R1, R9);
-        a.be(R1, 32);
-        a.ja(hash);
+/// The object with the program's constants set for `filter` and an XSKMAP of `queues`
+/// entries, not yet loaded into the kernel (see [`load`]).
+pub(crate) fn object(filter: &Filter, queues: u32) -> io::Result<Ebpf> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    let mut local4 = [0u32; MAX_LOCAL];
+    let mut n4 = 0usize;
+    for a in filter.v4() {
+        *local4
+            .get_mut(n4)
+            .ok_or_else(|| bad(format!("XDP filter: more than {MAX_LOCAL} IPv4 addresses")))? =
+            u32::from_ne_bytes(a);
+        n4 += 1;
     }
-
-    // IPv6: r7 = header.
-    a.label(v6);
-    a.mov_reg(R7, R2);
-    a.alu_reg(ADD, R7, R8);
-    bound(&mut a, R7, 40, pass);
-    a.ldx(B, R5, R7, 0);
-    a.alu(RSH, R5, 4);
-    a.jmp(JNE, R5, 6, pass);
-    let local = a.new_label();
-    for addr in filter.v6() {
-        let next = a.new_label();
-        for (i, w) in addr.chunks_exact(4).enumerate() {
-            let word = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
-            a.ldx(W, R4, R7, 24 + 4 * i as i16);
-            a.jmp32(JNE, R4, word, next);
+    let mut local6 = [[0u32; 4]; MAX_LOCAL];
+    let mut n6 = 0usize;
+    for a in filter.v6() {
+        let slot = local6
+            .get_mut(n6)
+            .ok_or_else(|| bad(format!("XDP filter: more than {MAX_LOCAL} IPv6 addresses")))?;
+        for (w, c) in slot.iter_mut().zip(a.chunks_exact(4)) {
+            *w = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
         }
-        a.ja(local);
-        a.label(next);
+        n6 += 1;
     }
-    if filter.gtpu {
-        a.ja(pass);
-        a.label(local);
-        a.ldx(B, R4, R7, 6);
-        a.jmp(JNE, R4, 17, pass);
-        a.alu(ADD, R8, 40);
-        a.ja(udp);
-    } else {
-        let not_ll = a.new_label();
-        let not_nd = a.new_label();
-        a.ldx(B, R4, R7, 24);
-        a.jmp(JEQ, R4, 0xff, pass);
-        a.jmp(JNE, R4, 0xfe, not_ll);
-        a.ldx(B, R4, R7, 25);
-        a.alu(AND, R4, 0xc0);
-        a.jmp(JEQ, R4, 0x80, pass);
-        a.label(not_ll);
-        a.ldx(B, R4, R7, 6);
-        a.jmp(JNE, R4, 58, not_nd);
-        bound(&mut a, R7, 41, not_nd);
-        a.ldx(B, R4, R7, 40);
-        a.jmp(JLT, R4, 133, not_nd);
-        a.jmp(JGT, R4, 137, not_nd);
-        a.ja(pass);
-        a.label(not_nd);
-        a.ldx(DW, R1, R7, 24);
-        a.be(R1, 64);
-        a.ja(hash);
-        a.label(local);
-        a.ja(pass);
-    }
-
-    if filter.gtpu {
-        // UDP at r8: destination port 2152, else the kernel's.
-        a.label(udp);
-        a.mov_reg(R7, R2);
-        a.alu_reg(ADD, R7, R8);
-        bound(&mut a, R7, 8, pass);
-        a.ldx(H, R4, R7, 2);
-        a.be(R4, 16);
-        a.jmp(JNE, R4, i32::from(GTPU_PORT), pass);
-        // GTP-U at r8: from here on the frame is ours; unreadable → worker 0.
-        let inner = a.new_label();
-        a.alu(ADD, R8, 8);
-        a.mov_reg(R7, R2);
-        a.alu_reg(ADD, R7, R8);
-        bound(&mut a, R7, 8, w0);
-        a.ldx(B, R5, R7, 0);
-        a.mov_reg(R4, R5);
-        a.alu(RSH, R4, 5);
-        a.jmp(JNE, R4, 1, w0);
-        a.mov_reg(R4, R5);
-        a.alu(AND, R4, 0x10);
-        a.jmp(JEQ, R4, 0, w0);
-        a.ldx(B, R4, R7, 1);
-        a.jmp(JNE, R4, 255, w0);
-        let long = a.new_label();
-        a.mov_reg(R4, R5);
-        a.alu(AND, R4, 7);
-        a.jmp(JNE, R4, 0, long);
-        a.alu(ADD, R8, 8);
-        a.ja(inner);
-        a.label(long);
-        bound(&mut a, R7, 12, w0);
-        a.ldx(B, R9, R7, 11);
-        a.alu(ADD, R8, 12);
-        a.alu(AND, R5, 4);
-        a.jmp(JEQ, R5, 0, inner);
-        for _ in 0..MAX_EXT {
-            a.jmp(JEQ, R9, 0, inner);
-            a.mov_reg(R7, R2);
-            a.alu_reg(ADD, R7, R8);
-            bound(&mut a, R7, 1, w0);
-            a.ldx(B, R5, R7, 0);
-            a.jmp(JEQ, R5, 0, w0);
-            a.alu(LSH, R5, 2);
-            a.alu_reg(ADD, R8, R5);
-            a.jmp(JGT, R8, MAX_OFF as i32, w0);
-            a.mov_reg(R4, R8);
-            a.alu(SUB, R4, 1);
-            a.mov_reg(R7, R2);
-            a.alu_reg(ADD, R7, R4);
-            bound(&mut a, R7, 1, w0);
-            a.ldx(B, R9, R7, 0);
-        }
-        a.jmp(JNE, R9, 0, w0);
-        // Inner IP at r8: the key is its source.
-        a.label(inner);
-        a.jmp(JGT, R8, MAX_OFF as i32, w0);
-        a.mov_reg(R7, R2);
-        a.alu_reg(ADD, R7, R8);
-        bound(&mut a, R7, 1, w0);
-        a.ldx(B, R5, R7, 0);
-        a.alu(RSH, R5, 4);
-        let in6 = a.new_label();
-        a.jmp(JNE, R5, 4, in6);
-        bound(&mut a, R7, 20, w0);
-        a.ldx(W, R1, R7, 12);
-        a.be(R1, 32);
-        a.ja(hash);
-        a.label(in6);
-        a.jmp(JNE, R5, 6, w0);
-        bound(&mut a, R7, 40, w0);
-        a.ldx(DW, R1, R7, 8);
-        a.be(R1, 64);
-        a.ja(hash);
-    }
-
-    // r7 = worker.
-    a.label(w0);
-    a.mov(R7, 0);
-    a.ja(meta);
-    a.label(hash);
-    a.mov_reg(R7, R1);
-    a.ld_imm64(R1, 0x9E37_79B9_7F4A_7C15);
-    a.alu_reg(MUL, R7, R1);
-    a.alu(RSH, R7, 32);
-    a.alu(MUL, R7, filter.workers as i32);
-    a.alu(RSH, R7, 32);
-    // Metadata [magic, worker] in front of the frame; without room, the socket recomputes.
-    a.label(meta);
-    a.mov_reg(R1, R6);
-    a.mov(R2, -(META_LEN as i32));
-    a.call(HELPER_XDP_ADJUST_META);
-    a.jmp(JNE, R0, 0, redir);
-    a.ldx(W, R2, R6, 0);
-    a.ldx(W, R3, R6, 8);
-    a.mov_reg(R4, R3);
-    a.alu(ADD, R4, META_LEN as i32);
-    a.jmp_reg(JGT, R4, R2, redir);
-    a.mov(R4, META_MAGIC as i32);
-    a.stx(W, R3, 0, R4);
-    a.stx(W, R3, 4, R7);
-    // The socket of the arriving queue; none there → the kernel's.
-    a.label(redir);
-    a.ld_map(R1, xsk_map.as_raw_fd());
-    a.ldx(W, R2, R6, 16);
-    a.mov(R3, XDP_PASS);
-    a.call(HELPER_REDIRECT_MAP);
-    a.exit();
-
-    a.label(pass);
-    a.mov(R0, XDP_PASS);
-    a.exit();
-    a.finish()
+    let (n4, n6) = (n4 as u32, n6 as u32);
+    let gtpu = u32::from(filter.gtpu);
+    EbpfLoader::new()
+        .override_global("workers", &filter.workers, true)
+        .override_global("gtpu", &gtpu, true)
+        .override_global("n_local4", &n4, true)
+        .override_global("local4", &local4, true)
+        .override_global("n_local6", &n6, true)
+        .override_global("local6", &local6, true)
+        .map_max_entries(XSK_MAP, queues.max(1))
+        .load(OBJECT)
+        .map_err(|e| bpf::error("loading the XDP object", &e))
 }
 
-/// if ptr + n > data_end (r3) goto l; clobbers r4.
-fn bound(a: &mut Asm, ptr: u8, n: i32, l: Label) {
-    a.mov_reg(R4, ptr);
-    a.alu(ADD, R4, n);
-    a.jmp_reg(JGT, R4, R3, l);
+/// Loads program `name` of `ebpf` into the kernel.
+pub(crate) fn load<'a>(ebpf: &'a mut Ebpf, name: &str) -> io::Result<&'a mut aya::programs::Xdp> {
+    let prog: &mut aya::programs::Xdp = ebpf
+        .program_mut(name)
+        .ok_or_else(|| io::Error::other(format!("XDP object without {name}")))?
+        .try_into()
+        .map_err(|e| bpf::error(name, &e))?;
+    prog.load()
+        .map_err(|e| bpf::error(&format!("BPF_PROG_LOAD (XDP {name})"), &e))?;
+    Ok(prog)
 }

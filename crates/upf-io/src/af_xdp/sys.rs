@@ -1,9 +1,8 @@
-//! Kernel ABI of AF_XDP (`linux/if_xdp.h`) and of the `bpf(2)` system call (`linux/bpf.h`),
-//! declared here rather than taken from a binding crate, and thin wrappers that turn errno
-//! into `io::Error`s that say what was being done.
+//! Kernel ABI of AF_XDP (`linux/if_xdp.h`), declared here rather than taken from a binding
+//! crate, and thin wrappers that turn errno into `io::Error`s that say what was being done.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub const AF_XDP: libc::c_int = 44;
 pub const SOL_XDP: libc::c_int = 283;
@@ -85,78 +84,6 @@ pub struct XdpStatistics {
     pub rx_ring_full: u64,
     pub rx_fill_ring_empty_descs: u64,
     pub tx_ring_empty_descs: u64,
-}
-
-// bpf(2) commands, map and program types, attach types, helpers.
-pub const BPF_MAP_CREATE: libc::c_long = 0;
-pub const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-pub const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-pub const BPF_PROG_LOAD: libc::c_long = 5;
-pub const BPF_PROG_TEST_RUN: libc::c_long = 10;
-pub const BPF_LINK_CREATE: libc::c_long = 28;
-pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
-pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-pub const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
-pub const BPF_PROG_TYPE_XDP: u32 = 6;
-pub const BPF_XDP: u32 = 37;
-pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-
-/// `union bpf_attr`, as zeroed 8-octet words written at the documented offsets (large enough
-/// for every command used here; the kernel checks that the tail it does not know is zero).
-#[repr(C, align(8))]
-#[derive(Debug, Clone, Copy)]
-pub struct BpfAttr([u8; 128]);
-
-impl BpfAttr {
-    pub fn new() -> Self {
-        Self([0; 128])
-    }
-    pub fn u32(&mut self, off: usize, v: u32) -> &mut Self {
-        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn u64(&mut self, off: usize, v: u64) -> &mut Self {
-        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn bytes(&mut self, off: usize, v: &[u8]) -> &mut Self {
-        self.0[off..off + v.len()].copy_from_slice(v);
-        self
-    }
-    pub fn get_u32(&self, off: usize) -> u32 {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&self.0[off..off + 4]);
-        u32::from_ne_bytes(b)
-    }
-}
-
-/// Calls `bpf(cmd, attr)`; the result (an fd or 0) or the errno.
-pub fn bpf(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<libc::c_long> {
-    // SAFETY: attr is a valid, writable, 8-aligned buffer of the size passed; the kernel reads
-    // and writes at most that many octets. Pointers inside it (set by the callers) point to
-    // live buffers of the lengths written beside them.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut BpfAttr,
-            std::mem::size_of::<BpfAttr>(),
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// `bpf()` for a command that returns a new descriptor.
-pub fn bpf_fd(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
-    let r = bpf(cmd, attr)?;
-    let fd = RawFd::try_from(r).map_err(|_| io::Error::other("bpf(): descriptor out of range"))?;
-    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Adds what was being done (and a hint for the common causes) to an OS error.

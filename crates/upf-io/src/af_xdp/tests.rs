@@ -329,8 +329,6 @@ fn program_agrees_with_reference() {
     let lo = Link::by_name("lo").unwrap();
     let umem = Umem::new(64, 2048).unwrap();
     let xsk = Xsk::bind(&umem, lo.ifindex, 0, sys::XDP_COPY).unwrap();
-    let map = bpf::create_xskmap(1).unwrap();
-    bpf::map_update_u32(&map, 0, xsk.fd.as_raw_fd() as u32).unwrap();
     let filters = [
         Filter::new(true, vec![IpAddr::from(L4), IpAddr::from(L6)], 2),
         Filter::new(true, vec![IpAddr::from(L4), IpAddr::from([10, 0, 0, 9])], 3),
@@ -340,15 +338,22 @@ fn program_agrees_with_reference() {
     let mut r = Rng(0x5eed_1234_abcd_0001);
     let (mut redirected, mut passed) = (0, 0);
     let mut seen = [false; 4];
+    let mut out = vec![0u8; 4096];
     for filter in &filters {
-        let prog = bpf::load_xdp(&prog::program(filter, &map).unwrap(), "upf_test").unwrap();
-        for _ in 0..500 {
+        let mut ebpf = prog::object(filter, 1).unwrap();
+        XskMap::try_from(ebpf.map_mut(prog::XSK_MAP).unwrap())
+            .unwrap()
+            .set(0, xsk.fd.as_raw_fd(), 0)
+            .unwrap();
+        let prog = prog::load(&mut ebpf, prog::PROGRAM).unwrap();
+        for _ in 0..1000 {
             let f = random_frame(&mut r);
-            let (ret, out) = bpf::test_run(&prog, &f).unwrap();
+            let run = crate::bpf::run(&*prog, &f, &mut out, 1, None).unwrap();
+            let (ret, out) = (run.retval, &out[..run.out_len]);
             match xdp_worker(&f, filter) {
                 None => {
                     assert_eq!(ret, 2, "XDP_PASS expected for {f:02x?} ({filter:?})");
-                    assert_eq!(out, f);
+                    assert_eq!(out, &f[..]);
                     passed += 1;
                 }
                 Some(w) => {
@@ -368,7 +373,7 @@ fn program_agrees_with_reference() {
         }
     }
     println!("program_agrees_with_reference: {redirected} redirected, {passed} passed");
-    assert!(redirected > 300 && passed > 300);
+    assert!(redirected > 600 && passed > 600);
     assert!(seen.iter().all(|&s| s), "every worker seen");
 }
 
@@ -376,19 +381,34 @@ fn program_agrees_with_reference() {
 #[ignore = "needs root"]
 fn program_loads_for_every_filter_shape() {
     assert!(root(), "needs root (BPF and AF_XDP)");
-    let map = bpf::create_xskmap(1).unwrap();
+    let many = |n: usize| -> Vec<IpAddr> {
+        (0..n)
+            .flat_map(|i| {
+                let i = i as u8;
+                [
+                    IpAddr::from([10, 0, 1, i]),
+                    IpAddr::from([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i]),
+                ]
+            })
+            .collect()
+    };
     for gtpu in [true, false] {
         for local in [
             vec![],
             vec![IpAddr::from(L4)],
             vec![IpAddr::from(L6)],
             vec![IpAddr::from(L4), IpAddr::from(L6)],
+            many(prog::MAX_LOCAL),
         ] {
             let f = Filter::new(gtpu, local, 5);
-            if let Err(e) = bpf::load_xdp(&prog::program(&f, &map).unwrap(), "upf_test") {
+            let mut ebpf = prog::object(&f, 4).unwrap();
+            if let Err(e) = prog::load(&mut ebpf, prog::PROGRAM) {
                 panic!("{f:?}: {e}");
             }
         }
+        let f = Filter::new(gtpu, many(prog::MAX_LOCAL + 1), 5);
+        let e = prog::object(&f, 4).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     }
 }
 
