@@ -1,13 +1,14 @@
 //! The general path: the rules of a compiled session, whatever they hold.
 
-use super::steps::{duplicate, emit, Mark};
+use super::steps::{duplicate, emit, forward, Mark, Rules, Sink};
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
-use crate::parse::route_hop;
-use crate::session::Strip;
+use crate::session::{CFar, QerState, Strip, Target};
+use crate::usage::UrrState;
+use std::collections::VecDeque;
 use std::time::Instant;
 use upf_packet::{Packet, Port};
-use upf_rules::{ApplyAction, DatapathEvent, Qfi};
+use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid};
 
 impl Pipeline {
     /// FAR, QER and URR of the matched PDR, then out.
@@ -19,7 +20,7 @@ impl Pipeline {
         slot: u32,
         gtp: bool,
         pdr_index: usize,
-        mut p: Packet,
+        p: Packet,
         inner: (usize, usize),
         qfi_in: Option<u8>,
         out: &mut Output,
@@ -101,99 +102,176 @@ impl Pipeline {
             }
             return drop_to(out, counters, p, DropReason::FarDrop);
         }
-        // Where it goes and the routed hop come before QER and URR: a packet dropped for
-        // want of a target or for its TTL must neither take MBR tokens nor be charged.
-        let Some(target) = far.target.as_ref() else {
-            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
-        };
-        let strip = pdr.strip == Strip::Gtpu;
-        let (ds, de) = if strip {
-            inner
-        } else {
-            (p.start(), p.start() + p.len())
-        };
-        // A routed hop when the packet enters or leaves N6.
-        if (target.port == Port::N6 || p.port() == Port::N6)
-            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
-        {
-            return drop_to(out, counters, p, DropReason::TtlExpired);
-        }
-        let len = inner.1 - inner.0;
-        let uplink = pdr.from_ue;
-        // QER: every QER of the PDR must let the packet through before any is charged.
-        let bits = len as u64 * 8;
-        let mut mark_qfi = None;
-        let (mut rqi, mut ppi) = (false, None);
-        // Slices once: each SmallVec access otherwise re-checks where its items live.
         let (pdr_qers, pdr_urrs) = (&pdr.qers[..], &pdr.urrs[..]);
-        let (qers, urrs) = (&mut s.qers[..], &mut s.urrs[..]);
-        // Every gate before any MBR: a closed gate drops the packet whatever the rates.
-        let shut = |q: &crate::session::QerState| if uplink { !q.gate_ul } else { !q.gate_dl };
-        if pdr_qers
+        let mut rules = General {
+            // Slices once: each SmallVec access otherwise re-checks where its items live.
+            pdr_qers,
+            pdr_urrs,
+            uplink: pdr.from_ue,
+            strips: pdr.strip == Strip::Gtpu,
+            far,
+            qers: &mut s.qers[..],
+            urrs: &mut s.urrs[..],
+            events,
+            seid: s.seid,
+            now,
+        };
+        let sink = Sink {
+            out,
+            counters,
+            ident,
+            ttl: cfg.outer_ttl,
+            clock,
+        };
+        forward(&mut rules, p, inner, qfi_in, sink)
+    }
+}
+
+/// The rules of a compiled session's matched PDR, for [`forward`].
+struct General<'a> {
+    pdr_qers: &'a [u16],
+    pdr_urrs: &'a [u16],
+    uplink: bool,
+    strips: bool,
+    far: &'a CFar,
+    qers: &'a mut [QerState],
+    urrs: &'a mut [UrrState],
+    events: &'a mut VecDeque<DatapathEvent>,
+    seid: Seid,
+    now: Instant,
+}
+
+impl General<'_> {
+    /// The PDR's QERs that exist.
+    #[inline(always)]
+    fn qers(&self) -> impl Iterator<Item = &QerState> {
+        self.pdr_qers
             .iter()
-            .any(|&q| qers.get(usize::from(q)).is_some_and(shut))
-        {
-            return drop_to(out, counters, p, DropReason::GateClosed);
-        }
-        for &q in pdr_qers {
-            let Some(q) = qers.get_mut(usize::from(q)) else {
+            .filter_map(|&q| self.qers.get(usize::from(q)))
+    }
+}
+
+impl Rules for General<'_> {
+    #[inline(always)]
+    fn egress(&self) -> Option<Port> {
+        self.far.target.as_ref().map(|t| t.port)
+    }
+
+    #[inline(always)]
+    fn to_access(&self) -> bool {
+        self.far.target.as_ref().is_some_and(|t| t.to_access)
+    }
+
+    #[inline(always)]
+    fn strips(&self) -> bool {
+        self.strips
+    }
+
+    #[inline(always)]
+    fn uplink(&self) -> bool {
+        self.uplink
+    }
+
+    #[inline(always)]
+    fn gate_shut(&self) -> bool {
+        let uplink = self.uplink;
+        self.qers()
+            .any(|q| if uplink { !q.gate_ul } else { !q.gate_dl })
+    }
+
+    #[inline(always)]
+    fn conforms(&mut self, clock: u64, bits: u64) -> bool {
+        for &q in self.pdr_qers {
+            let Some(q) = self.qers.get_mut(usize::from(q)) else {
                 continue;
             };
-            let mbr = if uplink { &mut q.mbr_ul } else { &mut q.mbr_dl };
+            let mbr = if self.uplink {
+                &mut q.mbr_ul
+            } else {
+                &mut q.mbr_dl
+            };
             if let Some(b) = mbr {
                 if !b.conforms(clock, bits) {
-                    return drop_to(out, counters, p, DropReason::MbrExceeded);
+                    return false;
                 }
             }
-            mark_qfi = mark_qfi.or(q.qfi);
-            rqi |= q.rqi;
-            ppi = ppi.or(q.ppi);
         }
-        if pdr_urrs
+        true
+    }
+
+    #[inline(always)]
+    fn exhausted(&self) -> bool {
+        self.pdr_urrs
             .iter()
-            .any(|&u| urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
-        {
-            return drop_to(out, counters, p, DropReason::QuotaExhausted);
-        }
-        for &q in pdr_qers {
-            let Some(q) = qers.get_mut(usize::from(q)) else {
+            .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+    }
+
+    #[inline(always)]
+    fn charge(&mut self, bits: u64, octets: u64) {
+        for &q in self.pdr_qers {
+            let Some(q) = self.qers.get_mut(usize::from(q)) else {
                 continue;
             };
-            let mbr = if uplink { &mut q.mbr_ul } else { &mut q.mbr_dl };
+            let mbr = if self.uplink {
+                &mut q.mbr_ul
+            } else {
+                &mut q.mbr_dl
+            };
             if let Some(b) = mbr {
                 b.take(bits);
             }
             if q.gbr.is_some() {
-                q.gbr_bytes += len as u64;
+                q.gbr_bytes += octets;
             }
         }
-        for &u in pdr_urrs {
-            let Some(u) = urrs.get_mut(usize::from(u)) else {
+    }
+
+    #[inline(always)]
+    fn count(&mut self, octets: u64, uplink: bool) {
+        for &u in self.pdr_urrs {
+            let Some(u) = self.urrs.get_mut(usize::from(u)) else {
                 continue;
             };
-            if let Some(t) = u.count(now, len as u64, uplink) {
-                events.push_back(DatapathEvent::Usage(u.report(now, s.seid, t)));
+            if let Some(t) = u.count(self.now, octets, uplink) {
+                let report = u.report(self.now, self.seid, t);
+                self.events.push_back(DatapathEvent::Usage(report));
             }
         }
-        let qfi = if target.to_access {
-            mark_qfi.or(qfi_in)
-        } else {
-            qfi_in.or(mark_qfi)
+    }
+
+    #[inline(always)]
+    fn marks(&self) -> Mark {
+        let mut m = Mark {
+            qfi: None,
+            rqi: false,
+            ppi: None,
         };
-        let mark = Mark { qfi, rqi, ppi };
-        duplicate(
-            out,
-            counters,
-            p.buffer_mut().get(ds..de).unwrap_or(&[]),
-            &far.dup,
-            &mark,
-            cfg.outer_ttl,
-            ident,
-        );
-        if !emit(&mut p, ds, de, target, &mark, cfg.outer_ttl, ident) {
-            return drop_to(out, counters, p, DropReason::EncapFailed);
+        for q in self.qers() {
+            m.qfi = m.qfi.or(q.qfi);
+            m.rqi |= q.rqi;
+            m.ppi = m.ppi.or(q.ppi);
         }
-        counters.tx(p.port(), p.len());
-        Some(p)
+        m
+    }
+
+    #[inline(always)]
+    fn dups(&self) -> &[Target] {
+        &self.far.dup
+    }
+
+    #[inline(always)]
+    fn encap(
+        &self,
+        p: &mut Packet,
+        ds: usize,
+        de: usize,
+        m: &Mark,
+        ttl: u8,
+        ident: &mut u16,
+    ) -> bool {
+        match &self.far.target {
+            Some(t) => emit(p, ds, de, t, m, ttl, ident),
+            None => false,
+        }
     }
 }

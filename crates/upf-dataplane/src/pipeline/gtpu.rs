@@ -1,8 +1,8 @@
 //! Packets from N3 and N9: G-PDUs classified on the GTP-U PDRs, signalling answered.
 
 use super::batch::NO_HINT;
+use super::steps::admit;
 use super::{drop_to, Output, Pipeline};
-use crate::acl::AclAction;
 use crate::counters::DropReason;
 use crate::parse::flow_of;
 use crate::session::Compiled;
@@ -134,8 +134,8 @@ impl Pipeline {
         let Some(i) = Compiled::classify(&s.gtp_pdrs, Some(teid), qfi, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
-        if s.gtp_pdrs[i].from_ue && self.cfg.uplink_acl.check(&flow) == AclAction::Deny {
-            return drop_to(out, &mut self.counters, p, DropReason::AclDenied);
+        if let Err(r) = admit(s.gtp_pdrs[i].from_ue, || self.cfg.uplink_acl.check(&flow)) {
+            return drop_to(out, &mut self.counters, p, r);
         }
         self.apply(now, slot, true, i, p, abs, qfi, out)
     }

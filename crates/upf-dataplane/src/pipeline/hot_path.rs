@@ -1,15 +1,17 @@
 //! The hot path: sessions served from their hot record and shape ([`crate::hot`]), and
 //! the upkeep of those records.
 
+use super::steps::{admit, forward, psc_octet, write_v4, Mark, Rules, Sink};
 use super::{drop_to, Output, Pipeline};
-use crate::acl::AclAction;
 use crate::counters::DropReason;
-use crate::hot::{Hot, COLD, EMPTY, HOT};
-use crate::parse::{flow_of, route_hop};
+use crate::hot::{Fills, Half, Hot, HotPdr, HotUrr, Keys, COLD, EMPTY, HOT};
+use crate::hot::{FAR_ENCAP, FAR_FORW, FAR_TARGET, FAR_TO_ACCESS, FROM_UE, GATE_SHUT, STRIP};
+use crate::hot::{GBRS, MARK_QFI, MARK_RQI, QERS, URRS};
+use crate::parse::flow_of;
+use crate::session::Target;
 use std::time::Instant;
 use upf_packet::{Packet, Port};
 use upf_rules::DatapathEvent;
-use upf_wire::ipv6;
 
 impl Pipeline {
     /// The PDR of a hot session's `half` that the inner packet `ip` matches, the uplink ACL
@@ -36,11 +38,9 @@ impl Pipeline {
                 .classify_run4(slot, half, teid, qfi, f)
                 .ok_or(DropReason::NoMatchingPdr)?,
         };
-        if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
-            && self.cfg.uplink_acl.check4(&f) == AclAction::Deny
-        {
-            return Err(DropReason::AclDenied);
-        }
+        admit(h.head.pdrs[i].flags & FROM_UE != 0, || {
+            self.cfg.uplink_acl.check4(&f)
+        })?;
         Ok(i)
     }
 
@@ -65,11 +65,9 @@ impl Pipeline {
             h.classify(half, k, teid, qfi, &f)
         };
         let i = i.ok_or(DropReason::NoMatchingPdr)?;
-        if h.head.pdrs[i].flags & crate::hot::FROM_UE != 0
-            && self.cfg.uplink_acl.check(&f) == AclAction::Deny
-        {
-            return Err(DropReason::AclDenied);
-        }
+        admit(h.head.pdrs[i].flags & FROM_UE != 0, || {
+            self.cfg.uplink_acl.check(&f)
+        })?;
         Ok(i)
     }
 
@@ -165,14 +163,14 @@ impl Pipeline {
         slot: u32,
         half: usize,
         pdr_index: usize,
-        mut p: Packet,
+        p: Packet,
         inner: (usize, usize),
         qfi_in: Option<u8>,
         out: &mut Output,
     ) -> Option<Packet> {
-        use crate::hot::*;
         let clock = self.clock_ns;
         let clock1 = clock + 1;
+        let ttl = self.cfg.outer_ttl;
         let Self {
             hot,
             shapes,
@@ -182,114 +180,30 @@ impl Pipeline {
         } = self;
         let record = &mut hot[slot as usize];
         record.keys.last = clock1;
-        let shape = shapes.get(record.keys.shape);
-        let h = &shape.halves[half];
-        let fills = &mut record.fills[half];
+        let h = &shapes.get(record.keys.shape).halves[half];
         let pdr = h.head.pdrs[pdr_index];
-        let (far_flags, far_port) = (pdr.far_flags, pdr.port);
-        if far_flags & FAR_FORW == 0 {
+        if pdr.far_flags & FAR_FORW == 0 {
             return drop_to(out, counters, p, DropReason::FarDrop);
         }
-        if far_flags & FAR_TARGET == 0 {
-            return drop_to(out, counters, p, DropReason::NoForwardingTarget);
-        }
-        let (ds, de) = if pdr.flags & STRIP != 0 {
-            inner
-        } else {
-            (p.start(), p.start() + p.len())
+        let Hot { keys, fills, urrs } = record;
+        let mut rules = HotRules {
+            pdr,
+            half: h,
+            keys,
+            fills: &mut fills[half],
+            urrs,
+            clock1,
+            spent: 0,
         };
-        if (far_port == Port::N6 || p.port() == Port::N6)
-            && !route_hop(p.buffer_mut().get_mut(ds..de).unwrap_or(&mut []))
-        {
-            return drop_to(out, counters, p, DropReason::TtlExpired);
-        }
-        let len = (inner.1 - inner.0) as u64;
-        let uplink = pdr.flags & FROM_UE != 0;
-        let bits = len * 8;
-        if pdr.flags & GATE_SHUT != 0 {
-            return drop_to(out, counters, p, DropReason::GateClosed);
-        }
-        // Loops over the few lines a record has, a bit each: unrolled, with constant
-        // indices. Every bucket the PDR polices conforms before any is taken.
-        let (police, urrs) = (pdr.police, pdr.urrs);
-        for q in 0..QERS {
-            if police & (1 << q) != 0 && !fills.fills[q].conforms(&h.rates[q], clock, bits) {
-                return drop_to(out, counters, p, DropReason::MbrExceeded);
-            }
-        }
-        for u in 0..URRS {
-            if urrs & (1 << u) != 0 && record.urrs[u].exhausted {
-                return drop_to(out, counters, p, DropReason::QuotaExhausted);
-            }
-        }
-        for q in 0..QERS {
-            if police & (1 << q) != 0 {
-                fills.fills[q].take(&h.rates[q], bits);
-            }
-        }
-        for g in 0..GBRS {
-            if pdr.gbr & (1 << g) != 0 {
-                fills.gbr_pending[g] += len;
-            }
-        }
-        let mark = pdr.mark;
-        let mark_qfi = (mark & MARK_QFI != 0).then_some(mark & 0x3f);
-        let rqi = mark & MARK_RQI != 0;
-        // The URR lines whose budget this packet spent, a bit each.
-        let mut spent = 0u8;
-        for (u, line) in record.urrs.iter_mut().enumerate() {
-            if urrs & (1 << u) != 0 && !line.count(clock1, len, uplink) {
-                spent |= 1 << u;
-            }
-        }
-        let to_access = far_flags & FAR_TO_ACCESS != 0;
-        let qfi = if to_access {
-            mark_qfi.or(qfi_in)
-        } else {
-            qfi_in.or(mark_qfi)
+        let sink = Sink {
+            out,
+            counters,
+            ident,
+            ttl,
+            clock,
         };
-        p.set_port(far_port);
-        let encap = h.fars.get(usize::from(pdr.far));
-        let sent = if let Some(far) = encap.filter(|_| far_flags & FAR_ENCAP != 0) {
-            let tunnel = record.keys.tunnel(far.tunnel);
-            let ip = p.data_at(ds, de);
-            let ecn = match ip.first().map(|v| v >> 4) {
-                Some(4) => ip.get(1).copied().unwrap_or(0) & 3,
-                Some(6) => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
-                _ => 0,
-            };
-            *ident = ident.wrapping_add(1);
-            let written = match qfi {
-                None => far.template.without_psc().write(
-                    p.buffer_mut(),
-                    ds,
-                    de,
-                    *ident,
-                    ecn,
-                    0,
-                    Some(tunnel),
-                ),
-                Some(q) => {
-                    let octet = if to_access {
-                        (u8::from(rqi) << 6) | (q & 0x3f)
-                    } else {
-                        q & 0x3f
-                    };
-                    far.template
-                        .write(p.buffer_mut(), ds, de, *ident, ecn, octet, Some(tunnel))
-                }
-            };
-            written.map(|start| p.set_range(start, de)).is_some()
-        } else {
-            p.set_range(ds, de);
-            true
-        };
-        let p = if sent {
-            counters.tx(p.port(), p.len());
-            Some(p)
-        } else {
-            drop_to(out, counters, p, DropReason::EncapFailed)
-        };
+        let p = forward(&mut rules, p, inner, qfi_in, sink);
+        let spent = rules.spent;
         if spent != 0 {
             self.urrs_spent(now, slot, spent);
         }
@@ -325,6 +239,138 @@ impl Pipeline {
                     events.push_back(DatapathEvent::Usage(c.report(now, seid, t)));
                 }
                 record.set_urr_limits(s);
+            }
+        }
+    }
+}
+
+/// The rules of a hot session's matched PDR, for [`forward`]: its line in the shape's half,
+/// the record's lines it reads and writes. Loops over the few lines a record has take a bit
+/// each: unrolled, with constant indices.
+struct HotRules<'a> {
+    pdr: HotPdr,
+    half: &'a Half,
+    keys: &'a Keys,
+    fills: &'a mut Fills,
+    urrs: &'a mut [HotUrr; URRS],
+    /// The pipeline's clock + 1, as the URR lines count it.
+    clock1: u64,
+    /// The URR lines whose budget this packet spent, a bit each.
+    spent: u8,
+}
+
+impl Rules for HotRules<'_> {
+    #[inline(always)]
+    fn egress(&self) -> Option<Port> {
+        (self.pdr.far_flags & FAR_TARGET != 0).then_some(self.pdr.port)
+    }
+
+    #[inline(always)]
+    fn to_access(&self) -> bool {
+        self.pdr.far_flags & FAR_TO_ACCESS != 0
+    }
+
+    #[inline(always)]
+    fn strips(&self) -> bool {
+        self.pdr.flags & STRIP != 0
+    }
+
+    #[inline(always)]
+    fn uplink(&self) -> bool {
+        self.pdr.flags & FROM_UE != 0
+    }
+
+    #[inline(always)]
+    fn gate_shut(&self) -> bool {
+        self.pdr.flags & GATE_SHUT != 0
+    }
+
+    #[inline(always)]
+    fn conforms(&mut self, clock: u64, bits: u64) -> bool {
+        let police = self.pdr.police;
+        for q in 0..QERS {
+            if police & (1 << q) != 0
+                && !self.fills.fills[q].conforms(&self.half.rates[q], clock, bits)
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn exhausted(&self) -> bool {
+        let urrs = self.pdr.urrs;
+        // A plain loop: `any` over the range stayed an out-of-line call.
+        for u in 0..URRS {
+            if urrs & (1 << u) != 0 && self.urrs[u].exhausted {
+                return true;
+            }
+        }
+        false
+    }
+
+    #[inline(always)]
+    fn charge(&mut self, bits: u64, octets: u64) {
+        let police = self.pdr.police;
+        for q in 0..QERS {
+            if police & (1 << q) != 0 {
+                self.fills.fills[q].take(&self.half.rates[q], bits);
+            }
+        }
+        for g in 0..GBRS {
+            if self.pdr.gbr & (1 << g) != 0 {
+                self.fills.gbr_pending[g] += octets;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn count(&mut self, octets: u64, uplink: bool) {
+        let urrs = self.pdr.urrs;
+        for (u, line) in self.urrs.iter_mut().enumerate() {
+            if urrs & (1 << u) != 0 && !line.count(self.clock1, octets, uplink) {
+                self.spent |= 1 << u;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn marks(&self) -> Mark {
+        let mark = self.pdr.mark;
+        Mark {
+            qfi: (mark & MARK_QFI != 0).then_some(mark & 0x3f),
+            rqi: mark & MARK_RQI != 0,
+            ppi: None,
+        }
+    }
+
+    #[inline(always)]
+    fn dups(&self) -> &[Target] {
+        &[]
+    }
+
+    #[inline(always)]
+    fn encap(
+        &self,
+        p: &mut Packet,
+        ds: usize,
+        de: usize,
+        m: &Mark,
+        _: u8,
+        ident: &mut u16,
+    ) -> bool {
+        let far = self.half.fars.get(usize::from(self.pdr.far));
+        let Some(far) = far.filter(|_| self.pdr.far_flags & FAR_ENCAP != 0) else {
+            p.set_range(ds, de);
+            return true;
+        };
+        let tunnel = Some(self.keys.tunnel(far.tunnel));
+        match m.qfi {
+            None => write_v4(p, (ds, de), &far.template.without_psc(), 0, tunnel, ident),
+            Some(q) => {
+                let octet = psc_octet(q, m.rqi, self.to_access());
+                write_v4(p, (ds, de), &far.template, octet, tunnel, ident)
             }
         }
     }
