@@ -1,6 +1,7 @@
 //! Packets from N6: found by UE address, classified on the IP PDRs.
 
 use super::batch::NO_HINT;
+use super::steps::admit;
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::parse::flow_of;
@@ -45,6 +46,9 @@ impl Pipeline {
         let Some(i) = Compiled::classify(&s.ip_pdrs, None, None, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
+        if let Err(r) = admit(s.ip_pdrs[i].from_ue, || self.cfg.uplink_acl.check(&flow)) {
+            return drop_to(out, &mut self.counters, p, r);
+        }
         self.apply(now, slot, false, i, p, inner, None, out)
     }
 }
