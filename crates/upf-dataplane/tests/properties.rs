@@ -784,7 +784,7 @@ proptest! {
 fn pipeline_with_acl(now: Instant) -> Pipeline {
     let mut cfg = pipeline(now).config().clone();
     let rules = "deny in 17 from any to any 53\ndeny in 6 from any 1000 to any\n";
-    cfg.uplink_acl = Arc::new(upf_dataplane::acl::Acl::load(rules).unwrap());
+    cfg.uplink_acl = Arc::new(upf_dataplane::Acl::load(rules).unwrap());
     Pipeline::new(now, cfg)
 }
 

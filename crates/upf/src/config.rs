@@ -411,7 +411,7 @@ impl FileConfig {
             ));
         }
         for (i, r) in self.acl.uplink_rules.iter().enumerate() {
-            upf_dataplane::acl::Acl::load(r).map_err(|e| format!("acl.uplink_rules[{i}]: {e}"))?;
+            upf_dataplane::Acl::load(r).map_err(|e| format!("acl.uplink_rules[{i}]: {e}"))?;
         }
         Ok(())
     }

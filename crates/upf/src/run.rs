@@ -238,7 +238,7 @@ pub fn runtime_config(c: &FileConfig) -> Result<RuntimeConfig, String> {
         acl_text.push('\n');
         acl_text.push_str(&t);
     }
-    let acl = upf_dataplane::acl::Acl::load(&acl_text).map_err(|e| format!("acl: {e}"))?;
+    let acl = upf_dataplane::Acl::load(&acl_text).map_err(|e| format!("acl: {e}"))?;
     let local = |a: &[IpAddr]| {
         let t = tunnel_addrs(a);
         upf_dataplane::LocalAddrs {
