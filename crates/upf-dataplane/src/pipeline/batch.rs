@@ -88,12 +88,12 @@ impl Pipeline {
             }
         }
         // Every packet's session is looked up first, in loops of independent lookups whose
-        // cache misses overlap; loading the sessions' rules the same way measured slower
-        // (docs/benchmarks.md), so that is left to the processing loop. First the table line
-        // of every packet of the batch, then the lookups: at 1M sessions those lines (4 MiB a
-        // table) come from DRAM, further off than a prefetch a few packets ahead reached.
-        // Into L2 only, here and below: into L1, a batch of misses would queue on its few
-        // miss buffers (and at 1k sessions, whose records stay in cache, cost ~13 ns a packet).
+        // cache misses overlap; the sessions' rules are left to the processing loop (loaded
+        // the same way, they cost more than the overlap saves). First the table line of every
+        // packet of the batch, then the lookups: at 1M sessions those lines (4 MiB a table)
+        // come from DRAM, further off than a prefetch a few packets ahead reaches. Into L2
+        // only, here and below: into L1, a batch of misses would queue on its few miss
+        // buffers, a cost even when the records stay in cache.
         // Each packet's key is read once, here, where its octets are already being loaded;
         // the lookups below read only the keys. Received packets are counted here too.
         // (Both passes `extend` from the batch's exact length: one capacity check a batch.)
@@ -129,7 +129,7 @@ impl Pipeline {
                 // The record's first line now, where its page walk (a TLB miss per packet
                 // at 1M sessions, nested under the hypervisor's) overlaps those of the
                 // neighbouring lookups; issued HOT_AHEAD packets ahead in the processing
-                // loop, each walk stalled that loop on its own (1M: 210 -> 123 ns a packet).
+                // loop, each walk would stall that loop on its own.
                 if let Some(r) = self.hot.get(slot) {
                     upf_prefetch::l2_ref(&r.keys);
                 }
@@ -160,8 +160,8 @@ impl Pipeline {
         for (i, p) in rx.drain(..).enumerate() {
             self.prefetch_ahead(&hints, i, extra);
             // The packet comes back in registers and is stored once into `out.tx` here: a
-            // push inside `handle` read it back from the stack whole, right after it was
-            // written there field by field, and stalled on the store forwarding.
+            // push inside `handle` would read it back from the stack whole, right after it
+            // was written there field by field, and stall on the store forwarding.
             if let Some(p) = self.handle(now, p, hints[i], out) {
                 out.tx.push(p);
             }
@@ -230,8 +230,8 @@ impl Pipeline {
     /// step, [`HOT_AHEAD`] packets ahead. A cold session's are reached one pointer level per
     /// step, each step's addresses known from lines the previous step fetched: the session
     /// record 16 ahead; its rule lists 12 ahead; the fields of its rules 8 ahead; its SDF
-    /// filters and FAR targets 4 ahead. (Longer distances measured no better: the lines start
-    /// to leave L1 before use.)
+    /// filters and FAR targets 4 ahead. (Not further: the lines would start to leave L1
+    /// before use.)
     #[inline(always)]
     fn prefetch_ahead(&self, hints: &[u32], i: usize, extra: Extra) {
         if let Some(&h) = hints.get(i + HOT_AHEAD) {

@@ -301,7 +301,7 @@ impl Rules for HotRules<'_> {
     #[inline(always)]
     fn exhausted(&self) -> bool {
         let urrs = self.pdr.urrs;
-        // A plain loop: `any` over the range stayed an out-of-line call.
+        // A plain loop: `any` over the range is not inlined.
         for u in 0..URRS {
             if urrs & (1 << u) != 0 && self.urrs[u].exhausted {
                 return true;
