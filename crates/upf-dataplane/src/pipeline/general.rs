@@ -185,12 +185,7 @@ impl Rules for General<'_> {
             let Some(q) = self.qers.get_mut(usize::from(q)) else {
                 continue;
             };
-            let mbr = if self.uplink {
-                &mut q.mbr_ul
-            } else {
-                &mut q.mbr_dl
-            };
-            if let Some(b) = mbr {
+            if let Some(b) = q.mbr(self.uplink) {
                 if !b.conforms(clock, bits) {
                     return false;
                 }
@@ -212,12 +207,7 @@ impl Rules for General<'_> {
             let Some(q) = self.qers.get_mut(usize::from(q)) else {
                 continue;
             };
-            let mbr = if self.uplink {
-                &mut q.mbr_ul
-            } else {
-                &mut q.mbr_dl
-            };
-            if let Some(b) = mbr {
+            if let Some(b) = q.mbr(self.uplink) {
                 b.take(bits);
             }
             if q.gbr.is_some() {
@@ -260,17 +250,9 @@ impl Rules for General<'_> {
     }
 
     #[inline(always)]
-    fn encap(
-        &self,
-        p: &mut Packet,
-        ds: usize,
-        de: usize,
-        m: &Mark,
-        ttl: u8,
-        ident: &mut u16,
-    ) -> bool {
+    fn encap(&self, p: &mut Packet, ds: usize, de: usize, m: &Mark, ttl: u8, id: &mut u16) -> bool {
         match &self.far.target {
-            Some(t) => emit(p, ds, de, t, m, ttl, ident),
+            Some(t) => emit(p, ds, de, t, m, ttl, id),
             None => false,
         }
     }

@@ -351,15 +351,7 @@ impl Rules for HotRules<'_> {
     }
 
     #[inline(always)]
-    fn encap(
-        &self,
-        p: &mut Packet,
-        ds: usize,
-        de: usize,
-        m: &Mark,
-        _: u8,
-        ident: &mut u16,
-    ) -> bool {
+    fn encap(&self, p: &mut Packet, ds: usize, de: usize, m: &Mark, _: u8, id: &mut u16) -> bool {
         let far = self.half.fars.get(usize::from(self.pdr.far));
         let Some(far) = far.filter(|_| self.pdr.far_flags & FAR_ENCAP != 0) else {
             p.set_range(ds, de);
@@ -367,10 +359,10 @@ impl Rules for HotRules<'_> {
         };
         let tunnel = Some(self.keys.tunnel(far.tunnel));
         match m.qfi {
-            None => write_v4(p, (ds, de), &far.template.without_psc(), 0, tunnel, ident),
+            None => write_v4(p, (ds, de), &far.template.without_psc(), 0, tunnel, id),
             Some(q) => {
                 let octet = psc_octet(q, m.rqi, self.to_access());
-                write_v4(p, (ds, de), &far.template, octet, tunnel, ident)
+                write_v4(p, (ds, de), &far.template, octet, tunnel, id)
             }
         }
     }

@@ -50,15 +50,7 @@ pub(super) trait Rules {
     fn dups(&self) -> &[Target];
     /// Encapsulates `p[ds..de]` for the FAR's target, or trims the packet to it; `false`
     /// when the header does not fit.
-    fn encap(
-        &self,
-        p: &mut Packet,
-        ds: usize,
-        de: usize,
-        m: &Mark,
-        ttl: u8,
-        ident: &mut u16,
-    ) -> bool;
+    fn encap(&self, p: &mut Packet, ds: usize, de: usize, m: &Mark, ttl: u8, id: &mut u16) -> bool;
 }
 
 /// What [`forward`] writes besides the packet.
