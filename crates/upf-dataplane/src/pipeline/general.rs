@@ -1,6 +1,6 @@
 //! The general path: the rules of a compiled session, whatever they hold.
 
-use super::steps::{duplicate, emit, forward, Mark, Rules, Sink};
+use super::steps::{duplicate, emit, forward, Is, Mark, Rules, Sink};
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::session::{CFar, QerState, Strip, Target};
@@ -158,18 +158,12 @@ impl Rules for General<'_> {
     }
 
     #[inline(always)]
-    fn to_access(&self) -> bool {
-        self.far.target.as_ref().is_some_and(|t| t.to_access)
-    }
-
-    #[inline(always)]
-    fn strips(&self) -> bool {
-        self.strips
-    }
-
-    #[inline(always)]
-    fn uplink(&self) -> bool {
-        self.uplink
+    fn is(&self, what: Is) -> bool {
+        match what {
+            Is::ToAccess => self.far.target.as_ref().is_some_and(|t| t.to_access),
+            Is::Stripping => self.strips,
+            Is::Uplink => self.uplink,
+        }
     }
 
     #[inline(always)]

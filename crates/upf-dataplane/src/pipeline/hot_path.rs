@@ -1,7 +1,7 @@
 //! The hot path: sessions served from their hot record and shape ([`crate::hot`]), and
 //! the upkeep of those records.
 
-use super::steps::{admit, forward, psc_octet, write_v4, Mark, Rules, Sink};
+use super::steps::{admit, forward, psc_octet, write_v4, Is, Mark, Rules, Sink};
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::hot::{Fills, Half, Hot, HotPdr, HotUrr, Keys, COLD, EMPTY, HOT};
@@ -266,18 +266,12 @@ impl Rules for HotRules<'_> {
     }
 
     #[inline(always)]
-    fn to_access(&self) -> bool {
-        self.pdr.far_flags & FAR_TO_ACCESS != 0
-    }
-
-    #[inline(always)]
-    fn strips(&self) -> bool {
-        self.pdr.flags & STRIP != 0
-    }
-
-    #[inline(always)]
-    fn uplink(&self) -> bool {
-        self.pdr.flags & FROM_UE != 0
+    fn is(&self, what: Is) -> bool {
+        match what {
+            Is::ToAccess => self.pdr.far_flags & FAR_TO_ACCESS != 0,
+            Is::Stripping => self.pdr.flags & STRIP != 0,
+            Is::Uplink => self.pdr.flags & FROM_UE != 0,
+        }
     }
 
     #[inline(always)]
@@ -361,7 +355,7 @@ impl Rules for HotRules<'_> {
         match m.qfi {
             None => write_v4(p, (ds, de), &far.template.without_psc(), 0, tunnel, id),
             Some(q) => {
-                let octet = psc_octet(q, m.rqi, self.to_access());
+                let octet = psc_octet(q, m.rqi, self.is(Is::ToAccess));
                 write_v4(p, (ds, de), &far.template, octet, tunnel, id)
             }
         }

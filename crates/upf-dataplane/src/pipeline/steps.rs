@@ -20,19 +20,26 @@ pub(super) struct Mark {
     pub ppi: Option<u8>,
 }
 
+/// A yes-or-no fact of a matched PDR and its FAR, asked by [`Rules::is`].
+#[derive(Clone, Copy)]
+pub(super) enum Is {
+    /// The FAR sends towards the UE (Access): the outer QFI is the QERs' before the
+    /// packet's, and the container a downlink one with RQI.
+    ToAccess,
+    /// The PDR's Outer Header Removal strips GTP-U: the inner packet is what is forwarded.
+    Stripping,
+    /// The PDR's packets come from the UE (uplink).
+    Uplink,
+}
+
 /// The rules of a matched PDR whose FAR forwards, as one path holds them. Each method is
 /// one step's question or action; [`forward`] asks them in the order that makes the
 /// semantics.
 pub(super) trait Rules {
     /// The FAR's egress port; `None`: it has no forwarding target.
     fn egress(&self) -> Option<Port>;
-    /// The FAR sends towards the UE (Access): the outer QFI is the QERs' before the
-    /// packet's, and the container a downlink one with RQI.
-    fn to_access(&self) -> bool;
-    /// The PDR's Outer Header Removal strips GTP-U: the inner packet is what is forwarded.
-    fn strips(&self) -> bool;
-    /// The PDR's packets come from the UE (uplink).
-    fn uplink(&self) -> bool;
+    /// A yes-or-no fact of the PDR and its FAR.
+    fn is(&self, what: Is) -> bool;
     /// A QER of the PDR has its gate closed in the packet's direction.
     fn gate_shut(&self) -> bool;
     /// Every MBR bucket of the PDR's QERs in the packet's direction has room for `bits`.
@@ -93,7 +100,7 @@ pub(super) fn forward<R: Rules>(
     let Some(egress) = r.egress() else {
         return drop_to(k.out, k.counters, p, DropReason::NoForwardingTarget);
     };
-    let (ds, de) = if r.strips() {
+    let (ds, de) = if r.is(Is::Stripping) {
         inner
     } else {
         (p.start(), p.start() + p.len())
@@ -118,10 +125,10 @@ pub(super) fn forward<R: Rules>(
         return drop_to(k.out, k.counters, p, DropReason::QuotaExhausted);
     }
     r.charge(bits, octets);
-    r.count(octets, r.uplink());
+    r.count(octets, r.is(Is::Uplink));
     let marks = r.marks();
     let mark = Mark {
-        qfi: if r.to_access() {
+        qfi: if r.is(Is::ToAccess) {
             marks.qfi.or(qfi_in)
         } else {
             qfi_in.or(marks.qfi)
