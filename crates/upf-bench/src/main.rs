@@ -21,7 +21,6 @@
 
 mod ab;
 mod control;
-mod floor;
 mod harness;
 mod memory;
 mod profile;

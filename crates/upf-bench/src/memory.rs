@@ -4,13 +4,11 @@
 //! checksum: a few stores) so the next round sees the same input; the null-forward loop pays
 //! the same restore, so the ratio is fair.
 
-use crate::floor::{self, Floor};
 use crate::profile;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use upf_dataplane::acl::Acl;
-use upf_dataplane::{null_forward, Output, Packet, Pipeline, PipelineConfig, Port};
+use upf_dataplane::{null_forward, Acl, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_rules::InstallFlags;
 use upf_wire::encap::{EncapV4, GtpuTunnel};
 
@@ -76,16 +74,6 @@ pub struct Args {
     /// `PipelineConfig::expected_sessions` avoids): an A/B switch for the slowest install.
     #[arg(long)]
     no_presize: bool,
-    /// Also measure the floor model (`floor.rs`: S0's work written for S0's session shape
-    /// alone) on the same packets, in the same run, after the pipeline (and after the memory
-    /// a session takes is measured).
-    #[arg(long)]
-    floor: bool,
-    /// With `--floor`: leave one part of the work out of the floor model, to see what it
-    /// costs (classify: every packet takes the default PDR; acl; qer: buckets and GBR
-    /// octets; urr), or all four (policy).
-    #[arg(long, value_parser = ["classify", "acl", "qer", "urr", "policy"])]
-    floor_without: Option<String>,
 }
 
 /// Where each pooled packet must be put back to.
@@ -103,7 +91,6 @@ struct Orig {
 
 struct Worker {
     pipeline: Pipeline,
-    floor: Option<Floor>,
     batches: Vec<Vec<Packet>>,
     origs: Vec<Vec<Orig>>,
     /// UE indices, drawn at random; each round the pool carries the next stretch of them.
@@ -136,15 +123,14 @@ impl Rng {
     }
 }
 
-/// One worker's result: sessions, null forward, pipeline, RSS, slowest install, floor.
-type Measured = (usize, Drive, Drive, u64, Duration, Option<Drive>);
+/// One worker's result: sessions, null forward, pipeline, RSS, slowest install.
+type Measured = (usize, Drive, Drive, u64, Duration);
 
 /// What a measurement loop runs its batches through.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Loop {
     Null,
     Pipeline,
-    Floor,
 }
 
 /// The UEs whose sessions worker `w` holds.
@@ -231,37 +217,12 @@ fn build_worker(
         .collect();
     Ok(Worker {
         pipeline,
-        floor: None,
         batches,
         origs,
         ues: seq,
         next_ue: 0,
         slowest_install: slowest,
     })
-}
-
-/// The floor model of worker `w`'s sessions.
-fn floor_model(
-    a: &Args,
-    t: &profile::Workload,
-    w: usize,
-    now: Instant,
-    acl: &Arc<Acl>,
-    pipeline: &Pipeline,
-) -> Result<Floor, String> {
-    let sessions: Vec<_> = worker_ues(a, w).map(|i| t.session(i)).collect();
-    let ttl = pipeline.config().outer_ttl;
-    let without = match a.floor_without.as_deref() {
-        None => 0,
-        Some("classify") => floor::CLASSIFY,
-        Some("acl") => floor::ACL,
-        Some("qer") => floor::QER,
-        Some("urr") => floor::URR,
-        Some(_) => floor::POLICY,
-    };
-    Floor::new(now, &sessions, acl.clone(), ttl, profile::UPF_N3)
-        .map_err(|e| format!("--floor holds S0's session shape only: {e}"))?
-        .without(without)
 }
 
 /// Puts a packet back as built, carrying UE `ue` now: the range, port, TTL; the UE address
@@ -351,10 +312,6 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
             match what {
                 Loop::Null => null_forward(batch, &mut out, &tunnel),
                 Loop::Pipeline => w.pipeline.process(t0, batch, &mut out),
-                Loop::Floor => match w.floor.as_mut() {
-                    Some(f) => f.process(t0, batch, &mut out),
-                    None => return Err("no floor model built".into()),
-                },
             }
             busy += t0.elapsed();
             if out.tx.len() != n || !out.free.is_empty() {
@@ -417,9 +374,6 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
     if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
         return Err("--workers, --sessions and --batch must be positive".into());
     }
-    if a.floor_without.is_some() && !a.floor {
-        return Err("--floor-without needs --floor".into());
-    }
     let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules)).map_err(|e| e.to_string())?);
     let acl = &acl;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -446,13 +400,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                         let null = drive(&mut wk, a.seconds, Loop::Null)?;
                         let full = drive(&mut wk, a.seconds, Loop::Pipeline)?;
                         let rss = rss_bytes();
-                        let floor = if a.floor {
-                            wk.floor = Some(floor_model(a, t, w, now, acl, &wk.pipeline)?);
-                            Some(drive(&mut wk, a.seconds, Loop::Floor)?)
-                        } else {
-                            None
-                        };
-                        Ok((sessions, null, full, rss, wk.slowest_install, floor))
+                        Ok((sessions, null, full, rss, wk.slowest_install))
                     })
                 })
                 .collect();
@@ -475,11 +423,6 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         };
         let (null_pps, _) = rate(|r| r.1);
         let (pps, bps) = rate(|r| r.2);
-        let floor_per_core = results
-            .iter()
-            .map(|r| r.5.map(|d| d.packets as f64 / d.busy.as_secs_f64()))
-            .sum::<Option<f64>>()
-            .map(|pps| pps / a.workers as f64 / 1e6);
         // Packets each loop processed (all workers): per-packet figures from a whole-run
         // profile (callgrind, cachegrind) divide by these.
         let null_packets: u64 = results.iter().map(|r| r.1.packets).sum();
@@ -502,9 +445,6 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             "packets": packets,
             "null_forward_packets": null_packets,
             "cpu_share": cpu_share,
-            "floor_mpps_per_core": floor_per_core,
-            "floor_ratio_to_null": floor_per_core.map(|f| f / null_per_core),
-            "floor_packets": results.iter().map(|r| r.5.map(|d| d.packets)).sum::<Option<u64>>(),
         });
         eprintln!(
             "  {:>5}: {per_core:6.2} Mpps/core ({:5.1} ns/packet, {:6.2} Gbit/s/core), null forward {null_per_core:6.2} Mpps/core, ratio {:.2}{}",
@@ -516,14 +456,6 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                 .filter(|&c| c < 0.95)
                 .map_or(String::new(), |c| format!(" (preempted: {:.0} % of a core)", c * 100.0))
         );
-        if let Some(f) = floor_per_core {
-            eprintln!(
-                "         floor {f:6.2} Mpps/core ({:5.1} ns/packet), ratio to null forward {:.2}; the pipeline reaches {:.2} of it",
-                1e3 / f,
-                f / null_per_core,
-                per_core / f
-            );
-        }
         rows.push(row);
     }
     let min = |k: &str| {

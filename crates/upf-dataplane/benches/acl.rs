@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use upf_dataplane::acl::{Acl, AclAction, AclRule, ANY_PORT};
-use upf_dataplane::flow::{Addr, Flow, Prefix};
+use upf_dataplane::{Acl, AclAction, AclRule, ANY_PORT};
+use upf_dataplane::{Addr, Flow, Prefix};
 
 const FLOWS: usize = 4096;
 

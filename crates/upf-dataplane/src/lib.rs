@@ -9,18 +9,18 @@
 //! worker is a complete data path for the agent.
 #![forbid(unsafe_code)]
 
-pub mod acl;
-pub mod counters;
-pub mod fast;
+mod acl;
+mod counters;
+mod fast;
 mod filter;
-pub mod flow;
+mod flow;
 mod hot;
 mod install;
 mod intmap;
-pub mod meter;
+mod meter;
 mod overflow;
 mod parse;
-pub mod pipeline;
+mod pipeline;
 mod prefetch;
 mod session;
 mod shapes;
@@ -29,11 +29,23 @@ mod tables;
 mod test_rules;
 mod usage;
 
+pub use acl::{Acl, AclAction, AclLoadError, AclParseError, AclRule, AclStats, Tuning};
+pub use acl::{ANY_PORT, MAX_TABLES};
 pub use counters::{Counters, DropReason};
-pub use parse::{flow_of, route_hop};
+pub use flow::{Addr, Flow, Flow4, Prefix};
+pub use parse::flow_of;
 pub use pipeline::{null_forward, Output, Pipeline, GTPU_PORT};
 pub use tables::{FastMap, FoldHasher};
 pub use upf_packet::{Packet, Port, BUF_LEN, HEADROOM};
+
+/// What the stage benchmarks (`benches/pipeline.rs`) time one at a time: the G-PDU fast
+/// path, the IPv4 GTP-U header template, an MBR token bucket. Not an API: nothing else
+/// uses these, and they change with the pipeline.
+#[doc(hidden)]
+pub mod stages {
+    pub use crate::fast::{gpdu_v4, Template};
+    pub use crate::meter::TokenBucket;
+}
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -58,7 +70,7 @@ pub struct PipelineConfig {
     /// TTL / Hop Limit of the outer headers we write.
     pub outer_ttl: u8,
     /// Uplink traffic validation: checked on every packet from a UE (shared, read-only).
-    pub uplink_acl: std::sync::Arc<acl::Acl>,
+    pub uplink_acl: std::sync::Arc<Acl>,
     /// Sessions to size the tables for up front (0: grow as needed). Tables that double
     /// while a session is installed stall the worker's packets for the copy (tens of ms at
     /// 100k sessions); sized up front they only take address space until used.

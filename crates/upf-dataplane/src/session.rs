@@ -206,6 +206,16 @@ impl QerState {
         }
     }
 
+    /// The MBR bucket of the packet's direction, if the QER has one.
+    #[inline(always)]
+    pub fn mbr(&mut self, uplink: bool) -> Option<&mut TokenBucket> {
+        if uplink {
+            self.mbr_ul.as_mut()
+        } else {
+            self.mbr_dl.as_mut()
+        }
+    }
+
     /// Keeps the buckets' fill level across a modification.
     fn carry(&mut self, old: &QerState) {
         self.gbr_bytes = old.gbr_bytes;

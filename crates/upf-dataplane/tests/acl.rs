@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use proptest::sample::select;
 use std::net::IpAddr;
-use upf_dataplane::acl::{Acl, AclAction, AclRule, Tuning, ANY_PORT, MAX_TABLES};
-use upf_dataplane::flow::{Addr, Flow, Flow4, Prefix};
+use upf_dataplane::{Acl, AclAction, AclRule, Tuning, ANY_PORT, MAX_TABLES};
+use upf_dataplane::{Addr, Flow, Flow4, Prefix};
 
 const V4: [u32; 4] = [0x0a00_0000, 0x0a01_0000, 0xc000_0200, 0xc633_6400];
 const V6: [u128; 3] = [

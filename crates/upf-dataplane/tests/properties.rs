@@ -11,7 +11,7 @@ use proptest::sample::select;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use upf_dataplane::{LocalAddrs, Output, Packet, Pipeline, PipelineConfig, Port};
+use upf_dataplane::{DropReason, LocalAddrs, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_rules::sdf::FlowDescription;
 use upf_rules::*;
 use upf_wire::ext::PduSessionContainer;
@@ -779,6 +779,15 @@ proptest! {
 
 // ---- hot records against the general path --------------------------------------------------
 
+/// [`pipeline`] with an uplink ACL that denies some of the generated flows (UDP to port 53,
+/// TCP from port 1000), so that both paths' ACL step decides.
+fn pipeline_with_acl(now: Instant) -> Pipeline {
+    let mut cfg = pipeline(now).config().clone();
+    let rules = "deny in 17 from any to any 53\ndeny in 6 from any 1000 to any\n";
+    cfg.uplink_acl = Arc::new(upf_dataplane::Acl::load(rules).unwrap());
+    Pipeline::new(now, cfg)
+}
+
 /// `session(pdrs)` with policing and charging: a session QER with a tight MBR on every PDR, a
 /// per-PDR QER (gate closed on PDR 3, QFI marking) and URRs with low thresholds, a quota and
 /// START, so that the hot records' budgets run out and their exact checks fire.
@@ -991,6 +1000,41 @@ fn a_pdr_or_a_list_past_the_caps_stays_cold_and_matches() {
     }
 }
 
+/// A PDR whose packets come from the UE is checked against the uplink ACL on either list
+/// (found by TEID, or by UE address on N6), hot or not: the ACL step is one for both paths.
+#[test]
+fn packets_from_the_ue_pass_the_acl_on_either_list_hot_or_not() {
+    let t0 = Instant::now();
+    let pdr = |teid: Option<u32>| GenPdr {
+        teid,
+        // The UE is the source on both lists: both PDRs' packets come from the UE.
+        ue: Some((true, None, false)),
+        framed: false,
+        filters: vec![],
+        qfis: vec![],
+        precedence: 10,
+    };
+    let s = Arc::new(session(&[pdr(Some(1)), pdr(None)]));
+    for hot in [true, false] {
+        let mut p = pipeline_with_acl(t0);
+        p.set_hot_records(hot);
+        p.install(t0, s.clone(), InstallFlags::default()).unwrap();
+        assert_eq!(p.cold_sessions(), usize::from(!hot));
+        let mut got = Vec::new();
+        for dport in [53, 54] {
+            // From the UE to the UE's own address, so that N6 finds the session by it.
+            let ip = udp4(UE4, UE4, 4000, dport, 24, 0);
+            for pkt in [gpdu(1, None, &ip), n6(&ip)] {
+                let mut o = Output::default();
+                p.process(t0, &mut vec![pkt], &mut o);
+                got.push(chosen(&o.tx));
+            }
+        }
+        assert_eq!(got, [None, None, Some(1), Some(2)], "hot {hot}");
+        assert_eq!(p.counters().dropped(DropReason::AclDenied), 2, "hot {hot}");
+    }
+}
+
 /// A PDR of the shapes a hot record holds, most of the time (IPv4 UE address or none, no
 /// framed routes, at most one QFI; the filters may still need the general matcher).
 fn gen_hot_pdr() -> impl Strategy<Value = GenPdr> {
@@ -1020,8 +1064,8 @@ proptest! {
     ) {
         let t0 = Instant::now();
         let s = Arc::new(charged_session(&pdrs, mbr_kbps, quota));
-        let mut hot = pipeline(t0);
-        let mut cold = pipeline(t0);
+        let mut hot = pipeline_with_acl(t0);
+        let mut cold = pipeline_with_acl(t0);
         cold.set_hot_records(false);
         hot.install(t0, s.clone(), InstallFlags::default()).unwrap();
         cold.install(t0, s, InstallFlags::default()).unwrap();

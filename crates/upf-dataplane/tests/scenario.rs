@@ -380,7 +380,7 @@ fn ipv6_ue_uplink_and_downlink() {
 
 #[test]
 fn uplink_acl_denies_before_the_rules_apply() {
-    let acl = upf_dataplane::acl::Acl::load(
+    let acl = upf_dataplane::Acl::load(
         "# block DNS to anything but our resolver, and a bogon range\n\
          permit in udp from any to 198.51.100.53 53\n\
          deny in udp from any to any 53\n\

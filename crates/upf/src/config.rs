@@ -405,7 +405,7 @@ impl FileConfig {
             );
         }
         for (i, r) in self.acl.uplink_rules.iter().enumerate() {
-            upf_dataplane::acl::Acl::load(r).with_context(|| format!("acl.uplink_rules[{i}]"))?;
+            upf_dataplane::Acl::load(r).with_context(|| format!("acl.uplink_rules[{i}]"))?;
         }
         Ok(())
     }

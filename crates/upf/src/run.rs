@@ -237,7 +237,7 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
         acl_text.push('\n');
         acl_text.push_str(&t);
     }
-    let acl = upf_dataplane::acl::Acl::load(&acl_text).context("acl")?;
+    let acl = upf_dataplane::Acl::load(&acl_text).context("acl")?;
     let local = |a: &[IpAddr]| {
         let t = tunnel_addrs(a);
         upf_dataplane::LocalAddrs {

@@ -1,0 +1,253 @@
+//! The general path: the rules of a compiled session, whatever they hold.
+
+use super::steps::{duplicate, emit, forward, Is, Mark, Rules, Sink};
+use super::{drop_to, Output, Pipeline};
+use crate::counters::DropReason;
+use crate::session::{CFar, QerState, Strip, Target};
+use crate::usage::UrrState;
+use std::collections::VecDeque;
+use std::time::Instant;
+use upf_packet::{Packet, Port};
+use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid};
+
+impl Pipeline {
+    /// FAR, QER and URR of the matched PDR, then out.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) fn apply(
+        &mut self,
+        now: Instant,
+        slot: u32,
+        gtp: bool,
+        pdr_index: usize,
+        p: Packet,
+        inner: (usize, usize),
+        qfi_in: Option<u8>,
+        out: &mut Output,
+    ) -> Option<Packet> {
+        let Self {
+            slots,
+            counters,
+            events,
+            buffered_bytes,
+            cfg,
+            ident,
+            clock_ns,
+            ..
+        } = self;
+        let clock = *clock_ns;
+        let Some(s) = slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return drop_to(out, counters, p, DropReason::UnknownUe);
+        };
+        s.last_packet = now;
+        // A packet ends a reported silence, so the next one is reported too (the timer
+        // may only look after that next silence has begun).
+        s.inactive_reported = false;
+        let pdr = if gtp {
+            &s.gtp_pdrs[pdr_index]
+        } else {
+            &s.ip_pdrs[pdr_index]
+        };
+        let Some(far) = pdr.far.and_then(|f| s.fars.get_mut(usize::from(f))) else {
+            return drop_to(out, counters, p, DropReason::FarDrop);
+        };
+        let action = far.action;
+        if !action.contains(ApplyAction::FORW) {
+            let q = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].qfi);
+            let ppi = pdr.qers.iter().find_map(|&q| s.qers[usize::from(q)].ppi);
+            // DUPL applies whatever else the FAR does with the packet (e.g. DROP|DUPL for
+            // lawful interception of a blocked flow).
+            if action.contains(ApplyAction::DUPL) && !far.dup.is_empty() {
+                let (ds, de) = if pdr.strip == Strip::Gtpu {
+                    inner
+                } else {
+                    (p.start(), p.start() + p.len())
+                };
+                let mark = Mark {
+                    qfi: q.or(qfi_in),
+                    rqi: false,
+                    ppi: None,
+                };
+                duplicate(
+                    out,
+                    counters,
+                    p.data_at(ds, de),
+                    &far.dup,
+                    &mark,
+                    cfg.outer_ttl,
+                    ident,
+                );
+            }
+            if action.contains(ApplyAction::BUFF) {
+                // The CP hears of downlink data even when nothing can be buffered for it
+                // (a Suggested Buffering Packets Count of 0, a full buffer).
+                if action.contains(ApplyAction::NOCP) && !far.notified {
+                    far.notified = true;
+                    events.push_back(DatapathEvent::DownlinkData {
+                        seid: s.seid,
+                        pdr: pdr.id,
+                        qfi: q.map(Qfi),
+                        ppi,
+                    });
+                }
+                if far.buffer.len() >= far.max_buffered
+                    || *buffered_bytes + p.len() > cfg.buffer_bytes
+                {
+                    return drop_to(out, counters, p, DropReason::BufferFull);
+                }
+                counters.buffered += 1;
+                *buffered_bytes += p.len();
+                far.buffer.push_back(p);
+                return None;
+            }
+            return drop_to(out, counters, p, DropReason::FarDrop);
+        }
+        let (pdr_qers, pdr_urrs) = (&pdr.qers[..], &pdr.urrs[..]);
+        let mut rules = General {
+            // Slices once: each SmallVec access otherwise re-checks where its items live.
+            pdr_qers,
+            pdr_urrs,
+            uplink: pdr.from_ue,
+            strips: pdr.strip == Strip::Gtpu,
+            far,
+            qers: &mut s.qers[..],
+            urrs: &mut s.urrs[..],
+            events,
+            seid: s.seid,
+            now,
+        };
+        let sink = Sink {
+            out,
+            counters,
+            ident,
+            ttl: cfg.outer_ttl,
+            clock,
+        };
+        forward(&mut rules, p, inner, qfi_in, sink)
+    }
+}
+
+/// The rules of a compiled session's matched PDR, for [`forward`].
+struct General<'a> {
+    pdr_qers: &'a [u16],
+    pdr_urrs: &'a [u16],
+    uplink: bool,
+    strips: bool,
+    far: &'a CFar,
+    qers: &'a mut [QerState],
+    urrs: &'a mut [UrrState],
+    events: &'a mut VecDeque<DatapathEvent>,
+    seid: Seid,
+    now: Instant,
+}
+
+impl General<'_> {
+    /// The PDR's QERs that exist.
+    #[inline(always)]
+    fn qers(&self) -> impl Iterator<Item = &QerState> {
+        self.pdr_qers
+            .iter()
+            .filter_map(|&q| self.qers.get(usize::from(q)))
+    }
+}
+
+impl Rules for General<'_> {
+    #[inline(always)]
+    fn egress(&self) -> Option<Port> {
+        self.far.target.as_ref().map(|t| t.port)
+    }
+
+    #[inline(always)]
+    fn is(&self, what: Is) -> bool {
+        match what {
+            Is::ToAccess => self.far.target.as_ref().is_some_and(|t| t.to_access),
+            Is::Stripping => self.strips,
+            Is::Uplink => self.uplink,
+        }
+    }
+
+    #[inline(always)]
+    fn gate_shut(&self) -> bool {
+        let uplink = self.uplink;
+        self.qers()
+            .any(|q| if uplink { !q.gate_ul } else { !q.gate_dl })
+    }
+
+    #[inline(always)]
+    fn conforms(&mut self, clock: u64, bits: u64) -> bool {
+        for &q in self.pdr_qers {
+            let Some(q) = self.qers.get_mut(usize::from(q)) else {
+                continue;
+            };
+            if let Some(b) = q.mbr(self.uplink) {
+                if !b.conforms(clock, bits) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn exhausted(&self) -> bool {
+        self.pdr_urrs
+            .iter()
+            .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+    }
+
+    #[inline(always)]
+    fn charge(&mut self, bits: u64, octets: u64) {
+        for &q in self.pdr_qers {
+            let Some(q) = self.qers.get_mut(usize::from(q)) else {
+                continue;
+            };
+            if let Some(b) = q.mbr(self.uplink) {
+                b.take(bits);
+            }
+            if q.gbr.is_some() {
+                q.gbr_bytes += octets;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn count(&mut self, octets: u64, uplink: bool) {
+        for &u in self.pdr_urrs {
+            let Some(u) = self.urrs.get_mut(usize::from(u)) else {
+                continue;
+            };
+            if let Some(t) = u.count(self.now, octets, uplink) {
+                let report = u.report(self.now, self.seid, t);
+                self.events.push_back(DatapathEvent::Usage(report));
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn marks(&self) -> Mark {
+        let mut m = Mark {
+            qfi: None,
+            rqi: false,
+            ppi: None,
+        };
+        for q in self.qers() {
+            m.qfi = m.qfi.or(q.qfi);
+            m.rqi |= q.rqi;
+            m.ppi = m.ppi.or(q.ppi);
+        }
+        m
+    }
+
+    #[inline(always)]
+    fn dups(&self) -> &[Target] {
+        &self.far.dup
+    }
+
+    #[inline(always)]
+    fn encap(&self, p: &mut Packet, ds: usize, de: usize, m: &Mark, ttl: u8, id: &mut u16) -> bool {
+        match &self.far.target {
+            Some(t) => emit(p, ds, de, t, m, ttl, id),
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! One worker's pipeline: its tables, its sessions' state, and `process`, which runs a batch
+//! of packets to completion (decapsulate → classify → PDR → FAR → QER → URR → encapsulate).
+
+mod batch;
+mod general;
+mod gtpu;
+mod hot_path;
+mod n6;
+mod null;
+mod signalling;
+mod steps;
+
+pub use null::null_forward;
+pub(crate) use signalling::wrap_for_peer;
+
+use crate::counters::{Counters, DropReason};
+use crate::flow::Addr;
+use crate::hot::{Hot, Kind};
+use crate::intmap::IntMap;
+use crate::meter::RateLimit;
+use crate::overflow::Arena;
+use crate::session::Compiled;
+use crate::shapes::Shapes;
+use crate::tables::{FastMap, UeTable};
+use crate::PipelineConfig;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Instant;
+use upf_packet::Packet;
+use upf_rules::{DatapathEvent, Seid};
+
+/// A vector with room for `n` (a compiled session is ~3 kB: at a million sessions that is
+/// gigabytes of address space, which a host with strict overcommit may refuse: then it grows
+/// as it goes instead).
+fn reserved<T>(n: usize) -> Vec<T> {
+    let mut v = Vec::new();
+    let _ = v.try_reserve_exact(n);
+    v
+}
+
+/// GTP-U's UDP port (TS 29.281 §4.4.2).
+pub const GTPU_PORT: u16 = 2152;
+
+/// What a batch produced besides events: packets to send (each with its egress port) and
+/// buffers to reuse.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub tx: Vec<Packet>,
+    pub free: Vec<Packet>,
+}
+
+/// One worker's share of the data path.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub(crate) cfg: PipelineConfig,
+    pub(crate) slots: Vec<Option<Compiled>>,
+    /// Per slot: the hot record ([`crate::hot`]), and what each of its halves is.
+    pub(crate) hot: Vec<Hot>,
+    pub(crate) kinds: Vec<[Kind; 2]>,
+    /// The hot records' shapes, and the overflow runs of those with [`HOT_RUN`] halves.
+    pub(crate) shapes: Shapes,
+    pub(crate) arena: Arena,
+    /// Sessions installed cold (prefetched by reference, in steps).
+    pub(crate) cold: usize,
+    /// `now` of this batch is exactly `epoch + clock_ns`: hot records may count in clock
+    /// time (otherwise packets of hot sessions take the general path after a sync).
+    pub(crate) hot_ok: bool,
+    pub(crate) hot_enabled: bool,
+    /// Hot sessions served cold in this batch (see `hot_ok`), made hot again after it.
+    pub(crate) rehot: Vec<u32>,
+    pub(crate) generations: Vec<u32>,
+    pub(crate) free_slots: Vec<u32>,
+    pub(crate) by_seid: FastMap<Seid, u32>,
+    pub(crate) teids: IntMap,
+    pub(crate) ue: UeTable,
+    pub(crate) remote: FastMap<(u32, Addr), u32>,
+    pub(crate) counters: Counters,
+    pub(crate) events: VecDeque<DatapathEvent>,
+    /// Released buffered packets, processed before the next batch to keep their order.
+    pub(crate) requeue: VecDeque<Packet>,
+    /// Packets made outside `process` (End Markers), sent with the next batch.
+    pub(crate) pending: Vec<Packet>,
+    pub(crate) buffered_bytes: usize,
+    pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    pub(crate) error_indications: RateLimit,
+    pub(crate) ident: u16,
+    /// Per-batch scratch: each packet's lookup key ([`lookup_key`]), then its session slot
+    /// ([`Pipeline::slot_hint`]).
+    pub(crate) keys: Vec<u64>,
+    pub(crate) hints: Vec<u32>,
+    /// The meters' clock: `now` of the current batch as nanoseconds since `epoch`.
+    pub(crate) epoch: Instant,
+    pub(crate) clock_ns: u64,
+}
+
+/// Counts the drop and frees the buffer; `None`, so that a stage can return it as "nothing
+/// to send".
+fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) -> Option<Packet> {
+    c.drop(r);
+    out.free.push(p);
+    None
+}
+
+impl Pipeline {
+    pub fn new(now: Instant, cfg: PipelineConfig) -> Self {
+        let error_indications = RateLimit::new(now, cfg.error_indications_per_s, 10);
+        let n = cfg.expected_sessions;
+        Self {
+            slots: reserved(n),
+            hot: reserved(n),
+            kinds: reserved(n),
+            shapes: Shapes::with_capacity(n),
+            arena: Arena::default(),
+            cold: 0,
+            hot_ok: true,
+            hot_enabled: true,
+            rehot: Vec::new(),
+            generations: reserved(n),
+            free_slots: Vec::new(),
+            by_seid: FastMap::with_capacity_and_hasher(n, Default::default()),
+            // Two uplink TEIDs a session is common (one per QoS flow, or N3 and N9).
+            teids: IntMap::with_capacity(2 * n),
+            ue: UeTable::with_capacity(n),
+            // Downlink tunnels by (TEID, gNB): one a session usually.
+            remote: FastMap::with_capacity_and_hasher(n, Default::default()),
+            counters: Counters::default(),
+            events: VecDeque::new(),
+            requeue: VecDeque::new(),
+            pending: Vec::new(),
+            buffered_bytes: 0,
+            timers: BinaryHeap::new(),
+            error_indications,
+            ident: 0,
+            keys: Vec::new(),
+            hints: Vec::new(),
+            epoch: now,
+            clock_ns: 0,
+            cfg,
+        }
+    }
+
+    /// `now` as nanoseconds since this pipeline's epoch (the meters count in these).
+    pub(crate) fn clock(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn sessions(&self) -> usize {
+        self.by_seid.len()
+    }
+
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// Sessions installed in the general (cold) form only: their rules do not fit a hot
+    /// record ([`crate::hot`]).
+    pub fn cold_sessions(&self) -> usize {
+        self.cold
+    }
+
+    /// Whether sessions get hot records (on by default). Off, every session takes the general
+    /// path: for tests that hold the two paths to the same answers, and for A/B measurements.
+    pub fn set_hot_records(&mut self, on: bool) {
+        self.hot_enabled = on;
+        for slot in 0..self.slots.len() {
+            let slot = u32::try_from(slot).unwrap_or(u32::MAX);
+            self.sync_slot(slot);
+            self.build_hot(slot);
+        }
+    }
+}
