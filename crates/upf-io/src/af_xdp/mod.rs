@@ -151,9 +151,9 @@ fn rx_queues(ifname: &str) -> u32 {
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                .count() as u32
+                .count()
         })
-        .unwrap_or(1)
+        .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX))
         .max(1)
 }
 
@@ -706,7 +706,7 @@ impl PacketIo for XskIo {
                                 f[14..].copy_from_slice(ip);
                                 self.xsk.tx.push(XdpDesc {
                                     addr,
-                                    len: len as u32,
+                                    len: u32::try_from(len).unwrap_or(0),
                                     options: 0,
                                 });
                                 self.stats.tx_bytes += ip.len() as u64;

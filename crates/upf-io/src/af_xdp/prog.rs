@@ -235,7 +235,11 @@ pub(crate) fn object(filter: &Filter, queues: u32) -> io::Result<Ebpf> {
         }
         n6 += 1;
     }
-    let (n4, n6) = (n4 as u32, n6 as u32);
+    // Both at most MAX_LOCAL (checked above).
+    let (n4, n6) = (
+        u32::try_from(n4).unwrap_or(0),
+        u32::try_from(n6).unwrap_or(0),
+    );
     let gtpu = u32::from(filter.gtpu);
     EbpfLoader::new()
         .override_global("workers", &filter.workers, true)

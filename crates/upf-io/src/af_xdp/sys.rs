@@ -217,7 +217,7 @@ pub fn xdp_socket() -> io::Result<OwnedFd> {
 
 pub fn bind_xdp(fd: &OwnedFd, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
     let sa = SockaddrXdp {
-        family: AF_XDP as u16,
+        family: u16::try_from(AF_XDP).unwrap_or_default(),
         flags,
         ifindex,
         queue_id: queue,
