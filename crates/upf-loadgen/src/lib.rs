@@ -10,7 +10,7 @@
 //! - [`in_netns`] (from upf-netns): runs a closure on a thread inside a named network
 //!   namespace, to create the TUN and the sockets there.
 //!
-//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (TUNSETIFF, poll, sched_setaffinity, if_nametoindex),
+//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (its TUNSETIFF),
 //! whose every block has a `// SAFETY:` comment.
 
 pub mod gnb;

@@ -1,12 +1,15 @@
-//! The three system calls std does not wrap: attaching a TUN device (`ioctl(TUNSETIFF)`),
-//! entering a network namespace (`setns`) and waiting for a descriptor with a timeout
-//! (`poll`). The only module of the crate with `unsafe`; every block says why it is sound.
+//! What std does not wrap: attaching a TUN device (`ioctl(TUNSETIFF)`, the only `unsafe` of
+//! the crate, its block saying why it is sound), pinning a thread to a CPU, its nice value and the
+//! monotonic clock (rustix), interrupting a blocking call of this thread (`pthread_kill`,
+//! inside one function that keeps the thread alive while it signals), an interface's index (upf-io's rtnetlink).
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)` (linux/if_tun.h).
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -66,84 +69,66 @@ pub fn open_tun(name: &str) -> io::Result<(File, String)> {
     Ok((file, given))
 }
 
-/// Pins the calling thread to CPU `cpu` (`sched_setaffinity` on thread 0 = this thread).
+/// Pins the calling thread to CPU `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+    if cpu >= rustix::thread::CpuSet::MAX_CPU {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("CPU {cpu} out of range"),
         ));
     }
-    // SAFETY: an all-zero cpu_set_t is a valid empty set (plain bit array).
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit of `set`, a live local; `cpu` is below CPU_SETSIZE
-    // (checked above), so the bit is inside it.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed, read by the kernel only; pid 0
-    // is the calling thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
     Ok(())
 }
 
 /// The index of interface `name` in the calling thread's network namespace.
 pub fn ifindex(name: &str) -> io::Result<u32> {
-    let c = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; if_nametoindex only
-    // reads it.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no interface {name}: {}", io::Error::last_os_error()),
-        ));
-    }
-    Ok(i)
+    upf_io::link::Link::by_name(name).map(|l| l.ifindex)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, which stamps the
 /// generator's frames (std's `Instant` does not expose its value).
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if r < 0 {
-        return 0;
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
-/// Sets the nice value of the calling thread (Linux: per thread; negative needs
-/// CAP_SYS_NICE).
+/// Sets the nice value of the calling thread (Linux: setpriority on pid 0 is per thread;
+/// negative needs CAP_SYS_NICE).
 pub fn set_thread_nice(nice: i32) -> io::Result<()> {
-    // SAFETY: plain system call on the calling thread (who = 0), no memory passed.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    rustix::process::setpriority_process(None, nice)?;
     Ok(())
 }
 
-/// The calling thread, for [`interrupt`].
-pub fn this_thread() -> libc::pthread_t {
+/// Runs `work` on the calling thread while a watcher thread sends that thread `signal` every
+/// 5 ms once `stop()` says so, which ends a blocking system call of `work` with EINTR;
+/// returns what `work` returned, once the watcher has been joined.
+pub fn with_interrupts<T>(
+    signal: libc::c_int,
+    stop: impl Fn() -> bool + Sync,
+    work: impl FnOnce() -> T,
+) -> T {
     // SAFETY: pthread_self has no preconditions and cannot fail.
-    unsafe { libc::pthread_self() }
-}
-
-/// Sends signal `sig` to thread `t` of this process (to interrupt a blocking system call).
-/// The caller keeps `t` alive for the call (a scoped thread joined after it).
-pub fn interrupt(t: libc::pthread_t, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: `t` is a thread of this process that has not been joined (the caller's
-    // contract); pthread_kill only queues the signal.
-    let r = unsafe { libc::pthread_kill(t, sig) };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
-    Ok(())
+    let me = unsafe { libc::pthread_self() };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if stop() {
+                    // SAFETY: `me` runs this scope, which joins the watcher before it ends, so
+                    // the thread is alive; pthread_kill only queues the signal. Again every
+                    // 5 ms: the signal may come between two calls.
+                    unsafe { libc::pthread_kill(me, signal) };
+                    std::thread::sleep(Duration::from_millis(5));
+                } else {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let r = work();
+        done.store(true, Ordering::Release);
+        r
+    })
 }

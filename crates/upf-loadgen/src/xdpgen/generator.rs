@@ -227,33 +227,16 @@ impl Generator {
         let cpu0 = thread_cpu();
         let start = Instant::now();
         let deadline = start + Duration::from_secs_f64(seconds.max(0.0));
-        let me = sys::this_thread();
-        let done = AtomicBool::new(false);
-        let r = std::thread::scope(|sc| {
-            sc.spawn(|| {
-                while !done.load(Ordering::Acquire) {
-                    let now = Instant::now();
-                    if now >= deadline || stop.load(Ordering::Relaxed) {
-                        // Again every 5 ms: the signal may come between two calls.
-                        let _ = sys::interrupt(me, WAKE_SIGNAL);
-                        std::thread::sleep(Duration::from_millis(5));
-                    } else {
-                        std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
-                    }
-                }
-            });
-            let r = loop {
-                if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
-                    break Ok(());
-                }
-                match bpf::run(prog, frame, &mut [], u32::MAX, live) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
-            };
-            done.store(true, Ordering::Release);
-            r
+        let over = || Instant::now() >= deadline || stop.load(Ordering::Relaxed);
+        let r = sys::with_interrupts(WAKE_SIGNAL, over, || loop {
+            if over() {
+                break Ok(());
+            }
+            match bpf::run(prog, frame, &mut [], u32::MAX, live) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
         });
         let elapsed = start.elapsed();
         let cpu = thread_cpu().saturating_sub(cpu0);
