@@ -4,11 +4,18 @@
 //! headroom for encapsulation); link-layer framing is the backend's business.
 //!
 //! Backends: [`mem`] (in-memory queues), [`udp`] (N3/N9 on a UDP socket, no privileges),
-//! [`tun`] (N6 on a multi-queue TUN device). Decorators: [`pcap::Capture`] (write a pcap file)
-//! and [`fault::Faults`] (seeded drop/duplicate/reorder, for tests).
+//! [`tun`] (N6 on a multi-queue TUN device), [`af_packet`] (TPACKET_V3 ring, a fanout group
+//! steered by a BPF program), [`af_xdp`] (UMEM and rings, an XDP program steering to the
+//! arriving queue's socket). Decorators: [`pcap::Capture`] (write a pcap file) and
+//! [`fault::Faults`] (seeded drop/duplicate/reorder, for tests).
 //!
-//! The only crate of the workspace with `unsafe` (system calls and shared rings); every block
-//! carries a `// SAFETY:` comment.
+//! Where `unsafe` lives (every block with a `// SAFETY:` comment, each behind functions a
+//! caller cannot misuse): the packet paths' system calls that no library wraps as fast
+//! (`udp`: recvmmsg/sendmmsg with their control messages; `af_packet`: the mmap'd RX ring
+//! and sendmmsg; `tun`: TUNSETIFF), the AF_XDP rings and UMEM (`af_xdp::ring`, `af_xdp::sys`,
+//! `af_xdp`), the socket-address conversions of `sys`, and the huge-page allocator
+//! (`hugepages`). BPF programs are loaded and run through aya, netlink through
+//! netlink-packet-route, eventfd and poll through rustix: no `unsafe` of ours there.
 
 pub mod af_packet;
 pub mod af_xdp;
