@@ -1,7 +1,7 @@
 //! What software prefetching can do on this machine when every line is addressable: 100k
 //! records of 48 cache lines in random order, 6 lines read per record in a dependent chain,
 //! each prefetched `d` records ahead. The pipeline's per-session state is measured against
-//! this (docs/benchmarks.md).
+//! this (docs/benchmarks/datapath-memory.md).
 //!
 //! `cargo run --release -p upf-dataplane --example prefetch_ceiling`
 

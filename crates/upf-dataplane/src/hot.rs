@@ -11,9 +11,9 @@
 //!   PCC rules, QoS and charging) share one, which stays in cache however many sessions
 //!   there are.
 //!
-//! At 1M sessions a packet's cost over 1k is mostly the page walk and misses of its record:
-//! 320 octets instead of the 1,152 that held everything, so a quarter of the pages and of
-//! the host page-table entries a walk misses on (docs/benchmarks.md).
+//! With many sessions a packet's cost over few is mostly the page walk and misses of its
+//! record, so the record is small: a quarter of the pages and of the host page-table entries
+//! a walk misses on, against a record holding everything (docs/benchmarks/datapath-memory.md).
 //!
 //! A shape has two halves, one per PDR list (GTP-U PDRs found by TEID, IP PDRs found by UE
 //! address): the head line with the PDRs, the SDF filter lines, the FARs, the QERs of the
@@ -565,7 +565,7 @@ impl Hot {
     /// Prefetches every line of the record `half`'s packets may read, into L2 (into L1,
     /// each of the lines in flight would hold one of its few miss buffers until it arrives,
     /// and the prefetches themselves stalled), all of them whether in use or not: a line
-    /// prefetched and not read measured free (docs/benchmarks.md). Not the keys line:
+    /// prefetched and not read costs nothing (docs/benchmarks/datapath-memory.md). Not the keys line:
     /// `Pipeline::process` prefetched it when it looked the slot up.
     #[inline(always)]
     pub fn prefetch(&self, half: usize) {

@@ -3,11 +3,11 @@
 //! TEIDs and UE addresses come in dense runs: allocators, ours and the SMFs', hand them out
 //! in sequence from a range or pool. [`IntMap`] gives every block of 4,096 consecutive keys
 //! that holds enough of them a page of its own (16 KiB), found through a direct array by the
-//! key's high bits and indexed by its low bits: at 100k sessions the lines a lookup may read
-//! then lie in ~100 4 KiB pages instead of the 512-1,024 a hashed table spreads them over, so
-//! the TLB holds them and the cache keeps more of them (docs/benchmarks.md: the lookup's page walk
-//! and miss were most of what 100k sessions cost over 1k). Keys of sparse blocks stay in a
-//! hashed table, [`Probed`].
+//! key's high bits and indexed by its low bits: the lines a lookup may read then lie in a
+//! few pages instead of the many a hashed table spreads them over, so the TLB holds them and
+//! the cache keeps more of them (the lookup's page walk and miss were most of what many
+//! sessions cost over few: docs/benchmarks/datapath-memory.md). Keys of sparse blocks stay in a hashed table,
+//! [`Probed`].
 
 use crate::tables::FastMap;
 

@@ -11,8 +11,8 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_millis(2000);
 /// per-packet refill is a subtraction, and the packet's cost (its bits times the time a bit
 /// takes at the rate) is a multiplication that does not wait for the bucket's state. (As a
 /// count of tokens, the refill was the time since the last packet times the rate, a
-/// multiplication in the middle of a chain of dependent steps that cost ~9 ns a packet for
-/// S0's two buckets: docs/benchmarks.md.) The bucket starts full (no backlog); it holds the
+/// multiplication in the middle of a chain of dependent steps.) The bucket starts full (no
+/// backlog); it holds the
 /// rate times the averaging window, so a flow may burst for one window and is held to the
 /// rate after it. 32 octets: its [`Rate`] (what sessions with the same QER share) and its
 /// [`Fill`] (each session's own).

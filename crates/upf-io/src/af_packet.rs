@@ -91,8 +91,7 @@ impl AfPacketConfig {
             // 4 MiB in all, as 32 blocks rather than 4 × 1 MiB: a block is handed over when
             // full or after `block_timeout_ms`, so at moderate rates each block holds only about
             // a millisecond of traffic, and the ring rides out a stall of the worker of about
-            // `block_count` milliseconds whatever the block size (measured here: 4 × 1 MiB lost
-            // 10-30 % of 0.1 Mpps on a loaded machine, 32 × 128 KiB nothing).
+            // `block_count` milliseconds whatever the block size (docs/benchmarks/daemon.md).
             block_size: 128 << 10,
             block_count: 32,
             block_timeout_ms: 1,

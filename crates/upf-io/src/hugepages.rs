@@ -1,7 +1,6 @@
 //! A global allocator that backs large allocations (≥ 2 MiB: session tables, hot records,
 //! packet pools) with transparent huge pages, so that a packet touching a random session
-//! does not also pay a page walk through 4 KiB pages (measured at 1M sessions: see
-//! docs/benchmarks.md). Small allocations go to the system allocator untouched. Binaries opt
+//! does not also pay a page walk through 4 KiB pages (docs/benchmarks/datapath-memory.md). Small allocations go to the system allocator untouched. Binaries opt
 //! in with `#[global_allocator] static A: upf_io::hugepages::HugePageAlloc = HugePageAlloc;`.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -68,9 +68,9 @@ impl Default for Limits {
             response_cache: 1 << 20,
             // A response costs ~400 B with its overhead, so a peer's 64 MiB hold its whole
             // 12 s window up to ~14,000 procedures/s, and 4 s (T1 = 1 s, N1 = 3) at the
-            // ~40,000/s one SMF can drive this UPF to (`upf-bench control`, window 256; at
-            // 8 MiB, 11 retransmitted deletions found their response evicted, were executed
-            // again and got cause 65). The total lets four such peers keep theirs whole.
+            // rate one SMF can drive this UPF to (docs/benchmarks/control-plane.md); a
+            // smaller bound evicts responses that retransmissions still need. The total lets
+            // four such peers keep theirs whole.
             response_cache_bytes: 256 << 20,
             response_cache_bytes_per_peer: 64 << 20,
         }

@@ -4,11 +4,9 @@
 //! after the churn as before it: what the agent keeps follows what is live, not how many
 //! sessions there ever were (issue #24, part 3).
 //!
-//! `cargo test -p upf-n4 --test churn` churns 100,000 sessions after the warm-up (a debug
-//! build takes ~0.3 ms a session, 50 s in all: CI's `cargo test --workspace` runs this one;
-//! the queue of freed TEIDs of the old allocator outgrew 131,072 entries on the way, +512 KiB);
-//! `cargo test --release -p upf-n4 --test churn -- --ignored` churns 1,000,000 (~15 µs
-//! each).
+//! `cargo test -p upf-n4 --test churn` churns 100,000 sessions after the warm-up (CI's
+//! `cargo test --workspace` runs this one); `cargo test --release -p upf-n4 --test churn --
+//! --ignored` churns 1,000,000 (docs/benchmarks/n4-agent.md).
 
 mod counting;
 mod harness;

@@ -6,8 +6,7 @@
 //! Why L2: the pipeline prefetches some six lines a packet, eight packets ahead. Into L1 each
 //! one holds an L1 miss buffer until its line arrives, and there are far fewer of those than
 //! lines in flight; into L2 they queue at the L2, which keeps more misses in flight, and the
-//! later demand load costs an L2 hit (docs/benchmarks.md: 100k sessions 143–156 → 103–109 ns
-//! a packet).
+//! later demand load costs an L2 hit (docs/benchmarks/datapath-memory.md).
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]

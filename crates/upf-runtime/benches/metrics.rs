@@ -1,6 +1,6 @@
 //! What metrics cost a worker: the per-batch accounting it does on the fast path (a clock read
 //! and `BatchStats::record`), and answering a scrape (cloning its counters between batches).
-//! Compare with a batch's processing time from `upf-bench memory` (docs/benchmarks.md).
+//! Compare with a batch's processing time from `upf-bench memory` (docs/benchmarks/daemon.md).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;

@@ -132,7 +132,7 @@ impl Backlog {
 pub const BATCH_TIME_BUCKETS: usize = 16;
 
 /// What a worker counts per batch for metrics: plain integers, a few instructions a batch
-/// (measured with `upf-bench memory --metrics`, docs/benchmarks.md).
+/// (`cargo bench -p upf-runtime --bench metrics`, docs/benchmarks/daemon.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchStats {
     /// Batches processed, and the packets in them (mean batch size = packets / batches).

@@ -7,7 +7,7 @@ use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 /// Large allocations (session tables, hot records) on transparent huge pages: fewer page walks
-/// per packet at a million sessions (docs/benchmarks.md).
+/// per packet with many sessions (docs/benchmarks/datapath-memory.md).
 #[global_allocator]
 static ALLOC: upf_io::hugepages::HugePageAlloc = upf_io::hugepages::HugePageAlloc;
 use std::process::ExitCode;

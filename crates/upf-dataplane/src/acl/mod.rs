@@ -31,7 +31,7 @@
 //! one that holds the most remaining rules with at most [`Tuning::bucket`] per key, again and
 //! again while a new table takes a fair share of the rules ([`Tuning::min_share`]); the rest
 //! go where their key's list is shortest, and at most [`Tuning::max_tables`] tables are made.
-//! On the benchmark mix, 10,000 rules give 4 tables for IPv4 (docs/benchmarks.md). A lookup
+//! On the benchmark mix, 10,000 rules give 4 tables for IPv4 (docs/benchmarks/acl.md). A lookup
 //! probes the tables in order of their lowest rule index and stops when no table left can hold
 //! a better rule; a list stops at its first match.
 //!
@@ -112,7 +112,7 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    /// Measured on the benchmark mix (docs/benchmarks.md).
+    /// Measured on the benchmark mix (docs/benchmarks/acl.md).
     pub const DEFAULT: Self = Self {
         bucket: 8,
         max_tables: 8,
