@@ -5,6 +5,7 @@
 //! the same restore, so the ratio is fair.
 
 use crate::profile;
+use anyhow::{anyhow, bail};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,7 +146,7 @@ fn build_worker(
     size: usize,
     now: Instant,
     acl: &Arc<Acl>,
-) -> Result<Worker, String> {
+) -> anyhow::Result<Worker> {
     let cfg = PipelineConfig {
         n3: upf_dataplane::LocalAddrs {
             v4: Some(profile::UPF_N3),
@@ -165,7 +166,7 @@ fn build_worker(
     if let Some((i, s)) = t.peak() {
         pipeline
             .install_shared(now, s, InstallFlags::default(), 1)
-            .map_err(|e| format!("installing the peak session {i}: {e}"))?;
+            .map_err(|e| anyhow!("installing the peak session {i}: {e}"))?;
     }
     // The slowest install: a worker forwards nothing meanwhile.
     let mut slowest = Duration::ZERO;
@@ -174,7 +175,7 @@ fn build_worker(
         let t0 = Instant::now();
         pipeline
             .install_shared(now, s, InstallFlags::default(), 1)
-            .map_err(|e| format!("installing session {i}: {e}"))?;
+            .map_err(|e| anyhow!("installing session {i}: {e}"))?;
         slowest = slowest.max(t0.elapsed());
     }
     if a.cold {
@@ -273,7 +274,7 @@ struct Drive {
 }
 
 /// Runs the worker's pool for `secs`.
-fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
+fn drive(w: &mut Worker, secs: f64, what: Loop) -> anyhow::Result<Drive> {
     let tunnel = EncapV4 {
         src: profile::UPF_N3,
         dst: profile::gnb_addr(0),
@@ -315,12 +316,12 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
             }
             busy += t0.elapsed();
             if out.tx.len() != n || !out.free.is_empty() {
-                return Err(format!(
+                bail!(
                     "batch of {n}: {} forwarded, {} dropped ({:?})",
                     out.tx.len(),
                     out.free.len(),
                     w.pipeline.counters()
-                ));
+                );
             }
             for ((p, o), port) in out.tx.iter_mut().zip(&mut w.origs[i]).zip(&ports[i]) {
                 let ue = w.ues[w.next_ue];
@@ -354,14 +355,14 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
 }
 
 /// `upf-bench memory`: measures and prints one JSON line.
-pub fn run(a: &Args) -> Result<(), String> {
+pub fn run(a: &Args) -> anyhow::Result<()> {
     upf_io::hugepages::set_enabled(!a.no_huge_pages);
     println!("{}", measure(a)?);
     Ok(())
 }
 
 /// Measures every size (or the mix) of `a`; returns the summary `memory` prints.
-pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
+pub fn measure(a: &Args) -> anyhow::Result<serde_json::Value> {
     let (prof, _) = crate::spec::load(&a.profile)?;
     let t = &profile::Workload::new(&prof, a.mix.as_deref(), a.sessions, a.sdf_filters)?
         .own_ambr(a.own_ambr);
@@ -372,9 +373,9 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         a.sizes.clone()
     };
     if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
-        return Err("--workers, --sessions and --batch must be positive".into());
+        bail!("--workers, --sessions and --batch must be positive");
     }
-    let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules)).map_err(|e| e.to_string())?);
+    let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules))?);
     let acl = &acl;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let now = Instant::now();
@@ -391,7 +392,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             let handles: Vec<_> = (0..a.workers)
                 .map(|w| {
                     let core = (a.workers <= cores.len()).then(|| cores[w]);
-                    sc.spawn(move || -> Result<_, String> {
+                    sc.spawn(move || -> anyhow::Result<_> {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
@@ -406,8 +407,8 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().map_err(|_| "worker panicked".to_string())?)
-                .collect::<Result<Vec<_>, String>>()
+                .map(|h| h.join().map_err(|_| anyhow!("worker panicked"))?)
+                .collect::<anyhow::Result<Vec<_>>>()
         })?;
         if k == 0 {
             let peak = results.iter().map(|r| r.3).max().unwrap_or(0);
