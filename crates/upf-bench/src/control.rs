@@ -32,9 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use upf_io::link::ip;
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{Downlink, Qos, Session, SessionSpec, Smf, SmfConfig, SmfError, UeAddr};
+use upf_netns::{in_netns, Netns};
 
 pub const SCHEMA: u32 = 1;
 /// Marks a control run's results.json (`report` tells it from a profile's).
@@ -178,12 +177,7 @@ pub(crate) fn latency_json(v: &mut [Duration]) -> Value {
     })
 }
 
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
+pub use upf_netns::is_root;
 
 pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -214,7 +208,8 @@ fn thread_cpu_ns() -> u64 {
 /// `upf run` with N4 and N3 on the loopback of its own namespace; stopped and the namespace
 /// removed on drop (also on error and panic).
 struct Daemon {
-    ns: String,
+    /// Deleted (with what is in it) after the UPF stopped.
+    ns: Netns,
     child: Option<Child>,
     /// The config and the log, removed with the namespace.
     dir: PathBuf,
@@ -224,17 +219,13 @@ struct Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
-        if let Err(e) = ip(&["netns", "del", &self.ns]) {
-            eprintln!("upf-bench control: {e}");
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Daemon {
     fn start(exe: &Path, cores: &[usize], workers: usize, sessions: u32) -> anyhow::Result<Self> {
-        let ns = format!("cb{}", std::process::id());
-        ip(&["netns", "add", &ns]).map_err(anyhow::Error::msg)?;
+        let ns = Netns::named(&format!("cb{}", std::process::id()))?;
         let dir = std::env::temp_dir().join(format!("upf-bench-control-{}", std::process::id()));
         let mut d = Daemon {
             ns,
@@ -242,7 +233,6 @@ impl Daemon {
             log: dir.join("upf.log"),
             dir: dir.clone(),
         };
-        ip(&["-n", &d.ns, "link", "set", "lo", "up"]).map_err(anyhow::Error::msg)?;
         std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
         let list: Vec<String> = cores.iter().map(ToString::to_string).collect();
         let cfg = dir.join("upf.toml");
@@ -257,7 +247,14 @@ impl Daemon {
         std::fs::write(&cfg, text).with_context(|| cfg.display().to_string())?;
         let log = std::fs::File::create(&d.log).with_context(|| d.log.display().to_string())?;
         let child = Command::new("ip")
-            .args(["netns", "exec", &d.ns, "taskset", "-c", &list.join(",")])
+            .args([
+                "netns",
+                "exec",
+                d.ns.name(),
+                "taskset",
+                "-c",
+                &list.join(","),
+            ])
             .arg(exe)
             .arg("run")
             .arg("--config")
@@ -285,7 +282,7 @@ impl Daemon {
 
     /// An emulator in the namespace, associated (retrying until the UPF listens).
     fn smf(&mut self, window: usize, stop: &AtomicBool) -> anyhow::Result<Smf> {
-        let mut smf = in_netns(&self.ns, || {
+        let mut smf = in_netns(self.ns.name(), || {
             let mut c = SmfConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 8805)));
             c.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
             // A full window of 256 queues for well under a second even on a loaded VM; the
@@ -298,7 +295,7 @@ impl Daemon {
         .context("SMF emulator")?;
         let until = Instant::now() + Duration::from_secs(20);
         // A request sent before the UPF listens waits for T1 (1 s) to be sent again.
-        while !n4_bound(&self.ns) && Instant::now() < until {
+        while !n4_bound(self.ns.name()) && Instant::now() < until {
             self.alive()?;
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -319,7 +316,7 @@ impl Daemon {
 
     /// The daemon's own session count (its `upf_pfcp_sessions` gauge).
     fn sessions_gauge(&self) -> Option<u64> {
-        let m = admin_get(&self.ns, "/metrics").ok()?;
+        let m = admin_get(self.ns.name(), "/metrics").ok()?;
         samples(&m)
             .into_iter()
             .find_map(|(name, _, v)| (name == "upf_pfcp_sessions").then_some(v))
@@ -544,7 +541,7 @@ fn procedures(
     let gauge_deleted = d.sessions_gauge();
     let st = smf.stats();
     // Both sockets were made for this window: their counts are its own.
-    let drops = udp_drops(&d.ns);
+    let drops = udp_drops(d.ns.name());
     drop(smf);
     d.stop();
     let per_session = match (rss0, rss1) {

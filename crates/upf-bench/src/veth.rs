@@ -31,12 +31,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use upf_io::link::ip;
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{HighPriority, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr};
-use upf_loadgen::veth_pair;
 use upf_loadgen::xdpgen::{self, Count, Counter, Fixed, GenStats, Generator, Template};
 use upf_loadgen::xdpgen::{LatencyConfig, Mark};
+use upf_netns::{in_netns, ip, veth_pair, Netns};
 
 pub(crate) mod churn;
 
@@ -194,7 +192,7 @@ fn sysctl(ns: &str, key: &str, value: &str) -> anyhow::Result<()> {
 }
 
 fn mac(ns: &str, dev: &str) -> anyhow::Result<[u8; 6]> {
-    let out = ip(&["-n", ns, "-o", "link", "show", dev]).map_err(anyhow::Error::msg)?;
+    let out = ip(&["-n", ns, "-o", "link", "show", dev])?;
     let s = out
         .split_whitespace()
         .skip_while(|w| *w != "link/ether")
@@ -249,7 +247,8 @@ fn softirq_ns() -> u64 {
 /// The namespaces, the UPF process and the programs; undone on drop (also on panic).
 struct Rig {
     prefix: String,
-    namespaces: Vec<String>,
+    /// Deleted (with their veths) in reverse order on drop.
+    namespaces: Vec<Netns>,
     upf: Option<Child>,
     dir: PathBuf,
     /// UDP sockets on the discard port of the gNB and the DN: the UPF's next-hop probes get no
@@ -261,10 +260,8 @@ impl Drop for Rig {
     fn drop(&mut self) {
         self.stop_upf();
         self.discard.clear();
-        for ns in self.namespaces.drain(..).rev() {
-            if let Err(e) = ip(&["netns", "del", &ns]) {
-                eprintln!("upf-bench veth: {e}");
-            }
+        while let Some(ns) = self.namespaces.pop() {
+            drop(ns);
         }
         // The UPF's config and log (an error has quoted the log's tail already).
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -289,9 +286,7 @@ impl Rig {
         };
         for role in ["gen", "upf", "sink"] {
             let ns = rig.ns(role);
-            ip(&["netns", "add", &ns]).map_err(anyhow::Error::msg)?;
-            rig.namespaces.push(ns.clone());
-            ip(&["-n", &ns, "link", "set", "lo", "up"]).map_err(anyhow::Error::msg)?;
+            rig.namespaces.push(Netns::named(&ns)?);
             for (k, v) in [
                 ("net/ipv4/conf/all/rp_filter", "0"),
                 ("net/ipv4/conf/default/rp_filter", "0"),
@@ -1016,8 +1011,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
         let _pass = Fixed::attach_in(&upf, s.peer_dev, xdpgen::XDP_PASS)?;
         sysctl(&upf, "net/ipv4/ip_forward", "1")?;
         if a.direction == Direction::Downlink {
-            ip(&["-n", &upf, "route", "add", UE_POOL, "via", &GNB.to_string()])
-                .map_err(anyhow::Error::msg)?;
+            ip(&["-n", &upf, "route", "add", UE_POOL, "via", &GNB.to_string()])?;
         }
         rig.warm_neighbours();
         let g = Generator::new(plain_t)?;
@@ -1042,7 +1036,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
         });
         sysctl(&upf, "net/ipv4/ip_forward", "0")?;
         if a.direction == Direction::Downlink {
-            ip(&["-n", &upf, "route", "del", UE_POOL]).map_err(anyhow::Error::msg)?;
+            ip(&["-n", &upf, "route", "del", UE_POOL])?;
         }
         let (p, found) = r?;
         eprintln!(
