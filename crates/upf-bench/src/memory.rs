@@ -6,6 +6,8 @@
 
 use crate::profile;
 use anyhow::{anyhow, bail};
+use rand::rngs::SmallRng;
+use rand::{RngExt as _, SeedableRng as _};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,21 +109,9 @@ fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Deterministic xorshift, so every run offers the same packets.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[usize::try_from(self.below(v.len() as u64)).unwrap_or(0)]
-    }
+/// A number in 0..n (0 when n is 0).
+fn below(rng: &mut SmallRng, n: u64) -> u64 {
+    rng.random_range(0..n.max(1))
 }
 
 /// One worker's result: sessions, null forward, pipeline, RSS, slowest install.
@@ -188,7 +178,8 @@ fn build_worker(
             pipeline.sessions()
         );
     }
-    let mut rng = Rng(0x9e37_79b9 + w as u64);
+    // Seeded, so every run offers the same packets; drawn here, before any timing.
+    let mut rng = SmallRng::seed_from_u64(0x9e37_79b9 + w as u64);
     let mut batches = Vec::new();
     let mut origs = Vec::new();
     let n = a.pool.div_ceil(a.batch).max(1);
@@ -196,8 +187,8 @@ fn build_worker(
         let mut b = Vec::with_capacity(a.batch);
         let mut o = Vec::with_capacity(a.batch);
         for _ in 0..a.batch {
-            let ue = rng.pick(&ues);
-            let (p, uplink) = t.packet(&mut |n| rng.below(n), ue, size, a.uplink_percent);
+            let ue = ues[rng.random_range(0..ues.len())];
+            let (p, uplink) = t.packet(&mut |n| below(&mut rng, n), ue, size, a.uplink_percent);
             let ip = if uplink { p.start() + 44 } else { p.start() };
             let d = p.data();
             let off = ip - p.start();
@@ -214,7 +205,7 @@ fn build_worker(
         origs.push(o);
     }
     let seq = (0..a.ue_sequence.max(1))
-        .map(|_| t.draw_ue(&mut |n| rng.below(n), &ues))
+        .map(|_| t.draw_ue(&mut |n| below(&mut rng, n), &ues))
         .collect();
     Ok(Worker {
         pipeline,
