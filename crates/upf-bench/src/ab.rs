@@ -5,6 +5,7 @@
 
 use crate::harness::{self, RunArgs};
 use crate::spec::{self, Point};
+use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -134,13 +135,13 @@ pub fn table(r: &AbResults) -> String {
     s
 }
 
-pub fn run(a: &AbArgs) -> Result<AbResults, String> {
+pub fn run(a: &AbArgs) -> anyhow::Result<AbResults> {
     if a.rounds == 0 {
-        return Err("--rounds must be positive".into());
+        bail!("--rounds must be positive");
     }
     let name = match a.run.profile.as_slice() {
         [one] => one.clone(),
-        _ => return Err("ab: give exactly one --profile".into()),
+        _ => bail!("ab: give exactly one --profile"),
     };
     let (file_profile, origin) = spec::load(&name)?;
     let p = harness::effective(&a.run, &file_profile)?;

@@ -21,6 +21,7 @@
 use crate::harness::{loadavg, machine, Build, Machine};
 use crate::report::{line_plot, thousands};
 use crate::veth::{self, churn};
+use anyhow::{anyhow, bail, Context as _};
 use clap::Parser;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -31,9 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use upf_io::link::ip;
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{Downlink, Qos, Session, SessionSpec, Smf, SmfConfig, SmfError, UeAddr};
+use upf_netns::{in_netns, Netns};
 
 pub const SCHEMA: u32 = 1;
 /// Marks a control run's results.json (`report` tells it from a profile's).
@@ -177,12 +177,7 @@ pub(crate) fn latency_json(v: &mut [Duration]) -> Value {
     })
 }
 
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
+pub use upf_netns::is_root;
 
 pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -213,7 +208,8 @@ fn thread_cpu_ns() -> u64 {
 /// `upf run` with N4 and N3 on the loopback of its own namespace; stopped and the namespace
 /// removed on drop (also on error and panic).
 struct Daemon {
-    ns: String,
+    /// Deleted (with what is in it) after the UPF stopped.
+    ns: Netns,
     child: Option<Child>,
     /// The config and the log, removed with the namespace.
     dir: PathBuf,
@@ -223,17 +219,13 @@ struct Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
-        if let Err(e) = ip(&["netns", "del", &self.ns]) {
-            eprintln!("upf-bench control: {e}");
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Daemon {
-    fn start(exe: &Path, cores: &[usize], workers: usize, sessions: u32) -> Result<Self, String> {
-        let ns = format!("cb{}", std::process::id());
-        ip(&["netns", "add", &ns])?;
+    fn start(exe: &Path, cores: &[usize], workers: usize, sessions: u32) -> anyhow::Result<Self> {
+        let ns = Netns::named(&format!("cb{}", std::process::id()))?;
         let dir = std::env::temp_dir().join(format!("upf-bench-control-{}", std::process::id()));
         let mut d = Daemon {
             ns,
@@ -241,8 +233,7 @@ impl Daemon {
             log: dir.join("upf.log"),
             dir: dir.clone(),
         };
-        ip(&["-n", &d.ns, "link", "set", "lo", "up"])?;
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
         let list: Vec<String> = cores.iter().map(ToString::to_string).collect();
         let cfg = dir.join("upf.toml");
         let text = format!(
@@ -253,19 +244,26 @@ impl Daemon {
             list.join(", "),
             u64::from(sessions).max(2_000_000),
         );
-        std::fs::write(&cfg, text).map_err(|e| format!("{}: {e}", cfg.display()))?;
-        let log = std::fs::File::create(&d.log).map_err(|e| format!("{}: {e}", d.log.display()))?;
+        std::fs::write(&cfg, text).with_context(|| cfg.display().to_string())?;
+        let log = std::fs::File::create(&d.log).with_context(|| d.log.display().to_string())?;
         let child = Command::new("ip")
-            .args(["netns", "exec", &d.ns, "taskset", "-c", &list.join(",")])
+            .args([
+                "netns",
+                "exec",
+                d.ns.name(),
+                "taskset",
+                "-c",
+                &list.join(","),
+            ])
             .arg(exe)
             .arg("run")
             .arg("--config")
             .arg(&cfg)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("starting {} run: {e}", exe.display()))?;
+            .with_context(|| format!("starting {} run", exe.display()))?;
         d.child = Some(child);
         Ok(d)
     }
@@ -274,7 +272,7 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    fn alive(&mut self) -> Result<(), String> {
+    fn alive(&mut self) -> anyhow::Result<()> {
         veth::upf_alive(&mut self.child, &self.log)
     }
 
@@ -283,8 +281,8 @@ impl Daemon {
     }
 
     /// An emulator in the namespace, associated (retrying until the UPF listens).
-    fn smf(&mut self, window: usize, stop: &AtomicBool) -> Result<Smf, String> {
-        let mut smf = in_netns(&self.ns, || {
+    fn smf(&mut self, window: usize, stop: &AtomicBool) -> anyhow::Result<Smf> {
+        let mut smf = in_netns(self.ns.name(), || {
             let mut c = SmfConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 8805)));
             c.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
             // A full window of 256 queues for well under a second even on a loaded VM; the
@@ -293,24 +291,23 @@ impl Daemon {
             c.n1 = 3;
             c.window = window;
             Smf::new(c)
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("SMF emulator: {e}"))?;
+        })?
+        .context("SMF emulator")?;
         let until = Instant::now() + Duration::from_secs(20);
         // A request sent before the UPF listens waits for T1 (1 s) to be sent again.
-        while !n4_bound(&self.ns) && Instant::now() < until {
+        while !n4_bound(self.ns.name()) && Instant::now() < until {
             self.alive()?;
             std::thread::sleep(Duration::from_millis(10));
         }
         loop {
             self.alive()?;
             if stop.load(Ordering::Relaxed) {
-                return Err("interrupted".into());
+                bail!("interrupted");
             }
             match smf.associate() {
                 Ok(_) => return Ok(smf),
                 Err(e) if Instant::now() > until => {
-                    return Err(format!("PFCP association within 20 s: {e}"))
+                    bail!("PFCP association within 20 s: {e}")
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
@@ -319,7 +316,7 @@ impl Daemon {
 
     /// The daemon's own session count (its `upf_pfcp_sessions` gauge).
     fn sessions_gauge(&self) -> Option<u64> {
-        let m = admin_get(&self.ns, "/metrics").ok()?;
+        let m = admin_get(self.ns.name(), "/metrics").ok()?;
         samples(&m)
             .into_iter()
             .find_map(|(name, _, v)| (name == "upf_pfcp_sessions").then_some(v))
@@ -327,7 +324,7 @@ impl Daemon {
 }
 
 /// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body (of a 200).
-pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
+pub(crate) fn admin_get(ns: &str, path: &str) -> anyhow::Result<String> {
     let url = format!("http://{ADMIN}{path}");
     // The connection is made from a thread inside the namespace, where ADMIN is the UPF's.
     in_netns(ns, || {
@@ -341,9 +338,8 @@ pub(crate) fn admin_get(ns: &str, path: &str) -> Result<String, String> {
             .get(&url)
             .call()
             .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
-            .map_err(|e| format!("admin {url}: {e}"))
-    })
-    .map_err(|e| e.to_string())?
+            .with_context(|| format!("admin {url}"))
+    })?
 }
 
 /// The samples of a `/metrics` text (prometheus-parse): name, labels, value as the integer
@@ -473,7 +469,7 @@ fn timed<T, R>(
     items: &[T],
     stop: &AtomicBool,
     mut call: impl FnMut(&mut Smf, &[T]) -> Vec<Result<R, SmfError>>,
-) -> Result<(Proc, Vec<R>), String> {
+) -> anyhow::Result<(Proc, Vec<R>)> {
     let mut p = Proc::default();
     let mut out = Vec::with_capacity(items.len());
     smf.record_response_times(true);
@@ -493,7 +489,7 @@ fn timed<T, R>(
             }
         }
         if stop.load(Ordering::Relaxed) {
-            return Err("interrupted".into());
+            bail!("interrupted");
         }
     }
     p.seconds = t0.elapsed().as_secs_f64();
@@ -512,7 +508,7 @@ fn procedures(
     exe: &Path,
     cores: &[usize],
     stop: &AtomicBool,
-) -> Result<Value, String> {
+) -> anyhow::Result<Value> {
     let mut d = Daemon::start(exe, cores, a.workers, a.sessions)?;
     let mut smf = d.smf(window, stop)?;
     let pid = d.pid();
@@ -545,7 +541,7 @@ fn procedures(
     let gauge_deleted = d.sessions_gauge();
     let st = smf.stats();
     // Both sockets were made for this window: their counts are its own.
-    let drops = udp_drops(&d.ns);
+    let drops = udp_drops(d.ns.name());
     drop(smf);
     d.stop();
     let per_session = match (rss0, rss1) {
@@ -588,12 +584,12 @@ fn p99(v: &[Duration]) -> f64 {
 }
 
 /// Both parts; one JSON object.
-pub fn measure(a: &Args) -> Result<Value, String> {
+pub fn measure(a: &Args) -> anyhow::Result<Value> {
     if !is_root() {
-        return Err("control: needs root (network namespaces, and BPF for the churn)".into());
+        bail!("control: needs root (network namespaces, and BPF for the churn)");
     }
     if a.workers == 0 || (!a.skip_procedures && (a.sessions == 0 || a.windows.is_empty())) {
-        return Err("control: --workers, --sessions and --windows must be given".into());
+        bail!("control: --workers, --sessions and --windows must be given");
     }
     let exe = a.rig.upf_exe()?;
     let stop = veth::stop_flag();
@@ -616,7 +612,7 @@ pub fn measure(a: &Args) -> Result<Value, String> {
                     .collect::<Result<Vec<_>, _>>()
             })
             .join()
-            .map_err(|_| "the procedures' thread panicked".to_string())
+            .map_err(|_| anyhow!("the procedures' thread panicked"))
         })??;
     }
     let churn = if a.skip_churn {
@@ -670,7 +666,7 @@ pub fn measure(a: &Args) -> Result<Value, String> {
 }
 
 /// `upf-bench control`: one JSON line; with `--out`, results.json, table.md and plots.
-pub fn run(a: &Args, command: &[String]) -> Result<Value, String> {
+pub fn run(a: &Args, command: &[String]) -> anyhow::Result<Value> {
     let mut m = machine();
     let v = measure(a)?;
     println!("{v}");
@@ -693,8 +689,8 @@ struct Results<'a> {
     result: &'a Value,
 }
 
-fn write(dir: &Path, a: &Args, command: &[String], m: &Machine, v: &Value) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn write(dir: &Path, a: &Args, command: &[String], m: &Machine, v: &Value) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
     let r = Results {
         schema: SCHEMA,
         kind: KIND,
@@ -707,10 +703,10 @@ fn write(dir: &Path, a: &Args, command: &[String], m: &Machine, v: &Value) -> Re
         config: a,
         result: v,
     };
-    let r = serde_json::to_value(&r).map_err(|e| e.to_string())?;
+    let r = serde_json::to_value(&r)?;
     let f = dir.join("results.json");
-    let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
-    std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+    let text = serde_json::to_string_pretty(&r)?;
+    std::fs::write(&f, text).with_context(|| f.display().to_string())?;
     render(&r, dir)?;
     let plots = if a.skip_procedures {
         String::new()
@@ -729,9 +725,9 @@ pub fn is_control(results: &Value) -> bool {
 const PLOTS: [&str; 2] = ["control-rate.png", "control-latency.png"];
 
 /// table.md and the plots from a results.json value.
-pub fn render(r: &Value, dir: &Path) -> Result<(), String> {
+pub fn render(r: &Value, dir: &Path) -> anyhow::Result<()> {
     let t = table(r);
-    std::fs::write(dir.join("table.md"), &t).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::write(dir.join("table.md"), &t).with_context(|| dir.display().to_string())?;
     let procs = r["result"]["procedures"]
         .as_array()
         .cloned()
@@ -943,9 +939,9 @@ pub fn table(r: &Value) -> String {
 }
 
 /// `upf-bench report` for a control run's results.json.
-pub fn report_file(path: &Path) -> Result<Option<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn report_file(path: &Path) -> anyhow::Result<Option<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let v: Value = serde_json::from_str(&text).with_context(|| path.display().to_string())?;
     if !is_control(&v) {
         return Ok(None);
     }
@@ -954,7 +950,7 @@ pub fn report_file(path: &Path) -> Result<Option<String>, String> {
 }
 
 /// The counts a run must agree with whatever the machine's speed (`--quick` and the tests).
-pub fn check(a: &Args, v: &Value) -> Result<(), String> {
+pub fn check(a: &Args, v: &Value) -> anyhow::Result<()> {
     let mut bad = Vec::new();
     for p in v["procedures"].as_array().into_iter().flatten() {
         let w = &p["window"];
@@ -1013,7 +1009,7 @@ pub fn check(a: &Args, v: &Value) -> Result<(), String> {
     if bad.is_empty() {
         Ok(())
     } else {
-        Err(format!("control: {}", bad.join("; ")))
+        Err(anyhow!("control: {}", bad.join("; ")))
     }
 }
 
@@ -1060,13 +1056,16 @@ mod tests {
         check(&a, &good).unwrap();
         let mut bad = good.clone();
         bad["procedures"][0]["modify"] = proc_json(9);
-        assert!(check(&a, &bad).unwrap_err().contains("modify"));
+        assert!(check(&a, &bad).unwrap_err().to_string().contains("modify"));
         let mut bad = good.clone();
         bad["procedures"][0]["upf_sessions_after_delete"] = json!(1);
         assert!(check(&a, &bad).is_err());
         let mut bad = good.clone();
         bad["churn"]["detached"] = json!(0);
-        assert!(check(&a, &bad).unwrap_err().contains("detached"));
+        assert!(check(&a, &bad)
+            .unwrap_err()
+            .to_string()
+            .contains("detached"));
         let mut bad = good;
         bad["churn"]["with_churn"]["frames"] = json!(0);
         assert!(check(&a, &bad).is_err());

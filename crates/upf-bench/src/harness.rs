@@ -11,6 +11,7 @@
 use crate::report;
 use crate::spec::{self, MixFacts, Origin, Point, Profile, Sweep};
 use crate::veth;
+use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -158,15 +159,15 @@ impl Measured {
         point: Point,
         args: Vec<String>,
         raw: serde_json::Value,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let row = raw["sizes"]
             .get(0)
-            .ok_or("the JSON line has no sizes[0]")?
+            .context("the JSON line has no sizes[0]")?
             .clone();
         let f = |k: &str| {
             row[k]
                 .as_f64()
-                .ok_or_else(|| format!("the JSON line has no sizes[0].{k}"))
+                .with_context(|| format!("the JSON line has no sizes[0].{k}"))
         };
         Ok(Measured {
             point,
@@ -190,9 +191,9 @@ impl Measured {
         point: Point,
         args: Vec<String>,
         raw: serde_json::Value,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let f = |k: &str| raw[k].as_f64();
-        f("delivered_mpps").ok_or("the JSON line has no delivered_mpps")?;
+        f("delivered_mpps").context("the JSON line has no delivered_mpps")?;
         let ns = f("upf_cpu_ns_per_packet").unwrap_or(0.0);
         let per_core = if ns > 0.0 { 1e3 / ns } else { 0.0 };
         Ok(Measured {
@@ -211,7 +212,7 @@ impl Measured {
 
 /// Each profile point once per direction (the UL:DL split is dropped: the generator sends one
 /// way), without repeats.
-fn veth_points(a: &RunArgs, points: Vec<Point>) -> Result<Vec<Point>, String> {
+fn veth_points(a: &RunArgs, points: Vec<Point>) -> anyhow::Result<Vec<Point>> {
     let dirs = if a.directions.is_empty() {
         vec![veth::Direction::Uplink, veth::Direction::Downlink]
     } else {
@@ -220,10 +221,10 @@ fn veth_points(a: &RunArgs, points: Vec<Point>) -> Result<Vec<Point>, String> {
     let mut out: Vec<Point> = Vec::new();
     for p in points {
         if p.mix.is_some() {
-            return Err(format!(
+            bail!(
                 "topology veth: point {} is a packet mix; veth sends fixed sizes only",
                 p.label
-            ));
+            );
         }
         for d in &dirs {
             let (name, ul) = match d {
@@ -389,32 +390,32 @@ pub fn profile_arg(p: &Profile, origin: &Origin) -> String {
 
 /// Runs `bin` with `args`; returns its last stdout line parsed as JSON. Its stderr (progress)
 /// goes to ours.
-pub fn measure_with(bin: &Path, args: &[String]) -> Result<serde_json::Value, String> {
+pub fn measure_with(bin: &Path, args: &[String]) -> anyhow::Result<serde_json::Value> {
     let out = Command::new(bin)
         .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
+        .with_context(|| bin.display().to_string())?;
     if !out.status.success() {
-        return Err(format!(
+        bail!(
             "{} {} exited with {}",
             bin.display(),
             args.join(" "),
             out.status
-        ));
+        );
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
         .rev()
         .find(|l| l.trim_start().starts_with('{'))
-        .ok_or_else(|| format!("{} printed no JSON line", bin.display()))?;
-    serde_json::from_str(line).map_err(|e| format!("{}: its JSON line: {e}", bin.display()))
+        .with_context(|| format!("{} printed no JSON line", bin.display()))?;
+    serde_json::from_str(line).with_context(|| format!("{}: its JSON line", bin.display()))
 }
 
 /// The profile as this run uses it: quick variant and overrides applied.
-pub fn effective(a: &RunArgs, p: &Profile) -> Result<Profile, String> {
+pub fn effective(a: &RunArgs, p: &Profile) -> anyhow::Result<Profile> {
     let mut p = if a.quick { p.quick() } else { p.clone() };
     if let Some(s) = a.seconds {
         p.run.seconds = s;
@@ -425,10 +426,7 @@ pub fn effective(a: &RunArgs, p: &Profile) -> Result<Profile, String> {
     if !a.sizes.is_empty() {
         p.traffic.sizes.retain(|s| a.sizes.contains(s));
         if p.traffic.sizes.is_empty() && p.mixes.is_empty() {
-            return Err(format!(
-                "--sizes: none of them is a size of profile {}",
-                p.name
-            ));
+            bail!("--sizes: none of them is a size of profile {}", p.name);
         }
     }
     if !a.uplink_percent.is_empty() {
@@ -436,10 +434,10 @@ pub fn effective(a: &RunArgs, p: &Profile) -> Result<Profile, String> {
             .uplink_percent
             .retain(|u| a.uplink_percent.iter().any(|x| (x - u).abs() < 1e-9));
         if p.traffic.uplink_percent.is_empty() && p.mixes.is_empty() {
-            return Err(format!(
+            bail!(
                 "--uplink-percent: none of them is a split of profile {}",
                 p.name
-            ));
+            );
         }
     }
     Ok(p)
@@ -451,7 +449,7 @@ pub fn run_profile(
     name: &str,
     out: &Path,
     command: &[String],
-) -> Result<Results, String> {
+) -> anyhow::Result<Results> {
     let (file_profile, origin) = spec::load(name)?;
     let p = effective(a, &file_profile)?;
     let points = p.sweep(a.sweep)?;
@@ -461,7 +459,7 @@ pub fn run_profile(
     };
     let bin = match &a.bin {
         Some(b) => b.clone(),
-        None => std::env::current_exe().map_err(|e| e.to_string())?,
+        None => std::env::current_exe()?,
     };
     let parg = profile_arg(&p, &origin);
     let mut machine = machine();
@@ -520,18 +518,18 @@ pub fn run_profile(
 }
 
 /// Writes results.json, table.md and the plots into `out`.
-pub fn write_results(res: &Results, out: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let json = serde_json::to_string_pretty(res).map_err(|e| e.to_string())?;
+pub fn write_results(res: &Results, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
+    let json = serde_json::to_string_pretty(res)?;
     let f = out.join("results.json");
-    std::fs::write(&f, json + "\n").map_err(|e| format!("{}: {e}", f.display()))?;
+    std::fs::write(&f, json + "\n").with_context(|| f.display().to_string())?;
     report::render(res, out)?;
     Ok(())
 }
 
-pub fn read_results(path: &Path) -> Result<Results, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_results(path: &Path) -> anyhow::Result<Results> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    serde_json::from_str(&text).with_context(|| path.display().to_string())
 }
 
 fn stamp() -> String {
@@ -541,13 +539,13 @@ fn stamp() -> String {
     s.to_string()
 }
 
-pub fn run(a: &RunArgs, command: &[String]) -> Result<Vec<Results>, String> {
+pub fn run(a: &RunArgs, command: &[String]) -> anyhow::Result<Vec<Results>> {
     let mut names: Vec<String> = a.profile.clone();
     if a.all {
         names.extend(spec::shipped().map(String::from));
     }
     if names.is_empty() {
-        return Err("give --profile NAME (or --all)".into());
+        bail!("give --profile NAME (or --all)");
     }
     let sweep = format!("{:?}", a.sweep).to_lowercase();
     let base = a.out.clone().unwrap_or_else(|| {

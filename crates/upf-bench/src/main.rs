@@ -31,6 +31,7 @@ mod veth;
 #[cfg(test)]
 mod tests;
 
+use anyhow::{anyhow, Context as _};
 use clap::{Parser, Subcommand};
 
 /// Large allocations on transparent huge pages, as in the `upf` binary (switch: `memory
@@ -77,7 +78,7 @@ enum Cmd {
     Ab(ab::AbArgs),
 }
 
-fn quick_all(out: Option<PathBuf>, command: &[String]) -> Result<(), String> {
+fn quick_all(out: Option<PathBuf>, command: &[String]) -> anyhow::Result<()> {
     let out = out.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("upf-bench-quick-{}", std::process::id()))
     });
@@ -106,10 +107,9 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         None if cli.quick => quick_all(cli.out, &command),
-        None => Err(
+        None => Err(anyhow!(
             "give a subcommand (memory, veth, control, run, report, ab) or --quick; see --help"
-                .into(),
-        ),
+        )),
         Some(Cmd::Memory(a)) => memory::run(&a),
         Some(Cmd::Veth(a)) => veth::run(&a),
         Some(Cmd::Control(a)) => control::run(&a, &command).map(|_| ()),
@@ -118,19 +118,19 @@ fn main() {
         Some(Cmd::Ab(a)) => ab::run(&a).and_then(|r| {
             println!("{}", ab::table(&r));
             if let Some(dir) = &a.run.out {
-                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
                 let f = dir.join("ab.json");
-                let json = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
-                std::fs::write(&f, json).map_err(|e| format!("{}: {e}", f.display()))?;
+                let json = serde_json::to_string_pretty(&r)?;
+                std::fs::write(&f, json).with_context(|| f.display().to_string())?;
                 std::fs::write(dir.join("ab.md"), ab::table(&r))
-                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                    .with_context(|| dir.display().to_string())?;
                 println!("written: {}", f.display());
             }
             Ok(())
         }),
     };
     if let Err(e) = r {
-        eprintln!("upf-bench: {e}");
+        eprintln!("upf-bench: {e:#}");
         std::process::exit(1);
     }
 }

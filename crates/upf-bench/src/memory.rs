@@ -5,6 +5,9 @@
 //! the same restore, so the ratio is fair.
 
 use crate::profile;
+use anyhow::{anyhow, bail};
+use rand::rngs::SmallRng;
+use rand::{RngExt as _, SeedableRng as _};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,21 +109,9 @@ fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Deterministic xorshift, so every run offers the same packets.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[usize::try_from(self.below(v.len() as u64)).unwrap_or(0)]
-    }
+/// A number in 0..n (0 when n is 0).
+fn below(rng: &mut SmallRng, n: u64) -> u64 {
+    rng.random_range(0..n.max(1))
 }
 
 /// One worker's result: sessions, null forward, pipeline, RSS, slowest install.
@@ -145,7 +136,7 @@ fn build_worker(
     size: usize,
     now: Instant,
     acl: &Arc<Acl>,
-) -> Result<Worker, String> {
+) -> anyhow::Result<Worker> {
     let cfg = PipelineConfig {
         n3: upf_dataplane::LocalAddrs {
             v4: Some(profile::UPF_N3),
@@ -165,7 +156,7 @@ fn build_worker(
     if let Some((i, s)) = t.peak() {
         pipeline
             .install_shared(now, s, InstallFlags::default(), 1)
-            .map_err(|e| format!("installing the peak session {i}: {e}"))?;
+            .map_err(|e| anyhow!("installing the peak session {i}: {e}"))?;
     }
     // The slowest install: a worker forwards nothing meanwhile.
     let mut slowest = Duration::ZERO;
@@ -174,7 +165,7 @@ fn build_worker(
         let t0 = Instant::now();
         pipeline
             .install_shared(now, s, InstallFlags::default(), 1)
-            .map_err(|e| format!("installing session {i}: {e}"))?;
+            .map_err(|e| anyhow!("installing session {i}: {e}"))?;
         slowest = slowest.max(t0.elapsed());
     }
     if a.cold {
@@ -187,7 +178,8 @@ fn build_worker(
             pipeline.sessions()
         );
     }
-    let mut rng = Rng(0x9e37_79b9 + w as u64);
+    // Seeded, so every run offers the same packets; drawn here, before any timing.
+    let mut rng = SmallRng::seed_from_u64(0x9e37_79b9 + w as u64);
     let mut batches = Vec::new();
     let mut origs = Vec::new();
     let n = a.pool.div_ceil(a.batch).max(1);
@@ -195,8 +187,8 @@ fn build_worker(
         let mut b = Vec::with_capacity(a.batch);
         let mut o = Vec::with_capacity(a.batch);
         for _ in 0..a.batch {
-            let ue = rng.pick(&ues);
-            let (p, uplink) = t.packet(&mut |n| rng.below(n), ue, size, a.uplink_percent);
+            let ue = ues[rng.random_range(0..ues.len())];
+            let (p, uplink) = t.packet(&mut |n| below(&mut rng, n), ue, size, a.uplink_percent);
             let ip = if uplink { p.start() + 44 } else { p.start() };
             let d = p.data();
             let off = ip - p.start();
@@ -213,7 +205,7 @@ fn build_worker(
         origs.push(o);
     }
     let seq = (0..a.ue_sequence.max(1))
-        .map(|_| t.draw_ue(&mut |n| rng.below(n), &ues))
+        .map(|_| t.draw_ue(&mut |n| below(&mut rng, n), &ues))
         .collect();
     Ok(Worker {
         pipeline,
@@ -273,7 +265,7 @@ struct Drive {
 }
 
 /// Runs the worker's pool for `secs`.
-fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
+fn drive(w: &mut Worker, secs: f64, what: Loop) -> anyhow::Result<Drive> {
     let tunnel = EncapV4 {
         src: profile::UPF_N3,
         dst: profile::gnb_addr(0),
@@ -315,12 +307,12 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
             }
             busy += t0.elapsed();
             if out.tx.len() != n || !out.free.is_empty() {
-                return Err(format!(
+                bail!(
                     "batch of {n}: {} forwarded, {} dropped ({:?})",
                     out.tx.len(),
                     out.free.len(),
                     w.pipeline.counters()
-                ));
+                );
             }
             for ((p, o), port) in out.tx.iter_mut().zip(&mut w.origs[i]).zip(&ports[i]) {
                 let ue = w.ues[w.next_ue];
@@ -354,14 +346,14 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> Result<Drive, String> {
 }
 
 /// `upf-bench memory`: measures and prints one JSON line.
-pub fn run(a: &Args) -> Result<(), String> {
+pub fn run(a: &Args) -> anyhow::Result<()> {
     upf_io::hugepages::set_enabled(!a.no_huge_pages);
     println!("{}", measure(a)?);
     Ok(())
 }
 
 /// Measures every size (or the mix) of `a`; returns the summary `memory` prints.
-pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
+pub fn measure(a: &Args) -> anyhow::Result<serde_json::Value> {
     let (prof, _) = crate::spec::load(&a.profile)?;
     let t = &profile::Workload::new(&prof, a.mix.as_deref(), a.sessions, a.sdf_filters)?
         .own_ambr(a.own_ambr);
@@ -372,9 +364,9 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
         a.sizes.clone()
     };
     if a.workers == 0 || a.sessions == 0 || a.batch == 0 {
-        return Err("--workers, --sessions and --batch must be positive".into());
+        bail!("--workers, --sessions and --batch must be positive");
     }
-    let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules)).map_err(|e| e.to_string())?);
+    let acl = Arc::new(Acl::load(&profile::acl_rules(a.acl_rules))?);
     let acl = &acl;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let now = Instant::now();
@@ -391,7 +383,7 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
             let handles: Vec<_> = (0..a.workers)
                 .map(|w| {
                     let core = (a.workers <= cores.len()).then(|| cores[w]);
-                    sc.spawn(move || -> Result<_, String> {
+                    sc.spawn(move || -> anyhow::Result<_> {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
@@ -406,8 +398,8 @@ pub fn measure(a: &Args) -> Result<serde_json::Value, String> {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().map_err(|_| "worker panicked".to_string())?)
-                .collect::<Result<Vec<_>, String>>()
+                .map(|h| h.join().map_err(|_| anyhow!("worker panicked"))?)
+                .collect::<anyhow::Result<Vec<_>>>()
         })?;
         if k == 0 {
             let peak = results.iter().map(|r| r.3).max().unwrap_or(0);

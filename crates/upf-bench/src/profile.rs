@@ -7,6 +7,7 @@
 //! 64 to 1400 octets; four UL:DL throughput splits.
 
 use crate::spec;
+use anyhow::{bail, Context as _};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use upf_dataplane::{Packet, Port};
@@ -308,15 +309,15 @@ impl Workload {
         mix: Option<&str>,
         sessions: u32,
         sdf_filters: Option<u16>,
-    ) -> Result<Workload, String> {
+    ) -> anyhow::Result<Workload> {
         let mut bearers = p.bearers.clone();
         if let Some(n) = sdf_filters {
             let b = bearers
                 .iter_mut()
                 .find(|b| b.sdf_filters)
-                .ok_or("--sdf-filters: no bearer of the profile has sdf_filters")?;
+                .context("--sdf-filters: no bearer of the profile has sdf_filters")?;
             if n == 0 || n > 200 {
-                return Err("--sdf-filters must be 1..=200".into());
+                bail!("--sdf-filters must be 1..=200");
             }
             b.flows = n;
         }
@@ -333,7 +334,7 @@ impl Workload {
                     .mixes
                     .iter()
                     .find(|m| m.name == name)
-                    .ok_or_else(|| format!("profile {} has no mix {name:?}", p.name))?;
+                    .with_context(|| format!("profile {} has no mix {name:?}", p.name))?;
                 let mut upto = 0.0;
                 let kinds = m
                     .packets
@@ -366,7 +367,7 @@ impl Workload {
             peak: None,
         };
         if let Some(pk) = &p.peak_ue {
-            let mut b = p.bearers.last().cloned().ok_or("no bearer")?;
+            let mut b = p.bearers.last().cloned().context("no bearer")?;
             b.flows = pk.flows;
             let session = build_session(sessions, &[b], pk.mbr_kbps, w.urr, w.gnbs);
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

@@ -4,6 +4,7 @@
 
 use crate::harness::{read_results, Results};
 use crate::spec::Sweep;
+use anyhow::{anyhow, bail, Context as _};
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -353,9 +354,9 @@ pub fn series(r: &Results, gbps: bool) -> Vec<(String, Vec<(f64, f64)>)> {
 }
 
 /// Writes table.md and the plots of `r` into `dir`.
-pub fn render(r: &Results, dir: &Path) -> Result<(), String> {
+pub fn render(r: &Results, dir: &Path) -> anyhow::Result<()> {
     let t = dir.join("table.md");
-    std::fs::write(&t, table(r)).map_err(|e| format!("{}: {e}", t.display()))?;
+    std::fs::write(&t, table(r)).with_context(|| t.display().to_string())?;
     for ps in plot_specs(r.sweep) {
         let title = format!(
             "{} {}: {}",
@@ -389,9 +390,9 @@ pub fn latency_plot(
     path: &Path,
     title: &str,
     series: &[(String, Vec<(f64, f64)>)],
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     register_font();
-    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let e = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
     let ys = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1));
     let (mut y0, mut y1) = (f64::INFINITY, 0.0f64);
     for y in ys.filter(|y| *y > 0.0) {
@@ -465,9 +466,9 @@ pub fn line_plot(
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
     log_x: bool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     register_font();
-    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let e = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
     let pts = series.iter().flat_map(|(_, v)| v.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
     for &(x, y) in pts {
@@ -540,7 +541,7 @@ pub fn line_plot(
 
 /// `results.json` files under `path` (the file itself, `path/results.json`, or one level of
 /// subdirectories).
-pub fn find_results(path: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn find_results(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if path.is_file() {
         return Ok(vec![path.to_path_buf()]);
     }
@@ -549,20 +550,20 @@ pub fn find_results(path: &Path) -> Result<Vec<PathBuf>, String> {
         return Ok(vec![direct]);
     }
     let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
+        .with_context(|| path.display().to_string())?
         .filter_map(Result::ok)
         .map(|d| d.path().join("results.json"))
         .filter(|p| p.is_file())
         .collect();
     v.sort();
     if v.is_empty() {
-        return Err(format!("{}: no results.json", path.display()));
+        bail!("{}: no results.json", path.display());
     }
     Ok(v)
 }
 
 /// `upf-bench report PATH`: re-renders table and plots next to each results.json.
-pub fn report(path: &Path) -> Result<(), String> {
+pub fn report(path: &Path) -> anyhow::Result<()> {
     for f in find_results(path)? {
         if let Some(t) = crate::control::report_file(&f)? {
             println!("{t}");

@@ -2,6 +2,7 @@
 //! `profiles/README.md`), loading by name or path, the `[quick]` overrides, validation that
 //! names the offending key, and the expansion of a profile into the points of a sweep.
 
+use anyhow::{anyhow, bail, Context as _};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -244,24 +245,24 @@ fn search_dirs() -> Vec<PathBuf> {
 }
 
 /// Loads a profile by name (`s0`: `profiles/s0.toml`, else the built-in copy) or by path.
-pub fn load(name_or_path: &str) -> Result<(Profile, Origin), String> {
+pub fn load(name_or_path: &str) -> anyhow::Result<(Profile, Origin)> {
     let p = Path::new(name_or_path);
     if name_or_path.ends_with(".toml") || p.components().count() > 1 {
-        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        let prof = parse(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+        let prof = parse(&text).with_context(|| p.display().to_string())?;
         return Ok((prof, Origin::File(p.to_path_buf())));
     }
     for d in search_dirs() {
         let f = d.join(format!("{name_or_path}.toml"));
         if let Ok(text) = std::fs::read_to_string(&f) {
-            let prof = parse(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+            let prof = parse(&text).with_context(|| f.display().to_string())?;
             let f = std::fs::canonicalize(&f).unwrap_or(f);
             return Ok((prof, Origin::File(f)));
         }
     }
     match BUILT_IN.iter().find(|(n, _)| *n == name_or_path) {
         Some((_, text)) => Ok((parse(text)?, Origin::BuiltIn)),
-        None => Err(format!(
+        None => Err(anyhow!(
             "unknown profile {name_or_path:?} (shipped: {}; or give a path to a .toml file)",
             shipped().collect::<Vec<_>>().join(", ")
         )),
@@ -269,15 +270,16 @@ pub fn load(name_or_path: &str) -> Result<(Profile, Origin), String> {
 }
 
 /// Parses and validates a profile; every error names the key.
-pub fn parse(text: &str) -> Result<Profile, String> {
-    let p: Profile = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+pub fn parse(text: &str) -> anyhow::Result<Profile> {
+    let p: Profile =
+        toml::from_str(text).map_err(|e| anyhow!(e.to_string().trim_end().to_string()))?;
     p.validate()?;
     Ok(p)
 }
 
 impl Profile {
-    pub fn validate(&self) -> Result<(), String> {
-        let err = |key: &str, what: &str| Err(format!("key `{key}`: {what}"));
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let err = |key: &str, what: &str| Err(anyhow!("key `{key}`: {what}"));
         if self.sessions.count == 0 {
             return err("sessions.count", "must be positive");
         }
@@ -602,14 +604,14 @@ impl Profile {
 
     /// The points of a sweep (variables other than the profile's points are swept at its
     /// first point).
-    pub fn sweep(&self, sweep: Sweep) -> Result<Vec<Point>, String> {
+    pub fn sweep(&self, sweep: Sweep) -> anyhow::Result<Vec<Point>> {
         let first = self
             .points()
             .into_iter()
             .next()
-            .ok_or("the profile has no points")?;
+            .context("the profile has no points")?;
         let s = &self.sweeps;
-        let none = |key: &str| format!("the profile has no `sweeps.{key}` values");
+        let none = |key: &str| anyhow!("the profile has no `sweeps.{key}` values");
         let v: Vec<Point> = match sweep {
             Sweep::Points => return Ok(self.points()),
             Sweep::Sessions => {
@@ -659,7 +661,7 @@ impl Profile {
                     return Err(none("sdf_filters"));
                 }
                 if !self.bearers.iter().any(|b| b.sdf_filters) {
-                    return Err("no bearer of the profile has sdf_filters".into());
+                    bail!("no bearer of the profile has sdf_filters");
                 }
                 s.sdf_filters
                     .iter()

@@ -42,21 +42,27 @@ fn every_shipped_profile_parses_with_its_quick_variant() {
 fn invalid_profiles_name_the_key() {
     let s0 = include_str!("../../../profiles/s0.toml");
     let typo = s0.replace("count = 100000", "cont = 100000");
-    let e = spec::parse(&typo).unwrap_err();
+    let e = format!("{:#}", spec::parse(&typo).unwrap_err());
     assert!(e.contains("cont"), "{e}");
     let bad_qfi = s0.replace("qfi = 1\n", "qfi = 64\n");
-    let e = spec::parse(&bad_qfi).unwrap_err();
+    let e = format!("{:#}", spec::parse(&bad_qfi).unwrap_err());
     assert!(e.contains("bearers[0].qfi"), "{e}");
     let bad_type = s0.replace("sizes = [64,", "sizes = [\"64\",");
-    let e = spec::parse(&bad_type).unwrap_err();
+    let e = format!("{:#}", spec::parse(&bad_type).unwrap_err());
     assert!(e.contains("sizes"), "{e}");
     let bad_split = s0.replace("[42.5,", "[142.5,");
-    let e = spec::parse(&bad_split).unwrap_err();
+    let e = format!("{:#}", spec::parse(&bad_split).unwrap_err());
     assert!(e.contains("traffic.uplink_percent"), "{e}");
     let s1 = include_str!("../../../profiles/s1.toml");
-    let e = spec::parse(&s1.replacen("bearer = \"hp\"", "bearer = \"vip\"", 1)).unwrap_err();
+    let e = format!(
+        "{:#}",
+        spec::parse(&s1.replacen("bearer = \"hp\"", "bearer = \"vip\"", 1)).unwrap_err()
+    );
     assert!(e.contains("mixes[0].packets[0].bearer"), "{e}");
-    assert!(spec::load("s9").unwrap_err().contains("unknown profile"));
+    assert!(spec::load("s9")
+        .unwrap_err()
+        .to_string()
+        .contains("unknown profile"));
 }
 
 #[test]

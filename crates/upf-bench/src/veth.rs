@@ -22,6 +22,7 @@
 //! Namespaces are named after this process and removed on exit, on error and on panic (the
 //! XDP programs are BPF links owned by this process: they go with it, and with the veths).
 
+use anyhow::{bail, Context as _};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -30,12 +31,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use upf_io::link::ip;
-use upf_loadgen::in_netns;
 use upf_loadgen::smf::{HighPriority, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr};
-use upf_loadgen::veth_pair;
 use upf_loadgen::xdpgen::{self, Count, Counter, Fixed, GenStats, Generator, Template};
 use upf_loadgen::xdpgen::{LatencyConfig, Mark};
+use upf_netns::{in_netns, ip, veth_pair, Netns};
 
 pub(crate) mod churn;
 
@@ -170,41 +169,38 @@ impl RigArgs {
     }
 
     /// The `upf` binary to run.
-    pub fn upf_exe(&self) -> Result<PathBuf, String> {
+    pub fn upf_exe(&self) -> anyhow::Result<PathBuf> {
         let p = match &self.upf {
             Some(p) => p.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| e.to_string())?
-                .with_file_name("upf"),
+            None => std::env::current_exe()?.with_file_name("upf"),
         };
         if !p.exists() {
-            return Err(format!(
+            bail!(
                 "{}: no upf binary (build it: cargo build --release -p upf; or give --upf PATH)",
                 p.display()
-            ));
+            );
         }
         Ok(p)
     }
 }
 
 /// `ip ARGS`, its stderr in the error.
-fn sysctl(ns: &str, key: &str, value: &str) -> Result<(), String> {
+fn sysctl(ns: &str, key: &str, value: &str) -> anyhow::Result<()> {
     let path = format!("/proc/sys/{key}");
-    in_netns(ns, || std::fs::write(&path, value))
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{ns}: {path} = {value}: {e}"))
+    in_netns(ns, || std::fs::write(&path, value))?
+        .with_context(|| format!("{ns}: {path} = {value}"))
 }
 
-fn mac(ns: &str, dev: &str) -> Result<[u8; 6], String> {
+fn mac(ns: &str, dev: &str) -> anyhow::Result<[u8; 6]> {
     let out = ip(&["-n", ns, "-o", "link", "show", dev])?;
     let s = out
         .split_whitespace()
         .skip_while(|w| *w != "link/ether")
         .nth(1)
-        .ok_or_else(|| format!("{ns}/{dev}: no MAC address in `ip link`"))?;
+        .with_context(|| format!("{ns}/{dev}: no MAC address in `ip link`"))?;
     let mut m = [0u8; 6];
     for (d, p) in m.iter_mut().zip(s.split(':')) {
-        *d = u8::from_str_radix(p, 16).map_err(|e| format!("{ns}/{dev}: MAC {s}: {e}"))?;
+        *d = u8::from_str_radix(p, 16).with_context(|| format!("{ns}/{dev}: MAC {s}"))?;
     }
     Ok(m)
 }
@@ -251,7 +247,8 @@ fn softirq_ns() -> u64 {
 /// The namespaces, the UPF process and the programs; undone on drop (also on panic).
 struct Rig {
     prefix: String,
-    namespaces: Vec<String>,
+    /// Deleted (with their veths) in reverse order on drop.
+    namespaces: Vec<Netns>,
     upf: Option<Child>,
     dir: PathBuf,
     /// UDP sockets on the discard port of the gNB and the DN: the UPF's next-hop probes get no
@@ -263,10 +260,8 @@ impl Drop for Rig {
     fn drop(&mut self) {
         self.stop_upf();
         self.discard.clear();
-        for ns in self.namespaces.drain(..).rev() {
-            if let Err(e) = ip(&["netns", "del", &ns]) {
-                eprintln!("upf-bench veth: {e}");
-            }
+        while let Some(ns) = self.namespaces.pop() {
+            drop(ns);
         }
         // The UPF's config and log (an error has quoted the log's tail already).
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -278,10 +273,10 @@ impl Rig {
         format!("{}-{role}", self.prefix)
     }
 
-    fn build() -> Result<Rig, String> {
+    fn build() -> anyhow::Result<Rig> {
         let prefix = format!("vb{}", std::process::id());
         let dir = std::env::temp_dir().join(format!("upf-bench-veth-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
         let mut rig = Rig {
             prefix,
             namespaces: Vec::new(),
@@ -291,9 +286,7 @@ impl Rig {
         };
         for role in ["gen", "upf", "sink"] {
             let ns = rig.ns(role);
-            ip(&["netns", "add", &ns])?;
-            rig.namespaces.push(ns.clone());
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            rig.namespaces.push(Netns::named(&ns)?);
             for (k, v) in [
                 ("net/ipv4/conf/all/rp_filter", "0"),
                 ("net/ipv4/conf/default/rp_filter", "0"),
@@ -309,12 +302,11 @@ impl Rig {
             (&gen, "gnb", "192.168.3.2/24", &upf, "n3", "192.168.3.1/24"),
             (&upf, "n6", "192.168.6.1/24", &sink, "dn", "192.168.6.2/24"),
         ] {
-            veth_pair((a, da, aa), (b, db, ab)).map_err(|e| e.to_string())?;
+            veth_pair((a, da, aa), (b, db, ab))?;
         }
         for (ns, at) in [(&gen, GNB), (&sink, DN)] {
-            let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("{ns}: UDP {at}:9: {e}"))?;
+            let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))?
+                .with_context(|| format!("{ns}: UDP {at}:9"))?;
             rig.discard.push(s);
         }
         Ok(rig)
@@ -369,13 +361,12 @@ impl Rig {
         )
     }
 
-    fn start_upf(&mut self, a: &Args, exe: &PathBuf, cores: &[usize]) -> Result<u32, String> {
+    fn start_upf(&mut self, a: &Args, exe: &PathBuf, cores: &[usize]) -> anyhow::Result<u32> {
         let cfg = self.dir.join("upf.toml");
-        std::fs::write(&cfg, self.config(a, cores))
-            .map_err(|e| format!("{}: {e}", cfg.display()))?;
+        std::fs::write(&cfg, self.config(a, cores)).with_context(|| cfg.display().to_string())?;
         let log_path = self.dir.join("upf.log");
         let log =
-            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+            std::fs::File::create(&log_path).with_context(|| log_path.display().to_string())?;
         let mask: Vec<String> = cores.iter().map(ToString::to_string).collect();
         let nice = a.rig.nice.to_string();
         let child = Command::new("ip")
@@ -395,16 +386,16 @@ impl Rig {
             .arg("--config")
             .arg(&cfg)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("starting {} run: {e}", exe.display()))?;
+            .with_context(|| format!("starting {} run", exe.display()))?;
         let pid = child.id();
         self.upf = Some(child);
         Ok(pid)
     }
 
-    fn upf_alive(&mut self) -> Result<(), String> {
+    fn upf_alive(&mut self) -> anyhow::Result<()> {
         upf_alive(&mut self.upf, &self.dir.join("upf.log"))
     }
 
@@ -418,7 +409,7 @@ impl Rig {
         n: u32,
         high: bool,
         stop: &AtomicBool,
-    ) -> Result<(Smf, Vec<Session>, f64), String> {
+    ) -> anyhow::Result<(Smf, Vec<Session>, f64)> {
         let upf = self.ns("upf");
         let mut smf = in_netns(&upf, || {
             let mut c = SmfConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 8805)));
@@ -427,21 +418,20 @@ impl Rig {
             c.n1 = 3;
             c.window = 128;
             Smf::new(c)
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("SMF emulator: {e}"))?;
+        })?
+        .context("SMF emulator")?;
         let until = Instant::now() + Duration::from_secs(20);
         loop {
             self.upf_alive()?;
             match smf.associate() {
                 Ok(_) => break,
                 Err(e) if Instant::now() > until => {
-                    return Err(format!("PFCP association within 20 s: {e}"))
+                    bail!("PFCP association within 20 s: {e}")
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
             if stop.load(Ordering::Relaxed) {
-                return Err("interrupted".into());
+                bail!("interrupted");
             }
         }
         let specs: Vec<SessionSpec> = (0..n)
@@ -462,10 +452,10 @@ impl Rig {
         let mut sessions = Vec::with_capacity(specs.len());
         for chunk in specs.chunks(1000) {
             for r in smf.establish_many(chunk) {
-                sessions.push(r.map_err(|e| format!("session {}: {e}", sessions.len() + 1))?);
+                sessions.push(r.with_context(|| format!("session {}", sessions.len() + 1))?);
             }
             if stop.load(Ordering::Relaxed) {
-                return Err("interrupted".into());
+                bail!("interrupted");
             }
         }
         Ok((smf, sessions, start.elapsed().as_secs_f64()))
@@ -532,14 +522,13 @@ impl Phase {
 
 /// The counter once the packets in flight have arrived: at least 50 ms after the generator
 /// stopped, then until two reads 20 ms apart agree (at most 1 s).
-fn drained(counter: &Counter) -> Result<Count, String> {
-    let io = |e: std::io::Error| e.to_string();
+fn drained(counter: &Counter) -> anyhow::Result<Count> {
     std::thread::sleep(Duration::from_millis(50));
     let until = Instant::now() + Duration::from_secs(1);
-    let mut last = counter.read().map_err(io)?;
+    let mut last = counter.read()?;
     loop {
         std::thread::sleep(Duration::from_millis(20));
-        let now = counter.read().map_err(io)?;
+        let now = counter.read()?;
         if now == last || Instant::now() > until {
             return Ok(now);
         }
@@ -558,14 +547,13 @@ fn measure(
     rate: u64,
     warmup: bool,
     stop: &AtomicBool,
-) -> Result<Phase, String> {
-    let io = |e: std::io::Error| e.to_string();
+) -> anyhow::Result<Phase> {
     if warmup {
         let r = if rate == 0 { 200_000 } else { rate };
-        xdpgen::run_in(g, &s.gen_ns, Some(cpu.0), cpu.1, s.gen_dev, 0.2, r, stop).map_err(io)?;
+        xdpgen::run_in(g, &s.gen_ns, Some(cpu.0), cpu.1, s.gen_dev, 0.2, r, stop)?;
         std::thread::sleep(Duration::from_millis(100));
     }
-    let c0 = counter.read().map_err(io)?;
+    let c0 = counter.read()?;
     let t0 = Instant::now();
     let sirq0 = softirq_ns();
     let gen = xdpgen::run_in(
@@ -577,8 +565,7 @@ fn measure(
         seconds,
         rate,
         stop,
-    )
-    .map_err(io)?;
+    )?;
     let c1 = drained(counter)?;
     Ok(Phase {
         gen,
@@ -642,8 +629,8 @@ pub fn search(
     resolution: f64,
     max_trials: u32,
     trial_seconds: f64,
-    mut trial: impl FnMut(u64) -> Result<Trial, String>,
-) -> Result<Search, String> {
+    mut trial: impl FnMut(u64) -> anyhow::Result<Trial>,
+) -> anyhow::Result<Search> {
     let top = top.max(1);
     // Highest rate known good, lowest known bad (top + 1: none yet).
     let (mut lo0, mut hi0) = (0u64, top + 1);
@@ -707,14 +694,14 @@ fn run_search(
     counter: &Counter,
     ceiling: &Phase,
     stop: &AtomicBool,
-) -> Result<Search, String> {
+) -> anyhow::Result<Search> {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let top = a
         .search_top
         .unwrap_or((ceiling.offered_mpps() * 1e6) as u64);
     let found = search(top, a.resolution, a.max_trials, a.trial_seconds, |rate| {
         if stop.load(Ordering::Relaxed) {
-            return Err("interrupted".into());
+            bail!("interrupted");
         }
         let p = measure(
             g,
@@ -787,15 +774,11 @@ fn latency_run(
     rate: u64,
     load: f64,
     stop: &AtomicBool,
-) -> Result<serde_json::Value, String> {
-    let io = |e: std::io::Error| e.to_string();
-    counter.reset_latency().map_err(io)?;
+) -> anyhow::Result<serde_json::Value> {
+    counter.reset_latency()?;
     let p = measure(g, s, counter, cpu, seconds, rate, false, stop)?;
-    let lat = counter
-        .latency()
-        .map_err(io)?
-        .ok_or("the sink measures no latency")?;
-    let jit = counter.jitter().map_err(io)?;
+    let lat = counter.latency()?.context("the sink measures no latency")?;
+    let jit = counter.jitter()?;
     let [lo, hi] = &lat.classes;
     eprintln!(
         "  latency at {load} % ({:.3} Mpps offered, loss {:.4} %): low p50/p99/p99.9/max {} µs, high {} µs, jitter (mean over flows) {:.1} / {:.1} µs",
@@ -838,8 +821,7 @@ fn search_json(s: &Search) -> serde_json::Value {
     v
 }
 
-fn templates(a: &Args, rig: &Rig, s: &Sides) -> Result<(Template, Template), String> {
-    let io = |e: std::io::Error| e.to_string();
+fn templates(a: &Args, rig: &Rig, s: &Sides) -> anyhow::Result<(Template, Template)> {
     let macs = (mac(&rig.ns("upf"), s.peer_dev)?, mac(&s.gen_ns, s.gen_dev)?);
     Ok(match a.direction {
         Direction::Uplink => (
@@ -854,16 +836,14 @@ fn templates(a: &Args, rig: &Rig, s: &Sides) -> Result<(Template, Template), Str
                 a.size,
                 a.sessions,
             )
-            .and_then(|t| t.with_high_priority(a.high_share, Mark::Qfi(QFI_HIGH)))
-            .map_err(io)?,
-            Template::plain(macs, UE_BASE, DN, false, a.size, a.sessions).map_err(io)?,
+            .and_then(|t| t.with_high_priority(a.high_share, Mark::Qfi(QFI_HIGH)))?,
+            Template::plain(macs, UE_BASE, DN, false, a.size, a.sessions)?,
         ),
         Direction::Downlink => {
-            let t = Template::plain(macs, UE_BASE, DN, true, a.size, a.sessions).map_err(io)?;
+            let t = Template::plain(macs, UE_BASE, DN, true, a.size, a.sessions)?;
             (
                 t.clone()
-                    .with_high_priority(a.high_share, Mark::Dscp(DSCP_HIGH))
-                    .map_err(io)?,
+                    .with_high_priority(a.high_share, Mark::Dscp(DSCP_HIGH))?,
                 t,
             )
         }
@@ -871,15 +851,15 @@ fn templates(a: &Args, rig: &Rig, s: &Sides) -> Result<(Template, Template), Str
 }
 
 /// An error with the tail of its log if the `upf` process `child` has exited (then forgotten).
-pub(crate) fn upf_alive(child: &mut Option<Child>, log: &std::path::Path) -> Result<(), String> {
+pub(crate) fn upf_alive(child: &mut Option<Child>, log: &std::path::Path) -> anyhow::Result<()> {
     if let Some(st) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
         *child = None;
         let log = std::fs::read_to_string(log).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        return Err(format!(
+        bail!(
             "the UPF exited ({st}); its log ends:\n{}",
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        ));
+        );
     }
     Ok(())
 }
@@ -920,13 +900,13 @@ struct Autogroup(Option<String>);
 impl Autogroup {
     const FILE: &'static str = "/proc/self/autogroup";
 
-    fn renice(nice: i32) -> Result<Autogroup, String> {
+    fn renice(nice: i32) -> anyhow::Result<Autogroup> {
         let Ok(old) = std::fs::read_to_string(Self::FILE) else {
             return Ok(Autogroup(None)); // no autogroup scheduling
         };
         // "/autogroup-24 nice 0"
         let old = old.split_whitespace().last().unwrap_or("0").to_string();
-        std::fs::write(Self::FILE, nice.to_string()).map_err(|e| format!("{}: {e}", Self::FILE))?;
+        std::fs::write(Self::FILE, nice.to_string()).context(Self::FILE)?;
         Ok(Autogroup(Some(old)))
     }
 }
@@ -940,30 +920,28 @@ impl Drop for Autogroup {
 }
 
 /// `upf-bench veth`: measures and prints one JSON line.
-pub fn run(a: &Args) -> Result<(), String> {
+pub fn run(a: &Args) -> anyhow::Result<()> {
     println!("{}", measure_point(a)?);
     Ok(())
 }
 
-pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
+pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     if a.sessions == 0 || a.workers == 0 || a.seconds <= 0.0 || a.trial_seconds <= 0.0 {
-        return Err("--sessions, --workers, --seconds and --trial-seconds must be positive".into());
+        bail!("--sessions, --workers, --seconds and --trial-seconds must be positive");
     }
     if a.latency {
         if !a.search && a.rate == 0 {
-            return Err(
-                "--latency: loads are % of the zero-loss rate (--search) or of --rate".into(),
-            );
+            bail!("--latency: loads are % of the zero-loss rate (--search) or of --rate");
         }
         if a.size < 28 + xdpgen::STAMP_LEN {
-            return Err(format!(
+            bail!(
                 "--latency: a {} B packet has no room for the stamp (28 + {} octets)",
                 a.size,
                 xdpgen::STAMP_LEN
-            ));
+            );
         }
         if a.latency_loads.iter().any(|l| !(*l > 0.0 && *l <= 100.0)) {
-            return Err("--latency-loads: percentages in (0, 100]".into());
+            bail!("--latency-loads: percentages in (0, 100]");
         }
     }
     let exe = a.rig.upf_exe()?;
@@ -976,11 +954,10 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
     let stop = stop_flag();
     let stop = &*stop;
     let load_before = crate::harness::loadavg();
-    let io = |e: std::io::Error| e.to_string();
     let mut rig = Rig::build()?;
     let s = sides(&rig, a.direction);
     let (upf_t, plain_t) = templates(a, &rig, &s)?;
-    let upf_gen = Generator::new(upf_t).map_err(io)?;
+    let upf_gen = Generator::new(upf_t)?;
     let lat_cfg = LatencyConfig {
         ue_base: UE_BASE,
         sessions: a.sessions,
@@ -988,8 +965,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         // Downlink: the UPF marks the G-PDUs with the QFI of the PDR's QER.
         qfi: (a.direction == Direction::Downlink).then_some((QFI, QFI_HIGH)),
     };
-    let counter =
-        Counter::attach_latency_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS, lat_cfg).map_err(io)?;
+    let counter = Counter::attach_latency_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS, lat_cfg)?;
     rig.warm_neighbours();
     eprintln!(
         "upf-bench veth: {:?}, {} sessions, {} B, {} on {} worker(s) (CPUs {cores:?}), generator on CPU {}, {}",
@@ -1007,7 +983,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
 
     // 1. The generator's ceiling: its frames into a counting XDP_DROP on the UPF's veth.
     let ceiling = {
-        let c = Counter::attach_in(&rig.ns("upf"), s.peer_dev, &COUNTED_PORTS).map_err(io)?;
+        let c = Counter::attach_in(&rig.ns("upf"), s.peer_dev, &COUNTED_PORTS)?;
         let secs = a.ceiling_seconds.unwrap_or(a.seconds.min(2.0));
         let p = measure(
             &upf_gen,
@@ -1032,13 +1008,13 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         None
     } else {
         let upf = rig.ns("upf");
-        let _pass = Fixed::attach_in(&upf, s.peer_dev, xdpgen::XDP_PASS).map_err(io)?;
+        let _pass = Fixed::attach_in(&upf, s.peer_dev, xdpgen::XDP_PASS)?;
         sysctl(&upf, "net/ipv4/ip_forward", "1")?;
         if a.direction == Direction::Downlink {
             ip(&["-n", &upf, "route", "add", UE_POOL, "via", &GNB.to_string()])?;
         }
         rig.warm_neighbours();
-        let g = Generator::new(plain_t).map_err(io)?;
+        let g = Generator::new(plain_t)?;
         let r = measure(
             &g,
             &s,
@@ -1076,15 +1052,17 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         None => (None, None),
     };
     if stop.load(Ordering::Relaxed) {
-        return Err("interrupted".into());
+        bail!("interrupted");
     }
 
     // 3. The UPF.
     let _pass = match a.backend {
         // AF_PACKET: the veth must accept redirected frames (the UPF attaches nothing).
-        Backend::AfPacket => {
-            Some(Fixed::attach_in(&rig.ns("upf"), s.peer_dev, xdpgen::XDP_PASS).map_err(io)?)
-        }
+        Backend::AfPacket => Some(Fixed::attach_in(
+            &rig.ns("upf"),
+            s.peer_dev,
+            xdpgen::XDP_PASS,
+        )?),
         Backend::AfXdp => None,
     };
     let pid = rig.start_upf(a, &exe, &cores)?;
@@ -1094,7 +1072,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         sessions.len()
     );
     rig.warm_neighbours();
-    upf_gen.reset().map_err(io)?;
+    upf_gen.reset()?;
     // Warm-up outside the window (neighbours, first-packet paths).
     let r = if a.rate == 0 { 200_000 } else { a.rate };
     xdpgen::run_in(
@@ -1106,8 +1084,7 @@ pub fn measure_point(a: &Args) -> Result<serde_json::Value, String> {
         0.3,
         r,
         stop,
-    )
-    .map_err(io)?;
+    )?;
     std::thread::sleep(Duration::from_millis(100));
     let cpu0 = task_cpu(pid);
     let phase = measure(
@@ -1257,7 +1234,7 @@ mod tests {
     use super::*;
 
     /// A rig that loses nothing up to `good` pps, < 10 ppm up to `fair`, more above.
-    fn rig(good: u64, fair: u64) -> impl FnMut(u64) -> Result<Trial, String> {
+    fn rig(good: u64, fair: u64) -> impl FnMut(u64) -> anyhow::Result<Trial> {
         move |rate| {
             let frames = rate * 2;
             let lost = if rate <= good {

@@ -7,33 +7,36 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
+use rand::rngs::SmallRng;
+use rand::{Rng as _, RngExt as _, SeedableRng as _};
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use upf_dataplane::{Acl, AclAction, AclRule, ANY_PORT};
 use upf_dataplane::{Addr, Flow, Prefix};
 
 const FLOWS: usize = 4096;
 
-/// xorshift64*: reproducible without a dependency.
-struct Rng(u64);
+/// A seeded SmallRng: the same rules and flows on every run.
+struct Rng(SmallRng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(SmallRng::seed_from_u64(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.random_range(0..n)
     }
     fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        lo + u32::try_from(self.below(u64::from(hi - lo + 1))).unwrap()
+        self.0.random_range(lo..=hi)
     }
     fn pct(&mut self, p: u64) -> bool {
         self.below(100) < p
     }
     fn u16(&mut self) -> u16 {
-        u16::try_from(self.below(65536)).unwrap()
+        self.0.random()
     }
 }
 
@@ -84,7 +87,7 @@ fn plen(rng: &mut Rng, v6: bool) -> u32 {
 /// [`plen`]. Protocol any (40 %), TCP, UDP or ICMP; TCP/UDP rules have a destination port
 /// (45 %), a port range (20 %) or none, and 10 % a source port range. 80 % deny.
 fn rules(n: usize, seed: u64) -> Vec<AclRule> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     (0..n)
         .map(|_| {
             let v6 = rng.pct(10);
@@ -171,7 +174,7 @@ fn inside(rng: &mut Rng, p: Prefix) -> Addr {
 /// Half built inside a random rule (hits, unless an earlier rule matches first), half random
 /// UE traffic (to the same busy /16s half of the time: mostly misses, some hits).
 fn flows(rules: &[AclRule], seed: u64) -> Vec<Flow> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     (0..FLOWS)
         .map(|_| {
             let proto = [6, 17, 17, 1][usize::try_from(rng.below(4)).unwrap()];

@@ -10,25 +10,6 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::{Duration, Instant};
 
-/// Runs iproute2's `ip` with `args` (set-up work: addresses, routes, namespaces, veths; never
-/// on a packet path); its standard output, or an error quoting the command and its complaint.
-pub fn ip(args: &[&str]) -> Result<String, String> {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("running `ip {}`: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 /// An Ethernet interface of this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {

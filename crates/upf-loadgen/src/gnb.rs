@@ -54,6 +54,15 @@ impl From<&crate::smf::Session> for UeSession {
     }
 }
 
+/// Why [`SessionTable::new`] refused its sessions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionTableError {
+    #[error("UE address {0} in two sessions")]
+    DuplicateUe(Ipv4Addr),
+    #[error("downlink TEID {0:#x} in two sessions")]
+    DuplicateTeid(u32),
+}
+
 /// Sessions indexed by UE address (uplink) and downlink TEID.
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
@@ -64,15 +73,15 @@ pub struct SessionTable {
 
 impl SessionTable {
     /// Fails if two sessions share a UE address or a downlink TEID.
-    pub fn new(sessions: Vec<UeSession>) -> Result<Self, String> {
+    pub fn new(sessions: Vec<UeSession>) -> Result<Self, SessionTableError> {
         let mut by_ue = HashMap::with_capacity(sessions.len());
         let mut by_teid = HashMap::with_capacity(sessions.len());
         for (i, s) in sessions.iter().enumerate() {
             if by_ue.insert(s.ue, i).is_some() {
-                return Err(format!("UE address {} in two sessions", s.ue));
+                return Err(SessionTableError::DuplicateUe(s.ue));
             }
             if by_teid.insert(s.dl_teid, i).is_some() {
-                return Err(format!("downlink TEID {:#x} in two sessions", s.dl_teid));
+                return Err(SessionTableError::DuplicateTeid(s.dl_teid));
             }
         }
         Ok(Self {
@@ -350,7 +359,7 @@ pub fn open_tun(name: &str) -> io::Result<(File, String)> {
 
 impl Gnb {
     /// Creates the TUN and binds the N3 socket in the calling thread's network namespace (call
-    /// it inside [`crate::in_netns`] for another one), then starts the threads.
+    /// it inside [`upf_netns::in_netns`] for another one), then starts the threads.
     pub fn start(cfg: &GnbConfig, table: SessionTable) -> io::Result<Self> {
         let (tun, name) = open_tun(&cfg.tun)?;
         let sock = UdpSocket::bind(cfg.local)

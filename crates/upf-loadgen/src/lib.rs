@@ -7,8 +7,8 @@
 //!   UDP port 2152 on the other.
 //! - [`xdpgen`]: a frame generator on BPF_PROG_RUN live frames (XDP) into a veth, and an
 //!   XDP program that counts and drops what arrives at a veth (a counting sink).
-//! - [`in_netns`] (from upf-netns): runs a closure on a thread inside a named network
-//!   namespace, to create the TUN and the sockets there.
+//!
+//! Namespaces and veths (to create the TUN and the sockets inside one) are upf-netns's.
 //!
 //! Everything is `#![forbid(unsafe_code)]` except the module `sys` (its TUNSETIFF),
 //! whose every block has a `// SAFETY:` comment.
@@ -17,5 +17,3 @@ pub mod gnb;
 pub mod smf;
 mod sys;
 pub mod xdpgen;
-
-pub use upf_netns::{in_netns, netns_path, veth_pair, NETNS_DIR};

@@ -8,6 +8,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Command as Cmd, ExitCode, Stdio};
@@ -183,13 +184,13 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("upf-loadgen: {e}");
+            eprintln!("upf-loadgen: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn connect(o: &SmfOpts) -> Result<Smf, String> {
+fn connect(o: &SmfOpts) -> anyhow::Result<Smf> {
     let mut cfg = SmfConfig::new(o.n4);
     if let Some(b) = o.bind {
         cfg.bind = b;
@@ -197,8 +198,8 @@ fn connect(o: &SmfOpts) -> Result<Smf, String> {
     cfg.t1 = Duration::from_millis(o.t1_ms.max(1));
     cfg.n1 = o.n1;
     cfg.window = o.window.max(1);
-    let mut smf = Smf::new(cfg).map_err(|e| e.to_string())?;
-    let a = smf.associate().map_err(|e| e.to_string())?;
+    let mut smf = Smf::new(cfg)?;
+    let a = smf.associate()?;
     eprintln!(
         "upf-loadgen: associated with {:?} from {} (UPF recovery time stamp {}, features {:?})",
         a.upf_node,
@@ -209,11 +210,11 @@ fn connect(o: &SmfOpts) -> Result<Smf, String> {
     Ok(smf)
 }
 
-fn specs(o: &SmfOpts, gnb: Ipv4Addr, upf_n3: Ipv4Addr) -> Result<Vec<SessionSpec>, String> {
+fn specs(o: &SmfOpts, gnb: Ipv4Addr, upf_n3: Ipv4Addr) -> anyhow::Result<Vec<SessionSpec>> {
     let ues: Vec<UeAddr> = if o.chv4 {
         vec![UeAddr::Choose; o.count]
     } else {
-        let (net, len) = parse_cidr(&o.ue_pool)?;
+        let (net, len) = parse_cidr(&o.ue_pool).context("--ue-pool")?;
         ue_pool(net, len, 0, o.count)?
             .into_iter()
             .map(UeAddr::Static)
@@ -239,7 +240,7 @@ fn establish(
     smf: &mut Smf,
     specs: &[SessionSpec],
     stop: &AtomicBool,
-) -> Result<Vec<Session>, String> {
+) -> anyhow::Result<Vec<Session>> {
     let start = Instant::now();
     let mut out = Vec::with_capacity(specs.len());
     for chunk in specs.chunks(10_000) {
@@ -248,13 +249,13 @@ fn establish(
                 Ok(s) => out.push(s),
                 Err(e) => {
                     cleanup(smf, &out);
-                    return Err(format!("session {}: {e}", out.len() + 1));
+                    bail!("session {}: {e}", out.len() + 1);
                 }
             }
         }
         if stop.load(Ordering::Relaxed) {
             cleanup(smf, &out);
-            return Err("interrupted".into());
+            bail!("interrupted");
         }
         if specs.len() > 10_000 {
             eprintln!("upf-loadgen: {} sessions established", out.len());
@@ -293,15 +294,14 @@ fn cleanup(smf: &mut Smf, sessions: &[Session]) {
 }
 
 /// Answers the UPF for up to `d`, in slices so that Ctrl-C is seen quickly.
-fn serve(smf: &mut Smf, d: Duration, stop: &AtomicBool) -> Result<(), String> {
+fn serve(smf: &mut Smf, d: Duration, stop: &AtomicBool) -> anyhow::Result<()> {
     let end = Instant::now() + d;
     while !stop.load(Ordering::Relaxed) {
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        smf.serve(left.min(Duration::from_millis(200)))
-            .map_err(|e| e.to_string())?;
+        smf.serve(left.min(Duration::from_millis(200)))?;
         for e in smf.take_events() {
             eprintln!("upf-loadgen: UPF reported {e:?}");
         }
@@ -315,11 +315,11 @@ fn sessions(
     hold: Option<u64>,
     toggle_every: Option<u64>,
     stop: &AtomicBool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let mut smf = connect(o)?;
     let n4_ip = match o.n4.ip() {
         IpAddr::V4(a) => a,
-        IpAddr::V6(_) => return Err("IPv6 N4 is not supported".into()),
+        IpAddr::V6(_) => bail!("IPv6 N4 is not supported"),
     };
     let specs = specs(o, gnb.unwrap_or(smf.node_ip()), n4_ip)?;
     let held = establish(&mut smf, &specs, stop)?;
@@ -365,24 +365,21 @@ struct GnbRun {
 }
 
 /// Runs `ip -batch -` with these commands.
-fn ip_batch(cmds: &[String]) -> Result<(), String> {
+fn ip_batch(cmds: &[String]) -> anyhow::Result<()> {
     use std::io::Write;
     let mut child = Cmd::new("ip")
         .args(["-batch", "-"])
         .stdin(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("ip: {e} (is iproute2 installed?)"))?;
+        .context("ip (is iproute2 installed?)")?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(cmds.join("\n").as_bytes())
-            .map_err(|e| format!("ip: {e}"))?;
+        stdin.write_all(cmds.join("\n").as_bytes()).context("ip")?;
     }
-    let st = child.wait().map_err(|e| format!("ip: {e}"))?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(format!("ip -batch failed ({st})"))
+    let st = child.wait().context("ip")?;
+    if !st.success() {
+        bail!("ip -batch failed ({st})");
     }
+    Ok(())
 }
 
 fn rate(d: &Snapshot, secs: f64) -> String {
@@ -397,7 +394,7 @@ fn rate(d: &Snapshot, secs: f64) -> String {
     )
 }
 
-fn gnb(o: &SmfOpts, g: &GnbRun, stop: &AtomicBool) -> Result<(), String> {
+fn gnb(o: &SmfOpts, g: &GnbRun, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut smf = connect(o)?;
     let n3_for_given = g.n3.or(match o.n4.ip() {
         IpAddr::V4(a) => Some(a),
@@ -405,7 +402,7 @@ fn gnb(o: &SmfOpts, g: &GnbRun, stop: &AtomicBool) -> Result<(), String> {
     });
     let specs = specs(o, g.local, n3_for_given.unwrap_or(Ipv4Addr::UNSPECIFIED))?;
     let held = establish(&mut smf, &specs, stop)?;
-    let mut run = || -> Result<(), String> {
+    let mut run = || -> anyhow::Result<()> {
         let table = SessionTable::new(
             held.iter()
                 .map(|s| {
@@ -418,7 +415,7 @@ fn gnb(o: &SmfOpts, g: &GnbRun, stop: &AtomicBool) -> Result<(), String> {
                 .collect(),
         )?;
         let cfg = GnbConfig::new(&g.tun, SocketAddr::new(IpAddr::V4(g.local), GTPU_PORT));
-        let emu = Gnb::start(&cfg, table).map_err(|e| format!("gNB: {e}"))?;
+        let emu = Gnb::start(&cfg, table).context("gNB")?;
         if g.configure {
             let t = emu.tun_name();
             let mut cmds = vec![format!("link set dev {t} up")];

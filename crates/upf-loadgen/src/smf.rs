@@ -1167,11 +1167,33 @@ fn response_cause(m: &Message) -> Option<Cause> {
     })
 }
 
+/// Why [`ue_pool`] could not give the addresses asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("prefix length {0} > 32")]
+    PrefixLength(u8),
+    #[error("{0} addresses")]
+    TooMany(usize),
+    #[error("{count} addresses from offset {offset} do not fit in {net}/{len} ({usable} usable)")]
+    DoesNotFit {
+        count: usize,
+        offset: u32,
+        net: Ipv4Addr,
+        len: u8,
+        usable: u64,
+    },
+}
+
 /// `count` UE addresses from the pool `net/len`, skipping the network and broadcast
 /// addresses of pools shorter than /31, starting at `offset`.
-pub fn ue_pool(net: Ipv4Addr, len: u8, offset: u32, count: usize) -> Result<Vec<Ipv4Addr>, String> {
+pub fn ue_pool(
+    net: Ipv4Addr,
+    len: u8,
+    offset: u32,
+    count: usize,
+) -> Result<Vec<Ipv4Addr>, PoolError> {
     if len > 32 {
-        return Err(format!("prefix length {len} > 32"));
+        return Err(PoolError::PrefixLength(len));
     }
     let mask = if len == 0 {
         0
@@ -1185,20 +1207,29 @@ pub fn ue_pool(net: Ipv4Addr, len: u8, offset: u32, count: usize) -> Result<Vec<
         31 => (0, 2),
         _ => (1, u64::from(size) - 2),
     };
-    let n = u32::try_from(count).map_err(|_| format!("{count} addresses"))?;
+    let n = u32::try_from(count).map_err(|_| PoolError::TooMany(count))?;
     if u64::from(offset) + u64::from(n) > usable {
-        return Err(format!(
-            "{count} addresses from offset {offset} do not fit in {net}/{len} ({usable} usable)"
-        ));
+        return Err(PoolError::DoesNotFit {
+            count,
+            offset,
+            net,
+            len,
+            usable,
+        });
     }
     Ok((0..n)
         .map(|i| Ipv4Addr::from(base + first + offset + i))
         .collect())
 }
 
+/// A string that is not `A.B.C.D/LEN` (see [`parse_cidr`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: expected A.B.C.D/LEN")]
+pub struct CidrError(pub String);
+
 /// Parses `A.B.C.D/LEN`.
-pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
-    let bad = || format!("{s:?}: expected A.B.C.D/LEN");
+pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), CidrError> {
+    let bad = || CidrError(s.to_string());
     let (a, l) = s.split_once('/').ok_or_else(bad)?;
     let len: u8 = l.parse().map_err(|_| bad())?;
     if len > 32 {

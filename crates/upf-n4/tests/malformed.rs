@@ -6,6 +6,8 @@
 mod harness;
 
 use harness::*;
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng as _};
 use std::net::Ipv4Addr;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
@@ -180,16 +182,11 @@ fn modification() -> Msg {
     Msg::parse(&smf::encode(Some(SEID), SEQ, m))
 }
 
-/// Garbage from a xorshift generator (deterministic).
-fn random_bytes(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_be_bytes()[0]
-        })
-        .collect()
+/// Garbage from a seeded generator (deterministic).
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut b = vec![0; n];
+    SmallRng::seed_from_u64(seed).fill_bytes(&mut b);
+    b
 }
 
 // ---- expectations -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ use super::{
     DL_TEID_BASE, GNB, QFI, UE_BASE, UL_TEID_BASE, UPF_N3,
 };
 use crate::control::{admin_get, counters_delta, drop_counters, latency_json, rss_bytes, s0_spec};
+use anyhow::{anyhow, bail};
 use clap::Parser;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -58,7 +59,7 @@ struct VethCli {
     a: super::Args,
 }
 
-fn veth_args(c: &Churn) -> Result<super::Args, String> {
+fn veth_args(c: &Churn) -> anyhow::Result<super::Args> {
     let mut v: Vec<String> = [
         "veth",
         "--no-baseline",
@@ -85,9 +86,7 @@ fn veth_args(c: &Churn) -> Result<super::Args, String> {
     ] {
         v.extend([k.to_string(), x]);
     }
-    let mut a = VethCli::try_parse_from(v)
-        .map(|c| c.a)
-        .map_err(|e| e.to_string())?;
+    let mut a = VethCli::try_parse_from(v).map(|c| c.a)?;
     a.rig = c.rig.clone();
     Ok(a)
 }
@@ -250,21 +249,18 @@ fn phase_json(p: &Phase, upf_cpu_ns: u64, drops: &BTreeMap<String, u64>) -> Valu
 }
 
 /// Measures both windows; one JSON object.
-pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
+pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> anyhow::Result<Value> {
     if c.rate == 0
         || c.seconds <= 0.0
         || c.quiet_seconds <= 0.0
         || c.background == 0
         || c.traffic_pps == 0
     {
-        return Err(
-            "churn: --churn, --churn-seconds, --churn-quiet-seconds, --background and --rate must be positive".into(),
-        );
+        bail!("churn: --churn, --churn-seconds, --churn-quiet-seconds, --background and --rate must be positive");
     }
     let a = veth_args(c)?;
     let exe = a.rig.upf_exe()?;
     let cores = a.rig.upf_cpus();
-    let io = |e: std::io::Error| e.to_string();
     let _autogroup = if a.rig.nice == 0 {
         None
     } else {
@@ -273,13 +269,15 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     let mut rig = Rig::build()?;
     let s = sides(&rig, Direction::Uplink);
     let (t, _) = templates(&a, &rig, &s)?;
-    let g = Generator::new(t).map_err(io)?;
-    let counter = Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS).map_err(io)?;
+    let g = Generator::new(t)?;
+    let counter = Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS)?;
     rig.warm_neighbours();
     let _pass = match a.backend {
-        Backend::AfPacket => {
-            Some(Fixed::attach_in(&rig.ns("upf"), s.peer_dev, xdpgen::XDP_PASS).map_err(io)?)
-        }
+        Backend::AfPacket => Some(Fixed::attach_in(
+            &rig.ns("upf"),
+            s.peer_dev,
+            xdpgen::XDP_PASS,
+        )?),
         Backend::AfXdp => None,
     };
     let pid = rig.start_upf(&a, &exe, &cores)?;
@@ -293,7 +291,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         c.size
     );
     rig.warm_neighbours();
-    g.reset().map_err(io)?;
+    g.reset()?;
     xdpgen::run_in(
         &g,
         &s.gen_ns,
@@ -303,8 +301,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         0.3,
         a.rate,
         stop,
-    )
-    .map_err(io)?;
+    )?;
     std::thread::sleep(Duration::from_millis(100));
 
     // Without churn, with, and without again: a difference that is the order's shows.
@@ -336,11 +333,11 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
         done.store(true, Ordering::Relaxed);
         (p, h.join(), r.join())
     });
-    let rss = rss.map_err(|_| "the RSS sampler panicked".to_string())?;
+    let rss = rss.map_err(|_| anyhow!("the RSS sampler panicked"))?;
     let cpu2 = task_cpu(pid);
     let d2 = drops();
     let busy = busy?;
-    let mut l = churn.map_err(|_| "the churn thread panicked".to_string())?;
+    let mut l = churn.map_err(|_| anyhow!("the churn thread panicked"))?;
     let cpu3 = task_cpu(pid);
     let d3 = drops();
     let after = window(c.quiet_seconds)?;
@@ -351,7 +348,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> Result<Value, String> {
     drop(smf);
     rig.stop_upf();
     if stop.load(Ordering::Relaxed) {
-        return Err("interrupted".into());
+        bail!("interrupted");
     }
     let sum = |m: &std::collections::BTreeMap<String, u64>| m.values().sum::<u64>();
     let (q_ns, b_ns, a_ns) = (

@@ -13,25 +13,8 @@ fn root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// xorshift64*, deterministic.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+/// The seeded generator of the fanout tests (SmallRng).
+use crate::fanout::tests::Rng;
 
 fn csum(b: &[u8]) -> u16 {
     let mut s: u32 = b
@@ -335,7 +318,7 @@ fn program_agrees_with_reference() {
         Filter::new(false, vec![IpAddr::from(L4), IpAddr::from(L6)], 4),
         Filter::new(false, vec![], 1),
     ];
-    let mut r = Rng(0x5eed_1234_abcd_0001);
+    let mut r = Rng::new(0x5eed_1234_abcd_0001);
     let (mut redirected, mut passed) = (0, 0);
     let mut seen = [false; 4];
     let mut out = vec![0u8; 4096];

@@ -1,23 +1,28 @@
 use super::*;
+use rand::rngs::SmallRng;
+use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use std::net::IpAddr;
 
-/// A small deterministic generator (no dependency).
-pub(crate) struct Rng(u64);
+/// The tests' seeded generator: the same frames on every run.
+pub(crate) struct Rng(SmallRng);
 impl Rng {
     pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed | 1)
+        Rng(SmallRng::seed_from_u64(seed))
     }
     pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next_u64()
     }
     pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.random_range(0..n)
+    }
+    /// True `pct` times in 100.
+    pub(crate) fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
     }
     pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        let mut v = vec![0; n];
+        self.0.fill_bytes(&mut v);
+        v
     }
 }
 

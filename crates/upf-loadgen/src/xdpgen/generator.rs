@@ -271,7 +271,7 @@ pub fn run_in(
     rate: u64,
     stop: &AtomicBool,
 ) -> io::Result<GenStats> {
-    crate::in_netns(netns, || {
+    upf_netns::in_netns(netns, || {
         if let Some(c) = cpu {
             sys::pin_to_cpu(c).map_err(|e| io::Error::new(e.kind(), format!("CPU {c}: {e}")))?;
         }

@@ -142,7 +142,7 @@ impl Counter {
 
     /// Attaches inside network namespace `netns`.
     pub fn attach_in(netns: &str, dev: &str, ports: &[u16]) -> io::Result<Counter> {
-        crate::in_netns(netns, || Counter::attach(dev, ports))?
+        upf_netns::in_netns(netns, || Counter::attach(dev, ports))?
     }
 
     /// Attaches inside network namespace `netns`, measuring latency.
@@ -152,7 +152,7 @@ impl Counter {
         ports: &[u16],
         cfg: LatencyConfig,
     ) -> io::Result<Counter> {
-        crate::in_netns(netns, || Counter::attach_with(dev, ports, Some(cfg)))?
+        upf_netns::in_netns(netns, || Counter::attach_with(dev, ports, Some(cfg)))?
     }
 
     pub fn read(&self) -> io::Result<Count> {

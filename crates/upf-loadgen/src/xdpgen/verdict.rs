@@ -19,7 +19,7 @@ pub struct Fixed {
 
 impl Fixed {
     pub fn attach_in(netns: &str, dev: &str, verdict: i32) -> io::Result<Fixed> {
-        crate::in_netns(netns, || {
+        upf_netns::in_netns(netns, || {
             let ifindex = sys::ifindex(dev)?;
             let verdict = u32::try_from(verdict)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "XDP verdict"))?;

@@ -98,8 +98,7 @@ pub(super) struct Measured {
 
 impl Demo {
     pub(super) fn traffic(&mut self, a: &Args, stop: &AtomicBool) -> anyhow::Result<Measured> {
-        let table = SessionTable::new(self.sessions.iter().map(UeSession::from).collect())
-            .map_err(anyhow::Error::msg)?;
+        let table = SessionTable::new(self.sessions.iter().map(UeSession::from).collect())?;
         let plan = Plan {
             table,
             upf_n3: SocketAddr::from((UPF_N3, upf_loadgen::gnb::GTPU_PORT)),

@@ -23,8 +23,7 @@ impl Demo {
         .context("SMF emulator")?;
         let smf = self.smf.insert(smf);
         let assoc = smf.associate().context("PFCP association")?;
-        let ues =
-            ue_pool(Ipv4Addr::new(10, 60, 0, 0), 16, 0, a.sessions).map_err(anyhow::Error::msg)?;
+        let ues = ue_pool(Ipv4Addr::new(10, 60, 0, 0), 16, 0, a.sessions)?;
         let specs: Vec<SessionSpec> = ues
             .into_iter()
             .zip(0u32..)
