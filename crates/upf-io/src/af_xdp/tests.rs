@@ -24,12 +24,12 @@ fn csum(b: &[u8]) -> u16 {
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }
-    !(s as u16)
+    !u16::try_from(s & 0xffff).unwrap()
 }
 
 fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
     let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
-    h[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    h[2..4].copy_from_slice(&u16::try_from(20 + payload.len()).unwrap().to_be_bytes());
     h[6..8].copy_from_slice(&frag.to_be_bytes());
     h.extend_from_slice(&src);
     h.extend_from_slice(&dst);
@@ -41,7 +41,7 @@ fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, payload: &[u8]) -> Vec
 
 fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, payload: &[u8]) -> Vec<u8> {
     let mut h = vec![0x60, 0, 0, 0];
-    h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    h.extend_from_slice(&u16::try_from(payload.len()).unwrap().to_be_bytes());
     h.extend_from_slice(&[next, 64]);
     h.extend_from_slice(&src);
     h.extend_from_slice(&dst);
@@ -53,7 +53,7 @@ fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     let mut u = Vec::new();
     u.extend_from_slice(&sport.to_be_bytes());
     u.extend_from_slice(&dport.to_be_bytes());
-    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
     u.extend_from_slice(&[0, 0]);
     u.extend_from_slice(payload);
     u
@@ -62,7 +62,7 @@ fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 /// A G-PDU with a PDU Session Container (uplink, QFI 9) around `inner`.
 fn gpdu_psc(teid: u32, inner: &[u8]) -> Vec<u8> {
     let mut g = vec![0x34, 255];
-    g.extend_from_slice(&((4 + 4 + inner.len()) as u16).to_be_bytes());
+    g.extend_from_slice(&u16::try_from(4 + 4 + inner.len()).unwrap().to_be_bytes());
     g.extend_from_slice(&teid.to_be_bytes());
     g.extend_from_slice(&[0, 0, 0, 0x85]);
     g.extend_from_slice(&[1, 0x10, 9, 0]);
@@ -98,11 +98,11 @@ fn random_frame(r: &mut Rng) -> Vec<u8> {
         ),
         1 => ipv6(r.bytes(16).try_into().unwrap(), L6, 6, &r.bytes(20)),
         2 => {
-            let n = r.below(30) as usize;
+            let n = usize::try_from(r.below(30)).unwrap();
             r.bytes(n)
         }
         _ => {
-            let n = r.below(50) as usize;
+            let n = usize::try_from(r.below(50)).unwrap();
             let mut v = r.bytes(n);
             if let Some(b) = v.first_mut() {
                 *b = 0x45;
@@ -112,7 +112,7 @@ fn random_frame(r: &mut Rng) -> Vec<u8> {
     };
     // GTP-U header: flags, type, extensions.
     let flags = match r.below(8) {
-        0 => r.next() as u8,
+        0 => r.next().to_le_bytes()[0],
         1 => 0x30,
         2 => 0x32,
         3 => 0x31,
@@ -127,15 +127,15 @@ fn random_frame(r: &mut Rng) -> Vec<u8> {
     let mut g = vec![flags, mtype, 0, 0, 0, 0, 0, 1];
     if flags & 7 != 0 {
         let max = if r.chance(10) { 12 } else { 4 };
-        let nexts = r.below(max) as usize;
+        let nexts = usize::try_from(r.below(max)).unwrap();
         g.extend_from_slice(&[0, 0, 0, if nexts > 0 { 0x85 } else { 0 }]);
         for i in 0..nexts {
             let l = if r.chance(5) {
                 0
             } else {
-                1 + r.below(3) as usize
+                1 + usize::try_from(r.below(3)).unwrap()
             };
-            let mut e = vec![l as u8];
+            let mut e = vec![u8::try_from(l).unwrap()];
             e.extend(r.bytes((4 * l).saturating_sub(2)));
             e.push(if i + 1 == nexts && !r.chance(5) {
                 0
@@ -180,13 +180,13 @@ fn random_frame(r: &mut Rng) -> Vec<u8> {
             };
             let mut p = ipv4([192, 0, 2, 1], v4dst, proto, frag, &l4);
             if r.chance(5) {
-                p[0] = 0x44 + r.below(3) as u8 * 0x10; // bad IHL or version
+                p[0] = 0x44 + u8::try_from(r.below(3)).unwrap() * 0x10; // bad IHL or version
             }
             (0x0800, p)
         }
         _ => {
             let payload = if proto == 58 {
-                let mut p = vec![128 + r.below(12) as u8];
+                let mut p = vec![128 + u8::try_from(r.below(12)).unwrap()];
                 p.extend(r.bytes(20));
                 p
             } else {
@@ -206,7 +206,7 @@ fn random_frame(r: &mut Rng) -> Vec<u8> {
     let vlan = r.chance(20).then_some(100);
     let mut f = eth([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], vlan, ethertype, &l3);
     if r.chance(15) {
-        let keep = 14 + r.below((f.len() - 13) as u64) as usize;
+        let keep = 14 + usize::try_from(r.below(u64::try_from(f.len() - 13).unwrap())).unwrap();
         f.truncate(keep);
     }
     f
@@ -367,7 +367,7 @@ fn program_loads_for_every_filter_shape() {
     let many = |n: usize| -> Vec<IpAddr> {
         (0..n)
             .flat_map(|i| {
-                let i = i as u8;
+                let i = u8::try_from(i).unwrap();
                 [
                     IpAddr::from([10, 0, 1, i]),
                     IpAddr::from([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i]),
@@ -473,7 +473,7 @@ impl Veth {
             // SAFETY: setns on this (short-lived) thread only; the fd is a namespace file.
             let r = unsafe { libc::setns(nsf.as_raw_fd(), libc::CLONE_NEWNET) };
             assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
-            let proto = (libc::ETH_P_ALL as u16).to_be();
+            let proto = u16::try_from(libc::ETH_P_ALL).unwrap().to_be();
             // SAFETY: plain socket call; we own the result.
             let fd = unsafe {
                 libc::socket(
@@ -491,15 +491,15 @@ impl Veth {
             assert!(ifindex > 0);
             // SAFETY: sockaddr_ll is plain data; zero is a valid start.
             let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_family = u16::try_from(libc::AF_PACKET).unwrap();
             sll.sll_protocol = proto;
-            sll.sll_ifindex = ifindex as i32;
+            sll.sll_ifindex = i32::try_from(ifindex).unwrap();
             // SAFETY: sll is a valid sockaddr_ll of the length passed.
             let r = unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
                     (&sll as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                    crate::sys::socklen_of::<libc::sockaddr_ll>(),
                 )
             };
             assert_eq!(r, 0, "bind: {}", io::Error::last_os_error());
@@ -542,7 +542,12 @@ use std::os::fd::FromRawFd;
 fn send_frame(fd: &OwnedFd, f: &[u8]) {
     // SAFETY: f is a live buffer of the length passed.
     let r = unsafe { libc::send(fd.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
-    assert_eq!(r, f.len() as isize, "send: {}", io::Error::last_os_error());
+    assert_eq!(
+        usize::try_from(r).ok(),
+        Some(f.len()),
+        "send: {}",
+        io::Error::last_os_error()
+    );
 }
 
 /// Frames arriving on the peer's socket until `done` says so or `limit` passes.
@@ -568,7 +573,7 @@ fn recv_frames(fd: &OwnedFd, limit: Duration, mut done: impl FnMut(&[u8]) -> boo
                 libc::MSG_DONTWAIT,
             )
         };
-        if n > 0 && done(&buf[..n as usize]) {
+        if n > 0 && done(&buf[..usize::try_from(n).unwrap_or(0)]) {
             return true;
         }
     }

@@ -55,7 +55,7 @@ pub(crate) fn checksum(b: &[u8]) -> u16 {
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }
-    !(s as u16)
+    !u16::try_from(s & 0xffff).unwrap()
 }
 
 pub(crate) fn ipv6(src: [u8; 16], dst: [u8; 16], nh: u8, payload: &[u8]) -> Vec<u8> {
@@ -130,10 +130,12 @@ pub(crate) fn random_ue(rng: &mut Rng) -> IpAddr {
 /// A GTP-U frame (IPv4 or IPv6 outer) carrying a packet of `ue`.
 pub(crate) fn gtpu_frame(ue: IpAddr, rng: &mut Rng, outer6: bool, vlan: bool) -> Vec<u8> {
     let nexts = usize::try_from(rng.below(4)).unwrap();
-    let exts: Vec<u8> = (0..nexts).map(|_| 1 + rng.below(3) as u8).collect();
-    let sp = rng.below(4) as u8;
+    let exts: Vec<u8> = (0..nexts)
+        .map(|_| 1 + u8::try_from(rng.below(3)).unwrap())
+        .collect();
+    let sp = u8::try_from(rng.below(4)).unwrap();
     let inner = inner_packet(ue, rng);
-    let g = gtpu(rng.next() as u32, sp, &exts, &inner);
+    let g = gtpu((rng.next() >> 32) as u32, sp, &exts, &inner);
     let u = udp(2152, 2152, &g);
     let mut f;
     if outer6 {
