@@ -1,5 +1,5 @@
 //! Compiles the BPF programs in `bpf/*.bpf.c` with clang into OUT_DIR, where the crate embeds
-//! them (`aya::include_bytes_aligned!`).
+//! them (`aya::include_bytes_aligned!`). upf-loadgen builds its programs with this script too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,6 +8,7 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let dir = Path::new("bpf");
     println!("cargo:rerun-if-changed=bpf");
+    println!("cargo:rerun-if-env-changed=BPF_CLANG");
     let mut sources: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("bpf/")
         .filter_map(|e| Some(e.ok()?.path()))
