@@ -13,11 +13,6 @@ use std::time::{Duration, Instant};
 use upf_netns::Netns;
 use upf_packet::{Packet, Port};
 
-/// Root, for network namespaces and AF_PACKET.
-fn root() -> bool {
-    upf_netns::is_root()
-}
-
 /// Two namespaces joined by a veth pair: `a_if` in `a`, `b_if` in `b`. Dropping it deletes
 /// the namespaces, and with them the pair.
 struct Veth {
@@ -187,7 +182,7 @@ fn marked(d: &[u8]) -> bool {
 #[test]
 #[ignore = "needs root"]
 fn rx_strips_ethernet_and_discards_non_ip() {
-    assert!(root(), "needs root");
+    assert!(upf_netns::is_root(), "needs root");
     let v = Veth::new();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
     let (mut io, a_mac) = in_ns(&v.a, || {
@@ -251,7 +246,7 @@ fn rx_strips_ethernet_and_discards_non_ip() {
 #[test]
 #[ignore = "needs root"]
 fn tx_resolves_next_hops_through_the_kernel() {
-    assert!(root(), "needs root");
+    assert!(upf_netns::is_root(), "needs root");
     let v = Veth::new();
     v.addresses();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
@@ -325,7 +320,7 @@ fn tx_resolves_next_hops_through_the_kernel() {
 #[test]
 #[ignore = "needs root"]
 fn fanout_pins_ues_to_their_worker() {
-    assert!(root(), "needs root");
+    assert!(upf_netns::is_root(), "needs root");
     let v = Veth::new();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
     let group = u16::try_from(std::process::id() & 0x7fff).unwrap()
@@ -410,7 +405,7 @@ fn fanout_pins_ues_to_their_worker() {
 #[test]
 #[ignore]
 fn measure_rates() {
-    assert!(root(), "needs root");
+    assert!(upf_netns::is_root(), "needs root");
     let v = Veth::new();
     v.addresses();
     let gen = in_ns(&v.b, || RawSock::open(&v.b_if));
@@ -499,7 +494,7 @@ fn measure_rates() {
 #[test]
 #[ignore = "needs root"]
 fn netlink_sets_links_up_and_replaces_routes() {
-    assert!(root(), "needs root");
+    assert!(upf_netns::is_root(), "needs root");
     let v = Veth::new();
     in_ns(&v.a, || {
         let mut nl = crate::netlink::Socket::open().unwrap();

@@ -6,17 +6,6 @@
 
 use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
 fn demo_namespaces() -> Vec<String> {
     std::fs::read_dir("/var/run/netns")
         .map(|d| {
@@ -44,7 +33,7 @@ fn number_after(out: &str, label: &str) -> Option<u64> {
 #[test]
 #[ignore = "needs root"]
 fn demo_runs_traffic_both_ways_and_cleans_up() {
-    assert!(is_root(), "`upf demo` needs root");
+    assert!(upf_netns::is_root(), "`upf demo` needs root");
     assert!(
         Command::new("ip").arg("-V").output().is_ok(),
         "`upf demo` needs `ip` (iproute2)"

@@ -107,20 +107,11 @@ impl Backends {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            == Some("0")
-    })
-}
-
 /// Runs `f` on a fresh topology and daemon for `b`.
 fn e2e(b: Backends, test: &str, f: fn(&mut Harness)) {
     let name = format!("{}::{test}", b.name());
     assert!(
-        is_root(),
+        upf_netns::is_root(),
         "e2e {name}: needs root (network namespaces, TUN, AF_PACKET/AF_XDP)"
     );
     for tool in ["ip", "ping", "iperf3", "sysctl", "kill"] {

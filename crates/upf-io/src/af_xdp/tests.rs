@@ -7,12 +7,6 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::Duration;
 
-/// Root, for BPF and AF_XDP.
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The seeded generator of the fanout tests (SmallRng).
 use crate::fanout::tests::Rng;
 
@@ -306,7 +300,7 @@ fn errors_are_clear() {
 #[test]
 #[ignore = "needs root"]
 fn program_agrees_with_reference() {
-    assert!(root(), "needs root (BPF and AF_XDP)");
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     // The redirect succeeds only into a bound socket: bind one to lo's queue 0 (no program is
     // attached to lo, so its traffic is untouched).
     let lo = Link::by_name("lo").unwrap();
@@ -363,7 +357,7 @@ fn program_agrees_with_reference() {
 #[test]
 #[ignore = "needs root"]
 fn program_loads_for_every_filter_shape() {
-    assert!(root(), "needs root (BPF and AF_XDP)");
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     let many = |n: usize| -> Vec<IpAddr> {
         (0..n)
             .flat_map(|i| {
@@ -595,7 +589,7 @@ fn rx_until(io: &mut XskIo, pool: &mut Pool, want: usize) -> (Vec<Packet>, Vec<u
 #[test]
 #[ignore = "needs root"]
 fn veth_n3_gtpu_rx_arp_and_tx() {
-    assert!(root(), "needs root (BPF and AF_XDP)");
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     let v = Veth::new("3");
     let peer = v.peer_socket();
     let pmac = v.peer_mac();
@@ -745,7 +739,7 @@ fn veth_n3_gtpu_rx_arp_and_tx() {
 #[test]
 #[ignore = "needs root"]
 fn veth_n6_plain_ip_rx() {
-    assert!(root(), "needs root (BPF and AF_XDP)");
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     let v = Veth::new("6");
     let peer = v.peer_socket();
     let pmac = v.peer_mac();
@@ -816,7 +810,7 @@ fn veth_n6_plain_ip_rx() {
 #[test]
 #[ignore]
 fn veth_rates() {
-    assert!(root(), "needs root (BPF and AF_XDP)");
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     let v = Veth::new("r");
     let peer = v.peer_socket();
     let pmac = v.peer_mac();

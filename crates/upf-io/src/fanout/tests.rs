@@ -257,15 +257,10 @@ fn reference_never_panics_on_short_frames() {
     }
 }
 
-pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 #[test]
 #[ignore = "needs root"]
 fn bpf_program_agrees_with_reference() {
-    assert!(is_root(), "needs root");
+    assert!(upf_netns::is_root(), "needs root");
     let frames = corpus(300);
     let mut checked = 0;
     let mut refused = 0;

@@ -286,8 +286,9 @@ pub fn run_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xdpgen::testutil::{dl, is_root, ul};
+    use crate::xdpgen::testutil::{dl, ul};
     use crate::xdpgen::{XDP_DROP, XDP_TX};
+    use upf_netns::is_root;
 
     /// The generator against its specification, through BPF_PROG_TEST_RUN (root only): every
     /// octet but the stamp's clock, which lies between two reads of CLOCK_MONOTONIC.

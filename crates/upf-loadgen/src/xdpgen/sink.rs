@@ -246,8 +246,8 @@ mod tests {
     use crate::xdpgen::object::xdp;
     use crate::xdpgen::stats::{bucket, jitter_update};
     use crate::xdpgen::template::{ethernet, ipv4_header, udp_header};
-    use crate::xdpgen::testutil::is_root;
     use crate::xdpgen::{Template, DST_PORT, GTPU_PORT, STAMP_MAGIC, XDP_DROP, XDP_PASS};
+    use upf_netns::is_root;
 
     const UE0: Ipv4Addr = Ipv4Addr::new(10, 128, 0, 1);
 

@@ -18,14 +18,6 @@ pub(super) fn ul() -> Template {
     .unwrap()
 }
 
-/// Root, for bpf(2).
-pub(super) fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
 pub(super) fn dl() -> Template {
     Template::plain(
         ([2; 6], [4; 6]),

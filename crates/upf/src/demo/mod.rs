@@ -166,19 +166,8 @@ fn signals() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
 fn preflight() -> anyhow::Result<()> {
-    if !is_root() {
+    if !upf_netns::is_root() {
         bail!(
             "needs root: it creates network namespaces and veth pairs and runs the UPF \
                     on raw sockets. Run it as `sudo upf demo`."
