@@ -405,13 +405,8 @@ mod tests {
         };
         let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), None).unwrap();
         let prog = xdp(&c.ebpf, SINK_PROGRAM).unwrap();
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(7);
+        let mut next = move || rand::Rng::next_u64(&mut rng);
         let mut want: [ClassLatency; 2] = Default::default();
         for w in &mut want {
             w.buckets = vec![0; BUCKETS];
