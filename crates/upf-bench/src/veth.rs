@@ -2,13 +2,14 @@
 //! BPF_PROG_RUN live-frames generator on one side and an XDP counting sink on the other.
 //!
 //! ```text
-//!  netns vbPID-gen           netns vbPID-upf                       netns vbPID-sink
-//!  gnb 192.168.3.2 ── veth ── n3 192.168.3.1   upf run   n6 192.168.6.1 ── veth ── dn 192.168.6.2
-//!                            N4 and the SMF emulator on 127.0.0.1
+//!  netns vbPID-ue                  netns vbPID-upf                          netns vbPID-dn
+//!  n3-gnb 192.168.3.2 ── veth ── n3-upf 192.168.3.1  upf run  n6-upf 192.168.6.1 ── veth ── n6-dn 192.168.6.2
+//!                                 N4 and the SMF emulator on 127.0.0.1
 //! ```
 //!
-//! Uplink: the generator XDP_TXes G-PDUs out of `gnb`, the counter on `dn` counts the inner
-//! packets; downlink: plain packets to the UEs out of `dn`, counted as G-PDUs on `gnb`. In one
+//! Uplink: the generator XDP_TXes G-PDUs out of `n3-gnb`, the counter on `n6-dn` counts the
+//! inner packets; downlink: plain packets to the UEs out of `n6-dn`, counted as G-PDUs on
+//! `n3-gnb`. In one
 //! run, each on the same namespaces and CPUs:
 //! 1. the generator's ceiling: the same frames into an XDP program on the UPF's ingress veth
 //!    that counts and drops them;
@@ -34,14 +35,12 @@ use std::time::{Duration, Instant};
 use upf_loadgen::smf::{HighPriority, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr};
 use upf_loadgen::xdpgen::{self, Count, Counter, Fixed, GenStats, Generator, Template};
 use upf_loadgen::xdpgen::{LatencyConfig, Mark};
-use upf_netns::{in_netns, ip, veth_pair, Netns};
+use upf_netns::{in_netns, ip};
 
 pub(crate) mod churn;
 
-const GNB: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 2);
-const UPF_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 1);
-const UPF_N6: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 1);
-const DN: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 2);
+use upf_netns::topology::{Layout, Topology, DN, N3_GNB, N3_UPF, N6_DN, N6_UPF};
+pub(crate) use upf_netns::topology::{GNB, UPF_N3};
 /// UE i is UE_BASE + i (up to 8M sessions inside the pool).
 const UE_BASE: Ipv4Addr = Ipv4Addr::new(10, 128, 0, 1);
 const UE_POOL: &str = "10.128.0.0/9";
@@ -184,13 +183,6 @@ impl RigArgs {
     }
 }
 
-/// `ip ARGS`, its stderr in the error.
-fn sysctl(ns: &str, key: &str, value: &str) -> anyhow::Result<()> {
-    let path = format!("/proc/sys/{key}");
-    in_netns(ns, || std::fs::write(&path, value))?
-        .with_context(|| format!("{ns}: {path} = {value}"))
-}
-
 fn mac(ns: &str, dev: &str) -> anyhow::Result<[u8; 6]> {
     let out = ip(&["-n", ns, "-o", "link", "show", dev])?;
     let s = out
@@ -247,101 +239,61 @@ fn softirq_ns() -> u64 {
 /// The namespaces, the UPF process and the programs; undone on drop (also on panic).
 struct Rig {
     prefix: String,
-    /// Deleted (with their veths) in reverse order on drop.
-    namespaces: Vec<Netns>,
+    /// Deleted (with their veths) on drop, after the UPF has stopped.
+    topo: Option<Topology>,
     upf: Option<Child>,
     dir: PathBuf,
-    /// UDP sockets on the discard port of the gNB and the DN: the UPF's next-hop probes get no
-    /// ICMP port unreachable back.
-    discard: Vec<std::net::UdpSocket>,
 }
 
 impl Drop for Rig {
     fn drop(&mut self) {
         self.stop_upf();
-        self.discard.clear();
-        while let Some(ns) = self.namespaces.pop() {
-            drop(ns);
-        }
+        self.topo = None;
         // The UPF's config and log (an error has quoted the log's tail already).
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Rig {
-    fn ns(&self, role: &str) -> String {
-        format!("{}-{role}", self.prefix)
+    fn topo(&self) -> &Topology {
+        self.topo
+            .as_ref()
+            .expect("the topology lives as long as the rig")
     }
 
+    /// The generator's side of N3 (the gNB), the UPF's, and the sink's side of N6 (the DN).
+    fn gen_ns(&self) -> String {
+        self.topo().ue().name().to_string()
+    }
+
+    fn upf_ns(&self) -> String {
+        self.topo().upf().name().to_string()
+    }
+
+    fn sink_ns(&self) -> String {
+        self.topo().dn().name().to_string()
+    }
+
+    /// upf_netns::topology's layout without the N4 link (the SMF emulator talks to the UPF on
+    /// the upf namespace's loopback) and without kernel forwarding.
     fn build() -> anyhow::Result<Rig> {
         let prefix = format!("vb{}", std::process::id());
         let dir = std::env::temp_dir().join(format!("upf-bench-veth-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
-        let mut rig = Rig {
+        let mut l = Layout::new(&prefix);
+        l.ue_pool = UE_POOL.to_string();
+        l.n4_link = false;
+        Ok(Rig {
             prefix,
-            namespaces: Vec::new(),
+            topo: Some(Topology::up(&l)?),
             upf: None,
             dir,
-            discard: Vec::new(),
-        };
-        for role in ["gen", "upf", "sink"] {
-            let ns = rig.ns(role);
-            rig.namespaces.push(Netns::named(&ns)?);
-            for (k, v) in [
-                ("net/ipv4/conf/all/rp_filter", "0"),
-                ("net/ipv4/conf/default/rp_filter", "0"),
-                ("net/ipv6/conf/all/disable_ipv6", "1"),
-                ("net/ipv6/conf/default/disable_ipv6", "1"),
-                ("net/ipv4/ip_forward", "0"),
-            ] {
-                sysctl(&ns, k, v)?;
-            }
-        }
-        let (gen, upf, sink) = (rig.ns("gen"), rig.ns("upf"), rig.ns("sink"));
-        for (a, da, aa, b, db, ab) in [
-            (&gen, "gnb", "192.168.3.2/24", &upf, "n3", "192.168.3.1/24"),
-            (&upf, "n6", "192.168.6.1/24", &sink, "dn", "192.168.6.2/24"),
-        ] {
-            veth_pair((a, da, aa), (b, db, ab))?;
-        }
-        for (ns, at) in [(&gen, GNB), (&sink, DN)] {
-            let s = in_netns(ns, || std::net::UdpSocket::bind((at, 9)))?
-                .with_context(|| format!("{ns}: UDP {at}:9"))?;
-            rig.discard.push(s);
-        }
-        Ok(rig)
+        })
     }
 
     /// Has each kernel resolve the neighbours of the upf namespace (both ways).
     fn warm_neighbours(&self) {
-        let upf = self.ns("upf");
-        let _ = in_netns(&upf, || {
-            if let Ok(s) = std::net::UdpSocket::bind("0.0.0.0:0") {
-                for p in [GNB, DN] {
-                    let _ = s.send_to(&[], (p, 9));
-                }
-            }
-        });
-        for (ns, p) in [(self.ns("gen"), UPF_N3), (self.ns("sink"), UPF_N6)] {
-            let _ = in_netns(&ns, || {
-                if let Ok(s) = std::net::UdpSocket::bind("0.0.0.0:0") {
-                    let _ = s.send_to(&[], (p, 9));
-                }
-            });
-        }
-        let until = Instant::now() + Duration::from_secs(2);
-        for p in [GNB, DN] {
-            let p = p.to_string();
-            while Instant::now() < until {
-                if ip(&["-n", &upf, "neigh", "show", &p])
-                    .unwrap_or_default()
-                    .contains("lladdr")
-                {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+        self.topo().warm_neighbours();
     }
 
     fn config(&self, a: &Args, cores: &[usize]) -> String {
@@ -352,8 +304,8 @@ impl Rig {
         let cores: Vec<String> = cores.iter().map(ToString::to_string).collect();
         format!(
             "# Written by `upf-bench veth`.\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
-             [n3]\nbackend = \"{b}\"\ninterface = \"n3\"\naddresses = [\"{UPF_N3}\"]\n\n\
-             [n6]\nbackend = \"{b}\"\ninterface = \"n6\"\n\n\
+             [n3]\nbackend = \"{b}\"\ninterface = \"{N3_UPF}\"\naddresses = [\"{UPF_N3}\"]\n\n\
+             [n6]\nbackend = \"{b}\"\ninterface = \"{N6_UPF}\"\n\n\
              [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n",
             a.workers,
             cores.join(", "),
@@ -373,7 +325,7 @@ impl Rig {
             .args([
                 "netns",
                 "exec",
-                &self.ns("upf"),
+                &self.upf_ns(),
                 "nice",
                 "-n",
                 &nice,
@@ -410,7 +362,7 @@ impl Rig {
         high: bool,
         stop: &AtomicBool,
     ) -> anyhow::Result<(Smf, Vec<Session>, f64)> {
-        let upf = self.ns("upf");
+        let upf = self.upf_ns();
         let mut smf = in_netns(&upf, || {
             let mut c = SmfConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 8805)));
             c.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
@@ -476,18 +428,18 @@ struct Sides {
 fn sides(rig: &Rig, d: Direction) -> Sides {
     match d {
         Direction::Uplink => Sides {
-            gen_ns: rig.ns("gen"),
-            gen_dev: "gnb",
-            peer_dev: "n3",
-            sink_ns: rig.ns("sink"),
-            sink_dev: "dn",
+            gen_ns: rig.gen_ns(),
+            gen_dev: N3_GNB,
+            peer_dev: N3_UPF,
+            sink_ns: rig.sink_ns(),
+            sink_dev: N6_DN,
         },
         Direction::Downlink => Sides {
-            gen_ns: rig.ns("sink"),
-            gen_dev: "dn",
-            peer_dev: "n6",
-            sink_ns: rig.ns("gen"),
-            sink_dev: "gnb",
+            gen_ns: rig.sink_ns(),
+            gen_dev: N6_DN,
+            peer_dev: N6_UPF,
+            sink_ns: rig.gen_ns(),
+            sink_dev: N3_GNB,
         },
     }
 }
@@ -822,7 +774,7 @@ fn search_json(s: &Search) -> serde_json::Value {
 }
 
 fn templates(a: &Args, rig: &Rig, s: &Sides) -> anyhow::Result<(Template, Template)> {
-    let macs = (mac(&rig.ns("upf"), s.peer_dev)?, mac(&s.gen_ns, s.gen_dev)?);
+    let macs = (mac(&rig.upf_ns(), s.peer_dev)?, mac(&s.gen_ns, s.gen_dev)?);
     Ok(match a.direction {
         Direction::Uplink => (
             Template::uplink_gtpu(
@@ -983,7 +935,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
 
     // 1. The generator's ceiling: its frames into a counting XDP_DROP on the UPF's veth.
     let ceiling = {
-        let c = Counter::attach_in(&rig.ns("upf"), s.peer_dev, &COUNTED_PORTS)?;
+        let c = Counter::attach_in(&rig.upf_ns(), s.peer_dev, &COUNTED_PORTS)?;
         let secs = a.ceiling_seconds.unwrap_or(a.seconds.min(2.0));
         let p = measure(
             &upf_gen,
@@ -1007,9 +959,9 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     let baseline = if a.no_baseline {
         None
     } else {
-        let upf = rig.ns("upf");
+        let upf = rig.upf_ns();
         let _pass = Fixed::attach_in(&upf, s.peer_dev, xdpgen::XDP_PASS)?;
-        sysctl(&upf, "net/ipv4/ip_forward", "1")?;
+        rig.topo().upf().sysctl("net/ipv4/ip_forward", "1")?;
         if a.direction == Direction::Downlink {
             ip(&["-n", &upf, "route", "add", UE_POOL, "via", &GNB.to_string()])?;
         }
@@ -1034,7 +986,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
             };
             Ok((p, found))
         });
-        sysctl(&upf, "net/ipv4/ip_forward", "0")?;
+        rig.topo().upf().sysctl("net/ipv4/ip_forward", "0")?;
         if a.direction == Direction::Downlink {
             ip(&["-n", &upf, "route", "del", UE_POOL])?;
         }
@@ -1059,7 +1011,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     let _pass = match a.backend {
         // AF_PACKET: the veth must accept redirected frames (the UPF attaches nothing).
         Backend::AfPacket => Some(Fixed::attach_in(
-            &rig.ns("upf"),
+            &rig.upf_ns(),
             s.peer_dev,
             xdpgen::XDP_PASS,
         )?),

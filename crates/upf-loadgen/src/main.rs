@@ -3,8 +3,8 @@
 //!
 //! ```sh
 //! upf-loadgen sessions --n4 127.0.0.1:8805 --count 10000          # establish, hold, Ctrl-C
-//! ip netns exec upf-ue upf-loadgen gnb --n4 192.168.4.1 --local 192.168.3.2 --tun uetun \
-//!     --sessions 4 --ue-pool 10.60.0.0/16                           # see scripts/e2e-topology.sh
+//! ip netns exec e2e-ue upf-loadgen gnb --n4 192.168.4.1 --local 192.168.3.2 --tun uetun \
+//!     --sessions 4 --ue-pool 10.60.0.0/16                           # see upf-topology
 //! ```
 #![forbid(unsafe_code)]
 

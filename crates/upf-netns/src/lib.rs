@@ -4,6 +4,8 @@
 //! setns(2) by a thread of their own, so the caller's namespace is never touched.
 #![forbid(unsafe_code)]
 
+pub mod topology;
+
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
@@ -115,6 +117,18 @@ impl Netns {
         in_netns(&self.name, f)
     }
 
+    /// Writes /proc/sys/KEY inside this namespace (net sysctls are per namespace).
+    pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
+        let path = format!("/proc/sys/{key}");
+        self.run(|| std::fs::write(&path, value))?
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {path} = {value}: {e}", self.name)))
+    }
+
+    /// Leaves the namespace in place when the value goes.
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+
     /// `program` to be run inside this namespace (`ip netns exec NAME PROGRAM`).
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");
@@ -133,13 +147,27 @@ impl Drop for Netns {
 /// A veth pair `a_dev` (in namespace `a`, address `a_addr`) ↔ `b_dev` (in `b`, `b_addr`), both
 /// up; an empty address adds none. Checksum offload is turned off where ethtool exists:
 /// raw-socket receivers want whole checksums (best effort).
-pub fn veth_pair(
+pub fn veth_pair(a: (&str, &str, &str), b: (&str, &str, &str)) -> io::Result<()> {
+    veth_pair_with_queues(a, b, 1)
+}
+
+/// [`veth_pair`] with `queues` RX and TX queues on each end.
+pub fn veth_pair_with_queues(
     (a, a_dev, a_addr): (&str, &str, &str),
     (b, b_dev, b_addr): (&str, &str, &str),
+    queues: u32,
 ) -> io::Result<()> {
-    ip(&[
-        "link", "add", a_dev, "netns", a, "type", "veth", "peer", "name", b_dev, "netns", b,
-    ])?;
+    let q = queues.to_string();
+    let mut args = vec!["link", "add", a_dev, "netns", a];
+    let per_end = ["numtxqueues", &q, "numrxqueues", &q];
+    if queues > 1 {
+        args.extend_from_slice(&per_end);
+    }
+    args.extend_from_slice(&["type", "veth", "peer", "name", b_dev, "netns", b]);
+    if queues > 1 {
+        args.extend_from_slice(&per_end);
+    }
+    ip(&args)?;
     for (ns, dev, addr) in [(a, a_dev, a_addr), (b, b_dev, b_addr)] {
         if !addr.is_empty() {
             ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;

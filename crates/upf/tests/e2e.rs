@@ -1,5 +1,5 @@
 //! End-to-end tests of `upf run` on real interfaces, as root: for each set of backends a
-//! topology of three network namespaces (scripts/e2e-topology.sh: ue / upf / dn) is built
+//! topology of three network namespaces (upf_netns::topology: ue / upf / dn) is built
 //! with unique names, the daemon binary runs in the upf namespace with a generated config,
 //! the loadgen's SMF (PFCP on N4) and gNB emulator (GTP-U on N3, the UEs behind a TUN) run
 //! in-process in the ue namespace, and traffic goes from UE sockets through the UPF to the
@@ -32,11 +32,8 @@ use upf_loadgen::smf::{
     ue_pool, Downlink, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr, UpfEvent,
 };
 use upf_netns::in_netns;
+use upf_netns::topology::{Layout, Topology, DN, GNB as GNB_N3, UPF_N3, UPF_N4};
 
-const UPF_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 1);
-const GNB_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 2);
-const UPF_N4: Ipv4Addr = Ipv4Addr::new(192, 168, 4, 1);
-const DN: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 2);
 const UE_NET: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 0);
 const TUN: &str = "uetun";
 
@@ -72,9 +69,9 @@ impl Backends {
         2
     }
 
-    fn veth_queues(self) -> usize {
+    fn veth_queues(self) -> u32 {
         match self {
-            Self::AfXdp => self.workers(),
+            Self::AfXdp => 2,
             _ => 1,
         }
     }
@@ -114,7 +111,7 @@ fn e2e(b: Backends, test: &str, f: fn(&mut Harness)) {
         upf_netns::is_root(),
         "e2e {name}: needs root (network namespaces, TUN, AF_PACKET/AF_XDP)"
     );
-    for tool in ["ip", "ping", "iperf3", "sysctl", "kill"] {
+    for tool in ["ip", "ping", "iperf3", "kill"] {
         let found = std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
         assert!(
@@ -235,60 +232,18 @@ fn text(b: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------
 // Topology
 
-/// The three namespaces of scripts/e2e-topology.sh under unique names; removed when dropped.
-struct Topology {
-    ue: String,
-    upf: String,
-    dn: String,
-    queues: usize,
-}
-
-impl Topology {
-    fn script() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/e2e-topology.sh")
-    }
-
-    fn command(&self, verb: &str) -> Command {
-        let mut c = Command::new("bash");
-        c.arg(Self::script())
-            .arg(verb)
-            .env("UE_NS", &self.ue)
-            .env("UPF_NS", &self.upf)
-            .env("DN_NS", &self.dn)
-            .env("UE_POOL", format!("{UE_NET}/16"))
-            .env("TUN", TUN)
-            .env("VETH_QUEUES", self.queues.to_string());
-        c
-    }
-
-    fn up(queues: usize) -> Self {
-        let n = TOPOLOGY_SEQ.fetch_add(1, Ordering::Relaxed);
-        let base = format!("e2e{}{n}", std::process::id());
-        let t = Self {
-            ue: format!("{base}-ue"),
-            upf: format!("{base}-upf"),
-            dn: format!("{base}-dn"),
-            queues,
-        };
-        // From here on Drop removes whatever `up` made, even if it fails half-way.
-        let out = run_for(&mut t.command("up"), Duration::from_secs(60));
-        assert!(
-            out.status.success(),
-            "e2e-topology.sh up: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        t
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        let out = run_for(&mut self.command("down"), Duration::from_secs(60));
-        if !out.status.success() {
-            eprintln!("e2e: e2e-topology.sh down: {}", text(&out.stderr));
-        }
-    }
+/// The three namespaces of upf_netns::topology under unique names, a UE TUN in the ue
+/// namespace; removed when dropped.
+fn topology(b: Backends) -> Topology {
+    let n = TOPOLOGY_SEQ.fetch_add(1, Ordering::Relaxed);
+    let mut l = Layout::new(&format!("e2e{}{n}", std::process::id()));
+    l.ue_pool = format!("{UE_NET}/16");
+    l.ue_tun = Some(TUN.to_string());
+    l.veth_queues = b.veth_queues();
+    // With raw sockets the UPF owns the interfaces; the kernel must not forward (or ICMP) the
+    // DN's packets to the UEs next to it. With a TUN N6 the kernel routes into the TUN.
+    l.ip_forward = b == Backends::UdpTun;
+    Topology::up(&l).expect("topology up")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -309,17 +264,8 @@ struct Harness {
 
 impl Harness {
     fn start(b: Backends) -> Self {
-        let topo = Topology::up(b.veth_queues());
-        if matches!(b, Backends::AfPacket | Backends::AfXdp) {
-            // The UPF owns the interfaces; the kernel must not forward (or ICMP) the DN's
-            // packets to the UEs next to it.
-            let out = run_for(
-                in_ns(&topo.upf, "sysctl").args(["-qw", "net.ipv4.ip_forward=0"]),
-                Duration::from_secs(10),
-            );
-            assert!(out.status.success(), "sysctl: {}", text(&out.stderr));
-        }
-        let dir = std::env::temp_dir().join(format!("{}-{}", topo.upf, b.name()));
+        let topo = topology(b);
+        let dir = std::env::temp_dir().join(format!("{}-{}", topo.upf().name(), b.name()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let conf = dir.join("upf.toml");
@@ -328,7 +274,7 @@ impl Harness {
         let logf = File::create(&log).expect("log file");
         let daemon = Proc::spawn(
             "upf run",
-            in_ns(&topo.upf, env!("CARGO_BIN_EXE_upf"))
+            in_ns(topo.upf().name(), env!("CARGO_BIN_EXE_upf"))
                 .arg("run")
                 .arg("--config")
                 .arg(&conf)
@@ -341,7 +287,7 @@ impl Harness {
         let mut cfg = SmfConfig::new(SocketAddr::new(IpAddr::V4(UPF_N4), 8805));
         cfg.t1 = Duration::from_secs(2);
         cfg.n1 = 3;
-        let mut smf = in_netns(&topo.ue, || Smf::new(cfg))
+        let mut smf = in_netns(topo.ue().name(), || Smf::new(cfg))
             .expect("netns")
             .expect("SMF socket");
         let a = smf.associate().expect("PFCP association");
@@ -400,7 +346,7 @@ impl Harness {
         let table = SessionTable::new(sessions.iter().map(UeSession::from).collect())
             .expect("session table");
         let cfg = GnbConfig::new(TUN, SocketAddr::new(IpAddr::V4(GNB_N3), 2152));
-        let gnb = in_netns(&self.topo.ue, || Gnb::start(&cfg, table))
+        let gnb = in_netns(self.topo.ue().name(), || Gnb::start(&cfg, table))
             .expect("netns")
             .expect("gNB emulator");
         let mut batch = String::new();
@@ -408,7 +354,7 @@ impl Harness {
             batch.push_str(&format!("addr replace {}/32 dev {TUN}\n", s.ue));
         }
         let mut child = Command::new("ip")
-            .args(["-n", &self.topo.ue, "-batch", "-"])
+            .args(["-n", self.topo.ue().name(), "-batch", "-"])
             .stdin(Stdio::piped())
             .spawn()
             .expect("ip -batch");
@@ -436,7 +382,7 @@ impl Harness {
         loop {
             tries += 1;
             let out = run_for(
-                in_ns(&self.topo.ue, "ping")
+                in_ns(self.topo.ue().name(), "ping")
                     .args(["-n", "-c", "1", "-W", "1", "-I", &ue])
                     .arg(DN.to_string()),
                 Duration::from_secs(5),
@@ -486,7 +432,7 @@ fn log_tail(log: &Path, lines: usize) -> String {
 /// `upf show WHAT` in the upf namespace, as JSON; `None` if it fails.
 fn try_show(topo: &Topology, what: &str) -> Option<Value> {
     let out = run_for(
-        in_ns(&topo.upf, env!("CARGO_BIN_EXE_upf")).args(["show", what]),
+        in_ns(topo.upf().name(), env!("CARGO_BIN_EXE_upf")).args(["show", what]),
         Duration::from_secs(15),
     );
     if !out.status.success() {
@@ -702,7 +648,7 @@ fn ping(h: &mut Harness) {
     h.wait_path(0);
     let ue = h.ue(0).to_string();
     let up = run_for(
-        in_ns(&h.topo.ue, "ping")
+        in_ns(h.topo.ue().name(), "ping")
             .args(["-n", "-c", "5", "-i", "0.2", "-W", "3", "-I", &ue])
             .arg(DN.to_string()),
         Duration::from_secs(20),
@@ -717,7 +663,7 @@ fn ping(h: &mut Harness) {
     );
     // The DN reaches the UE: the gNB emulator has the session, the UE's stack answers.
     let down = run_for(
-        in_ns(&h.topo.dn, "ping").args(["-n", "-c", "5", "-i", "0.2", "-W", "3", &ue]),
+        in_ns(h.topo.dn().name(), "ping").args(["-n", "-c", "5", "-i", "0.2", "-W", "3", &ue]),
         Duration::from_secs(20),
     );
     let (tx, rx) = ping_count(&down);
@@ -739,8 +685,8 @@ fn udp(h: &mut Harness) {
     h.wait_path(0);
     let ue_addr = SocketAddr::new(IpAddr::V4(h.ue(0)), 40_000);
     let dn_addr = SocketAddr::new(IpAddr::V4(DN), 40_001);
-    let ue_sock = h.udp(&h.topo.ue, ue_addr);
-    let dn_sock = h.udp(&h.topo.dn, dn_addr);
+    let ue_sock = h.udp(h.topo.ue().name(), ue_addr);
+    let dn_sock = h.udp(h.topo.dn().name(), dn_addr);
     for (dir, from, to, rx_sock) in [
         ("UE → DN", &ue_sock, dn_addr, &dn_sock),
         ("DN → UE", &dn_sock, ue_addr, &ue_sock),
@@ -772,7 +718,7 @@ fn iperf3_client(h: &Harness, reverse: bool, secs: u32) -> (f64, u64, u64) {
     let ue = h.ue(0).to_string();
     let mut last = String::new();
     for _ in 0..10 {
-        let mut c = in_ns(&h.topo.ue, "iperf3");
+        let mut c = in_ns(h.topo.ue().name(), "iperf3");
         c.args(["-c", &DN.to_string(), "-B", &ue, "-p", "5201", "-J"])
             .args(["-t", &secs.to_string(), "--connect-timeout", "3000"]);
         if reverse {
@@ -807,7 +753,7 @@ fn iperf3(h: &mut Harness) {
     h.wait_path(0);
     let server = Proc::spawn(
         "iperf3 -s",
-        in_ns(&h.topo.dn, "iperf3")
+        in_ns(h.topo.dn().name(), "iperf3")
             .args(["-s", "-B", &DN.to_string(), "-p", "5201"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -857,8 +803,8 @@ fn mbr(h: &mut Harness) {
     h.wait_path(0);
     let ue_addr = SocketAddr::new(IpAddr::V4(h.ue(0)), 40_010);
     let dn_addr = SocketAddr::new(IpAddr::V4(DN), 40_011);
-    let ue_sock = h.udp(&h.topo.ue, ue_addr);
-    let dn_sock = h.udp(&h.topo.dn, dn_addr);
+    let ue_sock = h.udp(h.topo.ue().name(), ue_addr);
+    let dn_sock = h.udp(h.topo.dn().name(), dn_addr);
     let mbr_bps = MBR_KBPS as f64 * 1000.0;
     let gap = Duration::from_secs_f64((IP_LEN * 8) as f64 / (3.0 * mbr_bps));
     let n = u32::try_from(SEND.as_nanos() / gap.as_nanos()).unwrap_or(u32::MAX);
@@ -931,8 +877,8 @@ fn idle_buffering(h: &mut Harness) {
     let s = h.sessions[0];
     let ue_addr = SocketAddr::new(IpAddr::V4(s.ue), 40_020);
     let dn_addr = SocketAddr::new(IpAddr::V4(DN), 40_021);
-    let ue_sock = h.udp(&h.topo.ue, ue_addr);
-    let dn_sock = h.udp(&h.topo.dn, dn_addr);
+    let ue_sock = h.udp(h.topo.ue().name(), ue_addr);
+    let dn_sock = h.udp(h.topo.dn().name(), dn_addr);
     let buffered = |h: &Harness| h.show("counters")["buffered"].as_u64().unwrap_or(u64::MAX);
     assert_eq!(buffered(h), 0);
     h.smf
@@ -989,9 +935,9 @@ fn many_sessions(h: &mut Harness) {
     h.connect(&specs);
     h.wait_path(0);
     let dn_addr = SocketAddr::new(IpAddr::V4(DN), 40_031);
-    let dn_sock = h.udp(&h.topo.dn, dn_addr);
+    let dn_sock = h.udp(h.topo.dn().name(), dn_addr);
     let ues: Vec<Ipv4Addr> = h.sessions.iter().map(|s| s.ue).collect();
-    let socks: Vec<UdpSocket> = in_netns(&h.topo.ue, || {
+    let socks: Vec<UdpSocket> = in_netns(h.topo.ue().name(), || {
         ues.iter()
             .map(|&ue| UdpSocket::bind(SocketAddr::new(IpAddr::V4(ue), 40_030)))
             .collect::<std::io::Result<Vec<_>>>()

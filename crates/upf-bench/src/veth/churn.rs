@@ -274,7 +274,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> anyhow::Result<Value> {
     rig.warm_neighbours();
     let _pass = match a.backend {
         Backend::AfPacket => Some(Fixed::attach_in(
-            &rig.ns("upf"),
+            &rig.upf_ns(),
             s.peer_dev,
             xdpgen::XDP_PASS,
         )?),
@@ -305,7 +305,7 @@ pub(crate) fn run(c: &Churn, stop: &AtomicBool) -> anyhow::Result<Value> {
     std::thread::sleep(Duration::from_millis(100));
 
     // Without churn, with, and without again: a difference that is the order's shows.
-    let upf_ns = rig.ns("upf");
+    let upf_ns = rig.upf_ns();
     let drops = || drop_counters(&admin_get(&upf_ns, "/metrics").unwrap_or_default());
     // One measured window of traffic at the background rate.
     let window = |seconds: f64| {

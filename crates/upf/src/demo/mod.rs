@@ -1,5 +1,5 @@
 //! `upf demo`: the whole UPF on one machine in one command. It builds three network
-//! namespaces joined by veth pairs (the layout of scripts/e2e-topology.sh), runs this binary's
+//! namespaces joined by veth pairs (upf_netns::topology's layout), runs this binary's
 //! `upf run` in the middle one, establishes sessions through the SMF emulator of upf-loadgen,
 //! pushes GTP-U through the UPF and back from a reflector in the data network, shows rates,
 //! drops and round-trip times every second, prints a summary and removes everything again
@@ -35,7 +35,6 @@ mod traffic;
 use anyhow::{anyhow, bail, Context};
 use api::upf_api;
 use std::io::Write;
-use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -45,19 +44,16 @@ use std::time::{Duration, Instant};
 use topology::{clean, ns_exists, signal};
 use traffic::Traffic;
 use upf_loadgen::smf::{Session, Smf};
-use upf_netns::ip;
+use upf_netns::topology::{Topology, DN, GNB, SMF, UPF_N3, UPF_N4, UPF_N6};
 
+/// The demo's namespaces are `upfdemo-ue`, `upfdemo-upf` and `upfdemo-dn` (a test checks the
+/// names below are the layout's).
+const PREFIX: &str = "upfdemo";
 pub const UE_NS: &str = "upfdemo-ue";
 pub const UPF_NS: &str = "upfdemo-upf";
 pub const DN_NS: &str = "upfdemo-dn";
 pub const NAMESPACES: [&str; 3] = [UE_NS, UPF_NS, DN_NS];
 
-const GNB: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 2);
-const UPF_N3: Ipv4Addr = Ipv4Addr::new(192, 168, 3, 1);
-const SMF: Ipv4Addr = Ipv4Addr::new(192, 168, 4, 2);
-const UPF_N4: Ipv4Addr = Ipv4Addr::new(192, 168, 4, 1);
-const UPF_N6: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 1);
-const DN: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 2);
 const UE_POOL: &str = "10.60.0.0/16";
 const ADMIN: &str = "127.0.0.1:9464";
 const DL_TEID_BASE: u32 = 0x0100_0001;
@@ -214,13 +210,11 @@ fn validate(a: &Args) -> anyhow::Result<()> {
 #[derive(Debug)]
 struct Demo {
     dir: PathBuf,
-    namespaces: Vec<&'static str>,
+    topology: Option<Topology>,
     daemon: Option<Child>,
     smf: Option<Smf>,
     sessions: Vec<Session>,
     traffic: Option<Traffic>,
-    /// UDP sockets on the discard port of the gNB and the DN (see [`Demo::topology`]).
-    discard: Vec<std::net::UdpSocket>,
     /// Sessions established (kept after they are deleted, for the summary).
     established: usize,
     /// --rate, for the summary.
@@ -241,12 +235,11 @@ impl Demo {
         std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
         Ok(Self {
             dir,
-            namespaces: Vec::new(),
+            topology: None,
             daemon: None,
             smf: None,
             sessions: Vec::new(),
             traffic: None,
-            discard: Vec::new(),
             established: 0,
             rate: 0,
             workers: 1,
@@ -402,7 +395,6 @@ impl Demo {
         if let Some(mut t) = self.traffic.take() {
             t.stop();
         }
-        self.discard.clear();
         if self.smf.is_some() {
             let _ = self.delete_sessions();
         }
@@ -429,16 +421,9 @@ impl Demo {
                 None => "UPF killed".to_string(),
             });
         }
-        let mut removed = Vec::new();
-        for ns in self.namespaces.drain(..).rev() {
-            match ip(&["netns", "del", ns]) {
-                Ok(_) => removed.push(ns),
-                Err(e) => complain!("upf demo: {e}"),
-            }
-        }
-        if !removed.is_empty() {
-            removed.reverse();
-            done.push(format!("namespaces {} removed", removed.join(", ")));
+        if let Some(t) = self.topology.take() {
+            drop(t);
+            done.push(format!("namespaces {} removed", NAMESPACES.join(", ")));
         }
         if !done.is_empty() {
             say!(
