@@ -1001,35 +1001,45 @@ mod tests {
 
     /// A packet as the pipeline would hand it over: outer IPv4 + UDP + `payload`.
     fn v4_packet(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Packet {
-        let (SocketAddr::V4(s), SocketAddr::V4(d)) = (src, dst) else {
-            panic!("not IPv4")
-        };
-        let mut h = [0u8; V4_HDR];
-        assert!(write_v4_header(
-            &mut h,
-            (*s.ip(), s.port()),
-            (*d.ip(), d.port()),
-            0,
-            64,
-            payload.len()
-        ));
-        Packet::from_bytes(Port::N3, &[&h[..], payload].concat()).unwrap()
+        assert!(src.is_ipv4(), "not IPv4");
+        outer_packet(src, dst, 0, payload)
     }
 
     fn v6_packet(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Packet {
-        let (SocketAddr::V6(s), SocketAddr::V6(d)) = (src, dst) else {
-            panic!("not IPv6")
+        assert!(src.is_ipv6(), "not IPv6");
+        outer_packet(src, dst, 0, payload)
+    }
+
+    /// Outer IPv4/IPv6 (of `src`'s family) + UDP + `payload`, with TOS / traffic class `tos`.
+    fn outer_packet(src: SocketAddr, dst: SocketAddr, tos: u8, payload: &[u8]) -> Packet {
+        let bytes = match (src, dst) {
+            (SocketAddr::V4(s), SocketAddr::V4(d)) => {
+                let mut h = [0u8; V4_HDR];
+                assert!(write_v4_header(
+                    &mut h,
+                    (*s.ip(), s.port()),
+                    (*d.ip(), d.port()),
+                    tos,
+                    64,
+                    payload.len()
+                ));
+                [&h[..], payload].concat()
+            }
+            (SocketAddr::V6(s), SocketAddr::V6(d)) => {
+                let mut h = [0u8; V6_HDR];
+                assert!(write_v6_header(
+                    &mut h,
+                    (*s.ip(), s.port()),
+                    (*d.ip(), d.port()),
+                    tos,
+                    64,
+                    payload
+                ));
+                [&h[..], payload].concat()
+            }
+            _ => panic!("mixed families"),
         };
-        let mut h = [0u8; V6_HDR];
-        assert!(write_v6_header(
-            &mut h,
-            (*s.ip(), s.port()),
-            (*d.ip(), d.port()),
-            0,
-            64,
-            payload
-        ));
-        Packet::from_bytes(Port::N3, &[&h[..], payload].concat()).unwrap()
+        Packet::from_bytes(Port::N3, &bytes).unwrap()
     }
 
     /// A GTP-U echo request (TS 29.281 §7.2.1), as a payload.
@@ -1299,6 +1309,88 @@ mod tests {
             let n = peer.recv(&mut buf).unwrap();
             assert_eq!(&buf[..n], &[i; 500][..]);
         }
+    }
+
+    #[test]
+    fn udp_tos_crosses_the_socket_both_ways() {
+        // DSCP 46 (EF) and ECN ECT(1): the FAR's Transport Level Marking on send, the
+        // outer DSCP the pipeline sees on receive.
+        const TOS: u8 = (46 << 2) | 0b01;
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let cfg = UdpConfig::new(bind.parse().unwrap(), Port::N3);
+            let (Ok(mut tx), Ok(mut rx)) = (UdpIo::open(&cfg), UdpIo::open(&cfg)) else {
+                eprintln!("skipped {bind}: no loopback of that family");
+                continue;
+            };
+            let mut pool = Pool::new(64);
+            let mut b = vec![outer_packet(tx.local_addr(), rx.local_addr(), TOS, b"ef")];
+            assert_eq!(tx.tx_batch(&mut b, &mut pool).unwrap(), 1);
+            let got = rx_wait(&mut rx, &mut pool, 1, 8);
+            assert_eq!(got.len(), 1, "{bind}");
+            let d = got[0].data();
+            let tos = match d[0] >> 4 {
+                4 => d[1],
+                _ => (d[0] << 4) | (d[1] >> 4),
+            };
+            assert_eq!(tos & 0b11, TOS & 0b11, "{bind}: ECN bits");
+            assert_eq!(tos >> 2, TOS >> 2, "{bind}: DSCP");
+            assert_eq!(&d[d.len() - 2..], b"ef");
+        }
+    }
+
+    #[test]
+    fn udp_refused_message_leaves_gso_and_ecn_on() {
+        // A message the kernel refuses with EINVAL (here: a multicast source) is
+        // that message's failure; later runs are still segmented and still carry ECN.
+        let mut cfg = UdpConfig::new("0.0.0.0:0".parse().unwrap(), Port::N3);
+        cfg.gso = true;
+        let mut tx = UdpIo::open(&cfg).unwrap();
+        let mut rx = open("127.0.0.1:0");
+        let mut pool = Pool::new(64);
+        let to = rx.local_addr();
+        let mut b = vec![v4_packet("224.0.0.1:2152".parse().unwrap(), to, b"x")];
+        assert_eq!(tx.tx_batch(&mut b, &mut pool).unwrap(), 0);
+        let from = SocketAddr::new("127.0.0.1".parse().unwrap(), tx.local_addr().port());
+        let mut b: Vec<Packet> = (0..4u8)
+            .map(|i| outer_packet(from, to, 0b01, &[i; 500]))
+            .collect();
+        assert_eq!(tx.tx_batch(&mut b, &mut pool).unwrap(), 4);
+        let got = rx_wait(&mut rx, &mut pool, 4, 8);
+        let ecn: Vec<u8> = got.iter().map(|p| p.data()[1] & 0b11).collect();
+        assert_eq!(
+            (tx.gso_sends(), ecn),
+            (1, vec![0b01; 4]),
+            "(segmented messages, ECN bits received)"
+        );
+    }
+
+    #[test]
+    fn udp_rx_reports_the_received_ttl() {
+        let mut io = open("127.0.0.1:0");
+        let mut pool = Pool::new(64);
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_ttl(7).unwrap();
+        peer.send_to(b"ttl", io.local_addr()).unwrap();
+        let got = rx_wait(&mut io, &mut pool, 1, 8);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].data()[8], 7, "TTL as received");
+        assert_eq!(checksum::checksum(&got[0].data()[..20]), 0);
+    }
+
+    #[test]
+    fn udp_rx_discards_truncated_datagrams() {
+        let mut io = open("127.0.0.1:0");
+        let mut pool = Pool::new(64);
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let room = BUF_LEN - HEADROOM - V4_HDR;
+        peer.send_to(&vec![1; room + 40], io.local_addr()).unwrap();
+        peer.send_to(&vec![2; room - 1], io.local_addr()).unwrap();
+        peer.send_to(b"ok", io.local_addr()).unwrap();
+        let got = rx_wait(&mut io, &mut pool, 2, 8);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].data().len(), V4_HDR + room - 1);
+        assert_eq!(&got[1].data()[V4_HDR..], b"ok");
+        assert_eq!(io.stats().rx_discarded, 1, "the truncated one");
     }
 
     #[test]
