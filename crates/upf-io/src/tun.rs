@@ -7,6 +7,9 @@
 //! does not exist creates the device, opening it again adds a queue (the kernel spreads flows
 //! over the queues by hash). The device lives while a queue is open. Bringing it up and giving
 //! it addresses, MTU and routes is the operator's (or a test helper's) business.
+//!
+//! [`open`] is the one TUNSETIFF of the workspace: [`TunIo`]'s queues come from it, and so
+//! does the single-queue TUN of upf-loadgen's gNB/UE emulator.
 
 use crate::sys;
 use crate::{IoStats, PacketIo, Pool};
@@ -34,6 +37,8 @@ pub struct TunIo {
 fn check_name(name: &str) -> io::Result<()> {
     let bad = name.is_empty()
         || name.len() >= libc::IFNAMSIZ
+        || name == "."
+        || name == ".."
         || name
             .bytes()
             .any(|b| b == 0 || b == b'/' || b == b'%' || b.is_ascii_whitespace() || b == b':');
@@ -41,7 +46,8 @@ fn check_name(name: &str) -> io::Result<()> {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "TUN name {name:?}: 1 to {} characters without '/', '%', ':', NUL or spaces",
+                "TUN name {name:?}: 1 to {} characters without '/', '%', ':', NUL or spaces, \
+                 not \".\" or \"..\"",
                 libc::IFNAMSIZ - 1
             ),
         ));
@@ -49,63 +55,92 @@ fn check_name(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// How many descriptors a TUN device may have attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queues {
+    /// One (no `IFF_MULTI_QUEUE`): a second attach fails with EBUSY while the first is open.
+    One,
+    /// Several (`IFF_MULTI_QUEUE`): every attach adds a queue; the kernel spreads flows over
+    /// them by hash.
+    Multi,
+}
+
+/// Opens the TUN clone device and attaches it to the TUN device `name` (`IFF_TUN |
+/// IFF_NO_PI`, and `IFF_MULTI_QUEUE` for [`Queues::Multi`]), creating the device if no
+/// interface has that name: a non-blocking, close-on-exec descriptor on which every read and
+/// write is one bare IP packet. The device lives in the calling thread's network namespace,
+/// while a descriptor is attached (unless made persistent by someone else). Needs
+/// `CAP_NET_ADMIN` (unless the device is persistent and owned by this user); the error says
+/// what is missing.
+pub fn open(name: &str, queues: Queues) -> io::Result<File> {
+    open_at(Path::new(TUN_DEVICE), name, queues)
+}
+
+fn open_at(dev: &Path, name: &str, queues: Queues) -> io::Result<File> {
+    check_name(name)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(dev)
+        .map_err(|e| {
+            let hint = match e.kind() {
+                io::ErrorKind::NotFound => {
+                    " (no TUN support: load the module with `modprobe tun`; \
+                     in a container, pass the device, e.g. --device /dev/net/tun)"
+                }
+                io::ErrorKind::PermissionDenied => {
+                    " (permission denied: run as root or with CAP_NET_ADMIN)"
+                }
+                _ => "",
+            };
+            io::Error::new(e.kind(), format!("open {}: {e}{hint}", dev.display()))
+        })?;
+    let multi = match queues {
+        Queues::One => 0,
+        Queues::Multi => libc::IFF_MULTI_QUEUE,
+    };
+    // SAFETY: ifreq is a C struct of a byte array and a union of integers and pointers;
+    // all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = libc::c_char::from_ne_bytes([s]);
+    }
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | multi)
+        .try_into()
+        .unwrap_or(libc::c_short::MAX);
+    // SAFETY: TUNSETIFF reads and writes one ifreq, which `ifr` is, alive across the call;
+    // the name is NUL-terminated (check_name keeps it below IFNAMSIZ and the rest is 0).
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &raw mut ifr) };
+    if let Err(e) = sys::cvt(r) {
+        let hint = match (e.raw_os_error(), queues) {
+            (Some(libc::EPERM), _) => " (creating or attaching a TUN device needs CAP_NET_ADMIN)",
+            (Some(libc::EINVAL), Queues::Multi) => {
+                " (an interface of that name exists and is not a multi-queue TUN \
+                 without packet information)"
+            }
+            (Some(libc::EINVAL), Queues::One) => {
+                " (an interface of that name exists and is not a single-queue TUN)"
+            }
+            (Some(libc::EBUSY), Queues::Multi) => " (the device is in use with other flags)",
+            (Some(libc::EBUSY), Queues::One) => " (the device already has its one queue)",
+            _ => "",
+        };
+        return Err(io::Error::new(
+            e.kind(),
+            format!("TUNSETIFF {name:?}: {e}{hint}"),
+        ));
+    }
+    Ok(file)
+}
+
 impl TunIo {
     /// Creates the TUN device `name`, or adds a queue to it if it exists; the queue is
     /// non-blocking. Needs `CAP_NET_ADMIN` (unless the device is persistent and owned by this
     /// user); the error says what is missing.
     pub fn open(name: &str, port: Port) -> io::Result<TunIo> {
-        Self::open_at(Path::new(TUN_DEVICE), name, port)
-    }
-
-    fn open_at(dev: &Path, name: &str, port: Port) -> io::Result<TunIo> {
-        check_name(name)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(dev)
-            .map_err(|e| {
-                let hint = match e.kind() {
-                    io::ErrorKind::NotFound => {
-                        " (no TUN support: load the module with `modprobe tun`; \
-                         in a container, pass the device, e.g. --device /dev/net/tun)"
-                    }
-                    io::ErrorKind::PermissionDenied => {
-                        " (permission denied: run as root or with CAP_NET_ADMIN)"
-                    }
-                    _ => "",
-                };
-                io::Error::new(e.kind(), format!("open {}: {e}{hint}", dev.display()))
-            })?;
-        // SAFETY: ifreq is a C struct of a byte array and a union of integers and pointers;
-        // all-zero is a valid value.
-        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
-            *d = libc::c_char::from_ne_bytes([s]);
-        }
-        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_MULTI_QUEUE)
-            .try_into()
-            .unwrap_or(libc::c_short::MAX);
-        // SAFETY: TUNSETIFF reads and writes one ifreq, which `ifr` is, alive across the call;
-        // the name is NUL-terminated (check_name keeps it below IFNAMSIZ and the rest is 0).
-        let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &raw mut ifr) };
-        if let Err(e) = sys::cvt(r) {
-            let hint = match e.raw_os_error() {
-                Some(libc::EPERM) => " (creating or attaching a TUN device needs CAP_NET_ADMIN)",
-                Some(libc::EINVAL) => {
-                    " (an interface of that name exists and is not a multi-queue TUN \
-                     without packet information)"
-                }
-                Some(libc::EBUSY) => " (the device is in use with other flags)",
-                _ => "",
-            };
-            return Err(io::Error::new(
-                e.kind(),
-                format!("TUNSETIFF {name:?}: {e}{hint}"),
-            ));
-        }
         Ok(TunIo {
-            file,
+            file: open(name, Queues::Multi)?,
             name: name.to_string(),
             port,
             stats: IoStats::default(),
@@ -223,11 +258,22 @@ mod tests {
 
     #[test]
     fn names_and_missing_device() {
-        for bad in ["", "a/b", "x%d", "sixteen-chars-xx", "a b"] {
+        for bad in [
+            "",
+            "a/b",
+            "x%d",
+            "sixteen-chars-xx",
+            "a b",
+            "a:1",
+            ".",
+            "..",
+        ] {
             let e = TunIo::open(bad, Port::N6).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+            let e = open(bad, Queues::One).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
         }
-        let e = TunIo::open_at(Path::new("/nonexistent/tun"), "upft0", Port::N6).unwrap_err();
+        let e = open_at(Path::new("/nonexistent/tun"), "upft0", Queues::Multi).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("modprobe tun"), "{e}");
         if !upf_netns::is_root() && Path::new(TUN_DEVICE).exists() {
@@ -335,6 +381,30 @@ mod tests {
             assert_eq!(from, "10.78.1.2:9999".parse().unwrap());
             let s = q1.stats();
             assert_eq!((s.tx_packets, s.tx_bytes, s.tx_dropped), (1, 35, 1));
+        })
+        .expect("setns");
+    }
+
+    #[test]
+    #[ignore = "needs root"]
+    fn single_queue_device() {
+        assert_can_run();
+        let ns = Netns::unique("upfio-tun1").expect("netns");
+        ns.run(|| {
+            let f = open("upfs0", Queues::One).unwrap();
+            // Non-blocking: nothing to read yet.
+            let e = (&f).read(&mut [0u8; 64]).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+            // One queue only, and not a multi-queue device.
+            let e = open("upfs0", Queues::One).unwrap_err();
+            assert!(e.to_string().contains("already has its one queue"), "{e}");
+            let e = TunIo::open("upfs0", Port::N6).unwrap_err();
+            assert!(e.to_string().contains("not a multi-queue TUN"), "{e}");
+            // A single queue of a multi-queue device: refused too.
+            let q = TunIo::open("upfm0", Port::N6).unwrap();
+            let e = open("upfm0", Queues::One).unwrap_err();
+            assert!(e.to_string().contains("not a single-queue TUN"), "{e}");
+            drop((f, q));
         })
         .expect("setns");
     }

@@ -352,9 +352,10 @@ impl fmt::Debug for Gnb {
 }
 
 /// Opens (creating if needed) the TUN device `name` in the calling thread's network namespace,
-/// non-blocking; returns the file and the device's name.
+/// non-blocking, single-queue ([`upf_io::tun::open`]); returns the file and the device's name.
 pub fn open_tun(name: &str) -> io::Result<(File, String)> {
-    crate::sys::open_tun(name)
+    let file = upf_io::tun::open(name, upf_io::tun::Queues::One)?;
+    Ok((file, name.to_string()))
 }
 
 impl Gnb {

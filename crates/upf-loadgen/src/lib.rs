@@ -10,8 +10,8 @@
 //!
 //! Namespaces and veths (to create the TUN and the sockets inside one) are upf-netns's.
 //!
-//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (its TUNSETIFF),
-//! whose every block has a `// SAFETY:` comment.
+//! Everything is `#![forbid(unsafe_code)]` except the module `sys` (a thread signal), whose
+//! every block has a `// SAFETY:` comment. The TUN device is upf-io's ([`upf_io::tun::open`]).
 
 pub mod gnb;
 pub mod smf;

@@ -1,73 +1,13 @@
-//! What std does not wrap: attaching a TUN device (`ioctl(TUNSETIFF)`, the only `unsafe` of
-//! the crate, its block saying why it is sound), pinning a thread to a CPU, its nice value and the
-//! monotonic clock (rustix), interrupting a blocking call of this thread (`pthread_kill`,
-//! inside one function that keeps the thread alive while it signals), an interface's index (upf-io's rtnetlink).
+//! What std does not wrap: pinning a thread to a CPU, its nice value and the monotonic clock
+//! (rustix), interrupting a blocking call of this thread (`pthread_kill`, inside one function
+//! that keeps the thread alive while it signals: the only `unsafe` of the crate, each block
+//! saying why it is sound), an interface's index (upf-io's rtnetlink). The TUN device is
+//! upf-io's ([`upf_io::tun::open`]).
 #![allow(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-/// `TUNSETIFF` = `_IOW('T', 202, int)` (linux/if_tun.h).
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const IFF_TUN: libc::c_short = 0x0001;
-const IFF_NO_PI: libc::c_short = 0x1000;
-
-/// `struct ifreq` as TUNSETIFF reads and writes it: the name, then the flags in the union.
-#[repr(C)]
-struct IfReq {
-    name: [libc::c_char; libc::IFNAMSIZ],
-    flags: libc::c_short,
-    _pad: [u8; 22],
-}
-
-/// Opens /dev/net/tun (non-blocking) and attaches it to the TUN device `name` (IFF_TUN | IFF_NO_PI: every
-/// read and write is one bare IP packet), creating the device if it does not exist. The
-/// device lives in the network namespace of the calling thread. Returns the descriptor and
-/// the name the kernel gave (the same unless `name` held a `%d`).
-pub fn open_tun(name: &str) -> io::Result<(File, String)> {
-    let ok = |c: char| c.is_ascii_graphic() && c != '/';
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || !name.chars().all(ok) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad interface name {name:?}"),
-        ));
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open("/dev/net/tun")?;
-    let mut req = IfReq {
-        name: [0; libc::IFNAMSIZ],
-        flags: IFF_TUN | IFF_NO_PI,
-        _pad: [0; 22],
-    };
-    for (d, s) in req.name.iter_mut().zip(name.bytes()) {
-        *d = libc::c_char::try_from(s).unwrap_or(0);
-    }
-    // SAFETY: the descriptor is open for the duration of the call (borrowed from `file`);
-    // TUNSETIFF reads and writes a `struct ifreq`, and `req` is a properly aligned #[repr(C)]
-    // value of at least that size (16-octet name + 24-octet union = 40 octets) that outlives
-    // the call. The name is NUL-terminated: it is shorter than IFNAMSIZ and zero-filled.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReq) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let end = req
-        .name
-        .iter()
-        .position(|&c| c == 0)
-        .unwrap_or(req.name.len());
-    let given: String = req.name[..end]
-        .iter()
-        .map(|&c| char::from(u8::try_from(c).unwrap_or(b'?')))
-        .collect();
-    Ok((file, given))
-}
 
 /// Pins the calling thread to CPU `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
