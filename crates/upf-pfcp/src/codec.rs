@@ -277,6 +277,42 @@ macro_rules! ie_group {
                 $( $crate::codec::ie_emit!($kind &self.$field, $code, out); )*
             }
         }
+
+        #[allow(dead_code)]
+        impl $name {
+            /// The IEs this group carries: (IE type, field name), in declaration order.
+            pub const IES: &'static [(u16, &'static str)] = &[$(($code, stringify!($field))),*];
+
+            /// Calls `f` with the type of every IE present (a mandatory one always is).
+            #[allow(unused_variables, unused_mut)]
+            pub fn for_each_present(&self, mut f: impl FnMut(u16)) {
+                $( if !$crate::codec::is_absent(&self.$field) { f($code); } )*
+            }
+
+            /// Makes IE `ie_type` present with its default value (one more of a list);
+            /// false if the group has no such IE. For tests that need each IE present once.
+            #[allow(unused_variables)]
+            pub fn add_default_ie(&mut self, ie_type: u16) -> bool {
+                match ie_type {
+                    $( $code => { $crate::codec::ie_add_default!($kind self.$field); true } )*
+                    _ => false,
+                }
+            }
+        }
+    };
+}
+
+/// Makes a field present with its type's default value (see `add_default_ie`).
+macro_rules! ie_add_default {
+    (M $slot:expr) => {{}};
+    (O $slot:expr) => {
+        $slot = Some(Default::default())
+    };
+    (N $slot:expr) => {
+        $slot.push(Default::default())
+    };
+    (V $slot:expr) => {
+        $slot.push(Default::default())
     };
 }
 
@@ -486,8 +522,8 @@ macro_rules! ie_flags {
 }
 
 pub(crate) use {
-    ie_count, ie_counter, ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group, ie_local,
-    ie_reserve, ie_store, ie_uint,
+    ie_add_default, ie_count, ie_counter, ie_emit, ie_field_ty, ie_finish, ie_flags, ie_group,
+    ie_local, ie_reserve, ie_store, ie_uint,
 };
 
 /// Round-trip checks shared by the property tests of every IE module.

@@ -228,6 +228,7 @@ impl IeValue for NetworkInstance {
 
 /// TS 29.244 §8.2.3 F-TEID: an assigned TEID with its address(es), or a request that the UP
 /// function choose one (CH), optionally shared by PDRs with the same CHOOSE ID (CHID).
+/// The default asks for an IPv4 TEID to be chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum FTeid {
@@ -241,6 +242,16 @@ pub enum FTeid {
         ipv6: bool,
         choose_id: Option<u8>,
     },
+}
+
+impl Default for FTeid {
+    fn default() -> Self {
+        Self::Choose {
+            ipv4: true,
+            ipv6: false,
+            choose_id: None,
+        }
+    }
 }
 
 const V4: u8 = 0x01;

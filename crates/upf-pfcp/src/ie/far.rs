@@ -140,7 +140,7 @@ ie_flags!(
 /// Description read big-endian (octet 5 is the high byte, as Wireshark and free5GC show it), kept
 /// raw so that bits of later releases pass through. A field is present exactly when a bit of the
 /// description needs it; `encode` writes the fields the description calls for (zero if unset).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 pub struct OuterHeaderCreation {
     pub description: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -287,7 +287,7 @@ arbitrary_from!(OuterHeaderCreation, outer_header_creation_strategy());
 
 /// TS 29.244 §8.2.12 Transport Level Marking: the ToS (IPv4) / Traffic Class (IPv6) value and its
 /// mask, as the ToS-Traffic-Class AVP of TS 29.212 §5.3.15.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct TransportLevelMarking {
     pub tos_traffic_class: u8,
@@ -343,7 +343,7 @@ fn octet_string(b: &[u8]) -> String {
 }
 
 /// TS 29.244 §8.2.23 Forwarding Policy: the identifier of a policy preconfigured in the UP function.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct ForwardingPolicy {
     #[cfg_attr(test, proptest(strategy = "text()"))]
@@ -365,7 +365,7 @@ impl IeValue for ForwardingPolicy {
 /// TS 29.244 §8.2.20 Redirect Information. `redirect_address_type` is kept raw (4 bits) with
 /// named values. Rel-16 adds the Other Redirect Server Address (type 4), Rel-17 the Redirect Port
 /// (types 5 to 8, feature RATP).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, serde::Serialize)]
 pub struct RedirectInformation {
     pub redirect_address_type: u8,
     /// UTF8String; empty for type Port, which carries no address.
@@ -469,7 +469,7 @@ fn redirect_information_strategy() -> impl proptest::strategy::Strategy<Value = 
 arbitrary_from!(RedirectInformation, redirect_information_strategy());
 
 /// TS 29.244 §8.2.67 Header Enrichment: a header field to add to uplink traffic.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct HeaderEnrichment {
     /// 5 bits; 0 = HTTP, the only value defined.

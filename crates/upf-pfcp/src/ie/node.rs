@@ -324,6 +324,12 @@ pub enum FailedRuleId {
     Srr(u8),
 }
 
+impl Default for FailedRuleId {
+    fn default() -> Self {
+        Self::Pdr(PdrId(0))
+    }
+}
+
 impl IeValue for FailedRuleId {
     fn decode(value: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(value);

@@ -22,8 +22,14 @@ pub enum FqCsidNodeAddress {
     MccMncBased(u32),
 }
 
+impl Default for FqCsidNodeAddress {
+    fn default() -> Self {
+        Self::Ipv4(Ipv4Addr::UNSPECIFIED)
+    }
+}
+
 /// TS 29.244 §8.2.43 FQ-CSID: a node and the PDN connection set identifiers it assigned.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct FqCsid {
     pub node_address: FqCsidNodeAddress,
@@ -210,7 +216,7 @@ impl IeValue for ApnDnn {
 }
 
 /// TS 29.244 §8.2.176 S-NSSAI: Slice/Service Type and Slice Differentiator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct SNssai {
     pub sst: u8,
