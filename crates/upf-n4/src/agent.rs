@@ -873,7 +873,7 @@ impl<D: Datapath> Agent<D> {
             node_id: self.cfg.node_id.clone(),
             cause,
             recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
-            up_function_features: Some(self.cfg.features),
+            up_function_features: Some(crate::support::features()),
             ..Default::default()
         }
     }
@@ -969,7 +969,7 @@ impl<D: Datapath> Agent<D> {
         AssociationUpdateResponse {
             node_id: self.cfg.node_id.clone(),
             cause,
-            up_function_features: Some(self.cfg.features),
+            up_function_features: Some(crate::support::features()),
             ..Default::default()
         }
         .into()
@@ -1031,7 +1031,7 @@ impl<D: Datapath> Agent<D> {
         let m = AssociationSetupRequest {
             node_id: self.cfg.node_id.clone(),
             recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
-            up_function_features: Some(self.cfg.features),
+            up_function_features: Some(crate::support::features()),
             ..Default::default()
         };
         self.request(now, smf, None, m.into(), Pending::AssociationSetup(smf));

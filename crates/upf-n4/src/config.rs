@@ -6,7 +6,7 @@ use crate::reliability::CacheBounds;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 use thiserror::Error;
-use upf_pfcp::ie::{NodeId, UpFunctionFeatures};
+use upf_pfcp::ie::NodeId;
 
 /// Addresses of one user-plane interface, handed out in chosen F-TEIDs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,8 +96,6 @@ pub struct Config {
     /// longer than a response is kept for retransmissions ((N1 + 1) × T1 of the SMF, 12 s),
     /// so no cached response names a TEID that another session holds.
     pub teid_reuse_after: Duration,
-    /// UP Function Features advertised (TS 29.244 §8.2.25): exactly what is implemented.
-    pub features: UpFunctionFeatures,
     /// Heartbeat period towards each associated peer, and how many unanswered retransmissions
     /// (T1 apart) declare it lost.
     pub heartbeat_interval: Duration,
@@ -163,7 +161,6 @@ impl Config {
             }],
             teid_range: (1, u32::MAX),
             teid_reuse_after: Duration::from_secs(60),
-            features: UpFunctionFeatures::FTUP.union(UpFunctionFeatures::UEIP),
             heartbeat_interval: Duration::from_secs(10),
             t1: Duration::from_secs(3),
             n1: 3,

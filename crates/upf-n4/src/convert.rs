@@ -3,6 +3,7 @@
 //! CHV4/CHV6) is left to the session layer: a converted PDI says what it asks for.
 
 use crate::reject::Reject;
+use crate::support;
 use compact_str::CompactString;
 use upf_pfcp::ie as p;
 use upf_pfcp::Cause;
@@ -46,6 +47,7 @@ fn text(s: &str) -> CompactString {
 pub fn pdr(c: &p::CreatePdr) -> Result<(r::Pdr, PdiAsks), Reject> {
     let id = r::PdrId(c.pdr_id.0);
     let rule = RuleRef::Pdr(id);
+    support::create_pdr(c).map_err(|e| e.on_rule(rule))?;
     let (pdi, asks) = pdi(&c.pdi).map_err(|e| e.on_rule(rule))?;
     // §7.5.2.2: the FAR ID is conditional on the absence of predefined rules; this UP
     // function has none, so it is required.
@@ -78,6 +80,7 @@ pub fn pdr(c: &p::CreatePdr) -> Result<(r::Pdr, PdiAsks), Reject> {
 /// Applies an Update PDR to `pdr`; returns what a new PDI asks for, if one was given.
 pub fn update_pdr(pdr: &mut r::Pdr, u: &p::UpdatePdr) -> Result<Option<PdiAsks>, Reject> {
     let rule = RuleRef::Pdr(pdr.id);
+    support::update_pdr(u).map_err(|e| e.on_rule(rule))?;
     if let Some(ohr) = u.outer_header_removal {
         pdr.outer_header_removal = Some(outer_header_removal(ohr).map_err(|e| e.on_rule(rule))?);
     }
@@ -225,6 +228,7 @@ pub fn far(c: &p::CreateFar) -> Result<r::Far, Reject> {
     let id = r::FarId(c.far_id.0);
     let rule = RuleRef::Far(id);
     let on = |e: Reject| e.on_rule(rule);
+    support::create_far(c).map_err(on)?;
     Ok(r::Far {
         id,
         action: apply_action(c.apply_action).map_err(on)?,
@@ -368,6 +372,7 @@ fn redirect(ri: &p::RedirectInformation) -> Result<r::Redirect, Reject> {
 pub fn update_far(far: &mut r::Far, u: &p::UpdateFar) -> Result<(), Reject> {
     let rule = RuleRef::Far(far.id);
     let on = |e: Reject| e.on_rule(rule);
+    support::update_far(u).map_err(on)?;
     if let Some(a) = u.apply_action {
         far.action = apply_action(a).map_err(on)?;
     }
@@ -482,8 +487,9 @@ fn packet_rate(pr: p::PacketRate) -> r::PacketRate {
 }
 
 /// Create QER → QER.
-pub fn qer(c: &p::CreateQer) -> r::Qer {
-    r::Qer {
+pub fn qer(c: &p::CreateQer) -> Result<r::Qer, Reject> {
+    support::create_qer(c).map_err(|e| e.on_rule(RuleRef::Qer(r::QerId(c.qer_id.0))))?;
+    Ok(r::Qer {
         id: r::QerId(c.qer_id.0),
         correlation_id: c.qer_correlation_id.map(|x| x.0),
         gate_uplink: gate(c.gate_status.uplink),
@@ -495,11 +501,12 @@ pub fn qer(c: &p::CreateQer) -> r::Qer {
         rqi: c.rqi.is_some_and(|x| x.0),
         ppi: c.paging_policy_indicator.map(|x| x.0),
         averaging_window_ms: c.averaging_window.map(|x| x.0),
-    }
+    })
 }
 
 /// Applies an Update QER (§7.5.4.6).
-pub fn update_qer(q: &mut r::Qer, u: &p::UpdateQer) {
+pub fn update_qer(q: &mut r::Qer, u: &p::UpdateQer) -> Result<(), Reject> {
+    support::update_qer(u).map_err(|e| e.on_rule(RuleRef::Qer(q.id)))?;
     if let Some(x) = u.qer_correlation_id {
         q.correlation_id = Some(x.0);
     }
@@ -528,6 +535,7 @@ pub fn update_qer(q: &mut r::Qer, u: &p::UpdateQer) {
     if let Some(x) = u.averaging_window {
         q.averaging_window_ms = Some(x.0);
     }
+    Ok(())
 }
 
 fn volume(v: p::Volume) -> r::VolumeLimit {
@@ -566,16 +574,18 @@ macro_rules! urr_fields {
 }
 
 /// Create URR → URR.
-pub fn urr(c: &p::CreateUrr) -> r::Urr {
+pub fn urr(c: &p::CreateUrr) -> Result<r::Urr, Reject> {
     let mut u = r::Urr::new(r::UrrId(c.urr_id.0));
+    support::create_urr(c).map_err(|e| e.on_rule(RuleRef::Urr(u.id)))?;
     u.method = r::MeasurementMethod::from_bits_retain(c.measurement_method.bits());
     u.triggers = r::ReportingTriggers::from_bits_retain(c.reporting_triggers.bits());
     apply_urr_fields(&mut u, &urr_fields!(c));
-    u
+    Ok(u)
 }
 
 /// Applies an Update URR (§7.5.4.4): present IEs replace, absent ones stay.
-pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) {
+pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) -> Result<(), Reject> {
+    support::update_urr(c).map_err(|e| e.on_rule(RuleRef::Urr(u.id)))?;
     if let Some(m) = c.measurement_method {
         u.method = r::MeasurementMethod::from_bits_retain(m.bits());
     }
@@ -583,6 +593,7 @@ pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) {
         u.triggers = r::ReportingTriggers::from_bits_retain(t.bits());
     }
     apply_urr_fields(u, &urr_fields!(c));
+    Ok(())
 }
 
 /// The optional URR IEs Create URR and Update URR share.
@@ -670,22 +681,25 @@ fn apply_urr_fields(u: &mut r::Urr, f: &UrrFields) {
 }
 
 /// Create BAR → BAR.
-pub fn bar(c: &p::CreateBar) -> r::Bar {
-    r::Bar {
+pub fn bar(c: &p::CreateBar) -> Result<r::Bar, Reject> {
+    support::create_bar(c).map_err(|e| e.on_rule(RuleRef::Bar(r::BarId(c.bar_id.0))))?;
+    Ok(r::Bar {
         id: r::BarId(c.bar_id.0),
         downlink_data_notification_delay_ms: c
             .downlink_data_notification_delay
             .map_or(0, |d| d.as_millis()),
         suggested_buffering_packets: c.suggested_buffering_packets_count.map(|x| x.0),
-    }
+    })
 }
 
 /// Applies an Update BAR of a Session Modification (§7.5.4.14).
-pub fn update_bar(b: &mut r::Bar, u: &p::UpdateBarSessionModification) {
+pub fn update_bar(b: &mut r::Bar, u: &p::UpdateBarSessionModification) -> Result<(), Reject> {
+    support::update_bar(u).map_err(|e| e.on_rule(RuleRef::Bar(b.id)))?;
     if let Some(d) = u.downlink_data_notification_delay {
         b.downlink_data_notification_delay_ms = d.as_millis();
     }
     if let Some(c) = u.suggested_buffering_packets_count {
         b.suggested_buffering_packets = Some(c.0);
     }
+    Ok(())
 }

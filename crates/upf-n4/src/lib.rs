@@ -12,6 +12,7 @@ mod reject;
 pub mod reliability;
 mod report;
 mod session;
+pub mod support;
 mod trust;
 
 pub use agent::{Agent, Event, Stats, Transmit, MESSAGES_PER_DATAGRAM};

@@ -342,10 +342,10 @@ impl<D: Datapath> Agent<D> {
             s.insert_far(far).map_err(rule_error)?;
         }
         for q in qers {
-            s.insert_qer(convert::qer(q)).map_err(rule_error)?;
+            s.insert_qer(convert::qer(q)?).map_err(rule_error)?;
         }
         for u in urrs {
-            s.insert_urr(convert::urr(u)).map_err(rule_error)?;
+            s.insert_urr(convert::urr(u)?).map_err(rule_error)?;
         }
         if let Some(b) = bar {
             if s.bar.is_some() {
@@ -355,7 +355,7 @@ impl<D: Datapath> Agent<D> {
                     "a BAR exists already",
                 ));
             }
-            s.bar = Some(convert::bar(b));
+            s.bar = Some(convert::bar(b)?);
         }
         for c in pdrs {
             if c.pdi.sdf_filters.len() > self.cfg.limits.sdf_filters_per_pdr {
@@ -739,18 +739,18 @@ impl<D: Datapath> Agent<D> {
             let q = s.qer_mut(id).ok_or_else(|| {
                 Reject::rule(RuleRef::Qer(id), 14, "Update QER for an unknown QER")
             })?;
-            convert::update_qer(q, u);
+            convert::update_qer(q, u)?;
         }
         for u in m.update_urrs.iter() {
             let id = UrrId(u.urr_id.0);
             let x = s.urr_mut(id).ok_or_else(|| {
                 Reject::rule(RuleRef::Urr(id), 13, "Update URR for an unknown URR")
             })?;
-            convert::update_urr(x, u);
+            convert::update_urr(x, u)?;
         }
         if let Some(u) = &m.update_bar {
             match s.bar.as_mut().filter(|b| b.id.0 == u.bar_id.0) {
-                Some(b) => convert::update_bar(b, u),
+                Some(b) => convert::update_bar(b, u)?,
                 None => {
                     return Err(Reject::rule(
                         RuleRef::Bar(upf_rules::BarId(u.bar_id.0)),
