@@ -674,27 +674,32 @@ impl<D: Datapath> Agent<D> {
         m: &SessionModificationRequest,
     ) -> Result<(), Reject> {
         use upf_rules::{BarId, FarId, PdrId, QerId, UrrId};
+        // §6.3.3.3: a removed rule's ID goes from the rules that refer to it as well.
         for x in m.remove_pdrs.iter() {
             s.remove_pdr(PdrId(x.pdr_id.0)).map_err(rule_error)?;
         }
         for x in m.remove_fars.iter() {
-            s.remove_far(FarId(x.far_id.0)).map_err(rule_error)?;
+            let id = FarId(x.far_id.0);
+            s.remove_far(id).map_err(rule_error)?;
+            s.drop_references(RuleRef::Far(id));
         }
         for x in m.remove_qers.iter() {
-            s.remove_qer(QerId(x.qer_id.0)).map_err(rule_error)?;
+            let id = QerId(x.qer_id.0);
+            s.remove_qer(id).map_err(rule_error)?;
+            s.drop_references(RuleRef::Qer(id));
         }
         for x in m.remove_urrs.iter() {
-            s.remove_urr(UrrId(x.urr_id.0)).map_err(rule_error)?;
+            let id = UrrId(x.urr_id.0);
+            s.remove_urr(id).map_err(rule_error)?;
+            s.drop_references(RuleRef::Urr(id));
         }
         if let Some(b) = &m.remove_bar {
-            if s.bar.is_none_or(|x| x.id != BarId(b.bar_id.0)) {
-                return Err(Reject::rule(
-                    RuleRef::Bar(BarId(b.bar_id.0)),
-                    87,
-                    "no such BAR",
-                ));
+            let id = BarId(b.bar_id.0);
+            if s.bar.is_none_or(|x| x.id != id) {
+                return Err(Reject::rule(RuleRef::Bar(id), 87, "no such BAR"));
             }
             s.bar = None;
+            s.drop_references(RuleRef::Bar(id));
         }
         self.build_rules(
             s,

@@ -210,14 +210,6 @@ fn remove_urr_returns_its_usage() {
         .add_usage(Seid(seid), upf_rules::UrrId(2), 100, false);
     let mut m = smf::modification();
     m.remove_urrs.push(RemoveUrr { urr_id: UrrId(2) });
-    // PDRs 3 and 4 refer to URR 2: they are pointed at URR 1 in the same request.
-    for id in [3, 4] {
-        m.update_pdrs.push(UpdatePdr {
-            pdr_id: PdrId(id),
-            urr_ids: [UrrId(1)].into_iter().collect(),
-            ..Default::default()
-        });
-    }
     let r = s.modify(seid, m);
     assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
     assert_eq!(r.usage_reports.len(), 1);
@@ -233,6 +225,45 @@ fn remove_urr_returns_its_usage() {
             .downlink_volume,
         Some(100)
     );
+}
+
+/// TS 29.244 §6.3.3.3: removing a FAR, QER, URR or BAR that rules still refer to removes the
+/// rule and its ID from those rules; the request is accepted.
+#[test]
+fn removing_a_referenced_rule_removes_the_references() {
+    use upf_rules as ru;
+    let mut s = Smf::associated();
+    let seid = s.establish_ok();
+    let mut m = smf::modification();
+    // URR 2 is used by PDRs 3 and 4, QER 2 by PDRs 1 and 2, FAR 3 by PDR 3, BAR 1 by FAR 4.
+    m.remove_urrs.push(RemoveUrr { urr_id: UrrId(2) });
+    m.remove_qers.push(RemoveQer { qer_id: QerId(2) });
+    m.remove_fars.push(RemoveFar { far_id: FarId(3) });
+    m.remove_bar = Some(RemoveBar { bar_id: BarId(1) });
+    let r = s.modify(seid, m);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    assert_eq!(r.usage_reports.len(), 1, "the removed URR's final report");
+    let ses = s.agent.datapath().session(Seid(seid)).unwrap().clone();
+    assert!(ses.urr(ru::UrrId(2)).is_none() && ses.qer(ru::QerId(2)).is_none());
+    assert!(ses.far(ru::FarId(3)).is_none() && ses.bar.is_none());
+    for id in [1, 2, 3, 4] {
+        let p = ses.pdr(ru::PdrId(id)).unwrap();
+        let urrs: &[ru::UrrId] = if id < 3 { &[ru::UrrId(1)] } else { &[] };
+        assert_eq!(p.urrs.as_slice(), urrs, "PDR {id}");
+        assert_eq!(p.qers.as_slice(), &[ru::QerId(1)], "PDR {id}");
+    }
+    assert_eq!(
+        ses.pdr(ru::PdrId(3)).unwrap().far,
+        None,
+        "detects and drops"
+    );
+    assert_eq!(ses.pdr(ru::PdrId(4)).unwrap().far, Some(ru::FarId(4)));
+    assert_eq!(ses.far(ru::FarId(4)).unwrap().bar, None);
+    // A rule that does not exist is still refused.
+    let mut m = smf::modification();
+    m.remove_qers.push(RemoveQer { qer_id: QerId(9) });
+    let r = s.modify(seid, m);
+    assert_eq!(r.cause, Cause::RULE_CREATION_MODIFICATION_FAILURE);
 }
 
 #[test]

@@ -126,6 +126,46 @@ impl Session {
             .min_by_key(|pdr| (pdr.precedence, pdr.id))
     }
 
+    /// Removes every reference to a rule that was removed (TS 29.244 §6.3.3.3: the UP
+    /// function removes the rule and its ID from the rules that refer to it): a FAR from the
+    /// PDRs (they then detect and drop) and from quota actions, a QER or URR from the PDRs'
+    /// lists, a URR from linked URRs, the BAR from the FARs.
+    pub fn drop_references(&mut self, removed: RuleRef) {
+        match removed {
+            RuleRef::Pdr(_) => {}
+            RuleRef::Far(id) => {
+                for p in self.pdrs.iter_mut().filter(|p| p.far == Some(id)) {
+                    p.far = None;
+                }
+                for u in &mut self.urrs {
+                    if u.far_for_quota_action() == Some(id) {
+                        u.extra_mut().far_for_quota_action = None;
+                    }
+                }
+            }
+            RuleRef::Qer(id) => {
+                for p in &mut self.pdrs {
+                    p.qers.retain(|q| *q != id);
+                }
+            }
+            RuleRef::Urr(id) => {
+                for p in &mut self.pdrs {
+                    p.urrs.retain(|u| *u != id);
+                }
+                for u in &mut self.urrs {
+                    if u.linked_urrs().contains(&id) {
+                        u.extra_mut().linked_urrs.retain(|l| *l != id);
+                    }
+                }
+            }
+            RuleRef::Bar(id) => {
+                for f in self.fars.iter_mut().filter(|f| f.bar == Some(id)) {
+                    f.bar = None;
+                }
+            }
+        }
+    }
+
     /// Checks that every reference between rules resolves (TS 29.244 §5.2: a PDR's FAR,
     /// QERs and URRs, a FAR's BAR, a URR's linked URRs and quota FAR). The first broken
     /// reference is reported against the rule holding it.
