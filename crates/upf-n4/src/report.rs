@@ -10,13 +10,24 @@ use upf_pfcp::{Cause, Multi};
 use upf_rules::{Datapath, DatapathEvent, InstallFlags, Seid, UsageReport as Usage};
 
 impl<D: Datapath> Agent<D> {
-    /// A data-path usage report as a PFCP Usage Report IE (§7.5.8.3), numbered per URR.
+    /// A data-path usage report as a PFCP Usage Report IE (§7.5.8.3), numbered per URR,
+    /// carrying what the URR's Measurement Method asks for (§8.2.40: volume, duration). The
+    /// URR is looked up in the session's rules, then in `removed` (the rules before a
+    /// modification that removed it).
     pub(crate) fn usage_report(
         &self,
         ctx: &mut SessionCtx,
         u: &Usage,
         query_ref: Option<QueryUrrReference>,
+        removed: Option<&upf_rules::Session>,
     ) -> UsageReport {
+        let method = ctx
+            .rules
+            .urr(u.urr)
+            .or_else(|| removed.and_then(|s| s.urr(u.urr)))
+            .map_or(upf_rules::MeasurementMethod::all(), |x| x.method);
+        let volume = method.contains(upf_rules::MeasurementMethod::VOLUM);
+        let duration = method.contains(upf_rules::MeasurementMethod::DURAT);
         let seqn = match ctx.ur_seqn.iter_mut().find(|(id, _)| *id == u.urr) {
             Some((_, n)) => {
                 *n = n.wrapping_add(1);
@@ -34,7 +45,7 @@ impl<D: Datapath> Agent<D> {
             usage_report_trigger: UsageReportTrigger::from_bits_retain(u.trigger.bits()),
             start_time: u.start.map(|t| StartTime(self.ntp(t))),
             end_time: Some(EndTime(self.ntp(u.end))),
-            volume_measurement: Some(VolumeMeasurement {
+            volume_measurement: volume.then_some(VolumeMeasurement {
                 total_volume: Some(v.total_bytes),
                 uplink_volume: Some(v.uplink_bytes),
                 downlink_volume: Some(v.downlink_bytes),
@@ -42,9 +53,9 @@ impl<D: Datapath> Agent<D> {
                 uplink_packets: Some(v.uplink_packets),
                 downlink_packets: Some(v.downlink_packets),
             }),
-            duration_measurement: Some(DurationMeasurement(
-                u32::try_from(u.duration.as_secs()).unwrap_or(u32::MAX),
-            )),
+            duration_measurement: duration.then(|| {
+                DurationMeasurement(u32::try_from(u.duration.as_secs()).unwrap_or(u32::MAX))
+            }),
             time_of_first_packet: u.first_packet.map(|t| TimeOfFirstPacket(self.ntp(t))),
             time_of_last_packet: u.last_packet.map(|t| TimeOfLastPacket(self.ntp(t))),
             query_urr_reference: query_ref,
@@ -76,7 +87,9 @@ impl<D: Datapath> Agent<D> {
             ..Default::default()
         };
         match e {
-            DatapathEvent::Usage(u) => m.usage_reports.push(self.usage_report(&mut ctx, &u, None)),
+            DatapathEvent::Usage(u) => m
+                .usage_reports
+                .push(self.usage_report(&mut ctx, &u, None, None)),
             DatapathEvent::DownlinkData { pdr, qfi, ppi, .. } => {
                 let info =
                     (qfi.is_some() || ppi.is_some()).then_some(DownlinkDataServiceInformation {

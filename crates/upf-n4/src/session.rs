@@ -633,7 +633,7 @@ impl<D: Datapath> Agent<D> {
                 return Err(r);
             }
         };
-        ctx.rules = rules;
+        let before = std::mem::replace(&mut ctx.rules, rules);
         self.release_unused(now, &mut ctx);
         // Usage of removed URRs, then of queried ones (§7.5.5: Usage Report IEs).
         let mut usage: Vec<Usage> = installed.removed_urr_usage;
@@ -652,7 +652,7 @@ impl<D: Datapath> Agent<D> {
         let query_ref = m.query_urr_reference.filter(|_| !queried.is_empty());
         let usage_reports = usage
             .iter()
-            .map(|u| self.usage_report(&mut ctx, u, query_ref))
+            .map(|u| self.usage_report(&mut ctx, u, query_ref, Some(&before)))
             .collect();
         self.sessions.insert(seid, ctx);
         Ok(SessionModificationResponse {
@@ -808,7 +808,7 @@ impl<D: Datapath> Agent<D> {
         let cp_seid = ctx.rules.cp_seid.0;
         let usage_reports = usage
             .iter()
-            .map(|u| self.usage_report(&mut ctx, u, None))
+            .map(|u| self.usage_report(&mut ctx, u, None, None))
             .collect();
         (
             cp_seid,

@@ -258,7 +258,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateQer, 157, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         // Create URR / Update URR (§7.5.2.4, §7.5.4.4).
         ie(CreateUrr, 81, Enforced("crates/upf-dataplane/tests/urr.rs::deletion_reports_exact_volumes_of_what_was_forwarded")),
-        ie(CreateUrr, 62, Pending("volume and duration are reported whatever the method asks (issue #26 §2)")),
+        ie(CreateUrr, 62, Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         ie(CreateUrr, 37, Enforced("crates/upf-dataplane/tests/urr.rs::periodic_reports_every_measurement_period")),
         ie(CreateUrr, 64, Enforced("crates/upf-dataplane/tests/urr.rs::periodic_reports_every_measurement_period")),
         ie(CreateUrr, 31, Enforced("crates/upf-dataplane/tests/urr.rs::volume_threshold_reports_each_time_it_is_reached")),
@@ -289,7 +289,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
 
         ie(UpdateUrr, 81, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
-        ie(UpdateUrr, 62, Pending("volume and duration are reported whatever the method asks (issue #26 §2)")),
+        ie(UpdateUrr, 62, Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         ie(UpdateUrr, 37, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateUrr, 64, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateUrr, 31, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
@@ -375,8 +375,8 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "QUVTI", Pending("with the quota validity time (issue #26 §2)")),
         flag(ReportingTriggers, "REEMR", Refused(NOT_SUPPORTED, "end marker reception reports are not implemented")),
         flag(ReportingTriggers, "UPINT", Refused(NOT_SUPPORTED, LATER)),
-        flag(MeasurementMethod, "DURAT", Pending("duration is reported whether asked or not (issue #26 §2)")),
-        flag(MeasurementMethod, "VOLUM", Pending("volume is reported whether asked or not (issue #26 §2)")),
+        flag(MeasurementMethod, "DURAT", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
+        flag(MeasurementMethod, "VOLUM", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         flag(MeasurementMethod, "EVENT", Refused(NOT_SUPPORTED, "no event measurement")),
         flag(MeasurementInformation, "MBQE", Refused(NOT_SUPPORTED, LATER)),
         flag(MeasurementInformation, "INAM", Refused(NOT_SUPPORTED, LATER)),

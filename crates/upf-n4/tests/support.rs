@@ -475,3 +475,33 @@ fn updates_reach_the_installed_session() {
         Some(7)
     );
 }
+
+/// A usage report carries what the URR's Measurement Method asks for (§8.2.40).
+#[test]
+fn measurement_method_decides_what_is_reported() {
+    let mut s = Smf::associated();
+    let mut req = establishment(&mut s);
+    req.create_urrs[0].measurement_method = MeasurementMethod::VOLUM;
+    req.create_urrs[1].measurement_method = MeasurementMethod::DURAT;
+    let (_, r) = s.establish_with(req);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    let seid = r.up_f_seid.unwrap().seid;
+    s.agent
+        .datapath_mut()
+        .add_usage(Seid(seid), upf_rules::UrrId(1), 100, true);
+    let (_, d) = s.delete(seid);
+    let report = |id| {
+        d.usage_reports
+            .iter()
+            .find(|u| u.urr_id == UrrId(id))
+            .unwrap_or_else(|| panic!("URR {id}: {d:?}"))
+    };
+    let (vol, dur) = (report(1), report(2));
+    assert_eq!(
+        vol.volume_measurement.and_then(|v| v.uplink_volume),
+        Some(100)
+    );
+    assert!(vol.duration_measurement.is_none(), "{vol:?}");
+    assert!(dur.volume_measurement.is_none(), "{dur:?}");
+    assert!(dur.duration_measurement.is_some(), "{dur:?}");
+}
