@@ -236,7 +236,9 @@ mod tests {
     proptest::proptest! {
         /// Over any run of packets, a bucket passes at most its depth plus what its rate
         /// earned in the time, and when offered twice its rate in packets of one size it
-        /// passes its rate (within one packet and 1 %) once its burst is spent.
+        /// passes its rate (within one packet and 1 %) once its burst is spent, if it holds
+        /// two packets: one barely a packet deep (no window, the 12,000-bit floor) loses
+        /// the time a refused packet's tokens wait for the next arrival, whatever its rate.
         #[test]
         fn holds_the_rate(
             kbps in 1u64..100_000_000,
@@ -259,6 +261,9 @@ mod tests {
             let earned = (u128::from(bps) * u128::from(now)).div_ceil(1_000_000_000);
             proptest::prop_assert!(sent <= depth + earned + 1, "{sent} > {depth} + {earned}");
 
+            if depth < 2 * u128::from(size) {
+                return Ok(());
+            }
             // Offered at twice the rate for 200 packet times after the burst is spent.
             let mut b = TokenBucket::new(0, bps, window);
             let gap = (u128::from(size) * 1_000_000_000 / (2 * u128::from(bps))).max(1);
