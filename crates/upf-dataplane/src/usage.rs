@@ -64,7 +64,11 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
-        self.threshold = urr.volume_threshold;
+        // A threshold reports only when VOLTH asks for it (§8.2.19); a quota is enforced
+        // either way, and reported when VOLQU asks.
+        self.threshold = urr
+            .volume_threshold
+            .filter(|_| urr.triggers.contains(ReportingTriggers::VOLTH));
         self.quota = urr.volume_quota;
         self.period = secs(urr.measurement_period_s);
         self.time_threshold = secs(urr.time_threshold_s);
@@ -128,7 +132,9 @@ impl UrrState {
         }
         if self.quota.is_some_and(|q| q.reached_by(&self.quota_used)) {
             self.exhausted = true;
-            t = t.union(UsageTrigger::VOLQU);
+            if self.triggers.contains(ReportingTriggers::VOLQU) {
+                t = t.union(UsageTrigger::VOLQU);
+            }
         } else if self.threshold.is_some_and(|l| l.reached_by(&self.volume)) {
             t = t.union(UsageTrigger::VOLTH);
         }
@@ -271,6 +277,19 @@ mod tests {
         });
         s.update(t0, &more);
         assert!(!s.exhausted);
+    }
+
+    #[test]
+    fn volume_triggers_report_only_when_asked() {
+        let t0 = Instant::now();
+        let mut u = urr();
+        u.triggers = ReportingTriggers::empty();
+        let mut s = UrrState::new(t0, &u);
+        // The threshold (3000) passes unreported; the quota (5000) stops traffic unreported.
+        assert_eq!(s.count(t0, 4000, true), None);
+        assert_eq!(s.budget(), 1000, "only the quota is left to watch");
+        assert_eq!(s.count(t0, 1000, true), None);
+        assert!(s.exhausted);
     }
 
     #[test]
