@@ -376,7 +376,23 @@ pub fn update_far(far: &mut r::Far, u: &p::UpdateFar) -> Result<(), Reject> {
     if let Some(a) = u.apply_action {
         far.action = apply_action(a).map_err(on)?;
     }
-    if let Some(f) = &u.update_forwarding_parameters {
+    // OMEC's SMF sends Forwarding Parameters in an Update FAR: read them as an update.
+    let omec = u
+        .forwarding_parameters
+        .as_ref()
+        .filter(|_| u.update_forwarding_parameters.is_none())
+        .map(|f| p::UpdateForwardingParameters {
+            destination_interface: Some(f.destination_interface),
+            network_instance: f.network_instance.clone(),
+            redirect_information: f.redirect_information.clone(),
+            outer_header_creation: f.outer_header_creation,
+            transport_level_marking: f.transport_level_marking,
+            forwarding_policy: f.forwarding_policy.clone(),
+            header_enrichment: f.header_enrichment.clone(),
+            pfcpsm_req_flags: None,
+            destination_interface_type: f.destination_interface_type,
+        });
+    if let Some(f) = u.update_forwarding_parameters.as_ref().or(omec.as_ref()) {
         let fw = match far.forwarding.as_mut() {
             Some(fw) => fw,
             None => {

@@ -190,6 +190,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateFar, 11, Enforced("crates/upf-dataplane/tests/far.rs::buff_without_nocp_buffers_silently_and_releases_in_order")),
         ie(UpdateFar, 105, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateFar, 88, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
+        ie(UpdateFar, 4, Enforced("crates/upf-n4/tests/support.rs::omec_forwarding_parameters_in_an_update_far")),
         ie(ForwardingParameters, 42, Enforced("crates/upf-dataplane/tests/scenario.rs::uplink_decapsulated_to_n6_and_downlink_encapsulated_to_gnb")),
         ie(ForwardingParameters, 22, Pending("every network instance selects the one N6 (issue #26 §5)")),
 
@@ -530,6 +531,9 @@ pub(crate) fn update_far(u: &p::UpdateFar) -> Result<(), Reject> {
         check_group(Group::UpdateForwardingParameters, |f| {
             fw.for_each_present(f)
         })?;
+    }
+    if let Some(fw) = &u.forwarding_parameters {
+        check_group(Group::ForwardingParameters, |f| fw.for_each_present(f))?;
     }
     for d in u.update_duplicating_parameters.iter() {
         check_group(Group::UpdateDuplicatingParameters, |f| {

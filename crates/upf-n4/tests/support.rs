@@ -389,6 +389,7 @@ fn updates_reach_the_installed_session() {
         .into_iter()
         .collect(),
         bar_id: Some(BarId(1)),
+        forwarding_parameters: None,
     });
     m.update_qers.push(UpdateQer {
         qer_id: QerId(1),
@@ -504,4 +505,39 @@ fn measurement_method_decides_what_is_reported() {
     assert!(vol.duration_measurement.is_none(), "{vol:?}");
     assert!(dur.volume_measurement.is_none(), "{dur:?}");
     assert!(dur.duration_measurement.is_some(), "{dur:?}");
+}
+
+/// OMEC's SMF puts Forwarding Parameters (IE 4) in an Update FAR where TS 29.244 has Update
+/// Forwarding Parameters (IE 11): they are applied as those, not skipped.
+#[test]
+fn omec_forwarding_parameters_in_an_update_far() {
+    let mut s = Smf::associated();
+    let seid = s.establish_ok();
+    let mut m = smf::modification();
+    let gnb = std::net::Ipv4Addr::new(10, 0, 9, 9);
+    m.update_fars.push(UpdateFar {
+        far_id: FarId(4),
+        apply_action: Some(ApplyAction::FORW),
+        forwarding_parameters: Some(smf::forwarding(
+            DestinationInterface::ACCESS,
+            Some(OuterHeaderCreation::gtpu_ipv4(0x77, gnb)),
+        )),
+        ..Default::default()
+    });
+    let r = s.modify(seid, m);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    let ses = s.agent.datapath().session(Seid(seid)).unwrap().clone();
+    let fw = ses
+        .far(upf_rules::FarId(4))
+        .unwrap()
+        .forwarding
+        .clone()
+        .unwrap();
+    assert_eq!(
+        fw.outer_header_creation,
+        Some(upf_rules::OuterHeaderCreation::Gtpu {
+            teid: upf_rules::Teid(0x77),
+            peer: gnb.into()
+        })
+    );
 }

@@ -823,6 +823,7 @@ fn session_modification_request() -> Pdu {
             }),
             update_duplicating_parameters: Multi::new(),
             bar_id: None,
+            forwarding_parameters: None,
         }]),
         update_urrs: many(vec![UpdateUrr {
             volume_threshold: Some(volume(2_000_000_000, 800_000_000, 1_200_000_000)),

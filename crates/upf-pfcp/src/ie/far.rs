@@ -68,6 +68,9 @@ ie_group! {
         update_forwarding_parameters: O UpdateForwardingParameters = 11,
         update_duplicating_parameters: V UpdateDuplicatingParameters = 105,
         bar_id: O BarId = 88,
+        /// Not in Table 7.5.4.3-1: OMEC's SMF sends Forwarding Parameters here instead of
+        /// Update Forwarding Parameters; the agent reads them as those.
+        forwarding_parameters: O ForwardingParameters = 4,
     }
 }
 
