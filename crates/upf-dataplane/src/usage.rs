@@ -16,6 +16,12 @@ pub(crate) struct UrrState {
     period: Option<Duration>,
     time_threshold: Option<Duration>,
     time_quota: Option<Duration>,
+    /// Quota Holding Time, when QUHTI asks for its report (§5.2.2.3.1): idle that long after
+    /// traffic or a grant, the URR reports once, and again only after new traffic.
+    quota_holding: Option<Duration>,
+    holding_armed: bool,
+    /// The last packet counted, or the last grant: what the holding time runs from.
+    last_seen: Instant,
     /// Usage since the last report.
     volume: Volume,
     /// Usage since the quota was granted.
@@ -39,6 +45,9 @@ impl UrrState {
             period: None,
             time_threshold: None,
             time_quota: None,
+            quota_holding: None,
+            holding_armed: false,
+            last_seen: now,
             volume: Volume::default(),
             quota_used: Volume::default(),
             quota_since: now,
@@ -73,6 +82,13 @@ impl UrrState {
         self.period = secs(urr.measurement_period_s);
         self.time_threshold = secs(urr.time_threshold_s);
         self.time_quota = secs(urr.time_quota_s);
+        let holding = secs(urr.quota_holding_time_s)
+            .filter(|_| urr.triggers.contains(ReportingTriggers::QUHTI));
+        if holding != self.quota_holding {
+            self.quota_holding = holding;
+            self.holding_armed = holding.is_some();
+            self.last_seen = now;
+        }
         self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
     }
 
@@ -99,6 +115,7 @@ impl UrrState {
             self.first_packet = Some(now);
         }
         self.last_packet = Some(now);
+        self.seen(now);
         self.check()
     }
 
@@ -118,6 +135,15 @@ impl UrrState {
         // Everything synced before was counted earlier than this.
         self.first_packet = Some(self.first_packet.map_or(first, |f| f.min(first)));
         self.last_packet = Some(self.last_packet.map_or(last, |l| l.max(last)));
+        self.seen(last);
+    }
+
+    /// Traffic at `at`: the holding time runs from here.
+    fn seen(&mut self, at: Instant) {
+        if self.quota_holding.is_some() {
+            self.last_seen = self.last_seen.max(at);
+            self.holding_armed = true;
+        }
     }
 
     /// The triggers what was counted so far fires (START, then quota or threshold).
@@ -205,6 +231,9 @@ impl UrrState {
                 at(self.quota_since + q);
             }
         }
+        if let Some(h) = self.quota_holding.filter(|_| self.holding_armed) {
+            at(self.last_seen + h);
+        }
         d
     }
 
@@ -228,6 +257,14 @@ impl UrrState {
             && self.time_threshold.is_some_and(|p| now >= self.start + p)
         {
             return Some(UsageTrigger::TIMTH);
+        }
+        if self.holding_armed
+            && self
+                .quota_holding
+                .is_some_and(|h| now >= self.last_seen + h)
+        {
+            self.holding_armed = false;
+            return Some(UsageTrigger::QUHTI);
         }
         None
     }
@@ -290,6 +327,31 @@ mod tests {
         assert_eq!(s.budget(), 1000, "only the quota is left to watch");
         assert_eq!(s.count(t0, 1000, true), None);
         assert!(s.exhausted);
+    }
+
+    #[test]
+    fn quota_holding_time_reports_idleness_once() {
+        let t0 = Instant::now();
+        let s10 = Duration::from_secs(10);
+        let mut u = urr();
+        u.triggers = ReportingTriggers::VOLQU | ReportingTriggers::QUHTI;
+        u.quota_holding_time_s = Some(10);
+        let mut s = UrrState::new(t0, &u);
+        assert_eq!(s.deadline(), Some(t0 + s10), "from the grant");
+        let t1 = t0 + Duration::from_secs(4);
+        s.count(t1, 100, true);
+        assert_eq!(s.deadline(), Some(t1 + s10), "from the last packet");
+        assert_eq!(s.due(t1 + Duration::from_secs(9)), None);
+        assert_eq!(s.due(t1 + s10), Some(UsageTrigger::QUHTI));
+        assert_eq!(s.deadline(), None, "once, until traffic comes back");
+        assert_eq!(s.due(t1 + 3 * s10), None);
+        let t2 = t1 + 4 * s10;
+        s.count(t2, 100, false);
+        assert_eq!(s.deadline(), Some(t2 + s10));
+        // Without QUHTI the holding time has nothing to report.
+        u.triggers = ReportingTriggers::VOLQU;
+        s.update(t2, &u);
+        assert_eq!(s.deadline(), None);
     }
 
     #[test]

@@ -266,7 +266,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 73, Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
         ie(CreateUrr, 32, Pending("the time threshold runs on the wall clock, not usage time (issue #26 §2)")),
         ie(CreateUrr, 74, Pending("the time quota runs on the wall clock, not usage time (issue #26 §2)")),
-        ie(CreateUrr, 71, Pending("quota holding time is not applied yet; Open5GS sends it for Gy (issue #26 §2)")),
+        ie(CreateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         ie(CreateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
 
         ie(CreateUrr, 181, Pending("quota validity time is not applied yet; free5GC and Open5GS send it (issue #26 §2)")),
@@ -297,7 +297,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 73, Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
         ie(UpdateUrr, 32, Pending("the time threshold runs on the wall clock, not usage time (issue #26 §2)")),
         ie(UpdateUrr, 74, Pending("the time quota runs on the wall clock, not usage time (issue #26 §2)")),
-        ie(UpdateUrr, 71, Pending("quota holding time is not applied yet; Open5GS sends it for Gy (issue #26 §2)")),
+        ie(UpdateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         ie(UpdateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
 
         ie(UpdateUrr, 181, Pending("quota validity time is not applied yet; free5GC and Open5GS send it (issue #26 §2)")),
@@ -361,7 +361,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "PERIO", Enforced("crates/upf-dataplane/tests/urr.rs::periodic_reports_every_measurement_period")),
         flag(ReportingTriggers, "VOLTH", Enforced("crates/upf-dataplane/tests/urr.rs::volume_threshold_reports_each_time_it_is_reached")),
         flag(ReportingTriggers, "TIMTH", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
-        flag(ReportingTriggers, "QUHTI", Pending("with the quota holding time (issue #26 §2)")),
+        flag(ReportingTriggers, "QUHTI", Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         flag(ReportingTriggers, "START", Enforced("crates/upf-dataplane/tests/urr.rs::start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported")),
         flag(ReportingTriggers, "STOPT", Refused(NOT_SUPPORTED, LATER)),
         flag(ReportingTriggers, "DROTH", Refused(NOT_SUPPORTED, LATER)),
