@@ -20,6 +20,10 @@ pub(crate) struct UrrState {
     /// traffic or a grant, the URR reports once, and again only after new traffic.
     quota_holding: Option<Duration>,
     holding_armed: bool,
+    /// Quota Validity Time, when QUVTI asks for its report: the grant expires that long
+    /// after it was made, and the URR reports once (until the next grant).
+    validity: Option<Duration>,
+    validity_reported: bool,
     /// The last packet counted, or the last grant: what the holding time runs from.
     last_seen: Instant,
     /// Usage since the last report.
@@ -48,6 +52,8 @@ impl UrrState {
             quota_holding: None,
             holding_armed: false,
             last_seen: now,
+            validity: None,
+            validity_reported: false,
             volume: Volume::default(),
             quota_used: Volume::default(),
             quota_since: now,
@@ -82,6 +88,12 @@ impl UrrState {
         self.period = secs(urr.measurement_period_s);
         self.time_threshold = secs(urr.time_threshold_s);
         self.time_quota = secs(urr.time_quota_s);
+        let validity = secs(urr.extra.as_ref().and_then(|x| x.quota_validity_time_s))
+            .filter(|_| urr.triggers.contains(ReportingTriggers::QUVTI));
+        if validity != self.validity || self.quota_since == now {
+            self.validity = validity;
+            self.validity_reported = false;
+        }
         let holding = secs(urr.quota_holding_time_s)
             .filter(|_| urr.triggers.contains(ReportingTriggers::QUHTI));
         if holding != self.quota_holding {
@@ -234,6 +246,9 @@ impl UrrState {
         if let Some(h) = self.quota_holding.filter(|_| self.holding_armed) {
             at(self.last_seen + h);
         }
+        if let Some(v) = self.validity.filter(|_| !self.validity_reported) {
+            at(self.quota_since + v);
+        }
         d
     }
 
@@ -265,6 +280,10 @@ impl UrrState {
         {
             self.holding_armed = false;
             return Some(UsageTrigger::QUHTI);
+        }
+        if !self.validity_reported && self.validity.is_some_and(|v| now >= self.quota_since + v) {
+            self.validity_reported = true;
+            return Some(UsageTrigger::QUVTI);
         }
         None
     }
@@ -352,6 +371,28 @@ mod tests {
         u.triggers = ReportingTriggers::VOLQU;
         s.update(t2, &u);
         assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn quota_validity_time_reports_the_grant_expired_once() {
+        let t0 = Instant::now();
+        let mut u = urr();
+        u.triggers = ReportingTriggers::VOLQU | ReportingTriggers::QUVTI;
+        u.extra_mut().quota_validity_time_s = Some(60);
+        let mut s = UrrState::new(t0, &u);
+        let end = t0 + Duration::from_secs(60);
+        assert_eq!(s.deadline(), Some(end));
+        s.count(t0 + Duration::from_secs(30), 100, true);
+        assert_eq!(s.deadline(), Some(end), "traffic does not move it");
+        assert_eq!(s.due(end), Some(UsageTrigger::QUVTI));
+        assert_eq!(s.deadline(), None);
+        // A new grant (another quota) runs a new validity time.
+        u.volume_quota = Some(VolumeLimit {
+            total: Some(9000),
+            ..Default::default()
+        });
+        s.update(end, &u);
+        assert_eq!(s.deadline(), Some(end + Duration::from_secs(60)));
     }
 
     #[test]

@@ -269,7 +269,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         ie(CreateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
 
-        ie(CreateUrr, 181, Pending("quota validity time is not applied yet; free5GC and Open5GS send it (issue #26 §2)")),
+        ie(CreateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
         ie(CreateUrr, 33, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
 
         ie(CreateUrr, 34, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
@@ -300,7 +300,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         ie(UpdateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
 
-        ie(UpdateUrr, 181, Pending("quota validity time is not applied yet; free5GC and Open5GS send it (issue #26 §2)")),
+        ie(UpdateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
         ie(UpdateUrr, 33, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
 
         ie(UpdateUrr, 34, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
@@ -373,7 +373,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "EVETH", Refused(NOT_SUPPORTED, "no event measurement")),
         flag(ReportingTriggers, "EVEQU", Refused(NOT_SUPPORTED, "no event measurement")),
         flag(ReportingTriggers, "IPMJL", Refused(NOT_SUPPORTED, "no IP multicast")),
-        flag(ReportingTriggers, "QUVTI", Pending("with the quota validity time (issue #26 §2)")),
+        flag(ReportingTriggers, "QUVTI", Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
         flag(ReportingTriggers, "REEMR", Refused(NOT_SUPPORTED, "end marker reception reports are not implemented")),
         flag(ReportingTriggers, "UPINT", Refused(NOT_SUPPORTED, LATER)),
         flag(MeasurementMethod, "DURAT", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
