@@ -151,7 +151,14 @@ impl<D: Datapath> Agent<D> {
             return;
         }
         let mut s = (*ctx.rules).clone();
-        if let (Some(u), Some(b)) = (&m.update_bar, s.bar.as_mut()) {
+        // The Update BAR applies to the BAR it names (the session has at most one).
+        let bar = s.bar.as_mut();
+        if let Some((u, b)) = m
+            .update_bar
+            .as_ref()
+            .zip(bar)
+            .filter(|(u, b)| b.id.0 == u.bar_id.0)
+        {
             if let Some(d) = u.downlink_data_notification_delay {
                 b.downlink_data_notification_delay_ms = d.as_millis();
             }

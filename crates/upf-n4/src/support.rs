@@ -329,14 +329,14 @@ pub static IES: &[IeRule] = &{
         ie(UpdateBarSessionModification, 46, Pending("the DL data notification delay is not applied (issue #26 §3)")),
 
         ie(UpdateBarSessionModification, 140, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
-        ie(UpdateBarSessionReportResponse, 88, Pending("applied to the session's BAR whatever its ID (issue #26 §3)")),
+        ie(UpdateBarSessionReportResponse, 88, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
         ie(UpdateBarSessionReportResponse, 46, Pending("the DL data notification delay is not applied (issue #26 §3)")),
 
         ie(UpdateBarSessionReportResponse, 47, Pending("the DL buffering duration is not applied (issue #26 §3)")),
 
         ie(UpdateBarSessionReportResponse, 48, Pending("the DL buffering suggested packet count is not applied (issue #26 §3)")),
 
-        ie(UpdateBarSessionReportResponse, 140, Pending("applied, but no test asserts it (issue #26 §3)")),
+        ie(UpdateBarSessionReportResponse, 140, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
     ]
 };
 

@@ -541,3 +541,40 @@ fn omec_forwarding_parameters_in_an_update_far() {
         })
     );
 }
+
+/// An Update BAR in a Session Report Response changes the BAR it names, and only that one.
+#[test]
+fn update_bar_in_a_report_response_applies_to_its_bar() {
+    use upf_pfcp::Message;
+    use upf_rules::DatapathEvent;
+    let mut s = Smf::associated();
+    let seid = s.establish_ok();
+    let bar_count = |s: &Smf| {
+        let ses = s.agent.datapath().session(Seid(seid)).unwrap().clone();
+        ses.bar.as_ref().unwrap().suggested_buffering_packets
+    };
+    for (bar, want) in [(9, None), (1, Some(5))] {
+        s.agent
+            .datapath_mut()
+            .push_event(DatapathEvent::DownlinkData {
+                seid: Seid(seid),
+                pdr: upf_rules::PdrId(2),
+                qfi: None,
+                ppi: None,
+            });
+        let out = s.advance(std::time::Duration::from_millis(1));
+        let p = harness::decode(&out[0]);
+        assert!(matches!(p.message, Message::SessionReportRequest(_)));
+        let resp = SessionReportResponse {
+            cause: Cause::REQUEST_ACCEPTED,
+            update_bar: Some(UpdateBarSessionReportResponse {
+                bar_id: BarId(bar),
+                suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(5)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        s.send_bytes(&smf::encode(Some(seid), p.header.sequence, resp));
+        assert_eq!(bar_count(&s), want, "Update BAR of BAR {bar}");
+    }
+}
