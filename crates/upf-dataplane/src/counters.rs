@@ -50,6 +50,8 @@ drop_reasons! {
     GateClosed = "gate_closed",
     /// A QER's maximum bit rate was exceeded.
     MbrExceeded = "mbr_exceeded",
+    /// A QER's packet rate (packets per time unit) was exceeded.
+    PacketRateExceeded = "packet_rate_exceeded",
     /// A URR's volume quota is used up.
     QuotaExhausted = "quota_exhausted",
     /// The session's or the worker's buffer is full.

@@ -33,9 +33,12 @@
 //! the URR volumes counted since the last sync are *pending* in the record (added to the
 //! URR by [`Hot::sync`], which zeroes them). Every reader of the compiled state (usage
 //! reports, queries, timers, modification) syncs first, and the record is rebuilt from the
-//! compiled session afterwards ([`Hot::build`]). A URR line also holds a *budget*: the
-//! octets it may count before some threshold, quota or START trigger could fire; the packet
-//! that exhausts it takes the exact check of [`UrrState`] after a sync.
+//! compiled session afterwards ([`Hot::build`]). QER packet-rate buckets are never the
+//! record's: a PDR whose QERs have one ([`PACKET_RATE`]) takes them in the compiled session,
+//! out of line (a packet rate passes at most 65,535 packets a minute, so those are few). A
+//! URR line also holds a *budget*: the octets it may count before some threshold, quota or
+//! START trigger could fire; the packet that exhausts it takes the exact check of
+//! [`UrrState`] after a sync.
 //!
 //! [`UrrState`]: crate::usage::UrrState
 
@@ -79,6 +82,9 @@ pub(crate) const FROM_UE: u8 = 8;
 pub(crate) const STRIP: u8 = 16;
 /// A QER of the PDR has its gate closed in the PDR's direction (resolved when built).
 pub(crate) const GATE_SHUT: u8 = 32;
+/// A QER of the PDR has a packet rate in the PDR's direction (resolved when built): its
+/// packets take that QER's bucket in the compiled session, out of line.
+pub(crate) const PACKET_RATE: u8 = 64;
 
 /// One PDR's match conditions and rule slots (slots index the lines of its half), and what
 /// its FAR and QERs decide for every packet alike, resolved when built.
@@ -94,7 +100,7 @@ pub(crate) struct HotPdr {
     /// in a half whose filters are in a run, the number of lines its filters take there
     /// (each PDR's from the line after the previous PDR's). None: any packet.
     filters: u8,
-    qers: [u8; 2],
+    pub qers: [u8; 2],
     /// Its URRs' lines in the record, a bit each.
     pub urrs: u8,
     /// The buckets it polices in its direction (the record's fills, the half's rates), a
@@ -351,6 +357,8 @@ pub(crate) const QER_MBR: u8 = 2;
 pub(crate) const QER_GBR: u8 = 4;
 pub(crate) const QER_RQI: u8 = 8;
 const QER_UPLINK: u8 = 16;
+/// It has a packet rate in its direction (the bucket is the compiled session's).
+const QER_PACKETS: u8 = 32;
 
 impl Default for HotQer {
     fn default() -> Self {
@@ -825,6 +833,14 @@ impl<'r> HalfBuilder<'r> {
             flags |= if gate { QER_OPEN } else { 0 };
             flags |= if mbr.is_some() { QER_MBR } else { 0 };
             flags |= if c.rqi { QER_RQI } else { 0 };
+            let packets = c.packet_rates.as_ref().is_some_and(|r| {
+                if uplink {
+                    r.ul.is_some()
+                } else {
+                    r.dl.is_some()
+                }
+            });
+            flags |= if packets { QER_PACKETS } else { 0 };
             let mut gbr = NONE;
             if c.gbr.is_some() {
                 if gbrs == GBRS {
@@ -855,6 +871,9 @@ impl<'r> HalfBuilder<'r> {
                 };
                 if line.flags & QER_OPEN == 0 {
                     pdr.flags |= GATE_SHUT;
+                }
+                if line.flags & QER_PACKETS != 0 {
+                    pdr.flags |= PACKET_RATE;
                 }
                 if line.flags & QER_MBR != 0 {
                     pdr.police = bit(pdr.police, q)?;

@@ -16,7 +16,7 @@ use upf_rules::{
 
 impl Pipeline {
     /// Installs `session` (or replaces the one with its SEID). `share` is the number of
-    /// workers the session is spread over; its bit rates are divided by it.
+    /// workers the session is spread over; its bit and packet rates are divided by it.
     pub fn install_shared(
         &mut self,
         now: Instant,

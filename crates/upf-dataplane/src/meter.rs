@@ -1,5 +1,5 @@
-//! Token buckets for QER maximum bit rates (TS 29.244 §5.4.2, TS 23.501 §5.7.2.5) and for
-//! rate-limiting what the data path generates. `now` is always a parameter.
+//! Token buckets for QER maximum bit rates (TS 29.244 §5.4.2, TS 23.501 §5.7.2.5) and packet
+//! rates (§8.2.68), and for rate-limiting what the data path generates. `now` is always a parameter.
 
 use std::time::{Duration, Instant};
 
@@ -127,6 +127,74 @@ impl Fill {
             .backlog
             .saturating_add(bits.saturating_mul(r.cost))
             .min(r.depth);
+    }
+}
+
+/// A token bucket for packets, for a QER's Packet Rate (TS 29.244 §8.2.68: at most N packets
+/// per minute, 6 minutes, hour, day or week, each direction on its own). Kept as a backlog in
+/// time like [`TokenBucket`], but in whole nanoseconds: a week's depth (6e14 ns) is past what
+/// that bucket's fine ticks hold, and a packet's cost here (the time unit over N, at least
+/// 60 s / 65,535 = 0.9 ms) needs no fraction (rounded up, it is off by less than 1e-6). Full at
+/// the start: N packets pass at once, then one each time unit / N, and never more than N are
+/// held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketBucket {
+    /// Nanoseconds one packet takes at the rate, rounded up (never faster than the rate).
+    cost: u64,
+    /// The packets it holds times `cost`: the most backlog a packet may leave.
+    depth: u64,
+    /// Nanoseconds until the bucket is full again.
+    backlog: u64,
+    /// The pipeline's clock at the last drain.
+    last: u64,
+}
+
+impl PacketBucket {
+    /// `packets` per `per_s` seconds, of which this worker polices one `share`-th (a session
+    /// spread over `share` workers): the rate divided, and the packets held too but at least
+    /// one, so that every worker passes something (their bursts together are then at most
+    /// `max(packets, share)`). No packets: nothing passes.
+    pub fn new(now: u64, packets: u16, per_s: u32, share: u32) -> Self {
+        let share = share.max(1);
+        let unit = u128::from(per_s.max(1)) * NS_PER_S * u128::from(share);
+        let (cost, held) = match packets {
+            0 => (u64::MAX, 0),
+            n => (
+                u64::try_from(unit.div_ceil(u128::from(n))).unwrap_or(u64::MAX),
+                (u64::from(n) / u64::from(share)).max(1),
+            ),
+        };
+        Self {
+            cost,
+            depth: held.saturating_mul(cost),
+            backlog: 0,
+            last: now,
+        }
+    }
+
+    /// Whether one more packet fits now (draining first); does not take it.
+    #[inline]
+    pub fn conforms(&mut self, now: u64) -> bool {
+        self.backlog = self.backlog.saturating_sub(now.saturating_sub(self.last));
+        self.last = self.last.max(now);
+        self.backlog.saturating_add(self.cost) <= self.depth
+    }
+
+    /// Takes one packet (after [`PacketBucket::conforms`] said it fits).
+    #[inline]
+    pub fn take(&mut self) {
+        self.backlog = self.backlog.saturating_add(self.cost).min(self.depth);
+    }
+
+    /// Takes the rate and depth of `other` (a modified QER), keeping the packets this bucket
+    /// has left (with the part of the next one refilled so far), at most the new depth.
+    pub fn set_rate_from(&mut self, other: &PacketBucket) {
+        let left = u128::from(self.depth - self.backlog.min(self.depth));
+        let left = left * u128::from(other.cost) / u128::from(self.cost.max(1));
+        let left = u64::try_from(left).unwrap_or(u64::MAX).min(other.depth);
+        self.cost = other.cost;
+        self.depth = other.depth;
+        self.backlog = other.depth - left;
     }
 }
 
@@ -283,6 +351,96 @@ mod tests {
                 .min(400 * u128::from(size));
             let slack = want / 100 + u128::from(size);
             proptest::prop_assert!(sent + slack >= want && sent <= want + slack, "{sent} vs {want}");
+        }
+    }
+
+    /// Conforms and takes one packet at `now` (ns).
+    fn pass(b: &mut PacketBucket, now: u64) -> bool {
+        let ok = b.conforms(now);
+        if ok {
+            b.take();
+        }
+        ok
+    }
+
+    const MINUTE: u64 = 60_000_000_000;
+
+    #[test]
+    fn packet_rate_passes_n_then_one_each_unit_over_n() {
+        // 6 a minute: 6 at once, then one each 10 s, never more than 6 held.
+        let mut b = PacketBucket::new(0, 6, 60, 1);
+        assert_eq!((0..10).filter(|_| pass(&mut b, 0)).count(), 6);
+        assert!(!pass(&mut b, MINUTE / 6 - 1));
+        assert!(pass(&mut b, MINUTE / 6));
+        assert!(!pass(&mut b, MINUTE / 6));
+        assert_eq!((0..10).filter(|_| pass(&mut b, 100 * MINUTE)).count(), 6);
+    }
+
+    #[test]
+    fn packet_rate_over_a_week_and_none() {
+        // 2 a week: the depth (a week of nanoseconds) fits.
+        let week = 604_800 * 1_000_000_000;
+        let mut b = PacketBucket::new(0, 2, 604_800, 1);
+        assert!(pass(&mut b, 0) && pass(&mut b, 0) && !pass(&mut b, 0));
+        assert!(!pass(&mut b, week / 2 - 1));
+        assert!(pass(&mut b, week / 2));
+        let mut none = PacketBucket::new(0, 0, 60, 1);
+        assert!(!pass(&mut none, 0) && !pass(&mut none, u64::MAX));
+    }
+
+    #[test]
+    fn packet_rate_split_between_workers() {
+        // 10 a minute over 2 workers: 5 each at once, then one each 12 s each.
+        let mut b = PacketBucket::new(0, 10, 60, 2);
+        assert_eq!((0..10).filter(|_| pass(&mut b, 0)).count(), 5);
+        assert!(!pass(&mut b, MINUTE / 5 - 1));
+        assert!(pass(&mut b, MINUTE / 5));
+        // 1 a minute over 4 workers: each still passes one, then one each 4 minutes.
+        let mut b = PacketBucket::new(0, 1, 60, 4);
+        assert!(pass(&mut b, 0) && !pass(&mut b, 0));
+        assert!(!pass(&mut b, 4 * MINUTE - 1));
+        assert!(pass(&mut b, 4 * MINUTE));
+    }
+
+    #[test]
+    fn a_new_packet_rate_keeps_the_packets_left() {
+        let mut b = PacketBucket::new(0, 10, 60, 1);
+        assert_eq!((0..4).filter(|_| pass(&mut b, 0)).count(), 4);
+        // 6 left; at 100 a minute still 6, refilled at the new rate (one each 0.6 s).
+        b.set_rate_from(&PacketBucket::new(0, 100, 60, 1));
+        assert_eq!((0..10).filter(|_| pass(&mut b, 0)).count(), 6);
+        assert!(!pass(&mut b, MINUTE / 100 - 1));
+        assert!(pass(&mut b, MINUTE / 100));
+        // At 3 a minute the bucket holds 3, not more.
+        b.set_rate_from(&PacketBucket::new(0, 3, 60, 1));
+        assert_eq!((0..10).filter(|_| pass(&mut b, 10 * MINUTE)).count(), 3);
+        // From none to some: empty, refilling at the new rate.
+        let mut b = PacketBucket::new(0, 0, 60, 1);
+        b.set_rate_from(&PacketBucket::new(0, 2, 60, 1));
+        assert!(!pass(&mut b, 0));
+        assert!(pass(&mut b, MINUTE / 2));
+    }
+
+    proptest::proptest! {
+        /// Over any run of packets, a packet bucket passes at most its packets plus what its
+        /// rate earned in the time.
+        #[test]
+        fn packet_rate_holds(
+            packets in 1u16..100,
+            per_s in proptest::sample::select(vec![60u32, 360, 3600]),
+            gaps in proptest::collection::vec(0u64..2_000_000_000, 1..400),
+        ) {
+            let mut b = PacketBucket::new(0, packets, per_s, 1);
+            let (mut now, mut sent) = (0u64, 0u128);
+            for g in &gaps {
+                now += g;
+                if pass(&mut b, now) {
+                    sent += 1;
+                }
+            }
+            let unit = u128::from(per_s) * 1_000_000_000;
+            let earned = u128::from(now) * u128::from(packets) / unit;
+            proptest::prop_assert!(sent <= u128::from(packets) + earned, "{sent}");
         }
     }
 

@@ -5,7 +5,7 @@
 use crate::fast::Template;
 use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
-use crate::meter::{TokenBucket, DEFAULT_WINDOW};
+use crate::meter::{PacketBucket, TokenBucket, DEFAULT_WINDOW};
 use crate::usage::UrrState;
 use crate::LocalAddrs;
 use smallvec::SmallVec;
@@ -55,6 +55,9 @@ pub(crate) struct CPdr {
     pub far: Option<u16>,
     pub qers: SmallVec<[u16; 2]>,
     pub urrs: SmallVec<[u16; 2]>,
+    /// One of its QERs has a packet rate in its direction: the one test the packets of
+    /// other PDRs pay for packet rates.
+    pub packet_rate: bool,
     /// The UE addresses and routes: the downlink table's keys, and the slow form's match.
     ue: Option<UeMatch>,
     framed: Vec<Prefix>,
@@ -169,6 +172,13 @@ pub(crate) struct CFar {
     pub notified: bool,
 }
 
+/// A QER's packet-rate buckets, per direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PacketRates {
+    pub ul: Option<PacketBucket>,
+    pub dl: Option<PacketBucket>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct QerState {
     pub id: QerId,
@@ -176,6 +186,10 @@ pub(crate) struct QerState {
     pub gate_dl: bool,
     pub mbr_ul: Option<TokenBucket>,
     pub mbr_dl: Option<TokenBucket>,
+    /// Packet Rate buckets (§8.2.68), boxed: a QER without them keeps 8 octets for them.
+    /// Always the compiled session's, also while it is hot: the hot path comes here for the
+    /// PDRs that have one.
+    pub packet_rates: Option<Box<PacketRates>>,
     /// Octets sent within the guaranteed bit rate (accounting only).
     pub gbr: Option<(u64, u64)>,
     pub gbr_bytes: u64,
@@ -192,12 +206,25 @@ impl QerState {
         let bucket = |kbps: u64| {
             (kbps > 0).then(|| TokenBucket::new(now, kbps * 1000 / u64::from(share), window))
         };
+        let packets = |rate: Option<(u16, u32)>| {
+            rate.map(|(n, per_s)| PacketBucket::new(now, n, per_s, share))
+        };
+        let packet_rates = q
+            .packet_rate
+            .filter(|r| r.uplink.is_some() || r.downlink.is_some())
+            .map(|r| {
+                Box::new(PacketRates {
+                    ul: packets(r.uplink),
+                    dl: packets(r.downlink),
+                })
+            });
         Self {
             id: q.id,
             gate_ul: q.gate_uplink == Gate::Open,
             gate_dl: q.gate_downlink == Gate::Open,
             mbr_ul: q.mbr.and_then(|m| bucket(m.uplink_kbps)),
             mbr_dl: q.mbr.and_then(|m| bucket(m.downlink_kbps)),
+            packet_rates,
             gbr: q.gbr.map(|g| (g.uplink_kbps, g.downlink_kbps)),
             gbr_bytes: 0,
             qfi: q.qfi.map(|q| q.0),
@@ -216,9 +243,29 @@ impl QerState {
         }
     }
 
+    /// The packet-rate bucket of the packet's direction, if the QER has one.
+    #[inline(always)]
+    pub fn packets(&mut self, uplink: bool) -> Option<&mut PacketBucket> {
+        let r = self.packet_rates.as_deref_mut()?;
+        if uplink {
+            r.ul.as_mut()
+        } else {
+            r.dl.as_mut()
+        }
+    }
+
     /// Keeps the buckets' fill level across a modification.
     fn carry(&mut self, old: &QerState) {
         self.gbr_bytes = old.gbr_bytes;
+        if let (Some(new), Some(old)) = (&mut self.packet_rates, &old.packet_rates) {
+            for (new, old) in [(&mut new.ul, &old.ul), (&mut new.dl, &old.dl)] {
+                if let (Some(n), Some(o)) = (new.as_mut(), old) {
+                    let mut keep = *o;
+                    keep.set_rate_from(n);
+                    *n = keep;
+                }
+            }
+        }
         for (new, old) in [
             (&mut self.mbr_ul, &old.mbr_ul),
             (&mut self.mbr_dl, &old.mbr_dl),
@@ -258,7 +305,8 @@ pub(crate) struct CompileEnv<'a> {
     pub n3: &'a LocalAddrs,
     pub n9: &'a LocalAddrs,
     pub buffer_packets: usize,
-    /// Number of workers the session is spread over: its bit rates are divided by it.
+    /// Number of workers the session is spread over: its bit and packet rates are divided by
+    /// it.
     pub share: u32,
     pub outer_ttl: u8,
     /// `now` on the pipeline's clock (nanoseconds since its epoch), for the meters.
@@ -500,11 +548,22 @@ fn compile_pdr(
         })
         .and_then(slot)
     };
-    let qers = p
+    let qers: SmallVec<[u16; 2]> = p
         .qers
         .iter()
         .map(|id| rule_slot(s.qers.iter().position(|q| q.id == *id), "QER"))
         .collect::<Result<_, _>>()?;
+    let from_ue = pdi.packets_leave_ue();
+    let packet_rate = qers.iter().any(|&q| {
+        let rate = s.qers.get(usize::from(q)).and_then(|q| q.packet_rate);
+        rate.is_some_and(|r| {
+            if from_ue {
+                r.uplink.is_some()
+            } else {
+                r.downlink.is_some()
+            }
+        })
+    });
     let urrs = p
         .urrs
         .iter()
@@ -546,11 +605,12 @@ fn compile_pdr(
         ue_is_destination: ue.as_ref().is_some_and(|u| u.is_destination),
         fast: fast.unwrap_or_default(),
         slow,
-        from_ue: pdi.packets_leave_ue(),
+        from_ue,
         strip,
         far,
         qers,
         urrs,
+        packet_rate,
         ue,
         framed,
     })

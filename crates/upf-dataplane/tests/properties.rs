@@ -788,15 +788,20 @@ fn pipeline_with_acl(now: Instant) -> Pipeline {
     Pipeline::new(now, cfg)
 }
 
-/// `session(pdrs)` with policing and charging: a session QER with a tight MBR on every PDR, a
-/// per-PDR QER (gate closed on PDR 3, QFI marking) and URRs with low thresholds, a quota and
+/// `session(pdrs)` with policing and charging: a session QER with a tight MBR on every PDR
+/// (and `packets` a minute each way, if some), a per-PDR QER (gate closed on PDR 3, QFI
+/// marking, on PDR 2 half the packets uplink only) and URRs with low thresholds, a quota and
 /// START, so that the hot records' budgets run out and their exact checks fire.
-fn charged_session(pdrs: &[GenPdr], mbr_kbps: u64, quota: u64) -> Session {
+fn charged_session(pdrs: &[GenPdr], mbr_kbps: u64, quota: u64, packets: Option<u16>) -> Session {
     let mut s = session(pdrs);
     let mut ambr = Qer::open(QerId(100));
     ambr.mbr = Some(Bitrate {
         uplink_kbps: mbr_kbps,
         downlink_kbps: mbr_kbps,
+    });
+    ambr.packet_rate = packets.map(|n| PacketRate {
+        uplink: Some((n, 60)),
+        downlink: Some((n, 60)),
     });
     s.qers.push(ambr);
     let mut u1 = Urr::new(UrrId(1));
@@ -827,6 +832,12 @@ fn charged_session(pdrs: &[GenPdr], mbr_kbps: u64, quota: u64) -> Session {
         if id == 3 {
             q.gate_uplink = Gate::Closed;
         }
+        if id == 2 {
+            q.packet_rate = packets.map(|n| PacketRate {
+                uplink: Some((n / 2, 60)),
+                downlink: None,
+            });
+        }
         q.gbr = Some(Bitrate {
             uplink_kbps: 1,
             downlink_kbps: 1,
@@ -853,7 +864,7 @@ fn a_plain_session_gets_a_hot_record() {
         qfis: vec![],
         precedence: 10,
     };
-    let s = charged_session(&[pdr(Some(1), false), pdr(None, true)], 64, 2000);
+    let s = charged_session(&[pdr(Some(1), false), pdr(None, true)], 64, 2000, Some(5));
     let mut p = pipeline(t0);
     p.install(t0, Arc::new(s), InstallFlags::default()).unwrap();
     assert_eq!(p.cold_sessions(), 0);
@@ -1060,10 +1071,13 @@ proptest! {
         pkts in prop::collection::vec((gen_pkt(), 0u64..3_000_000), 1..40),
         mbr_kbps in select(vec![8u64, 64, 1_000_000]),
         quota in select(vec![200u64, 2_000, 1 << 40]),
+        packets in select(vec![None, Some(0u16), Some(3), Some(20)]),
         query_at in 0usize..40,
+        // Once, 25 s pass: a packet rate of 3 a minute gives one packet back.
+        jump_at in 0usize..60,
     ) {
         let t0 = Instant::now();
-        let s = Arc::new(charged_session(&pdrs, mbr_kbps, quota));
+        let s = Arc::new(charged_session(&pdrs, mbr_kbps, quota, packets));
         let mut hot = pipeline_with_acl(t0);
         let mut cold = pipeline_with_acl(t0);
         cold.set_hot_records(false);
@@ -1077,6 +1091,9 @@ proptest! {
         };
         for (k, (g, dt)) in pkts.iter().enumerate() {
             now += Duration::from_nanos(*dt);
+            if k == jump_at {
+                now += Duration::from_secs(25);
+            }
             let pkt = match g {
                 GenPkt::Gtp { teid, qfi, inner } => gpdu(*teid, *qfi, &inner.bytes()),
                 GenPkt::N6(inner) => n6(&inner.bytes()),

@@ -1,5 +1,6 @@
 //! QERs through the real agent: gates per direction, MBR policing measured over 10 s of
-//! virtual time, and a session AMBR (one QER shared by two QoS flows).
+//! virtual time, a session AMBR (one QER shared by two QoS flows), and packet rates (on the
+//! hot path and the general one).
 
 mod common;
 use common::*;
@@ -180,4 +181,195 @@ fn session_ambr_shared_by_two_qos_flows_holds_their_sum() {
     let share = q5 as f64 / (q5 + q9) as f64;
     assert!((0.4..=0.6).contains(&share), "flow 5 got {share}");
     assert_balanced(&mut r);
+}
+
+// ---- Packet Rate (TS 29.244 §8.2.68) ---------------------------------------------------------
+
+/// A Packet Rate of `n` packets per `unit` (a §8.2.68 time unit: 0 minute, 1 six minutes…)
+/// in each direction given.
+fn packet_rate(ul: Option<(u16, u8)>, dl: Option<(u16, u8)>) -> PacketRate {
+    let limit = |(max_packets, time_unit)| PacketRateLimit {
+        time_unit,
+        max_packets,
+    };
+    PacketRate {
+        uplink: ul.map(limit),
+        downlink: dl.map(limit),
+        ..Default::default()
+    }
+}
+
+const MINUTE: u8 = PacketRateLimit::TIME_UNIT_MINUTE;
+const SIX_MINUTES: u8 = PacketRateLimit::TIME_UNIT_6_MINUTES;
+
+/// A rig whose session has QER 1 (on both PDRs) with `rate`, on the hot path or, with
+/// `hot` false, the general one; returns it with the session's SEID and uplink TEID.
+fn rated(hot: bool, rate: PacketRate) -> (Rig, u64, u32) {
+    let mut r = Rig::new();
+    r.dp().set_hot_records(hot);
+    let mut req = simple_session(UE, 0xabcd);
+    let mut q = smf::create_qer(1, None, Some(9));
+    q.packet_rate = Some(rate);
+    req.create_qers = [q].into_iter().collect();
+    let (seid, resp) = r.establish(req);
+    assert_eq!(r.dp().cold_sessions(), usize::from(!hot));
+    let teid = local_teid(&resp);
+    (r, seid, teid)
+}
+
+/// Offers `n` uplink packets now; returns how many were forwarded.
+fn ul(r: &mut Rig, teid: u32, n: usize) -> usize {
+    r.send((0..n).map(|_| gpdu(teid, Some(9), &up(53))).collect())
+        .len()
+}
+
+/// Offers `n` downlink packets now; returns how many were forwarded.
+fn dl(r: &mut Rig, n: usize) -> usize {
+    r.send((0..n).map(|_| n6(&down(53))).collect()).len()
+}
+
+fn rate_drops(r: &mut Rig) -> u64 {
+    r.dp().counters().dropped(DropReason::PacketRateExceeded)
+}
+
+#[test]
+fn packet_rate_passes_n_then_drops_and_refills() {
+    for hot in [true, false] {
+        // 6 uplink packets a minute: 6 at once, then one each 10 s, never more than 6 held.
+        let (mut r, _, teid) = rated(hot, packet_rate(Some((6, MINUTE)), None));
+        assert_eq!(ul(&mut r, teid, 10), 6, "hot {hot}");
+        assert_eq!(rate_drops(&mut r), 4);
+        r.now += Duration::from_millis(9_999);
+        assert_eq!(ul(&mut r, teid, 3), 0, "hot {hot}: early");
+        r.now += Duration::from_millis(1);
+        assert_eq!(ul(&mut r, teid, 3), 1, "hot {hot}: one after 10 s");
+        r.now += Duration::from_secs(600);
+        assert_eq!(ul(&mut r, teid, 10), 6, "hot {hot}: full, not over-full");
+        // At 6 a minute offered one each 5 s for 10 minutes: half pass (and the bucket's
+        // 6 to begin with, spent above, do not come back).
+        let mut sent = 0;
+        for _ in 0..120 {
+            r.now += Duration::from_secs(5);
+            sent += ul(&mut r, teid, 1);
+        }
+        assert_eq!(sent, 60, "hot {hot}");
+        assert_eq!(rate_drops(&mut r), 4 + 3 + 2 + 4 + 60);
+        // Dropped packets were not counted in usage: the URR saw what was forwarded.
+        assert_balanced(&mut r);
+    }
+}
+
+#[test]
+fn packet_rates_of_uplink_and_downlink_are_independent() {
+    for hot in [true, false] {
+        // 3 a minute uplink, 5 every 6 minutes downlink.
+        let (mut r, _, teid) = rated(hot, packet_rate(Some((3, MINUTE)), Some((5, SIX_MINUTES))));
+        assert_eq!(ul(&mut r, teid, 5), 3, "hot {hot}");
+        // The uplink's bucket is empty; the downlink's is full.
+        assert_eq!(dl(&mut r, 7), 5, "hot {hot}");
+        assert_eq!(ul(&mut r, teid, 1), 0, "hot {hot}");
+        // 20 s: one uplink packet back; a downlink one needs 72 s.
+        r.now += Duration::from_secs(20);
+        assert_eq!((ul(&mut r, teid, 2), dl(&mut r, 2)), (1, 0), "hot {hot}");
+        r.now += Duration::from_secs(52);
+        assert_eq!((ul(&mut r, teid, 5), dl(&mut r, 2)), (2, 1), "hot {hot}");
+        assert_balanced(&mut r);
+
+        // A rate in one direction only leaves the other alone.
+        let (mut r, _, teid) = rated(hot, packet_rate(Some((2, MINUTE)), None));
+        assert_eq!((ul(&mut r, teid, 4), dl(&mut r, 50)), (2, 50), "hot {hot}");
+        let (mut r, _, teid) = rated(hot, packet_rate(None, Some((2, MINUTE))));
+        assert_eq!((ul(&mut r, teid, 50), dl(&mut r, 4)), (50, 2), "hot {hot}");
+        assert_eq!(rate_drops(&mut r), 2);
+    }
+}
+
+#[test]
+fn a_packet_dropped_by_one_qer_takes_nothing_from_the_others() {
+    for hot in [true, false] {
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut req = simple_session(UE, 0xabcd);
+        let mut pdrs: Vec<CreatePdr> = req.create_pdrs.iter().cloned().collect();
+        // PDR 1 (QoS flow 9): the session's QER 1 and the flow's QER 2; PDR 3 (QoS flow 5,
+        // on the same F-TEID): QER 1 only.
+        pdrs[0].qer_ids = [QerId(1), QerId(2)].into_iter().collect();
+        let mut flow5 = pdrs[0].clone();
+        flow5.pdr_id = PdrId(3);
+        flow5.precedence = Precedence(50);
+        flow5.pdi.qfis = [Qfi(5)].into_iter().collect();
+        flow5.qer_ids = [QerId(1)].into_iter().collect();
+        pdrs.push(flow5);
+        req.create_pdrs = pdrs.into_iter().collect();
+        // QER 1: 4 a minute. QER 2: 2 a minute, and an MBR whose bucket holds 1.5 packets
+        // of 1000 octets and refills in 12 ms.
+        let mut q1 = smf::create_qer(1, None, Some(9));
+        q1.packet_rate = Some(packet_rate(Some((4, MINUTE)), None));
+        let mut q2 = smf::create_qer(2, Some((1_000, 1_000)), None);
+        q2.packet_rate = Some(packet_rate(Some((2, MINUTE)), None));
+        q2.averaging_window = Some(AveragingWindow(0));
+        req.create_qers = [q1, q2].into_iter().collect();
+        let (_, resp) = r.establish(req);
+        assert_eq!(r.dp().cold_sessions(), usize::from(!hot));
+        let teid = local_teid(&resp);
+        let flow = |r: &mut Rig, qfi: u8, n: usize| {
+            r.send((0..n).map(|_| gpdu(teid, Some(qfi), &up(53))).collect())
+                .len()
+        };
+        // One passes, one is dropped for the MBR: it takes no packet from either rate.
+        assert_eq!(flow(&mut r, 9, 2), 1, "hot {hot}");
+        assert_eq!(r.dp().counters().dropped(DropReason::MbrExceeded), 1);
+        r.now += Duration::from_millis(20);
+        assert_eq!(flow(&mut r, 9, 1), 1, "hot {hot}: QER 2's second packet");
+        // QER 2 has none left; the packet it drops takes none from QER 1 ...
+        r.now += Duration::from_millis(20);
+        assert_eq!(flow(&mut r, 9, 1), 0, "hot {hot}");
+        assert_eq!(rate_drops(&mut r), 1);
+        // ... whose 2 left pass on flow 5.
+        r.now += Duration::from_millis(20);
+        assert_eq!(flow(&mut r, 5, 3), 2, "hot {hot}");
+        assert_eq!(rate_drops(&mut r), 2);
+        assert_balanced(&mut r);
+    }
+}
+
+#[test]
+fn an_update_qer_changes_the_packet_rate_keeping_what_is_left() {
+    let update = |rate: PacketRate| SessionModificationRequest {
+        update_qers: [UpdateQer {
+            qer_id: QerId(1),
+            packet_rate: Some(rate),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    for hot in [true, false] {
+        let (mut r, seid, teid) = rated(hot, packet_rate(Some((10, MINUTE)), None));
+        assert_eq!(ul(&mut r, teid, 4), 4, "hot {hot}");
+        // 100 a minute: the 6 left are still there, and refill at the new rate.
+        let m = update(packet_rate(Some((100, MINUTE)), None));
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        assert_eq!(r.dp().cold_sessions(), usize::from(!hot));
+        assert_eq!(ul(&mut r, teid, 10), 6, "hot {hot}");
+        r.now += Duration::from_millis(600);
+        assert_eq!(ul(&mut r, teid, 3), 1, "hot {hot}: one each 0.6 s");
+        // 2 a minute: the bucket holds 2, however long it waited.
+        let m = update(packet_rate(Some((2, MINUTE)), None));
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        r.now += Duration::from_secs(3600);
+        assert_eq!(ul(&mut r, teid, 10), 2, "hot {hot}");
+        // A packet rate given to the downlink by an update applies at once.
+        assert_eq!(dl(&mut r, 10), 10, "hot {hot}");
+        let m = update(packet_rate(Some((2, MINUTE)), Some((3, MINUTE))));
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        assert_eq!(dl(&mut r, 10), 3, "hot {hot}");
+        assert_eq!(
+            ul(&mut r, teid, 1),
+            0,
+            "hot {hot}: the uplink kept its state"
+        );
+        assert_balanced(&mut r);
+    }
 }

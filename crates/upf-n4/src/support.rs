@@ -238,8 +238,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateQer, 26, Enforced("crates/upf-dataplane/tests/qer.rs::mbr_holds_each_direction_to_its_rate_after_the_burst")),
         ie(CreateQer, 27, Pending("GBR is counted, not guaranteed (issue #28)")),
 
-        ie(CreateQer, 94, Refused(NOT_SUPPORTED, "packet rates are not enforced yet (issue #26 §4)")),
-
+        ie(CreateQer, 94, Enforced("crates/upf-dataplane/tests/qer.rs::packet_rate_passes_n_then_drops_and_refills")),
         ie(CreateQer, 124, Enforced("crates/upf-dataplane/tests/scenario.rs::downlink_psc_carries_the_qers_qfi_rqi_and_ppi")),
         ie(CreateQer, 123, Enforced("crates/upf-dataplane/tests/scenario.rs::downlink_psc_carries_the_qers_qfi_rqi_and_ppi")),
         ie(CreateQer, 158, Enforced("crates/upf-dataplane/tests/scenario.rs::downlink_psc_carries_the_qers_qfi_rqi_and_ppi")),
@@ -251,8 +250,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateQer, 26, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateQer, 27, Pending("GBR is counted, not guaranteed (issue #28)")),
 
-        ie(UpdateQer, 94, Refused(NOT_SUPPORTED, "packet rates are not enforced yet (issue #26 §4)")),
-
+        ie(UpdateQer, 94, Enforced("crates/upf-dataplane/tests/qer.rs::an_update_qer_changes_the_packet_rate_keeping_what_is_left")),
         ie(UpdateQer, 124, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateQer, 123, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateQer, 158, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
@@ -544,12 +542,32 @@ pub(crate) fn update_far(u: &p::UpdateFar) -> Result<(), Reject> {
 }
 
 pub(crate) fn create_qer(c: &p::CreateQer) -> Result<(), Reject> {
-    check_group(Group::CreateQer, |f| c.for_each_present(f))
+    check_group(Group::CreateQer, |f| c.for_each_present(f))?;
+    check_packet_rate(c.packet_rate)
 }
 
 pub(crate) fn update_qer(u: &p::UpdateQer) -> Result<(), Reject> {
-    check_group(Group::UpdateQer, |f| u.for_each_present(f))
+    check_group(Group::UpdateQer, |f| u.for_each_present(f))?;
+    check_packet_rate(u.packet_rate)
 }
+
+/// Packet Rate (IE 94) is enforced, but not its additional rates (APRC, §8.2.68): they let
+/// exception reports (TS 23.401 §4.7.7.3) pass beyond the rate, and the data path cannot
+/// tell an exception report from any other packet.
+fn check_packet_rate(r: Option<p::PacketRate>) -> Result<(), Reject> {
+    match r {
+        Some(r) if r.additional_uplink.is_some() || r.additional_downlink.is_some() => {
+            Err(Reject::new(
+                NOT_SUPPORTED,
+                "additional packet rates for exception reports",
+            )
+            .ie(PACKET_RATE))
+        }
+        _ => Ok(()),
+    }
+}
+
+const PACKET_RATE: u16 = 94;
 
 pub(crate) fn create_urr(c: &p::CreateUrr) -> Result<(), Reject> {
     check_group(Group::CreateUrr, |f| c.for_each_present(f))?;

@@ -578,3 +578,59 @@ fn update_bar_in_a_report_response_applies_to_its_bar() {
         assert_eq!(bar_count(&s), want, "Update BAR of BAR {bar}");
     }
 }
+
+/// Packet Rate is enforced, but not its additional rates for exception reports (APRC): a
+/// Create or Update QER that carries them is refused with the Packet Rate as Offending IE,
+/// and nothing changes; one without them reaches the data path.
+#[test]
+fn packet_rates_with_additional_rates_for_exception_reports_are_refused() {
+    let limit = |max_packets| PacketRateLimit {
+        time_unit: PacketRateLimit::TIME_UNIT_HOUR,
+        max_packets,
+    };
+    let plain = PacketRate {
+        uplink: Some(limit(10)),
+        downlink: Some(limit(20)),
+        ..Default::default()
+    };
+    let aprc = PacketRate {
+        additional_uplink: Some(limit(2)),
+        additional_downlink: Some(limit(2)),
+        ..plain
+    };
+    let refused = (Cause::SERVICE_NOT_SUPPORTED, Some(OffendingIe(94)));
+
+    let mut s = Smf::associated();
+    let mut req = establishment(&mut s);
+    req.create_qers[0].packet_rate = Some(aprc);
+    let (_, resp) = s.establish_with(req);
+    assert_eq!((resp.cause, resp.offending_ie), refused);
+    assert_eq!(resp.failed_rule_id, Some(FailedRuleId::Qer(QerId(1))));
+    assert_eq!(s.agent.session_count(), 0);
+
+    let mut req = establishment(&mut s);
+    req.create_qers[0].packet_rate = Some(plain);
+    let (_, resp) = s.establish_with(req);
+    assert_eq!(resp.cause, Cause::REQUEST_ACCEPTED, "{resp:?}");
+    let seid = resp.up_f_seid.expect("an F-SEID").seid;
+    let rate = |s: &Smf| {
+        let ses = s.agent.datapath().session(Seid(seid)).expect("installed");
+        ses.qer(upf_rules::QerId(1)).unwrap().packet_rate
+    };
+    let want = upf_rules::PacketRate {
+        uplink: Some((10, 3600)),
+        downlink: Some((20, 3600)),
+    };
+    assert_eq!(rate(&s), Some(want));
+
+    let before = installed(&s, seid);
+    let mut m = smf::modification();
+    m.update_qers.push(UpdateQer {
+        qer_id: QerId(1),
+        packet_rate: Some(aprc),
+        ..Default::default()
+    });
+    let resp = s.modify(seid, m);
+    assert_eq!((resp.cause, resp.offending_ie), refused);
+    assert_eq!(installed(&s, seid), before);
+}

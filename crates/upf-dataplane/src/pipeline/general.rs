@@ -1,6 +1,6 @@
 //! The general path: the rules of a compiled session, whatever they hold.
 
-use super::steps::{duplicate, emit, forward, Is, Mark, Rules, Sink};
+use super::steps::{duplicate, emit, forward, take_packets, Is, Mark, Rules, Sink};
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::session::{CFar, QerState, Strip, Target};
@@ -108,6 +108,7 @@ impl Pipeline {
             pdr_qers,
             pdr_urrs,
             uplink: pdr.from_ue,
+            packet_rate: pdr.packet_rate,
             strips: pdr.strip == Strip::Gtpu,
             far,
             qers: &mut s.qers[..],
@@ -132,6 +133,8 @@ struct General<'a> {
     pdr_qers: &'a [u16],
     pdr_urrs: &'a [u16],
     uplink: bool,
+    /// [`crate::session::CPdr::packet_rate`]
+    packet_rate: bool,
     strips: bool,
     far: &'a CFar,
     qers: &'a mut [QerState],
@@ -193,6 +196,11 @@ impl Rules for General<'_> {
         self.pdr_urrs
             .iter()
             .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+    }
+
+    #[inline(always)]
+    fn take_packet(&mut self, clock: u64) -> bool {
+        !self.packet_rate || take_packets(self.qers, self.pdr_qers, self.uplink, clock)
     }
 
     #[inline(always)]

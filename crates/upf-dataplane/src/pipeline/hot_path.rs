@@ -1,14 +1,14 @@
 //! The hot path: sessions served from their hot record and shape ([`crate::hot`]), and
 //! the upkeep of those records.
 
-use super::steps::{admit, forward, psc_octet, write_v4, Is, Mark, Rules, Sink};
+use super::steps::{admit, forward, psc_octet, take_packets, write_v4, Is, Mark, Rules, Sink};
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::hot::{Fills, Half, Hot, HotPdr, HotUrr, Keys, COLD, EMPTY, HOT};
 use crate::hot::{FAR_ENCAP, FAR_FORW, FAR_TARGET, FAR_TO_ACCESS, FROM_UE, GATE_SHUT, STRIP};
-use crate::hot::{GBRS, MARK_QFI, MARK_RQI, QERS, URRS};
+use crate::hot::{GBRS, MARK_QFI, MARK_RQI, NONE, PACKET_RATE, QERS, URRS};
 use crate::parse::flow_of;
-use crate::session::Target;
+use crate::session::{Compiled, Target};
 use std::time::Instant;
 use upf_packet::{Packet, Port};
 use upf_rules::DatapathEvent;
@@ -174,6 +174,7 @@ impl Pipeline {
         let Self {
             hot,
             shapes,
+            slots,
             counters,
             ident,
             ..
@@ -194,6 +195,8 @@ impl Pipeline {
             urrs,
             clock1,
             spent: 0,
+            slots,
+            slot,
         };
         let sink = Sink {
             out,
@@ -257,6 +260,31 @@ struct HotRules<'a> {
     clock1: u64,
     /// The URR lines whose budget this packet spent, a bit each.
     spent: u8,
+    /// The compiled sessions, and this one's slot: where its packet-rate buckets are.
+    slots: &'a mut [Option<Compiled>],
+    slot: u32,
+}
+
+impl HotRules<'_> {
+    /// [`Rules::take_packet`] of a PDR with a packet rate: the buckets of its QERs in the
+    /// compiled session (out of line).
+    #[cold]
+    #[inline(never)]
+    fn take_packet_slow(&mut self, clock: u64) -> bool {
+        let Some(Some(s)) = self.slots.get_mut(self.slot as usize) else {
+            return false;
+        };
+        let mut which = [0u16; 2];
+        let mut n = 0;
+        for &q in &self.pdr.qers {
+            if let Some(line) = self.half.qers.get(usize::from(q)).filter(|_| q != NONE) {
+                which[n] = u16::from(line.qer);
+                n += 1;
+            }
+        }
+        let uplink = self.pdr.flags & FROM_UE != 0;
+        take_packets(&mut s.qers, &which[..n], uplink, clock)
+    }
 }
 
 impl Rules for HotRules<'_> {
@@ -302,6 +330,11 @@ impl Rules for HotRules<'_> {
             }
         }
         false
+    }
+
+    #[inline(always)]
+    fn take_packet(&mut self, clock: u64) -> bool {
+        self.pdr.flags & PACKET_RATE == 0 || self.take_packet_slow(clock)
     }
 
     #[inline(always)]

@@ -7,7 +7,7 @@ use crate::acl::AclAction;
 use crate::counters::{Counters, DropReason};
 use crate::fast::{Template, Tunnel};
 use crate::parse::route_hop;
-use crate::session::Target;
+use crate::session::{QerState, Target};
 use upf_packet::{Packet, Port};
 use upf_wire::encap::{encapsulate_gtpu_v4, encapsulate_gtpu_v6, EncapV4, EncapV6, GtpuTunnel};
 use upf_wire::ext::PduSessionContainer;
@@ -46,6 +46,10 @@ pub(super) trait Rules {
     fn conforms(&mut self, clock: u64, bits: u64) -> bool;
     /// A URR of the PDR has exhausted its quota.
     fn exhausted(&self) -> bool;
+    /// Takes one packet from every packet-rate bucket of the PDR's QERs in the packet's
+    /// direction if each has room; `false`, nothing taken, if one has none. A PDR without
+    /// a packet rate answers `true` at the cost of one test.
+    fn take_packet(&mut self, clock: u64) -> bool;
     /// Takes `bits` from every MBR bucket and adds `octets` to every GBR count.
     fn charge(&mut self, bits: u64, octets: u64);
     /// Counts the packet in every URR of the PDR (a report, or the exact check, as each
@@ -124,6 +128,11 @@ pub(super) fn forward<R: Rules>(
     if r.exhausted() {
         return drop_to(k.out, k.counters, p, DropReason::QuotaExhausted);
     }
+    // The packet rates last, as they take the packet at once: a packet dropped for the
+    // MBR or the quota counts against no packet rate, and one dropped here takes no MBR.
+    if !r.take_packet(k.clock) {
+        return drop_to(k.out, k.counters, p, DropReason::PacketRateExceeded);
+    }
     r.charge(bits, octets);
     r.count(octets, r.is(Is::Uplink));
     let marks = r.marks();
@@ -146,6 +155,27 @@ pub(super) fn forward<R: Rules>(
     }
     k.counters.tx(p.port(), p.len());
     Some(p)
+}
+
+/// [`Rules::take_packet`] over the QERs `which` (slots in `qers`) of a PDR with a packet
+/// rate, in direction `uplink`: every bucket is asked before any is taken. Out of line: a
+/// packet rate is at most 65,535 packets a minute, so the packets that come here are few.
+#[cold]
+#[inline(never)]
+pub(super) fn take_packets(qers: &mut [QerState], which: &[u16], uplink: bool, clock: u64) -> bool {
+    for &q in which {
+        if let Some(b) = qers.get_mut(usize::from(q)).and_then(|q| q.packets(uplink)) {
+            if !b.conforms(clock) {
+                return false;
+            }
+        }
+    }
+    for &q in which {
+        if let Some(b) = qers.get_mut(usize::from(q)).and_then(|q| q.packets(uplink)) {
+            b.take();
+        }
+    }
+    true
 }
 
 /// The outer ECN of a tunnel around the IP packet `ip`: RFC 6040 normal mode copies the
