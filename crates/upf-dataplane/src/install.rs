@@ -251,7 +251,12 @@ impl Pipeline {
         let Some(s) = self.slots[slot as usize].as_ref() else {
             return;
         };
-        let urr = s.urrs.iter().filter_map(|u| u.deadline()).min();
+        let urr = s
+            .urrs
+            .iter()
+            .filter_map(|u| u.deadline())
+            .chain(s.delayed_report.as_ref().map(|(at, _, _)| *at))
+            .min();
         // Once reported, the idle deadline lies in the past: arming it again would make
         // handle_timeout fire it forever (handle_timeout re-checks every period instead).
         let idle = s
@@ -308,6 +313,20 @@ impl Pipeline {
                 if let Some(t) = u.due(now) {
                     self.events
                         .push_back(DatapathEvent::Usage(u.report(now, seid, t)));
+                }
+            }
+            if s.delayed_report
+                .as_ref()
+                .is_some_and(|(at, _, _)| *at <= now)
+            {
+                if let Some((_, far, report)) = s.delayed_report.take() {
+                    let notify = ApplyAction::BUFF | ApplyAction::NOCP;
+                    if s.fars
+                        .iter()
+                        .any(|f| f.id == far && f.notified && f.action.contains(notify))
+                    {
+                        self.events.push_back(report);
+                    }
                 }
             }
             if let Some(t) = s.inactivity {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_packet::{Packet, Port};
 use upf_rules::{
-    ApplyAction, DatapathError, Far, FarId, Gate, Interface, OuterHeaderCreation,
+    ApplyAction, DatapathError, DatapathEvent, Far, FarId, Gate, Interface, OuterHeaderCreation,
     OuterHeaderRemoval, Pdr, PdrId, Qer, QerId, Seid, Session,
 };
 
@@ -297,6 +297,12 @@ pub(crate) struct Compiled {
     /// An Error Indication for one of its tunnels was reported since it was (re)installed:
     /// later ones are not (a peer sending them at line rate would queue a report each).
     pub error_indication_reported: bool,
+    /// The BAR's Downlink Data Notification Delay (§8.2.28).
+    pub notification_delay: Duration,
+    /// A Downlink Data Report held for that delay: when it is due, the FAR whose buffering
+    /// raised it, and the report. Sent only if that FAR still buffers and notifies then (a
+    /// FAR set to forward in the meantime, the UE having answered, cancels it).
+    pub delayed_report: Option<(Instant, FarId, DatapathEvent)>,
 }
 
 /// What compiling needs to know about this UPF.
@@ -366,6 +372,12 @@ impl Compiled {
             last_packet: now,
             inactive_reported: false,
             error_indication_reported: false,
+            notification_delay: Duration::from_millis(
+                s.bar
+                    .as_ref()
+                    .map_or(0, |b| u64::from(b.downlink_data_notification_delay_ms)),
+            ),
+            delayed_report: None,
             rules: s,
         })
     }
@@ -406,6 +418,10 @@ impl Compiled {
         }
         self.last_packet = old.last_packet;
         self.inactive_reported = old.inactive_reported;
+        self.delayed_report = old
+            .delayed_report
+            .take()
+            .filter(|(_, far, _)| self.fars.iter().any(|f| f.id == *far && f.notified));
         (gone_urrs, orphans)
     }
 

@@ -339,3 +339,47 @@ fn no_buffer_room_still_reports_downlink_data() {
     assert_eq!(r.dp().counters().dropped(DropReason::BufferFull), 1);
     assert_balanced(&mut r);
 }
+
+/// The BAR's Downlink Data Notification Delay (§8.2.28, units of 50 ms) holds the report
+/// back; a FAR set to forward within it (the UE answered) cancels it.
+#[test]
+fn the_bar_notification_delay_holds_the_report_back() {
+    use std::time::Duration;
+    let mut r = Rig::new();
+    let mut req = buffering(true, None);
+    req.create_bar
+        .as_mut()
+        .unwrap()
+        .downlink_data_notification_delay = Some(DownlinkDataNotificationDelay(4));
+    let (seid, _) = r.establish(req);
+    assert!(r.send(vec![n6(&down(0))]).is_empty());
+    assert!(r.reports().is_empty(), "held for 200 ms");
+    assert!(r.advance(Duration::from_millis(150)).is_empty());
+    assert!(r.send(vec![n6(&down(1))]).is_empty());
+    let reps = r.advance(Duration::from_millis(60));
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert!(reps[0].report_type.contains(ReportType::DLDR));
+    assert!(
+        r.advance(Duration::from_secs(1)).is_empty(),
+        "once a period"
+    );
+
+    // A new period, the FAR set to forward within the delay: nothing is reported.
+    accepted(
+        &mut r,
+        seid,
+        modification(vec![smf::update_far_to_gnb(2, 0xabcd, GNB)]),
+    );
+    assert_eq!(numbers_to_gnb(&r.send(vec![])), [0, 1]);
+    let buff_nocp = ApplyAction::BUFF | ApplyAction::NOCP;
+    accepted(&mut r, seid, modification(vec![set_action(2, buff_nocp)]));
+    assert!(r.send(vec![n6(&down(2))]).is_empty());
+    assert!(r.advance(Duration::from_millis(100)).is_empty());
+    accepted(
+        &mut r,
+        seid,
+        modification(vec![set_action(2, ApplyAction::FORW)]),
+    );
+    assert!(r.advance(Duration::from_millis(200)).is_empty());
+    assert_eq!(numbers_to_gnb(&r.send(vec![])), [2]);
+}

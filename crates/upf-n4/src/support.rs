@@ -320,15 +320,15 @@ pub static IES: &[IeRule] = &{
 
         // BAR (§7.5.2.6, §7.5.4.11, §7.5.9.2).
         ie(CreateBar, 88, Enforced("crates/upf-dataplane/tests/far.rs::buffer_overflow_is_buffer_full")),
-        ie(CreateBar, 46, Pending("the DL data notification delay is not applied (issue #26 §3)")),
+        ie(CreateBar, 46, Enforced("crates/upf-dataplane/tests/far.rs::the_bar_notification_delay_holds_the_report_back")),
 
         ie(CreateBar, 140, Enforced("crates/upf-dataplane/tests/far.rs::buffer_overflow_is_buffer_full")),
         ie(UpdateBarSessionModification, 88, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
-        ie(UpdateBarSessionModification, 46, Pending("the DL data notification delay is not applied (issue #26 §3)")),
+        ie(UpdateBarSessionModification, 46, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
 
         ie(UpdateBarSessionModification, 140, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateBarSessionReportResponse, 88, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
-        ie(UpdateBarSessionReportResponse, 46, Pending("the DL data notification delay is not applied (issue #26 §3)")),
+        ie(UpdateBarSessionReportResponse, 46, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
 
         ie(UpdateBarSessionReportResponse, 47, Pending("the DL buffering duration is not applied (issue #26 §3)")),
 

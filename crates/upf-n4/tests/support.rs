@@ -416,7 +416,7 @@ fn updates_reach_the_installed_session() {
     m.update_bar = Some(UpdateBarSessionModification {
         bar_id: BarId(1),
         suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(7)),
-        ..Default::default()
+        downlink_data_notification_delay: Some(DownlinkDataNotificationDelay(3)),
     });
     let r = s.modify(seid, m);
     assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
@@ -471,10 +471,9 @@ fn updates_reach_the_installed_session() {
     assert!(u.triggers.contains(ru::ReportingTriggers::PERIO));
     assert_eq!(u.measurement_period_s, Some(30));
     assert_eq!(u.volume_threshold.and_then(|v| v.total), Some(5_000));
-    assert_eq!(
-        ses.bar.as_ref().unwrap().suggested_buffering_packets,
-        Some(7)
-    );
+    let bar = ses.bar.as_ref().unwrap();
+    assert_eq!(bar.suggested_buffering_packets, Some(7));
+    assert_eq!(bar.downlink_data_notification_delay_ms, 150);
 }
 
 /// A usage report carries what the URR's Measurement Method asks for (§8.2.40).
@@ -551,9 +550,14 @@ fn update_bar_in_a_report_response_applies_to_its_bar() {
     let seid = s.establish_ok();
     let bar_count = |s: &Smf| {
         let ses = s.agent.datapath().session(Seid(seid)).unwrap().clone();
-        ses.bar.as_ref().unwrap().suggested_buffering_packets
+        let b = ses.bar.as_ref().unwrap();
+        (
+            b.suggested_buffering_packets,
+            b.downlink_data_notification_delay_ms,
+        )
     };
-    for (bar, want) in [(9, None), (1, Some(5))] {
+    // The establishment's BAR has a 100 ms delay (2 × 50 ms) and no count.
+    for (bar, want) in [(9, (None, 100)), (1, (Some(5), 300))] {
         s.agent
             .datapath_mut()
             .push_event(DatapathEvent::DownlinkData {
@@ -570,6 +574,7 @@ fn update_bar_in_a_report_response_applies_to_its_bar() {
             update_bar: Some(UpdateBarSessionReportResponse {
                 bar_id: BarId(bar),
                 suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(5)),
+                downlink_data_notification_delay: Some(DownlinkDataNotificationDelay(6)),
                 ..Default::default()
             }),
             ..Default::default()

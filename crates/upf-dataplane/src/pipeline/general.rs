@@ -33,6 +33,8 @@ impl Pipeline {
             cfg,
             ident,
             clock_ns,
+            timers,
+            generations,
             ..
         } = self;
         let clock = *clock_ns;
@@ -83,12 +85,21 @@ impl Pipeline {
                 // (a Suggested Buffering Packets Count of 0, a full buffer).
                 if action.contains(ApplyAction::NOCP) && !far.notified {
                     far.notified = true;
-                    events.push_back(DatapathEvent::DownlinkData {
+                    let report = DatapathEvent::DownlinkData {
                         seid: s.seid,
                         pdr: pdr.id,
                         qfi: q.map(Qfi),
                         ppi,
-                    });
+                    };
+                    // The BAR's notification delay (§8.2.28) holds the report back.
+                    if s.notification_delay.is_zero() {
+                        events.push_back(report);
+                    } else if s.delayed_report.is_none() {
+                        let at = now + s.notification_delay;
+                        s.delayed_report = Some((at, far.id, report));
+                        let generation = generations[slot as usize];
+                        timers.push(std::cmp::Reverse((at, slot, generation)));
+                    }
                 }
                 if far.buffer.len() >= far.max_buffered
                     || *buffered_bytes + p.len() > cfg.buffer_bytes
