@@ -5,7 +5,9 @@
 //! no locks. Backends that cannot steer hand packets to [`steer::owner`]'s worker (one hand-off
 //! per packet); backends that can (RSS, fanout, XDP) deliver straight to it with the same hash.
 //! [`Workers`] implements `upf_rules::Datapath`: an install returns once the owning worker has
-//! applied it, between two of its batches, so no packet sees half a session.
+//! applied it, between two of its batches, so no packet sees half a session. A session on
+//! several workers (no UE address, a peak-rate UE) is installed on all of them or on none: a
+//! worker that refuses it has the workers before it put back to what they held.
 #![forbid(unsafe_code)]
 
 pub mod steer;

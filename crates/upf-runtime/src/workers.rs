@@ -50,6 +50,7 @@ enum Control {
     Install(Arc<Session>, InstallFlags, u32, Reply<Installed>),
     Remove(Seid, Reply<Vec<UsageReport>>),
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
+    Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
 }
@@ -171,9 +172,17 @@ pub struct Workers {
     events: Receiver<DatapathEvent>,
     /// Packets the workers sent, each with its egress port.
     output: Receiver<Vec<Packet>>,
-    /// Workers each session was installed on.
-    placement: upf_dataplane::FastMap<Seid, Vec<usize>>,
+    /// Where each session is installed, and what.
+    placement: upf_dataplane::FastMap<Seid, Placed>,
     steering: steer::Steering,
+}
+
+/// The workers a session is installed on and the session they hold: what a failed install
+/// puts back on the workers it had already reached.
+#[derive(Debug, Clone)]
+struct Placed {
+    workers: Vec<usize>,
+    session: Arc<Session>,
 }
 
 struct Worker {
@@ -440,6 +449,9 @@ impl Worker {
             Control::Query(seid, urrs, r) => {
                 let _ = r.send(self.pipeline.query(now, seid, &urrs));
             }
+            Control::Session(seid, r) => {
+                let _ = r.send(self.pipeline.session(seid).cloned());
+            }
             Control::Counters(r) => {
                 let _ = r.send(self.pipeline.counters().clone());
             }
@@ -608,6 +620,44 @@ impl Workers {
         v
     }
 
+    /// The session `seid` as the data path holds it (what the last successful install gave
+    /// it), if installed.
+    pub fn installed(&self, seid: Seid) -> Option<&Arc<Session>> {
+        self.placement.get(&seid).map(|p| &p.session)
+    }
+
+    /// The session `seid` as worker `i` holds it, asked of the worker (read-back for tests).
+    pub fn session_on(&self, i: usize, seid: Seid) -> Option<Arc<Session>> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        if i >= self.inputs.len() || !self.send(i, Input::Control(Control::Session(seid, tx))) {
+            return None;
+        }
+        rx.recv().ok().flatten()
+    }
+
+    /// Puts the workers in `done`, which took the new version of session `seid` before a
+    /// later worker refused it, back to what they held before: the old session where there
+    /// was one (with its old share of the bit rates), none elsewhere.
+    ///
+    /// Putting back cannot be refused: the old session's keys were its own on that worker, and
+    /// nothing else was installed there since. A worker that does not answer has stopped and
+    /// holds nothing. What cannot be put back is the usage of URRs the new version removed,
+    /// counted on these workers before the swap: those URRs start again from zero.
+    fn roll_back(&self, seid: Seid, done: &[usize], old: Option<&Placed>) {
+        for &i in done {
+            match old.filter(|o| o.workers.contains(&i)) {
+                Some(o) => {
+                    let (s, share) = (o.session.clone(), share_of(&o.workers));
+                    let flags = InstallFlags::default();
+                    let _ = self.ask(i, |tx| Control::Install(s, flags, share, tx));
+                }
+                None => {
+                    let _ = self.ask(i, |tx| Control::Remove(seid, tx));
+                }
+            }
+        }
+    }
+
     /// Every worker's counters, in worker order.
     pub fn counters(&self) -> Vec<Counters> {
         (0..self.inputs.len())
@@ -669,38 +719,60 @@ impl Datapath for Workers {
     ) -> Result<Installed, DatapathError> {
         // The owner by UE address; a session without one cannot be steered to a single worker
         // and, like a peak-rate UE's, is installed on all, its bit rates split between them.
+        let seid = session.seid;
         let owners = self.steering.owners(session_ue(&session));
-        let share = u32::try_from(owners.len()).unwrap_or(1);
-        let old = self
-            .placement
-            .get(&session.seid)
-            .cloned()
-            .unwrap_or_default();
+        let share = share_of(&owners);
+        let old = self.placement.get(&seid).cloned();
         let mut installed = Installed::default();
-        for &i in &owners {
+        // All or none: a worker refuses before it changes anything, so when worker k refuses,
+        // the workers before it are put back and the data path holds the old session alone.
+        for (k, &i) in owners.iter().enumerate() {
             let s = session.clone();
-            let r = self.ask(i, |tx| Control::Install(s, flags, share, tx))?;
-            installed.removed_urr_usage.extend(r.removed_urr_usage);
+            match self.ask(i, |tx| Control::Install(s, flags, share, tx)) {
+                Ok(r) => installed.removed_urr_usage.extend(r.removed_urr_usage),
+                Err(e) => {
+                    self.roll_back(seid, &owners[..k], old.as_ref());
+                    return Err(e);
+                }
+            }
         }
         // A UE address change moves the session: remove it where it no longer belongs.
-        for i in old.into_iter().filter(|i| !owners.contains(i)) {
-            let seid = session.seid;
+        let was_on = old.map(|o| o.workers).unwrap_or_default();
+        for i in was_on.into_iter().filter(|i| !owners.contains(i)) {
             let _ = self.ask(i, |tx| Control::Remove(seid, tx));
         }
-        self.placement.insert(session.seid, owners);
+        self.placement.insert(
+            seid,
+            Placed {
+                workers: owners,
+                session,
+            },
+        );
         Ok(installed)
     }
 
     fn remove(&mut self, _now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError> {
-        let owners = self
+        let placed = self
             .placement
             .remove(&seid)
             .ok_or(DatapathError::UnknownSession(seid))?;
+        // A removal cannot be undone (each worker's final usage is read out as it goes), so
+        // it goes to every worker even past one that fails: none keeps a session the caller
+        // no longer has. The first failure is returned.
         let mut all = Vec::new();
-        for i in owners {
-            all.extend(self.ask(i, |tx| Control::Remove(seid, tx))?);
+        let mut failed = None;
+        for i in placed.workers {
+            match self.ask(i, |tx| Control::Remove(seid, tx)) {
+                Ok(u) => all.extend(u),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        Ok(merge(all))
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(merge(all)),
+        }
     }
 
     fn query_usage(
@@ -712,7 +784,7 @@ impl Datapath for Workers {
         let owners = self
             .placement
             .get(&seid)
-            .cloned()
+            .map(|p| p.workers.clone())
             .ok_or(DatapathError::UnknownSession(seid))?;
         let mut all = Vec::new();
         for i in owners {
@@ -725,6 +797,11 @@ impl Datapath for Workers {
     fn poll_event(&mut self) -> Option<DatapathEvent> {
         self.events.try_recv().ok()
     }
+}
+
+/// The share of a session's bit rates each of `workers` enforces: one over their number.
+fn share_of(workers: &[usize]) -> u32 {
+    u32::try_from(workers.len()).unwrap_or(1)
 }
 
 /// Sums the reports of a session spread over several workers, per URR.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
 use upf_rules::{
-    ApplyAction, Datapath, Far, FarId, Forwarding, InstallFlags, Interface, LocalFTeid,
-    OuterHeaderRemoval, Pdi, Pdr, PdrId, Precedence, Seid, Session, Teid, UeIp,
+    ApplyAction, Datapath, DatapathError, Far, FarId, Forwarding, InstallFlags, Interface,
+    LocalFTeid, OuterHeaderRemoval, Pdi, Pdr, PdrId, Precedence, Seid, Session, Teid, UeIp,
 };
 use upf_runtime::{RuntimeConfig, Workers};
 use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
@@ -60,13 +60,18 @@ fn uplink(i: u32, seq: u16) -> Packet {
 
 /// [`uplink`] from UDP source port `sport` (one flow per port).
 fn uplink_flow(i: u32, seq: u16, sport: u16) -> Packet {
+    gpdu(100 + i, ue(i), seq, sport)
+}
+
+/// A G-PDU on `teid` whose inner packet comes from `src` (which steers it), UDP from `sport`.
+fn gpdu(teid: u32, src: Ipv4Addr, seq: u16, sport: u16) -> Packet {
     let mut ip = vec![0u8; 28];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&28u16.to_be_bytes());
     ip[4..6].copy_from_slice(&seq.to_be_bytes());
     ip[8] = 64;
     ip[9] = ip_proto::UDP;
-    ip[12..16].copy_from_slice(&ue(i).octets());
+    ip[12..16].copy_from_slice(&src.octets());
     ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
     let c = checksum::checksum(&ip[..20]);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
@@ -75,7 +80,7 @@ fn uplink_flow(i: u32, seq: u16, sport: u16) -> Packet {
     let mut p = Packet::from_bytes(Port::N3, &ip).unwrap();
     let (s, l) = (p.start(), p.len());
     let tunnel = GtpuTunnel {
-        teid: 100 + i,
+        teid,
         src_port: 2152,
         dst_port: 2152,
         psc: None,
@@ -386,4 +391,166 @@ fn released_buffer_goes_out_without_further_traffic() {
     assert_eq!(seqs, (0..K).collect::<Vec<_>>());
     assert_eq!(w.counters()[0].buffered, 0);
     assert!(w.counters()[0].balanced());
+}
+
+/// Three workers on channels.
+fn three_workers() -> Workers {
+    let cfg = RuntimeConfig {
+        workers: 3,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Workers::start(&cfg).unwrap()
+}
+
+/// The first UE (as in [`ue`]) whose sessions and packets worker `worker` owns.
+fn ue_on(w: &Workers, worker: usize) -> u32 {
+    (0..)
+        .find(|&i| w.steering().owners(Some(IpAddr::V4(ue(i)))) == [worker])
+        .unwrap()
+}
+
+/// Session `seid` without a UE address (installed on every worker), its uplink PDR on `teid`.
+fn without_ue(seid: u64, teid: u32) -> Session {
+    let mut s = (*session(0)).clone();
+    s.seid = Seid(seid);
+    s.pdrs[0].pdi.ue_ip = None;
+    if let Some(t) = s.pdrs[0].pdi.local_f_teid.as_mut() {
+        t.teid = Teid(teid);
+    }
+    s
+}
+
+/// Sends `packets` and returns what the workers forwarded (waiting until `expect` came out,
+/// then a little longer for any more).
+fn forwarded(w: &Workers, packets: Vec<Packet>, expect: usize) -> Vec<Packet> {
+    w.steer(packets);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < expect && Instant::now() < deadline {
+        got.extend(w.collect(Duration::from_millis(200)));
+    }
+    got.extend(w.collect(Duration::from_millis(50)));
+    got
+}
+
+/// Which session each worker holds under `seid`.
+fn held(w: &Workers, seid: Seid) -> Vec<Option<Arc<Session>>> {
+    (0..w.len()).map(|i| w.session_on(i, seid)).collect()
+}
+
+/// A modification of a session on every worker that the last worker refuses (its TEID belongs
+/// to another session there) leaves every worker with the old session: the workers that took
+/// the new one are put back, and packets follow the old rules everywhere.
+#[test]
+fn a_later_workers_refusal_puts_the_old_session_back_on_every_worker() {
+    let mut w = three_workers();
+    let x = ue_on(&w, 2);
+    w.install(Instant::now(), session(x), InstallFlags::default())
+        .unwrap();
+    const SEID: u64 = 1000;
+    const TEID: u32 = 0x5000;
+    let old = Arc::new(without_ue(SEID, TEID));
+    w.install(Instant::now(), old.clone(), InstallFlags::default())
+        .unwrap();
+    // The new version drops what the old one forwards, on x's TEID: workers 0 and 1 take it,
+    // worker 2 (x's owner) refuses it.
+    let mut new = without_ue(SEID, 100 + x);
+    new.fars[0].action = ApplyAction::DROP;
+    let e = w
+        .install(Instant::now(), Arc::new(new), InstallFlags::default())
+        .unwrap_err();
+    assert!(matches!(e, DatapathError::NoResources(_)), "{e:?}");
+    for (i, s) in held(&w, Seid(SEID)).iter().enumerate() {
+        let s = s
+            .as_ref()
+            .unwrap_or_else(|| panic!("worker {i} lost the session"));
+        assert!(Arc::ptr_eq(s, &old), "worker {i} holds {s:?}");
+    }
+    assert!(Arc::ptr_eq(w.installed(Seid(SEID)).unwrap(), &old));
+    // The old rules on every worker (a packet steered to each), and x's session untouched.
+    let packets: Vec<Packet> = (0..3)
+        .map(|k| gpdu(TEID, ue(ue_on(&w, k)), 1, 0))
+        .chain([uplink(x, 2)])
+        .collect();
+    let got = forwarded(&w, packets, 4);
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(got.iter().all(|p| p.port() == Port::N6));
+    let counters = w.counters();
+    for (k, c) in counters.iter().enumerate() {
+        assert!(c.sent() > 0 && c.dropped_total() == 0, "worker {k}: {c:?}");
+        assert!(c.balanced());
+    }
+    // The session is still whole: a removal reaches every worker.
+    w.remove(Instant::now(), Seid(SEID)).unwrap();
+    assert!(held(&w, Seid(SEID)).iter().all(Option::is_none));
+}
+
+/// A new session the last worker refuses is taken back from the workers that took it, and
+/// leaves no key behind: the data path does not know it, and it installs once its TEID is free.
+#[test]
+fn a_later_workers_refusal_of_a_new_session_leaves_no_trace() {
+    let mut w = three_workers();
+    let x = ue_on(&w, 2);
+    w.install(Instant::now(), session(x), InstallFlags::default())
+        .unwrap();
+    const SEID: u64 = 1000;
+    let e = w
+        .install(
+            Instant::now(),
+            Arc::new(without_ue(SEID, 100 + x)),
+            InstallFlags::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(e, DatapathError::NoResources(_)), "{e:?}");
+    assert!(held(&w, Seid(SEID)).iter().all(Option::is_none));
+    assert!(w.installed(Seid(SEID)).is_none());
+    assert!(matches!(
+        w.remove(Instant::now(), Seid(SEID)),
+        Err(DatapathError::UnknownSession(_))
+    ));
+    let sessions: Vec<usize> = w.stats().iter().map(|s| s.sessions).collect();
+    assert_eq!(sessions, [0, 0, 1]);
+    // x's packets still reach x's session.
+    let got = forwarded(&w, vec![uplink(x, 1)], 1);
+    assert_eq!(got.len(), 1);
+    w.remove(Instant::now(), Seid(u64::from(x) + 1)).unwrap();
+    w.install(
+        Instant::now(),
+        Arc::new(without_ue(SEID, 100 + x)),
+        InstallFlags::default(),
+    )
+    .unwrap();
+    assert!(held(&w, Seid(SEID)).iter().all(Option::is_some));
+}
+
+/// A session whose new version would move it from its UE's worker to every worker (its UE
+/// address removed), refused by the last, stays on its worker alone, as it was.
+#[test]
+fn a_refused_move_to_every_worker_keeps_the_session_where_it_was() {
+    let mut w = three_workers();
+    let x = ue_on(&w, 2);
+    let y = ue_on(&w, 0);
+    w.install(Instant::now(), session(x), InstallFlags::default())
+        .unwrap();
+    let old = session(y);
+    w.install(Instant::now(), old.clone(), InstallFlags::default())
+        .unwrap();
+    let mut new = without_ue(old.seid.0, 100 + x);
+    new.fars[0].action = ApplyAction::DROP;
+    assert!(w
+        .install(Instant::now(), Arc::new(new), InstallFlags::default())
+        .is_err());
+    let held = held(&w, old.seid);
+    assert!(Arc::ptr_eq(held[0].as_ref().unwrap(), &old), "{held:?}");
+    assert!(held[1].is_none() && held[2].is_none(), "{held:?}");
+    let got = forwarded(&w, vec![uplink(y, 1)], 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].port(), Port::N6);
 }

@@ -2,6 +2,7 @@
 //! `/api/…` (JSON) for `upf show`. Connections are served by their own tasks; the answer is
 //! computed by the main loop, which owns the agent, so no state is shared or locked.
 
+use crate::datapath::Observed;
 use crate::metrics::{self, ControlView};
 use anyhow::{bail, Context};
 use axum::extract::{Path, State as Main};
@@ -196,14 +197,14 @@ pub async fn serve(
 /// What the main loop knows, to answer with.
 #[allow(missing_debug_implementations)] // borrows the agent, which has no Debug
 pub struct State<'a> {
-    pub agent: &'a Agent<Workers>,
+    pub agent: &'a Agent<Observed<Workers>>,
     pub uptime_s: u64,
     /// Admin connections refused (`admin.max_connections` being served).
     pub admin_refused: u64,
 }
 
 pub fn answer(query: Query, st: &State<'_>) -> Response {
-    let workers = || st.agent.datapath().stats();
+    let workers = || st.agent.datapath().inner().stats();
     match query {
         Query::Metrics => Response {
             status: 200,
@@ -242,6 +243,7 @@ fn control(st: &State<'_>) -> ControlView {
         associations: st.agent.association_count(),
         pfcp: st.agent.stats.clone(),
         response_cache: st.agent.response_cache(),
+        datapath: st.agent.datapath().counts(),
         admin_refused: st.admin_refused,
         uptime_s: st.uptime_s,
     }

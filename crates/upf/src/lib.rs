@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod backends;
 pub mod config;
+pub mod datapath;
 pub mod decode;
 #[cfg(feature = "demo")]
 pub mod demo;

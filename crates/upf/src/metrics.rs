@@ -2,6 +2,7 @@
 //! are read between two batches on a scrape and rendered here, so metrics cost the fast path
 //! nothing but the counting it does anyway.
 
+use crate::datapath::InstallCounts;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode_registry;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -22,6 +23,8 @@ pub struct ControlView {
     pub associations: usize,
     pub pfcp: Stats,
     pub response_cache: CacheStats,
+    /// Session installs and removals on the data path.
+    pub datapath: InstallCounts,
     pub admin_refused: u64,
     pub uptime_s: u64,
 }
@@ -211,6 +214,24 @@ impl Collector for Scrape {
             "upf_worker_sessions",
             "Sessions installed on the worker.",
             self.per_worker(|s| s.sessions as u64),
+        )?;
+        let result = |ok: u64, failed: u64| {
+            [("ok", ok), ("failed", failed)].map(|(r, n)| (vec![("result", r.to_string())], n))
+        };
+        let d = &c.datapath;
+        family(
+            &mut e,
+            Counter,
+            "upf_datapath_installs_total",
+            "Sessions installed on the data path (established or modified), by result.",
+            result(d.installs_ok, d.installs_failed),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_datapath_removals_total",
+            "Sessions removed from the data path, by result.",
+            result(d.removals_ok, d.removals_failed),
         )?;
         family(
             &mut e,
@@ -456,6 +477,12 @@ mod tests {
                     evicted: [0, 0, 3],
                     expired: 1,
                 },
+                datapath: InstallCounts {
+                    installs_ok: 3,
+                    installs_failed: 1,
+                    removals_ok: 2,
+                    removals_failed: 0,
+                },
                 admin_refused: 4,
                 uptime_s: 5,
             },
@@ -479,6 +506,10 @@ mod tests {
         assert!(t.contains("upf_pfcp_response_cache_evictions_total{reason=\"peer_bytes\"} 3\n"));
         assert!(t.contains("upf_pfcp_reports_dropped_total{bound=\"bytes\"} 0\n"));
         assert!(t.contains("upf_pfcp_requests_refused_total{reason=\"session_of_another\"} 4\n"));
+        assert!(t.contains("upf_datapath_installs_total{result=\"ok\"} 3\n"));
+        assert!(t.contains("upf_datapath_installs_total{result=\"failed\"} 1\n"));
+        assert!(t.contains("upf_datapath_removals_total{result=\"ok\"} 2\n"));
+        assert!(t.contains("upf_datapath_removals_total{result=\"failed\"} 0\n"));
         // Every sample line is NAME{labels} VALUE or NAME VALUE; every family has HELP and TYPE.
         for l in t.lines().filter(|l| !l.starts_with('#')) {
             let v = l.rsplit(' ').next().unwrap();

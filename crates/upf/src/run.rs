@@ -5,6 +5,7 @@
 use crate::admin;
 use crate::backends;
 use crate::config::{self, Backend, FileConfig, LogFormat};
+use crate::datapath::Observed;
 use anyhow::{bail, Context};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -329,7 +330,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<
     // the rest to the SMF's retransmission timer.
     upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
-    let mut agent = Agent::new(cfg, workers, started, ntp_now())?;
+    let mut agent = Agent::new(cfg, Observed::new(workers), started, ntp_now())?;
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
@@ -393,7 +394,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<
 /// Graceful stop: tell every associated SMF (Association Release), flush what is queued,
 /// report the final counters, then the workers stop when `agent` (and with it the data path)
 /// is dropped.
-async fn shutdown(agent: &mut Agent<Workers>, sock: &UdpSocket) {
+async fn shutdown(agent: &mut Agent<Observed<Workers>>, sock: &UdpSocket) {
     let peers: Vec<SocketAddr> = agent.associations().map(|(_, a)| a).collect();
     info!(
         target: "upf",
@@ -419,7 +420,7 @@ async fn shutdown(agent: &mut Agent<Workers>, sock: &UdpSocket) {
         }
     }
     let mut total = upf_dataplane::Counters::default();
-    for w in agent.datapath().stats() {
+    for w in agent.datapath().inner().stats() {
         total.add(&w.counters);
     }
     info!(

@@ -25,9 +25,10 @@ use crate::tables::{FastMap, UeTable};
 use crate::PipelineConfig;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 use upf_packet::Packet;
-use upf_rules::{DatapathEvent, Seid};
+use upf_rules::{DatapathEvent, Seid, Session};
 
 /// A vector with room for `n` (a compiled session is ~3 kB: at a million sessions that is
 /// gigabytes of address space, which a host with strict overcommit may refuse: then it grows
@@ -150,6 +151,13 @@ impl Pipeline {
 
     pub fn sessions(&self) -> usize {
         self.by_seid.len()
+    }
+
+    /// The rules of the installed session `seid`, as they were installed: what the packet
+    /// path applies, read back (tests; `upf_runtime::Workers::session_on`).
+    pub fn session(&self, seid: Seid) -> Option<&Arc<Session>> {
+        let slot = *self.by_seid.get(&seid)?;
+        self.slots.get(slot as usize)?.as_ref().map(|c| &c.rules)
     }
 
     pub fn config(&self) -> &PipelineConfig {
