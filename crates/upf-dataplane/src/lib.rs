@@ -65,7 +65,8 @@ pub struct PipelineConfig {
     pub buffer_packets_per_far: usize,
     /// Octets one worker may hold in buffers in all.
     pub buffer_bytes: usize,
-    /// Error Indications per second one worker may send for unknown TEIDs.
+    /// Error Indications per second one worker may send for unknown TEIDs; Supported
+    /// Extension Headers Notifications have a budget of their own at the same rate.
     pub error_indications_per_s: u32,
     /// TTL / Hop Limit of the outer headers we write.
     pub outer_ttl: u8,

@@ -64,6 +64,9 @@ impl Pipeline {
         let d = match decapsulate(p.data()) {
             Ok(d) => d,
             Err(e) => {
+                if let upf_wire::Error::UnknownComprehensionRequired(_) = e {
+                    self.send_ext_notification(now, &p, out);
+                }
                 let r = wire_drop(p.data().first(), e);
                 return drop_to(out, &mut self.counters, p, r);
             }

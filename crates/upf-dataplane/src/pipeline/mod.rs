@@ -83,6 +83,7 @@ pub struct Pipeline {
     pub(crate) buffered_bytes: usize,
     pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     pub(crate) error_indications: RateLimit,
+    pub(crate) ext_notifications: RateLimit,
     pub(crate) ident: u16,
     /// Per-batch scratch: each packet's lookup key ([`lookup_key`]), then its session slot
     /// ([`Pipeline::slot_hint`]).
@@ -104,6 +105,7 @@ fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) -> Opti
 impl Pipeline {
     pub fn new(now: Instant, cfg: PipelineConfig) -> Self {
         let error_indications = RateLimit::new(now, cfg.error_indications_per_s, 10);
+        let ext_notifications = RateLimit::new(now, cfg.error_indications_per_s, 10);
         let n = cfg.expected_sessions;
         Self {
             slots: reserved(n),
@@ -130,6 +132,7 @@ impl Pipeline {
             buffered_bytes: 0,
             timers: BinaryHeap::new(),
             error_indications,
+            ext_notifications,
             ident: 0,
             keys: Vec::new(),
             hints: Vec::new(),

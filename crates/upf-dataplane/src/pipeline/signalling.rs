@@ -1,5 +1,5 @@
-//! GTP-U signalling: Echo Responses, Error Indications sent and received, and the UDP/IP
-//! headers around them.
+//! GTP-U signalling: Echo Responses, Error Indications sent and received, Supported
+//! Extension Headers Notifications, and the UDP/IP headers around them.
 
 use super::{drop_to, Output, Pipeline, GTPU_PORT};
 use crate::counters::DropReason;
@@ -8,9 +8,45 @@ use std::time::Instant;
 use upf_packet::{Packet, Port, HEADROOM};
 use upf_rules::{DatapathEvent, Teid};
 use upf_wire::encap::Decapsulated;
-use upf_wire::{gtpu_msg, ip_proto, ipv4, ipv6, udp};
+use upf_wire::{ext, gtpu_msg, ip_proto, ipv4, ipv6, udp};
 
 impl Pipeline {
+    /// TS 29.281 §5.2.1, §7.2.3: a GTP-U message with an extension header we must
+    /// understand and do not is answered with the list of those we do, to the address and
+    /// UDP port it came from (rate-limited).
+    pub(super) fn send_ext_notification(&mut self, now: Instant, p: &Packet, out: &mut Output) {
+        let Ok(o) = upf_wire::encap::outer(p.data()) else {
+            return;
+        };
+        if !self.ext_notifications.allow(now) {
+            self.counters.ext_header_notifications_suppressed += 1;
+            return;
+        }
+        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(p.port()));
+        e.set_port(p.port());
+        let start = HEADROOM;
+        let buf = e.buffer_mut().get_mut(start..).unwrap_or(&mut []);
+        let n = gtpu_msg::emit_supported_ext_headers_notification(0, &ext::SUPPORTED, buf);
+        let ok = n.ok().and_then(|n| {
+            wrap_udp_ip(
+                &mut e,
+                start,
+                n,
+                Addr::from_ip(o.dst),
+                Addr::from_ip(o.src),
+                (GTPU_PORT, o.src_port),
+                self.cfg.outer_ttl,
+            )
+        });
+        if ok.is_some() {
+            self.counters.created += 1;
+            self.counters.tx(e.port(), e.len());
+            out.tx.push(e);
+        } else {
+            out.free.push(e);
+        }
+    }
+
     pub(super) fn echo(&mut self, mut p: Packet, d: &Decapsulated, out: &mut Output) {
         // TS 29.281 §7.2.2: the response copies the sequence number; Recovery is 0.
         let seq = d.gtpu.seq_number.unwrap_or(0);
