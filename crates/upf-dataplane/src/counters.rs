@@ -74,8 +74,8 @@ pub struct Counters {
     pub tx_packets: [u64; 3],
     pub tx_bytes: [u64; 3],
     pub dropped: [u64; DropReason::COUNT],
-    /// Packets made here: duplicates, Echo Responses, Error Indications, Supported
-    /// Extension Headers Notifications, End Markers.
+    /// Packets made here: duplicates, Echo Requests and Responses, Error Indications,
+    /// Supported Extension Headers Notifications, End Markers.
     pub created: u64,
     /// Packets held in buffers right now.
     pub buffered: u64,
@@ -86,6 +86,14 @@ pub struct Counters {
     pub error_indications_repeated: u64,
     /// Supported Extension Headers Notifications not sent because of the rate limit.
     pub ext_header_notifications_suppressed: u64,
+    /// GTP-U path management: Echo Requests sent (retransmissions included), and Echo
+    /// Responses that answered one.
+    pub echo_requests: u64,
+    pub echo_responses: u64,
+    /// GTP-U peers probed right now (live tunnels lead to them), and those of them
+    /// unreachable (gauges; only the worker that probes has any).
+    pub gtpu_peers: u64,
+    pub gtpu_peers_unreachable: u64,
 }
 
 impl Counters {
@@ -143,5 +151,9 @@ impl Counters {
         self.error_indications_suppressed += o.error_indications_suppressed;
         self.error_indications_repeated += o.error_indications_repeated;
         self.ext_header_notifications_suppressed += o.ext_header_notifications_suppressed;
+        self.echo_requests += o.echo_requests;
+        self.echo_responses += o.echo_responses;
+        self.gtpu_peers += o.gtpu_peers;
+        self.gtpu_peers_unreachable += o.gtpu_peers_unreachable;
     }
 }

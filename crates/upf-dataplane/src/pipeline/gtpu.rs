@@ -81,7 +81,11 @@ impl Pipeline {
                 self.error_indication_received(&p, &d);
                 return drop_to(out, &mut self.counters, p, DropReason::Signalling);
             }
-            MessageType::EchoResponse | MessageType::EndMarker => {
+            MessageType::EchoResponse => {
+                self.echo_response(&d);
+                return drop_to(out, &mut self.counters, p, DropReason::Signalling);
+            }
+            MessageType::EndMarker => {
                 return drop_to(out, &mut self.counters, p, DropReason::Signalling)
             }
             _ => {

@@ -19,6 +19,7 @@ use crate::hot::{Hot, Kind};
 use crate::intmap::IntMap;
 use crate::meter::RateLimit;
 use crate::overflow::Arena;
+use crate::paths::{Paths, Tunnels};
 use crate::session::Compiled;
 use crate::shapes::Shapes;
 use crate::tables::{FastMap, UeTable};
@@ -84,6 +85,10 @@ pub struct Pipeline {
     pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     pub(crate) error_indications: RateLimit,
     pub(crate) ext_notifications: RateLimit,
+    /// GTP-U path management: the peers this pipeline probes ([`crate::paths`]), and, when
+    /// it is a data path on its own (`impl Datapath`), its sessions' tunnels per peer.
+    pub(crate) paths: Paths,
+    pub(crate) tunnels: Tunnels,
     pub(crate) ident: u16,
     /// Per-batch scratch: each packet's lookup key ([`lookup_key`]), then its session slot
     /// ([`Pipeline::slot_hint`]).
@@ -133,6 +138,8 @@ impl Pipeline {
             timers: BinaryHeap::new(),
             error_indications,
             ext_notifications,
+            paths: Paths::new(cfg.echo),
+            tunnels: Tunnels::default(),
             ident: 0,
             keys: Vec::new(),
             hints: Vec::new(),
