@@ -6,6 +6,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use upf_dataplane::paths::{tunnel_peers, PathChange, Tunnels};
 use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
@@ -52,7 +53,13 @@ enum Control {
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
+    /// A GTP-U peer to probe or to stop probing (to [`PATH_OWNER`] only).
+    Path(PathChange),
 }
+
+/// The worker that owns GTP-U path management: every backend steers GTP-U messages other
+/// than G-PDUs (the Echo Responses among them) to worker 0, as does the software hand-off.
+pub const PATH_OWNER: usize = 0;
 
 /// One worker's queue on one interface.
 #[derive(Debug)]
@@ -174,6 +181,9 @@ pub struct Workers {
     /// Workers each session was installed on.
     placement: upf_dataplane::FastMap<Seid, Vec<usize>>,
     steering: steer::Steering,
+    /// Every session's live tunnels per GTP-U peer, when path management is on: a peer's
+    /// first and last go to [`PATH_OWNER`], which probes it.
+    tunnels: Option<Tunnels>,
 }
 
 struct Worker {
@@ -266,6 +276,11 @@ impl Worker {
             self.pipeline.handle_timeout(now);
             while let Some(e) = self.pipeline.poll_event() {
                 let _ = self.events.send(e);
+            }
+            // Echo Requests the timers made: out now, not with the next packet.
+            if self.pipeline.has_queued() {
+                rx.clear();
+                self.process_io(&mut rx, &mut out, &mut pool, &mut tx);
             }
             if got > 0 {
                 last_busy = now;
@@ -424,6 +439,14 @@ impl Worker {
             while let Some(e) = self.pipeline.poll_event() {
                 let _ = self.events.send(e);
             }
+            if self.pipeline.has_queued() {
+                self.pipeline
+                    .process(Instant::now(), &mut Vec::new(), &mut out);
+                if !out.tx.is_empty() && self.output.send(std::mem::take(&mut out.tx)).is_err() {
+                    return;
+                }
+                out.free.clear();
+            }
         }
     }
 
@@ -443,6 +466,7 @@ impl Worker {
             Control::Counters(r) => {
                 let _ = r.send(self.pipeline.counters().clone());
             }
+            Control::Path(c) => self.pipeline.path_change(now, c),
             Control::Stats(r) => {
                 let mut s = self.stats.clone();
                 s.counters = self.pipeline.counters().clone();
@@ -559,6 +583,7 @@ impl Workers {
             output,
             placement: Default::default(),
             steering,
+            tunnels: (!cfg.pipeline.echo.interval.is_zero()).then(Tunnels::default),
         })
     }
 
@@ -639,6 +664,20 @@ impl Workers {
         ok
     }
 
+    /// A session's live tunnels are now `peers`: the path owner is told of each peer that
+    /// gained its first or lost its last (no reply awaited: it applies them in order, between
+    /// two batches, and nothing waits on them).
+    fn tunnels_changed(&mut self, seid: Seid, peers: Vec<upf_dataplane::paths::Peer>) {
+        let Some(t) = self.tunnels.as_mut() else {
+            return;
+        };
+        let mut changes = Vec::new();
+        t.set(seid, peers, &mut changes);
+        for c in changes {
+            self.send(PATH_OWNER, Input::Control(Control::Path(c)));
+        }
+    }
+
     fn ask<T>(&self, i: usize, make: impl FnOnce(Reply<T>) -> Control) -> Result<T, DatapathError> {
         let (tx, rx) = mpsc::sync_channel(1);
         if !self.send(i, Input::Control(make(tx))) {
@@ -688,6 +727,9 @@ impl Datapath for Workers {
             let _ = self.ask(i, |tx| Control::Remove(seid, tx));
         }
         self.placement.insert(session.seid, owners);
+        if self.tunnels.is_some() {
+            self.tunnels_changed(session.seid, tunnel_peers(&session));
+        }
         Ok(installed)
     }
 
@@ -696,6 +738,8 @@ impl Datapath for Workers {
             .placement
             .remove(&seid)
             .ok_or(DatapathError::UnknownSession(seid))?;
+        // The tunnels go with the session, whatever its workers answer.
+        self.tunnels_changed(seid, Vec::new());
         let mut all = Vec::new();
         for i in owners {
             all.extend(self.ask(i, |tx| Control::Remove(seid, tx))?);
