@@ -28,7 +28,8 @@ drop_reasons! {
     OuterFragment = "outer_fragment",
     /// GTP version other than 1, or GTP' (TS 29.281 §5.1).
     BadGtpVersion = "bad_gtp_version",
-    /// GTP-U extension header we must understand but do not (TS 29.281 §5.2.1).
+    /// GTP-U extension header we must understand but do not (TS 29.281 §5.2.1); its sender
+    /// is sent a Supported Extension Headers Notification (§7.2.3, rate-limited).
     UnknownExtension = "unknown_extension",
     /// GTP-U message type the user plane does not handle.
     UnsupportedGtpMessage = "unsupported_gtp_message",
@@ -75,7 +76,8 @@ pub struct Counters {
     pub tx_packets: [u64; 3],
     pub tx_bytes: [u64; 3],
     pub dropped: [u64; DropReason::COUNT],
-    /// Packets made here: duplicates, Echo Responses, Error Indications, End Markers.
+    /// Packets made here: duplicates, Echo Requests and Responses, Error Indications,
+    /// Supported Extension Headers Notifications, End Markers.
     pub created: u64,
     /// Packets held in buffers right now.
     pub buffered: u64,
@@ -84,6 +86,16 @@ pub struct Counters {
     /// Error Indications received for a session whose SMF was told of one since the session
     /// was last installed or modified: not reported again.
     pub error_indications_repeated: u64,
+    /// Supported Extension Headers Notifications not sent because of the rate limit.
+    pub ext_header_notifications_suppressed: u64,
+    /// GTP-U path management: Echo Requests sent (retransmissions included), and Echo
+    /// Responses that answered one.
+    pub echo_requests: u64,
+    pub echo_responses: u64,
+    /// GTP-U peers probed right now (live tunnels lead to them), and those of them
+    /// unreachable (gauges; only the worker that probes has any).
+    pub gtpu_peers: u64,
+    pub gtpu_peers_unreachable: u64,
 }
 
 impl Counters {
@@ -140,5 +152,10 @@ impl Counters {
         self.buffered += o.buffered;
         self.error_indications_suppressed += o.error_indications_suppressed;
         self.error_indications_repeated += o.error_indications_repeated;
+        self.ext_header_notifications_suppressed += o.ext_header_notifications_suppressed;
+        self.echo_requests += o.echo_requests;
+        self.echo_responses += o.echo_responses;
+        self.gtpu_peers += o.gtpu_peers;
+        self.gtpu_peers_unreachable += o.gtpu_peers_unreachable;
     }
 }

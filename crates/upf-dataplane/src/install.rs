@@ -291,11 +291,18 @@ impl Pipeline {
 
     /// When [`Pipeline::handle_timeout`] next has something to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((at, _, _))| *at)
+        let urr = self.timers.peek().map(|Reverse((at, _, _))| *at);
+        match (urr, self.paths.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Fires the time-based URR triggers and inactivity detection that are due.
+    /// Fires the time-based URR triggers and inactivity detection that are due, and the
+    /// GTP-U path management steps (Echo Requests go out with the next
+    /// [`Pipeline::process`], see [`Pipeline::has_queued`]).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.probe_paths(now);
         while let Some(&Reverse((at, slot, generation))) = self.timers.peek() {
             if at > now {
                 break;
@@ -353,6 +360,15 @@ impl Pipeline {
         self.events.pop_front()
     }
 
+    /// A pipeline that is the whole data path counts its own sessions' tunnels per peer.
+    fn tunnels_changed(&mut self, now: Instant, seid: Seid, peers: Vec<crate::paths::Peer>) {
+        let mut changes = Vec::new();
+        self.tunnels.set(seid, peers, &mut changes);
+        for c in changes {
+            self.path_change(now, c);
+        }
+    }
+
     /// Packets waiting in this worker's buffers.
     pub fn buffered(&self) -> usize {
         self.slots.iter().flatten().map(Compiled::buffered).sum()
@@ -367,11 +383,22 @@ impl Datapath for Pipeline {
         session: Arc<Session>,
         flags: InstallFlags,
     ) -> Result<Installed, DatapathError> {
-        self.install_shared(now, session, flags, 1)
+        let seid = session.seid;
+        let peers = self
+            .paths
+            .enabled()
+            .then(|| crate::paths::tunnel_peers(&session));
+        let r = self.install_shared(now, session, flags, 1)?;
+        if let Some(peers) = peers {
+            self.tunnels_changed(now, seid, peers);
+        }
+        Ok(r)
     }
 
     fn remove(&mut self, now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError> {
-        self.remove_session(now, seid)
+        let r = self.remove_session(now, seid)?;
+        self.tunnels_changed(now, seid, Vec::new());
+        Ok(r)
     }
 
     fn query_usage(

@@ -20,6 +20,7 @@ mod intmap;
 mod meter;
 mod overflow;
 mod parse;
+pub mod paths;
 mod pipeline;
 mod prefetch;
 mod session;
@@ -65,8 +66,11 @@ pub struct PipelineConfig {
     pub buffer_packets_per_far: usize,
     /// Octets one worker may hold in buffers in all.
     pub buffer_bytes: usize,
-    /// Error Indications per second one worker may send for unknown TEIDs.
+    /// Error Indications per second one worker may send for unknown TEIDs; Supported
+    /// Extension Headers Notifications have a budget of their own at the same rate.
     pub error_indications_per_s: u32,
+    /// GTP-U path management (Echo Requests to the peers of live tunnels).
+    pub echo: paths::EchoConfig,
     /// TTL / Hop Limit of the outer headers we write.
     pub outer_ttl: u8,
     /// Uplink traffic validation: checked on every packet from a UE (shared, read-only).
@@ -85,6 +89,7 @@ impl Default for PipelineConfig {
             buffer_packets_per_far: 64,
             buffer_bytes: 16 << 20,
             error_indications_per_s: 100,
+            echo: paths::EchoConfig::default(),
             outer_ttl: 64,
             uplink_acl: Default::default(),
             expected_sessions: 0,

@@ -1,6 +1,7 @@
 //! GTP-U signalling through the pipeline and the agent: Error Indication for an unknown
-//! TEID (its IEs, its egress port, its rate limit), Echo, a received End Marker, and a
-//! received Error Indication reported to the SMF (ERIR).
+//! TEID (its IEs, its egress port, its rate limit), Echo, a received End Marker, a received
+//! Error Indication reported to the SMF (ERIR), and the Supported Extension Headers
+//! Notification for an extension header we must understand and do not (its rate limit).
 
 mod common;
 use common::*;
@@ -224,5 +225,77 @@ fn a_received_error_indication_for_our_tunnel_is_reported_to_the_smf() {
     assert_eq!(r.modify(seid, m).cause, upf_pfcp::Cause::REQUEST_ACCEPTED);
     assert!(r.send1(ei(0xabcd)).is_empty());
     assert_eq!(r.reports().len(), 1);
+    assert_balanced(&mut r);
+}
+
+/// A G-PDU whose (only) extension header is of type `ext`, from UDP port `sport`.
+fn gpdu_with_extension(ext: u8, sport: u16) -> Packet {
+    let inner = udp4(UE, DN, 1, 2, 10, 0);
+    let mut g = gpdu(0xdead, Some(9), &inner);
+    let d = g.data_mut();
+    assert_eq!(d[39], 0x85, "the PDU Session Container's type");
+    d[39] = ext;
+    d[20..22].copy_from_slice(&sport.to_be_bytes());
+    d[26..28].fill(0); // no UDP checksum
+    g
+}
+
+#[test]
+fn an_unknown_comprehension_required_extension_header_gets_a_notification() {
+    let mut r = Rig::new();
+    for (ext, sport) in [(0x86, 2152), (0xc7, 40_000)] {
+        let out = r.send1(gpdu_with_extension(ext, sport));
+        assert_eq!(out.len(), 1, "{ext:#x}");
+        assert_eq!(out[0].port(), Port::N3);
+        let (d, _) = open(&out[0]);
+        assert_eq!(
+            (d.outer_src, d.outer_dst),
+            (IpAddr::V4(UPF), IpAddr::V4(GNB))
+        );
+        let (repr, m) = Message::parse(gtp_bytes(&out[0])).unwrap();
+        assert_eq!(repr.msg_type, MessageType::SupportedExtHeadersNotification);
+        assert_eq!(repr.teid, 0);
+        assert_eq!(
+            udp_ports(&out[0]),
+            (2152, sport),
+            "back to the port it came from"
+        );
+        assert_eq!(
+            m,
+            Message::SupportedExtHeadersNotification {
+                ext_types: &upf_wire::ext::SUPPORTED
+            }
+        );
+    }
+    // Unknown but not required (bits 00 and 01): skipped, the G-PDU goes on (to an unknown
+    // TEID here, so an Error Indication comes back instead).
+    for ext in [0x3f, 0x7e] {
+        let out = r.send1(gpdu_with_extension(ext, 2152));
+        assert_eq!(out.len(), 1);
+        let (repr, _) = Message::parse(gtp_bytes(&out[0])).unwrap();
+        assert_eq!(repr.msg_type, MessageType::ErrorIndication);
+    }
+    let c = r.dp().counters().clone();
+    assert_eq!(c.dropped(DropReason::UnknownExtension), 2);
+    assert_eq!(c.dropped(DropReason::UnknownTeid), 2);
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn extension_header_notifications_are_rate_limited() {
+    // 100 a second with a burst of 10, a budget apart from the Error Indications'.
+    let mut r = Rig::new();
+    let burst = |r: &mut Rig, n: usize| {
+        r.send((0..n).map(|_| gpdu_with_extension(0x86, 2152)).collect())
+            .len()
+    };
+    assert_eq!(burst(&mut r, 15), 10);
+    assert_eq!(r.dp().counters().ext_header_notifications_suppressed, 5);
+    r.now += Duration::from_millis(50);
+    assert_eq!(burst(&mut r, 10), 5);
+    let c = r.dp().counters().clone();
+    assert_eq!(c.ext_header_notifications_suppressed, 10);
+    assert_eq!(c.dropped(DropReason::UnknownExtension), 25);
+    assert_eq!(c.error_indications_suppressed, 0);
     assert_balanced(&mut r);
 }

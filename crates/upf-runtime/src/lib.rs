@@ -15,5 +15,5 @@ mod workers;
 
 pub use workers::{
     BatchStats, PortQueue, RuntimeConfig, StartError, WorkerQueues, WorkerStats, Workers,
-    BATCH_TIME_BUCKETS, IDLE_POLL,
+    BATCH_TIME_BUCKETS, IDLE_POLL, PATH_OWNER,
 };

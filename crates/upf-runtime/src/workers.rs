@@ -6,6 +6,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use upf_dataplane::paths::{tunnel_peers, PathChange, Tunnels};
 use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
@@ -53,7 +54,13 @@ enum Control {
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
+    /// A GTP-U peer to probe or to stop probing (to [`PATH_OWNER`] only).
+    Path(PathChange),
 }
+
+/// The worker that owns GTP-U path management: every backend steers GTP-U messages other
+/// than G-PDUs (the Echo Responses among them) to worker 0, as does the software hand-off.
+pub const PATH_OWNER: usize = 0;
 
 /// One worker's queue on one interface.
 #[derive(Debug)]
@@ -175,6 +182,9 @@ pub struct Workers {
     /// Where each session is installed, and what.
     placement: upf_dataplane::FastMap<Seid, Placed>,
     steering: steer::Steering,
+    /// Every session's live tunnels per GTP-U peer, when path management is on: a peer's
+    /// first and last go to [`PATH_OWNER`], which probes it.
+    tunnels: Option<Tunnels>,
 }
 
 /// The workers a session is installed on and the session they hold: what a failed install
@@ -275,6 +285,11 @@ impl Worker {
             self.pipeline.handle_timeout(now);
             while let Some(e) = self.pipeline.poll_event() {
                 let _ = self.events.send(e);
+            }
+            // Echo Requests the timers made: out now, not with the next packet.
+            if self.pipeline.has_queued() {
+                rx.clear();
+                self.process_io(&mut rx, &mut out, &mut pool, &mut tx);
             }
             if got > 0 {
                 last_busy = now;
@@ -433,6 +448,14 @@ impl Worker {
             while let Some(e) = self.pipeline.poll_event() {
                 let _ = self.events.send(e);
             }
+            if self.pipeline.has_queued() {
+                self.pipeline
+                    .process(Instant::now(), &mut Vec::new(), &mut out);
+                if !out.tx.is_empty() && self.output.send(std::mem::take(&mut out.tx)).is_err() {
+                    return;
+                }
+                out.free.clear();
+            }
         }
     }
 
@@ -455,6 +478,7 @@ impl Worker {
             Control::Counters(r) => {
                 let _ = r.send(self.pipeline.counters().clone());
             }
+            Control::Path(c) => self.pipeline.path_change(now, c),
             Control::Stats(r) => {
                 let mut s = self.stats.clone();
                 s.counters = self.pipeline.counters().clone();
@@ -571,6 +595,7 @@ impl Workers {
             output,
             placement: Default::default(),
             steering,
+            tunnels: (!cfg.pipeline.echo.interval.is_zero()).then(Tunnels::default),
         })
     }
 
@@ -689,6 +714,20 @@ impl Workers {
         ok
     }
 
+    /// A session's live tunnels are now `peers`: the path owner is told of each peer that
+    /// gained its first or lost its last (no reply awaited: it applies them in order, between
+    /// two batches, and nothing waits on them).
+    fn tunnels_changed(&mut self, seid: Seid, peers: Vec<upf_dataplane::paths::Peer>) {
+        let Some(t) = self.tunnels.as_mut() else {
+            return;
+        };
+        let mut changes = Vec::new();
+        t.set(seid, peers, &mut changes);
+        for c in changes {
+            self.send(PATH_OWNER, Input::Control(Control::Path(c)));
+        }
+    }
+
     fn ask<T>(&self, i: usize, make: impl FnOnce(Reply<T>) -> Control) -> Result<T, DatapathError> {
         let (tx, rx) = mpsc::sync_channel(1);
         if !self.send(i, Input::Control(make(tx))) {
@@ -741,6 +780,9 @@ impl Datapath for Workers {
         for i in was_on.into_iter().filter(|i| !owners.contains(i)) {
             let _ = self.ask(i, |tx| Control::Remove(seid, tx));
         }
+        if self.tunnels.is_some() {
+            self.tunnels_changed(seid, tunnel_peers(&session));
+        }
         self.placement.insert(
             seid,
             Placed {
@@ -756,6 +798,8 @@ impl Datapath for Workers {
             .placement
             .remove(&seid)
             .ok_or(DatapathError::UnknownSession(seid))?;
+        // The tunnels go with the session, whatever its workers answer.
+        self.tunnels_changed(seid, Vec::new());
         // A removal cannot be undone (each worker's final usage is read out as it goes), so
         // it goes to every worker even past one that fails: none keeps a session the caller
         // no longer has. The first failure is returned.

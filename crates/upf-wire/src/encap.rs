@@ -228,9 +228,42 @@ pub fn decapsulate_verified(buf: &[u8]) -> Result<Decapsulated> {
     decap(buf, true)
 }
 
+/// The outer IP and UDP headers of a GTP-U packet: who sent it, to whom, from and to which
+/// ports, and where the GTP-U message lies. What a reply needs when the GTP-U message
+/// itself cannot be decoded (a Supported Extension Headers Notification, TS 29.281 §7.2.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outer {
+    /// Outer source address (the peer).
+    pub src: IpAddr,
+    /// Outer destination address (ours).
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// Range of the UDP payload (the GTP-U message) in the buffer.
+    pub payload: Range<usize>,
+}
+
+/// The outer IPv4/IPv6 and UDP headers of `buf`, checked as [`decapsulate`] checks them;
+/// the GTP-U message is not looked at.
+pub fn outer(buf: &[u8]) -> Result<Outer> {
+    let (src, dst, udp_off, ip_end) = outer_ip(buf)?;
+    let u = udp::Packet::new_checked(sub(buf, udp_off, ip_end))?;
+    let start = udp_off + udp::HEADER_LEN;
+    Ok(Outer {
+        src,
+        dst,
+        src_port: u.src_port(),
+        dst_port: u.dst_port(),
+        payload: start..start + u.payload().len(),
+    })
+}
+
+/// The outer IP header: source, destination, offset of the UDP header, end of the packet.
 #[inline(always)]
-fn decap(buf: &[u8], verify_udp: bool) -> Result<Decapsulated> {
-    let (src, dst, udp_off, ip_end) = match buf.first().map(|v| v >> 4) {
+fn outer_ip(buf: &[u8]) -> Result<(IpAddr, IpAddr, usize, usize)> {
+    Ok(match buf.first().map(|v| v >> 4) {
         Some(4) => {
             let p = ipv4::Packet::new_checked(buf)?;
             if !p.verify_checksum() {
@@ -267,7 +300,12 @@ fn decap(buf: &[u8], verify_udp: bool) -> Result<Decapsulated> {
         }
         Some(_) => return Err(Error::BadVersion),
         None => return Err(Error::Truncated),
-    };
+    })
+}
+
+#[inline(always)]
+fn decap(buf: &[u8], verify_udp: bool) -> Result<Decapsulated> {
+    let (src, dst, udp_off, ip_end) = outer_ip(buf)?;
     let u = udp::Packet::new_checked(sub(buf, udp_off, ip_end))?;
     if verify_udp && !u.verify_checksum(&src, &dst) {
         return Err(Error::BadChecksum);
@@ -361,6 +399,36 @@ mod tests {
         let d = decapsulate_verified(&expected).unwrap();
         assert_eq!(d.inner, 64..expected.len());
         assert_eq!(d.outer_src, "2001:db8::1".parse::<IpAddr>().unwrap());
+    }
+
+    /// The outer headers of a packet whose GTP-U message does not decode (an unknown
+    /// comprehension-required extension header) are still readable.
+    #[test]
+    fn outer_headers_without_the_gtpu_message() {
+        let mut v = hex(GPDU_V4);
+        v[26..28].fill(0); // no UDP checksum
+        v[39] = 0xc7; // next extension type: unknown, comprehension required
+        assert_eq!(
+            decapsulate(&v).unwrap_err(),
+            Error::UnknownComprehensionRequired(0xc7)
+        );
+        let o = outer(&v).unwrap();
+        assert_eq!(
+            (o.src, o.dst, o.src_port, o.dst_port),
+            (
+                IpAddr::V4(Ipv4Addr::new(192, 168, 1, 10)),
+                IpAddr::V4(Ipv4Addr::new(192, 168, 1, 20)),
+                2152,
+                2152
+            )
+        );
+        assert_eq!(o.payload, 28..v.len());
+        let v6 = hex(GPDU_V6);
+        let o = outer(&v6).unwrap();
+        assert_eq!(o.payload, 48..v6.len());
+        assert_eq!(o.dst, "2001:db8::2".parse::<IpAddr>().unwrap());
+        assert_eq!(outer(&v[..30]).unwrap_err(), Error::Truncated);
+        assert_eq!(outer(&[]).unwrap_err(), Error::Truncated);
     }
 
     #[test]

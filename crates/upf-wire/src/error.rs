@@ -22,7 +22,7 @@ pub enum Error {
     BadExtensionChain,
     /// Unknown GTP-U extension header whose comprehension is required
     /// (TS 29.281 §5.2.1, type bits 8-7 = `1x`). The receiver should send a
-    /// Supported Extension Headers Notification (TS 29.281 §7.3.2).
+    /// Supported Extension Headers Notification (TS 29.281 §7.2.3).
     UnknownComprehensionRequired(u8),
     /// A known extension header has content of the wrong size.
     BadExtensionContent,

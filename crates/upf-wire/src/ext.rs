@@ -31,6 +31,21 @@ pub mod ext_type {
     pub const PDCP_PDU_NUMBER: u8 = 0xc0;
 }
 
+/// The extension types this crate recognises, ascending: what a Supported
+/// Extension Headers Notification lists (TS 29.281 §7.2.3, §8.5). Keep in
+/// step with [`is_known`].
+pub const SUPPORTED: [u8; 9] = [
+    ext_type::LONG_PDCP_PDU_NUMBER,
+    ext_type::SERVICE_CLASS_INDICATOR,
+    ext_type::UDP_PORT,
+    ext_type::RAN_CONTAINER,
+    ext_type::LONG_PDCP_PDU_NUMBER_OLD,
+    ext_type::XW_RAN_CONTAINER,
+    ext_type::NR_RAN_CONTAINER,
+    ext_type::PDU_SESSION_CONTAINER,
+    ext_type::PDCP_PDU_NUMBER,
+];
+
 /// True for the extension types this crate recognises (it need not
 /// interpret their content to forward or skip them).
 pub const fn is_known(t: u8) -> bool {
@@ -534,6 +549,12 @@ impl<'a> PduSessionInfo<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn supported_is_exactly_the_known_types() {
+        let listed: Vec<u8> = (0..=255u8).filter(|&t| is_known(t)).collect();
+        assert_eq!(listed, SUPPORTED);
+    }
 
     #[test]
     fn comprehension_bits() {

@@ -44,9 +44,9 @@ pub enum MessageType {
     EchoResponse,
     /// 26: Error Indication (§7.3.1).
     ErrorIndication,
-    /// 31: Supported Extension Headers Notification (§7.3.2).
+    /// 31: Supported Extension Headers Notification (§7.2.3).
     SupportedExtHeadersNotification,
-    /// 254: End Marker (§7.3.3).
+    /// 254: End Marker (§7.3.2).
     EndMarker,
     /// 255: G-PDU, carrying a T-PDU.
     GPdu,

@@ -151,12 +151,12 @@ pub enum Message<'a> {
         /// Address of the entity that sent it.
         peer_addr: IpAddr,
     },
-    /// Supported Extension Headers Notification (§7.3.2).
+    /// Supported Extension Headers Notification (§7.2.3).
     SupportedExtHeadersNotification {
         /// Extension header types the peer supports.
         ext_types: &'a [u8],
     },
-    /// End Marker (§7.3.3).
+    /// End Marker (§7.3.2).
     EndMarker,
     /// G-PDU: the T-PDU.
     GPdu {
@@ -319,7 +319,7 @@ fn error_indication(
     Ok(h + body)
 }
 
-/// End Marker (§7.3.3) for the tunnel `teid`: header only.
+/// End Marker (§7.3.2) for the tunnel `teid`: header only.
 pub fn emit_end_marker(teid: u32, buf: &mut [u8]) -> Result<usize> {
     emit_header(
         buf,
@@ -331,7 +331,7 @@ pub fn emit_end_marker(teid: u32, buf: &mut [u8]) -> Result<usize> {
     )
 }
 
-/// Supported Extension Headers Notification (§7.3.2) listing `ext_types`
+/// Supported Extension Headers Notification (§7.2.3) listing `ext_types`
 /// (at most 255, the 1-octet IE length). Returns the length.
 pub fn emit_supported_ext_headers_notification(
     seq: u16,
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(&out[..], &v[..]);
     }
 
-    /// Hand-built per TS 29.281 §7.3.2 / §8.5 (scapy 2.8 encodes this IE
+    /// Hand-built per TS 29.281 §7.2.3 / §8.5 (scapy 2.8 encodes this IE
     /// with a 2-octet length, contrary to §8.5): list {0x40, 0x85}.
     #[test]
     fn supported_ext_headers_notification() {

@@ -348,6 +348,10 @@ fn counters(ws: &[WorkerStats], c: &ControlView) -> Value {
         "created": t.created,
         "buffered": t.buffered,
         "balanced": t.balanced(),
+        "gtpu_peers": t.gtpu_peers,
+        "gtpu_peers_unreachable": t.gtpu_peers_unreachable,
+        "echo_requests": t.echo_requests,
+        "echo_responses": t.echo_responses,
         "pfcp_messages_received": c.pfcp.received.iter().sum::<u64>(),
         "pfcp_dropped": c.pfcp.dropped,
     })

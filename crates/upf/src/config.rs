@@ -16,6 +16,7 @@ pub struct FileConfig {
     pub n9: Option<Interface>,
     pub n6: Interface,
     pub workers: WorkersCfg,
+    pub gtpu: Gtpu,
     #[serde(rename = "ue_pool")]
     pub ue_pools: Vec<UePool>,
     pub limits: LimitsCfg,
@@ -139,6 +140,44 @@ impl Default for WorkersCfg {
             spread_ues: Vec::new(),
             idle_poll_us: u64::try_from(upf_runtime::IDLE_POLL.as_micros()).unwrap_or(20),
             busy_poll: false,
+        }
+    }
+}
+
+/// GTP-U path management (TS 29.281 §7.2.1): Echo Requests to every peer (gNB, other UPF)
+/// that live tunnels lead to; a peer that leaves `echo_retries` requests in a row unanswered,
+/// `echo_timeout_ms` apart, is reported to the SMFs (Node Report, User Plane Path Failure
+/// Report) and, once it answers again, reported back (Path Recovery Report).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Gtpu {
+    /// Seconds between two rounds of Echo Requests to a peer (§7.2.1: at least 60 on a real
+    /// network); 0 turns path management off.
+    pub echo_interval_s: u64,
+    /// T3-RESPONSE: how long a request waits for its Echo Response before it is sent again.
+    pub echo_timeout_ms: u64,
+    /// N3-REQUESTS: requests of a round (the first and its retransmissions) left unanswered
+    /// that make the peer unreachable.
+    pub echo_retries: u32,
+}
+
+impl Default for Gtpu {
+    fn default() -> Self {
+        let e = upf_dataplane::paths::EchoConfig::default();
+        Self {
+            echo_interval_s: e.interval.as_secs(),
+            echo_timeout_ms: u64::try_from(e.timeout.as_millis()).unwrap_or(3000),
+            echo_retries: e.retries,
+        }
+    }
+}
+
+impl Gtpu {
+    pub fn echo(&self) -> upf_dataplane::paths::EchoConfig {
+        upf_dataplane::paths::EchoConfig {
+            interval: std::time::Duration::from_secs(self.echo_interval_s),
+            timeout: std::time::Duration::from_millis(self.echo_timeout_ms),
+            retries: self.echo_retries,
         }
     }
 }
@@ -365,6 +404,24 @@ impl FileConfig {
                 self.workers.batch
             );
         }
+        if self.gtpu.echo_interval_s > 86_400 {
+            bail!(
+                "gtpu.echo_interval_s: {} is above 86400 (0 turns path management off)",
+                self.gtpu.echo_interval_s
+            );
+        }
+        if !(10..=60_000).contains(&self.gtpu.echo_timeout_ms) {
+            bail!(
+                "gtpu.echo_timeout_ms: {} is not within 10..=60000",
+                self.gtpu.echo_timeout_ms
+            );
+        }
+        if !(1..=32).contains(&self.gtpu.echo_retries) {
+            bail!(
+                "gtpu.echo_retries: {} is not within 1..=32",
+                self.gtpu.echo_retries
+            );
+        }
         for (i, p) in self.ue_pools.iter().enumerate() {
             if p.ipv4.is_none() && p.ipv6.is_none() {
                 bail!("ue_pool[{i}]: needs ipv4 or ipv6");
@@ -457,6 +514,8 @@ mod tests {
         assert_eq!(c.admin.address, d.admin.address);
         assert_eq!(c.admin.max_connections, d.admin.max_connections);
         assert_eq!(c.n4.teid_reuse_after_s, d.n4.teid_reuse_after_s);
+        assert_eq!(c.gtpu.echo(), d.gtpu.echo());
+        assert_eq!(d.gtpu.echo(), upf_dataplane::paths::EchoConfig::default());
         assert!(FileConfig::parse("").is_ok());
     }
 
@@ -470,6 +529,25 @@ mod tests {
             d.teid_reuse_after,
             upf_n4::Config::new(a.n4_addr).teid_reuse_after
         );
+    }
+
+    #[test]
+    fn echo_settings_reach_the_pipeline() {
+        let c = FileConfig::parse(
+            "[gtpu]\necho_interval_s = 5\necho_timeout_ms = 500\necho_retries = 4",
+        )
+        .unwrap();
+        let e = crate::run::runtime_config(&c).unwrap().pipeline.echo;
+        assert_eq!(e.interval, std::time::Duration::from_secs(5));
+        assert_eq!(e.timeout, std::time::Duration::from_millis(500));
+        assert_eq!(e.retries, 4);
+        let off = FileConfig::parse("[gtpu]\necho_interval_s = 0").unwrap();
+        assert!(crate::run::runtime_config(&off)
+            .unwrap()
+            .pipeline
+            .echo
+            .interval
+            .is_zero());
     }
 
     #[test]
@@ -495,6 +573,9 @@ mod tests {
             ("[n4]\nt1_ms = 1", "n4.t1_ms"),
             ("[n4]\nsmf_t1_ms = 0", "n4.smf_t1_ms"),
             ("[n4]\nsmf_n1 = 100", "n4.smf_n1"),
+            ("[gtpu]\necho_timeout_ms = 5", "gtpu.echo_timeout_ms"),
+            ("[gtpu]\necho_retries = 0", "gtpu.echo_retries"),
+            ("[gtpu]\necho_interval_s = 100000", "gtpu.echo_interval_s"),
             (
                 "[limits]\nresponse_cache_bytes = 1000",
                 "limits.response_cache_bytes_per_peer",

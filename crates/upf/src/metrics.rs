@@ -237,7 +237,7 @@ impl Collector for Scrape {
             &mut e,
             Counter,
             "upf_packets_created_total",
-            "Packets made by the UPF: duplicates, Echo Responses, Error Indications, End Markers.",
+            "Packets made by the UPF: duplicates, Echo Requests and Responses, Error Indications, Supported Extension Headers Notifications, End Markers.",
             self.per_worker(|s| s.counters.created),
         )?;
         family(
@@ -248,6 +248,41 @@ impl Collector for Scrape {
             self.per_worker(|s| s.counters.error_indications_suppressed),
         )?;
         family(&mut e, Counter, "upf_error_indications_repeated_total", "Error Indications received for a session already reported to its SMF since its last modification (not reported again).", self.per_worker(|s| s.counters.error_indications_repeated))?;
+        family(
+            &mut e,
+            Counter,
+            "upf_ext_header_notifications_suppressed_total",
+            "Supported Extension Headers Notifications not sent because of their rate limit.",
+            self.per_worker(|s| s.counters.ext_header_notifications_suppressed),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_gtpu_echo_requests_sent_total",
+            "GTP-U Echo Requests sent to probe the paths to peers (retransmissions included).",
+            self.per_worker(|s| s.counters.echo_requests),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_gtpu_echo_responses_received_total",
+            "GTP-U Echo Responses that answered one of our Echo Requests.",
+            self.per_worker(|s| s.counters.echo_responses),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_gtpu_peers",
+            "GTP-U peers probed: those that live tunnels lead to.",
+            self.per_worker(|s| s.counters.gtpu_peers),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_gtpu_peers_unreachable",
+            "GTP-U peers that left their last Echo Requests unanswered (reported to the SMFs).",
+            self.per_worker(|s| s.counters.gtpu_peers_unreachable),
+        )?;
         family(
             &mut e,
             Counter,

@@ -264,6 +264,7 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
             buffer_packets_per_far: c.limits.buffer_packets_per_far,
             buffer_bytes: c.limits.buffer_bytes_per_worker,
             error_indications_per_s: c.limits.error_indications_per_s,
+            echo: c.gtpu.echo(),
             outer_ttl: 64,
             uplink_acl: Arc::new(acl),
             // Each worker's tables sized for its share of the session limit (UEs hash
@@ -308,6 +309,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let opened = backends::open(&c, &rt_cfg)?;
     for line in &opened.report {
         info!(target: "upf", "{line}");
+    }
+    if (1..60).contains(&c.gtpu.echo_interval_s) {
+        warn!(
+            target: "upf",
+            "gtpu.echo_interval_s = {}: TS 29.281 §7.2.1 asks for at least 60 s between Echo Requests on a path",
+            c.gtpu.echo_interval_s
+        );
     }
     let workers = Workers::start_io(&rt_cfg, opened.queues)?;
     let rt = tokio::runtime::Builder::new_current_thread()

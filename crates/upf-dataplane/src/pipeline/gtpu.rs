@@ -64,6 +64,9 @@ impl Pipeline {
         let d = match decapsulate(p.data()) {
             Ok(d) => d,
             Err(e) => {
+                if let upf_wire::Error::UnknownComprehensionRequired(_) = e {
+                    self.send_ext_notification(now, &p, out);
+                }
                 let r = wire_drop(p.data().first(), e);
                 return drop_to(out, &mut self.counters, p, r);
             }
@@ -78,7 +81,11 @@ impl Pipeline {
                 self.error_indication_received(&p, &d);
                 return drop_to(out, &mut self.counters, p, DropReason::Signalling);
             }
-            MessageType::EchoResponse | MessageType::EndMarker => {
+            MessageType::EchoResponse => {
+                self.echo_response(&d);
+                return drop_to(out, &mut self.counters, p, DropReason::Signalling);
+            }
+            MessageType::EndMarker => {
                 return drop_to(out, &mut self.counters, p, DropReason::Signalling)
             }
             _ => {

@@ -19,6 +19,7 @@ use crate::hot::{Hot, Kind};
 use crate::intmap::IntMap;
 use crate::meter::RateLimit;
 use crate::overflow::Arena;
+use crate::paths::{Paths, Tunnels};
 use crate::session::Compiled;
 use crate::shapes::Shapes;
 use crate::tables::{FastMap, UeTable};
@@ -84,6 +85,11 @@ pub struct Pipeline {
     pub(crate) buffered_bytes: usize,
     pub(crate) timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     pub(crate) error_indications: RateLimit,
+    pub(crate) ext_notifications: RateLimit,
+    /// GTP-U path management: the peers this pipeline probes ([`crate::paths`]), and, when
+    /// it is a data path on its own (`impl Datapath`), its sessions' tunnels per peer.
+    pub(crate) paths: Paths,
+    pub(crate) tunnels: Tunnels,
     pub(crate) ident: u16,
     /// Per-batch scratch: each packet's lookup key ([`lookup_key`]), then its session slot
     /// ([`Pipeline::slot_hint`]).
@@ -105,6 +111,7 @@ fn drop_to(out: &mut Output, c: &mut Counters, p: Packet, r: DropReason) -> Opti
 impl Pipeline {
     pub fn new(now: Instant, cfg: PipelineConfig) -> Self {
         let error_indications = RateLimit::new(now, cfg.error_indications_per_s, 10);
+        let ext_notifications = RateLimit::new(now, cfg.error_indications_per_s, 10);
         let n = cfg.expected_sessions;
         Self {
             slots: reserved(n),
@@ -131,6 +138,9 @@ impl Pipeline {
             buffered_bytes: 0,
             timers: BinaryHeap::new(),
             error_indications,
+            ext_notifications,
+            paths: Paths::new(cfg.echo),
+            tunnels: Tunnels::default(),
             ident: 0,
             keys: Vec::new(),
             hints: Vec::new(),

@@ -1,16 +1,126 @@
-//! GTP-U signalling: Echo Responses, Error Indications sent and received, and the UDP/IP
-//! headers around them.
+//! GTP-U signalling: Echo Requests (path management) and Responses, Error Indications sent
+//! and received, Supported Extension Headers Notifications, and the UDP/IP headers around
+//! them.
 
 use super::{drop_to, Output, Pipeline, GTPU_PORT};
 use crate::counters::DropReason;
 use crate::flow::Addr;
+use crate::paths::{PathChange, Probe};
+use std::net::IpAddr;
 use std::time::Instant;
 use upf_packet::{Packet, Port, HEADROOM};
 use upf_rules::{DatapathEvent, Teid};
 use upf_wire::encap::Decapsulated;
-use upf_wire::{gtpu_msg, ip_proto, ipv4, ipv6, udp};
+use upf_wire::{ext, gtpu_msg, ip_proto, ipv4, ipv6, udp};
 
 impl Pipeline {
+    /// A GTP-U peer for this pipeline to probe (its first live tunnel), or no longer to (its
+    /// last gone): see [`crate::paths`]. The runtime calls this on the worker that GTP-U
+    /// signalling is steered to; a pipeline used alone as a data path calls it itself.
+    pub fn path_change(&mut self, now: Instant, c: PathChange) {
+        self.paths.change(now, c);
+        self.path_gauges();
+    }
+
+    fn path_gauges(&mut self) {
+        self.counters.gtpu_peers = self.paths.peers() as u64;
+        self.counters.gtpu_peers_unreachable = self.paths.unreachable() as u64;
+    }
+
+    /// The path management steps that are due: Echo Requests queued (sent with the next
+    /// batch, see [`Pipeline::has_queued`]), unreachable peers reported.
+    pub(crate) fn probe_paths(&mut self, now: Instant) {
+        if self.paths.poll_timeout().is_none_or(|t| t > now) {
+            return;
+        }
+        let mut probes = Vec::new();
+        self.paths
+            .handle_timeout(now, &mut probes, &mut self.events);
+        for pr in probes {
+            self.echo_request(pr);
+        }
+        self.path_gauges();
+    }
+
+    /// TS 29.281 §7.2.1: an Echo Request from our address on the peer's interface, to its
+    /// GTP-U port (§4.4.2.1).
+    fn echo_request(&mut self, pr: Probe) {
+        let local = if pr.port == Port::N9 {
+            self.cfg.n9
+        } else {
+            self.cfg.n3
+        };
+        let src = match pr.peer {
+            IpAddr::V4(_) => local.v4.map(IpAddr::V4),
+            IpAddr::V6(_) => local.v6.map(IpAddr::V6),
+        };
+        let Some(src) = src else {
+            return;
+        };
+        let mut p = Packet::new(pr.port);
+        let start = HEADROOM;
+        let Some(buf) = p.buffer_mut().get_mut(start..) else {
+            return;
+        };
+        let Ok(n) = gtpu_msg::emit_echo_request(pr.seq, buf) else {
+            return;
+        };
+        let (src, dst) = (Addr::from_ip(src), Addr::from_ip(pr.peer));
+        if wrap_for_peer(&mut p, start, n, src, dst, self.cfg.outer_ttl).is_some() {
+            p.set_port(pr.port);
+            self.counters.echo_requests += 1;
+            self.pending.push(p);
+        }
+    }
+
+    /// An Echo Response: matched against the request of its sender's path (its Recovery IE
+    /// is ignored, TS 29.281 §8.2); consumed either way.
+    pub(super) fn echo_response(&mut self, d: &Decapsulated) {
+        let Some(seq) = d.gtpu.seq_number else {
+            return;
+        };
+        if self.paths.answered(d.outer_src, seq, &mut self.events) {
+            self.counters.echo_responses += 1;
+            self.path_gauges();
+        }
+    }
+
+    /// TS 29.281 §5.2.1, §7.2.3: a GTP-U message with an extension header we must
+    /// understand and do not is answered with the list of those we do, to the address and
+    /// UDP port it came from (rate-limited).
+    pub(super) fn send_ext_notification(&mut self, now: Instant, p: &Packet, out: &mut Output) {
+        let Ok(o) = upf_wire::encap::outer(p.data()) else {
+            return;
+        };
+        if !self.ext_notifications.allow(now) {
+            self.counters.ext_header_notifications_suppressed += 1;
+            return;
+        }
+        let mut e = out.free.pop().unwrap_or_else(|| Packet::new(p.port()));
+        e.set_port(p.port());
+        let start = HEADROOM;
+        let buf = e.buffer_mut().get_mut(start..).unwrap_or(&mut []);
+        let n = gtpu_msg::emit_supported_ext_headers_notification(0, &ext::SUPPORTED, buf);
+        let ok = n.ok().and_then(|n| {
+            wrap_udp_ip(
+                &mut e,
+                start,
+                n,
+                Addr::from_ip(o.dst),
+                Addr::from_ip(o.src),
+                (GTPU_PORT, o.src_port),
+                self.cfg.outer_ttl,
+            )
+        });
+        if ok.is_some() {
+            self.counters.created += 1;
+            self.counters.tx(e.port(), e.len());
+            out.tx.push(e);
+        } else {
+            out.free.push(e);
+        }
+    }
+
     pub(super) fn echo(&mut self, mut p: Packet, d: &Decapsulated, out: &mut Output) {
         // TS 29.281 §7.2.2: the response copies the sequence number; Recovery is 0.
         let seq = d.gtpu.seq_number.unwrap_or(0);
