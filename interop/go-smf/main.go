@@ -135,6 +135,33 @@ func (p *peer) exchange(m message.Message, seq uint32, wantType uint8) (message.
 	}
 }
 
+// awaitRequest waits up to `within` for a request of type `want` from the UPF (heartbeats
+// are answered meanwhile, anything else is skipped).
+func (p *peer) awaitRequest(want uint8, within time.Duration) (message.Message, []byte, error) {
+	deadline := time.Now().Add(within)
+	buf := make([]byte, 65535)
+	for {
+		if err := p.conn.SetReadDeadline(deadline); err != nil {
+			return nil, nil, err
+		}
+		n, from, err := p.conn.ReadFromUDP(buf)
+		if err != nil {
+			return nil, nil, fmt.Errorf("no request of type %d within %v", want, within)
+		}
+		raw := append([]byte(nil), buf[:n]...)
+		got, err := message.Parse(raw)
+		if err != nil {
+			return nil, raw, fmt.Errorf("go-pfcp cannot parse %x: %v", raw, err)
+		}
+		switch got.(header).MessageType() {
+		case message.MsgTypeHeartbeatRequest:
+			p.answerHeartbeat(got, from)
+		case want:
+			return got, raw, nil
+		}
+	}
+}
+
 func isRequest(t uint8) bool {
 	switch t {
 	case 1, 3, 5, 7, 9, 12, 14, 50, 52, 54, 56:
@@ -278,7 +305,7 @@ func usageReport(reports []*ie.IE, id uint32, trigger string) error {
 		if t == nil {
 			return errors.New("Usage Report without Usage Report Trigger")
 		}
-		has := map[string]bool{"IMMER": t.HasIMMER(), "TERMR": t.HasTERMR()}[trigger]
+		has := map[string]bool{"IMMER": t.HasIMMER(), "TERMR": t.HasTERMR(), "PERIO": t.HasPERIO()}[trigger]
 		if !has {
 			return fmt.Errorf("Usage Report Trigger %x lacks %s", t.Payload, trigger)
 		}
@@ -563,6 +590,63 @@ func run(smf, stranger *peer, upfIP string) {
 	smr, s = modify("query_urr", ie.NewQueryURR(ie.NewURRID(1)))
 	s.check("cause", func() error { return wantCause(smr.Cause, 1) })
 	s.check("usage_report", func() error { return usageReport(smr.UsageReport, 1, "IMMER") })
+
+	// 5b. A periodic URR of 1 s on PDR 1: the UPF's Session Report Request (TS 29.244
+	// §7.5.8), read by go-pfcp, answered, and not sent again.
+	smr, s = modify("periodic_urr",
+		ie.NewCreateURR(
+			ie.NewURRID(2),
+			ie.NewMeasurementMethod(0, 1, 0),    // VOLUM
+			ie.NewReportingTriggers(0x01, 0x00), // PERIO
+			ie.NewMeasurementPeriod(time.Second),
+		),
+		ie.NewUpdatePDR(ie.NewPDRID(1), ie.NewURRID(1), ie.NewURRID(2)),
+	)
+	s.check("cause", func() error { return wantCause(smr.Cause, 1) })
+	srr, raw, err := smf.awaitRequest(message.MsgTypeSessionReportRequest, 3*time.Second)
+	if err == nil {
+		err = sessionSEID(srr, cpSEID)
+	}
+	report("session_report.request", err)
+	s = &step{"session_report", err}
+	var rep *message.SessionReportRequest
+	if err == nil {
+		rep = srr.(*message.SessionReportRequest)
+	}
+	s.check("report_type", func() error {
+		if rep.ReportType == nil {
+			return errors.New("no Report Type IE")
+		}
+		if !rep.ReportType.HasUSAR() {
+			return fmt.Errorf("Report Type %x without USAR", rep.ReportType.Payload)
+		}
+		return nil
+	})
+	s.check("usage_report", func() error { return usageReport(rep.UsageReport, 2, "PERIO") })
+	s.check("answered", func() error {
+		rsp := message.NewSessionReportResponse(0, 0, upSEID, srr.(header).Sequence(), 0,
+			ie.NewCause(ie.CauseRequestAccepted))
+		b := make([]byte, rsp.MarshalLen())
+		if err := rsp.MarshalTo(b); err != nil {
+			return err
+		}
+		if _, err := smf.conn.WriteToUDP(b, smf.upf); err != nil {
+			return err
+		}
+		// Answered: the same request does not come back within T1 (3 s) and a margin; the
+		// next periods' reports carry new sequence numbers.
+		until := time.Now().Add(4 * time.Second)
+		for time.Now().Before(until) {
+			again, _, err := smf.awaitRequest(message.MsgTypeSessionReportRequest, time.Until(until))
+			if err != nil {
+				break
+			}
+			if again.(header).Sequence() == srr.(header).Sequence() {
+				return fmt.Errorf("request %d retransmitted after its response (%x)", again.(header).Sequence(), raw)
+			}
+		}
+		return nil
+	})
 
 	// 6a. Session Modification for an unknown SEID: TS 29.244 §7.2.2.4.2, cause 65 and SEID 0.
 	seq = smf.nextSeq()
