@@ -59,6 +59,8 @@ drop_reasons! {
     BufferFull = "buffer_full",
     /// Buffered packets discarded (DROBU, session removal, FAR changed to drop).
     BufferDiscarded = "buffer_discarded",
+    /// Buffered longer than the DL Buffering Duration of a Session Report Response.
+    BufferExpired = "buffer_expired",
     /// TTL / Hop Limit would reach zero.
     TtlExpired = "ttl_expired",
     /// Encapsulation impossible (packet too large for the outer header).

@@ -66,7 +66,7 @@ impl Pipeline {
                         .push(u.report(now, new.seid, UsageTrigger::TERMR));
                 }
                 for p in orphans {
-                    self.discard(p);
+                    self.discard(p, DropReason::BufferDiscarded);
                 }
                 if flags.send_end_marker {
                     self.end_markers(&old, &new);
@@ -94,14 +94,14 @@ impl Pipeline {
                 None
             };
             match release {
-                Some(true) => self.requeue.extend(far.buffer.drain(..)),
+                Some(true) => self.requeue.extend(far.buffer.drain(..).map(|(_, p)| p)),
                 Some(false) => {
                     // Discarding the buffer (DROBU) ends the buffering period: the next
                     // packet buffered is reported anew, or a UE whose paging failed would
                     // never be paged again.
                     far.notified = false;
-                    for p in std::mem::take(&mut far.buffer) {
-                        self.discard(p);
+                    for (_, p) in std::mem::take(&mut far.buffer) {
+                        self.discard(p, DropReason::BufferDiscarded);
                     }
                 }
                 None => {}
@@ -145,10 +145,10 @@ impl Pipeline {
         }
     }
 
-    fn discard(&mut self, p: Packet) {
+    fn discard(&mut self, p: Packet, why: DropReason) {
         self.counters.buffered -= 1;
         self.buffered_bytes -= p.len();
-        self.counters.drop(DropReason::BufferDiscarded);
+        self.counters.drop(why);
     }
 
     /// TS 29.281 §7.3.2 / TS 23.501 §5.8.2.9: when a FAR's tunnel changes (handover), an
@@ -212,8 +212,8 @@ impl Pipeline {
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
         self.free_slots.push(slot);
         for f in &mut s.fars {
-            for p in std::mem::take(&mut f.buffer) {
-                self.discard(p);
+            for (_, p) in std::mem::take(&mut f.buffer) {
+                self.discard(p, DropReason::BufferDiscarded);
             }
         }
         Ok(s.urrs
@@ -256,6 +256,12 @@ impl Pipeline {
             .iter()
             .filter_map(|u| u.deadline())
             .chain(s.delayed_report.as_ref().map(|(at, _, _)| *at))
+            .chain(s.buffer_for.and_then(|d| {
+                s.fars
+                    .iter()
+                    .filter_map(|f| f.buffer.front().map(|(at, _)| *at + d))
+                    .min()
+            }))
             .min();
         // Once reported, the idle deadline lies in the past: arming it again would make
         // handle_timeout fire it forever (handle_timeout re-checks every period instead).
@@ -322,6 +328,14 @@ impl Pipeline {
                         .push_back(DatapathEvent::Usage(u.report(now, seid, t)));
                 }
             }
+            let mut expired = Vec::new();
+            if let Some(d) = s.buffer_for {
+                for f in &mut s.fars {
+                    while f.buffer.front().is_some_and(|(at, _)| *at + d <= now) {
+                        expired.extend(f.buffer.pop_front().map(|(_, p)| p));
+                    }
+                }
+            }
             if s.delayed_report
                 .as_ref()
                 .is_some_and(|(at, _, _)| *at <= now)
@@ -347,6 +361,9 @@ impl Pipeline {
             // Lazy: an entry may fire early (traffic moved a deadline); reschedule.
             self.generations[slot as usize] = generation.wrapping_add(1);
             let inactive = s.inactive_reported.then_some(s.inactivity).flatten();
+            for p in expired {
+                self.discard(p, DropReason::BufferExpired);
+            }
             self.build_hot(slot);
             self.schedule(slot);
             if let Some(t) = inactive {

@@ -165,8 +165,8 @@ pub(crate) struct CFar {
     pub action: ApplyAction,
     pub target: Option<Target>,
     pub dup: Vec<Target>,
-    /// Packets held while the action is BUFF (TS 29.244 §5.2.4.1).
-    pub buffer: VecDeque<Packet>,
+    /// Packets held while the action is BUFF (TS 29.244 §5.2.4.1), with when each came.
+    pub buffer: VecDeque<(Instant, Packet)>,
     pub max_buffered: usize,
     /// A downlink-data event was raised for the current buffering period.
     pub notified: bool,
@@ -303,6 +303,8 @@ pub(crate) struct Compiled {
     /// raised it, and the report. Sent only if that FAR still buffers and notifies then (a
     /// FAR set to forward in the meantime, the UE having answered, cancels it).
     pub delayed_report: Option<(Instant, FarId, DatapathEvent)>,
+    /// How long a packet may stay buffered (the BAR's DL Buffering Duration).
+    pub buffer_for: Option<Duration>,
 }
 
 /// What compiling needs to know about this UPF.
@@ -348,6 +350,13 @@ impl Compiled {
             .map_or(env.buffer_packets, |n| {
                 usize::from(n).min(env.buffer_packets)
             });
+        // Extended buffering may ask for more (or fewer) than the BAR's count, within the
+        // UPF's own bound.
+        let buffer_packets = s
+            .bar
+            .as_ref()
+            .and_then(|b| b.dl_buffering_packets)
+            .map_or(buffer_packets, |n| usize::from(n).min(env.buffer_packets));
         let fars = s
             .fars
             .iter()
@@ -378,6 +387,11 @@ impl Compiled {
                     .map_or(0, |b| u64::from(b.downlink_data_notification_delay_ms)),
             ),
             delayed_report: None,
+            buffer_for: s
+                .bar
+                .as_ref()
+                .and_then(|b| b.dl_buffering_duration_s)
+                .map(Duration::from_secs),
             rules: s,
         })
     }
@@ -413,7 +427,7 @@ impl Compiled {
                     // starts a new buffering period.
                     f.notified = o.notified && f.action == o.action;
                 }
-                None => orphans.extend(o.buffer.drain(..)),
+                None => orphans.extend(o.buffer.drain(..).map(|(_, p)| p)),
             }
         }
         self.last_packet = old.last_packet;

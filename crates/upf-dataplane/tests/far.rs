@@ -383,3 +383,49 @@ fn the_bar_notification_delay_holds_the_report_back() {
     assert!(r.advance(Duration::from_millis(200)).is_empty());
     assert_eq!(numbers_to_gnb(&r.send(vec![])), [2]);
 }
+
+/// Extended buffering (§5.2.4.1): the DL Buffering Duration and Suggested Packet Count of
+/// the Update BAR in a Session Report Response bound how long and how many packets stay
+/// buffered; older ones are dropped as buffer_expired.
+#[test]
+fn extended_buffering_keeps_packets_for_the_dl_buffering_duration() {
+    use std::time::Duration;
+    let mut r = Rig::new();
+    let (_, _) = r.establish(buffering(true, None));
+    assert!(r.send((0..2).map(|n| n6(&down(n))).collect()).is_empty());
+    let mut all = std::mem::take(&mut r.stash);
+    all.extend(r.drain());
+    let rep = all
+        .iter()
+        .map(|t| upf_pfcp::Pdu::decode(&t.payload).unwrap().0)
+        .find(|p| matches!(p.message, upf_pfcp::Message::SessionReportRequest(_)))
+        .expect("a report");
+    // Buffer for 4 s (2 × 2 s), at most 3 packets.
+    let answer = SessionReportResponse {
+        cause: Cause::REQUEST_ACCEPTED,
+        update_bar: Some(UpdateBarSessionReportResponse {
+            bar_id: BarId(1),
+            dl_buffering_duration: Some(DlBufferingDuration {
+                unit: DlBufferingDuration::UNIT_2_SECONDS,
+                value: 2,
+            }),
+            dl_buffering_suggested_packet_count: Some(DlBufferingSuggestedPacketCount(3)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let bytes = smf::encode(Some(0), rep.header.sequence, answer);
+    let (now, smf_addr) = (r.now, r.smf);
+    r.agent.handle_datagram(now, smf_addr, &bytes);
+    r.advance(Duration::from_secs(1));
+    assert!(r.send((2..4).map(|n| n6(&down(n))).collect()).is_empty());
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (3, 1));
+    r.advance(Duration::from_secs(3));
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferExpired)), (1, 2));
+    r.advance(Duration::from_secs(1));
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferExpired)), (0, 3));
+    assert_balanced(&mut r);
+}

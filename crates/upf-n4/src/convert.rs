@@ -705,6 +705,8 @@ pub fn bar(c: &p::CreateBar) -> Result<r::Bar, Reject> {
             .downlink_data_notification_delay
             .map_or(0, |d| d.as_millis()),
         suggested_buffering_packets: c.suggested_buffering_packets_count.map(|x| x.0),
+        dl_buffering_duration_s: None,
+        dl_buffering_packets: None,
     })
 }
 

@@ -165,6 +165,14 @@ impl<D: Datapath> Agent<D> {
             if let Some(c) = u.suggested_buffering_packets_count {
                 b.suggested_buffering_packets = Some(c.0);
             }
+            // Extended buffering (§5.2.4.1): how long and how many. Infinite, or the timer
+            // stopped (zero), leaves no limit of time.
+            if let Some(d) = u.dl_buffering_duration {
+                b.dl_buffering_duration_s = d.as_secs().filter(|&s| s > 0);
+            }
+            if let Some(c) = u.dl_buffering_suggested_packet_count {
+                b.dl_buffering_packets = Some(c.0);
+            }
         }
         let rules = std::sync::Arc::new(s);
         let flags = InstallFlags {

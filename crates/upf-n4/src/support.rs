@@ -330,9 +330,9 @@ pub static IES: &[IeRule] = &{
         ie(UpdateBarSessionReportResponse, 88, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
         ie(UpdateBarSessionReportResponse, 46, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
 
-        ie(UpdateBarSessionReportResponse, 47, Pending("the DL buffering duration is not applied (issue #26 §3)")),
+        ie(UpdateBarSessionReportResponse, 47, Enforced("crates/upf-dataplane/tests/far.rs::extended_buffering_keeps_packets_for_the_dl_buffering_duration")),
 
-        ie(UpdateBarSessionReportResponse, 48, Pending("the DL buffering suggested packet count is not applied (issue #26 §3)")),
+        ie(UpdateBarSessionReportResponse, 48, Enforced("crates/upf-dataplane/tests/far.rs::extended_buffering_keeps_packets_for_the_dl_buffering_duration")),
 
         ie(UpdateBarSessionReportResponse, 140, Enforced("crates/upf-n4/tests/support.rs::update_bar_in_a_report_response_applies_to_its_bar")),
     ]

@@ -124,4 +124,9 @@ pub struct Bar {
     pub downlink_data_notification_delay_ms: u32,
     /// How many packets to buffer (§8.2.100); `None` leaves it to the UP function.
     pub suggested_buffering_packets: Option<u8>,
+    /// Extended buffering, from a Session Report Response: how long a downlink packet may
+    /// stay buffered (DL Buffering Duration, §8.2.29; `None`: no limit) and how many may be
+    /// (DL Buffering Suggested Packet Count, §8.2.30).
+    pub dl_buffering_duration_s: Option<u64>,
+    pub dl_buffering_packets: Option<u16>,
 }

@@ -108,7 +108,7 @@ impl Pipeline {
                 }
                 counters.buffered += 1;
                 *buffered_bytes += p.len();
-                far.buffer.push_back(p);
+                far.buffer.push_back((now, p));
                 return None;
             }
             return drop_to(out, counters, p, DropReason::FarDrop);
