@@ -246,6 +246,7 @@ fn ethernet(
         }
         Backend::AfXdp => {
             let mut cfg = XdpConfig::new(port, u32::try_from(n).unwrap_or(1));
+            cfg.spread_ues = spread_ues.to_vec();
             cfg.local = iface.addresses.clone();
             let xi = XdpInterface::open(name, cfg)
                 .with_context(|| format!("{key}: af_xdp on {name:?}"))?;
