@@ -20,7 +20,9 @@
 //! worker's queue; the receiving socket reports each packet's owner and the runtime hands
 //! packets of other workers over in software. GTP-U messages that are not G-PDUs (Echo, Error
 //! Indication, End Marker) and G-PDUs whose header or inner packet cannot be read go to
-//! worker 0, like the software steering.
+//! worker 0, like the software steering. UEs in `Filter::spread` (peak-rate UEs, in the
+//! `spread4`/`spread6` maps) are steered by `upf_packet::steer::flow_hash_key` of the flow, as
+//! by the fanout program; one whose ports are cut off goes to worker 0.
 
 use crate::bpf;
 use aya::maps::HashMap;

@@ -11,6 +11,10 @@
 //!
 //! `ue_hash(k) = (k * 0x9E3779B97F4A7C15 mod 2^64) >> 32`, `worker = (hash * n) >> 32`.
 //!
+//! Spread (peak-rate) UEs, whose key is in the `spread4`/`spread6` maps filled at load, go by
+//! the flow instead: `flow_hash_key(key, peer, ue_port, peer_port, proto)` of
+//! `upf_packet::steer` (see [`fanout_worker_spread`]); the lookup is skipped when none is.
+//!
 //! The program is C (`bpf/fanout.bpf.c`, BPF_PROG_TYPE_SOCKET_FILTER), built by clang and
 //! loaded with aya. It reads the packet with the legacy LD_ABS/LD_IND loads, which end the
 //! program with 0 when a read falls outside the packet: that is exactly "unparsable goes to
