@@ -19,10 +19,58 @@
  * inner source; 0: plain IP on N6, by the destination). */
 const volatile __u32 workers = 1;
 const volatile __u32 gtpu = 0;
+/* 1 when the spread maps hold any UE (0: no lookup at all). */
+const volatile __u32 spread = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SPREAD);
+	__type(key, __u32);
+	__type(value, __u8);
+} spread4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SPREAD);
+	__type(key, __u64);
+	__type(value, __u8);
+} spread6 SEC(".maps");
 
 unsigned long long load_byte(void *skb, unsigned long long off) asm("llvm.bpf.load.byte");
 unsigned long long load_half(void *skb, unsigned long long off) asm("llvm.bpf.load.half");
 unsigned long long load_word(void *skb, unsigned long long off) asm("llvm.bpf.load.word");
+
+/* The worker of a packet whose IP header (version checked) is at ip and whose UE has the
+ * steering key key (the source when up): by the UE, or by the flow for a spread UE. */
+static __always_inline __u32 steer(struct __sk_buff *skb, __u64 ip, int v4, int up, __u64 key)
+{
+	if (!spread)
+		return ue_worker(key, workers);
+	__u64 peer, proto, l4 = 0;
+	if (v4) {
+		__u32 k = (__u32)key;
+		if (!bpf_map_lookup_elem(&spread4, &k))
+			return ue_worker(key, workers);
+		peer = load_word(skb, ip + (up ? 16 : 12));
+		proto = load_byte(skb, ip + 9);
+		if (!(load_half(skb, ip + 6) & 0x1fff))
+			l4 = ip + ((load_byte(skb, ip) & 0xf) << 2);
+	} else {
+		if (!bpf_map_lookup_elem(&spread6, &key))
+			return ue_worker(key, workers);
+		__u64 o = ip + (up ? 24 : 8);
+		peer = (load_word(skb, o) << 32 | load_word(skb, o + 4)) ^
+		       (load_word(skb, o + 8) << 32 | load_word(skb, o + 12));
+		proto = load_byte(skb, ip + 6);
+		l4 = ip + 40;
+	}
+	__u64 ports = 0;
+	if (l4 && has_ports(proto)) {
+		__u64 s = load_half(skb, l4), d = load_half(skb, l4 + 2);
+		ports = up ? (s << 16 | d) : (d << 16 | s);
+	}
+	return hash_worker(flow_hash(key, peer, ports, proto), workers);
+}
 
 SEC("socket")
 int upf_fanout(struct __sk_buff *skb)
@@ -49,7 +97,7 @@ int upf_fanout(struct __sk_buff *skb)
 			key = load_word(skb, l3 + 24) << 32;
 			key |= load_word(skb, l3 + 28);
 		}
-		return ue_worker(key, workers);
+		return steer(skb, l3, v4, 0, key);
 	}
 
 	/* Outer IPv4 (version, IHL >= 5, UDP, first fragment) or IPv6 (next header UDP). */
@@ -105,19 +153,18 @@ int upf_fanout(struct __sk_buff *skb)
 ext_done:
 		inner = cur;
 	}
-	/* The inner packet's source address. */
+	/* The inner packet's source address (and, for a spread UE, its flow). */
 	switch (load_byte(skb, inner) >> 4) {
 	case 4:
 		key = load_word(skb, inner + 12);
-		break;
+		return steer(skb, inner, 1, 1, key);
 	case 6:
 		key = load_word(skb, inner + 8) << 32;
 		key |= load_word(skb, inner + 12);
-		break;
+		return steer(skb, inner, 0, 1, key);
 	default:
 		return 0;
 	}
-	return ue_worker(key, workers);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -19,4 +19,30 @@ static __always_inline __u32 ue_worker(__u64 key, __u32 n)
 	return (__u32)(((__u64)ue_hash_key(key) * n) >> 32);
 }
 
+/* The flow hash of a spread UE's packet (upf_packet::steer::flow_hash_key): ports is
+ * ue_port << 16 | peer_port. */
+static __always_inline __u32 flow_hash(__u64 ue, __u64 peer, __u64 ports, __u64 proto)
+{
+	__u64 h = ue ^ ((peer << 23) | (peer >> 41)) ^ (ports << 32 | proto);
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return (__u32)(h >> 32);
+}
+
+static __always_inline __u32 hash_worker(__u32 hash, __u32 n)
+{
+	return (__u32)(((__u64)hash * n) >> 32);
+}
+
+static __always_inline int has_ports(__u64 proto)
+{
+	return proto == 6 || proto == 17 || proto == 132;
+}
+
+/* Spread UEs (peak-rate UEs steered per flow), by steering key; filled at load. */
+#define MAX_SPREAD 1024
+
 #endif

@@ -22,6 +22,22 @@ const volatile __u32 n_local4 = 0;
 const volatile __u32 local4[MAX_LOCAL] = {};
 const volatile __u32 n_local6 = 0;
 const volatile __u32 local6[MAX_LOCAL][4] = {};
+/* 1 when the spread maps hold any UE (0: no lookup at all). */
+const volatile __u32 spread = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SPREAD);
+	__type(key, __u32);
+	__type(value, __u8);
+} spread4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SPREAD);
+	__type(key, __u64);
+	__type(value, __u8);
+} spread6 SEC(".maps");
 
 /* The AF_XDP sockets, by receive queue (entries: the interface's queues, set at load). */
 struct {
@@ -56,6 +72,41 @@ static __always_inline int is_local6(const __u32 *a)
 			return 1;
 	}
 	return 0;
+}
+
+/* The worker of a packet whose IP header (20 or 40 octets checked) is at ip and whose UE has
+ * the steering key key (the source when up): by the UE, or by the flow for a spread UE
+ * (worker 0 when its ports are cut off). */
+static __always_inline __u32 steer(void *end, __u8 *ip, int v4, int up, __u64 key)
+{
+	if (!spread)
+		return ue_worker(key, workers);
+	__u64 peer, proto;
+	__u8 *l4 = 0;
+	if (v4) {
+		__u32 k = (__u32)key;
+		if (!bpf_map_lookup_elem(&spread4, &k))
+			return ue_worker(key, workers);
+		peer = bpf_ntohl(*(__u32 *)(ip + (up ? 16 : 12)));
+		proto = ip[9];
+		if (!(bpf_ntohs(*(__u16 *)(ip + 6)) & 0x1fff))
+			l4 = ip + ((ip[0] & 0xf) << 2);
+	} else {
+		if (!bpf_map_lookup_elem(&spread6, &key))
+			return ue_worker(key, workers);
+		__u8 *a = ip + (up ? 24 : 8);
+		peer = bpf_be64_to_cpu(*(__u64 *)a) ^ bpf_be64_to_cpu(*(__u64 *)(a + 8));
+		proto = ip[6];
+		l4 = ip + 40;
+	}
+	__u64 ports = 0;
+	if (l4 && has_ports(proto)) {
+		if ((void *)(l4 + 4) > end)
+			return 0;
+		__u64 s = bpf_ntohs(*(__u16 *)l4), d = bpf_ntohs(*(__u16 *)(l4 + 2));
+		ports = up ? (s << 16 | d) : (d << 16 | s);
+	}
+	return hash_worker(flow_hash(key, peer, ports, proto), workers);
 }
 
 /* The owner of the GTP-U message at offset g (worker 0 when it is not a readable G-PDU). */
@@ -105,22 +156,18 @@ static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g)
 	__u8 *in = data + off;
 	if ((void *)(in + 1) > end)
 		return 0;
-	__u64 key;
 	switch (in[0] >> 4) {
 	case 4:
 		if ((void *)(in + 20) > end)
 			return 0;
-		key = bpf_ntohl(*(__u32 *)(in + 12));
-		break;
+		return steer(end, in, 1, 1, bpf_ntohl(*(__u32 *)(in + 12)));
 	case 6:
 		if ((void *)(in + 40) > end)
 			return 0;
-		key = bpf_be64_to_cpu(*(__u64 *)(in + 8));
-		break;
+		return steer(end, in, 0, 1, bpf_be64_to_cpu(*(__u64 *)(in + 8)));
 	default:
 		return 0;
 	}
-	return ue_worker(key, workers);
 }
 
 /* Metadata [magic, worker] in front of the frame (without room, the socket recomputes), then
@@ -176,7 +223,7 @@ int upf_xdp(struct xdp_md *ctx)
 		}
 		if (ip[16] >= 224 || is_local4(dst))
 			return XDP_PASS;
-		return redirect(ctx, ue_worker(bpf_ntohl(dst), workers));
+		return redirect(ctx, steer(end, ip, 1, 0, bpf_ntohl(dst)));
 	}
 	if (et == 0x86dd) {
 		__u8 *ip = data + l3;
@@ -200,7 +247,7 @@ int upf_xdp(struct xdp_md *ctx)
 			return XDP_PASS;
 		if (ip[6] == 58 && (void *)(ip + 41) <= end && ip[40] >= 133 && ip[40] <= 137)
 			return XDP_PASS;
-		return redirect(ctx, ue_worker(bpf_be64_to_cpu(*(__u64 *)(ip + 24)), workers));
+		return redirect(ctx, steer(end, ip, 0, 0, bpf_be64_to_cpu(*(__u64 *)(ip + 24))));
 	}
 	return XDP_PASS;
 }

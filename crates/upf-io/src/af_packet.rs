@@ -81,6 +81,8 @@ pub struct AfPacketConfig {
     /// low rates.
     pub block_timeout_ms: u32,
     pub fanout: Option<Fanout>,
+    /// Peak-rate UEs the fanout program spreads over the workers per flow.
+    pub spread_ues: Vec<std::net::IpAddr>,
 }
 
 impl AfPacketConfig {
@@ -96,6 +98,7 @@ impl AfPacketConfig {
             block_count: 32,
             block_timeout_ms: 1,
             fanout: None,
+            spread_ues: Vec::new(),
         }
     }
 }
@@ -311,7 +314,7 @@ impl AfPacketIo {
         .map_err(ctx("bind"))?;
         let mode = match cfg.fanout {
             None => FanoutMode::None,
-            Some(f) => join_fanout(raw, cfg.port, f)?,
+            Some(f) => join_fanout(raw, cfg.port, f, &cfg.spread_ues)?,
         };
         let sll = [
             sockaddr_ll(ETH_P_IP, link.ifindex),
@@ -379,9 +382,15 @@ impl AfPacketIo {
     }
 }
 
-fn join_fanout(fd: RawFd, port: Port, f: Fanout) -> io::Result<FanoutMode> {
+fn join_fanout(
+    fd: RawFd,
+    port: Port,
+    f: Fanout,
+    spread: &[std::net::IpAddr],
+) -> io::Result<FanoutMode> {
     let arg = |ty: u32| u32::from(f.group) | ((ty | PACKET_FANOUT_FLAG_IGNORE_OUTGOING) << 16);
-    let why = match Program::shared(port, f.workers) {
+    let spread = upf_packet::steer::Spread::new(spread.iter().copied());
+    let why = match Program::shared(port, f.workers, &spread) {
         Ok(prog) => match setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg(PACKET_FANOUT_EBPF)) {
             Ok(()) => {
                 // Every member sets the (same) program; the group keeps the last one.

@@ -554,3 +554,90 @@ fn a_refused_move_to_every_worker_keeps_the_session_where_it_was() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].port(), Port::N6);
 }
+
+/// A spread UE's packets all arriving on worker 0's queue (a backend that cannot steer, or
+/// AF_XDP's queue): handed over per flow, so its flows reach both workers, each flow one
+/// worker, in order.
+#[test]
+fn unsteered_queues_spread_a_peak_rate_ue_per_flow() {
+    use upf_io::mem;
+    use upf_runtime::{PortQueue, WorkerQueues};
+    const FLOWS: u16 = 16;
+    const PER_FLOW: u16 = 20;
+    let cfg = RuntimeConfig {
+        workers: 2,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        spread_ues: vec![IpAddr::V4(ue(0))],
+        ..Default::default()
+    };
+    let mut n3_peers = Vec::new();
+    let mut n6_peers = Vec::new();
+    let queues = (0..2)
+        .map(|_| {
+            let (n3, p3) = mem::pair(Port::N3);
+            let (n6, p6) = mem::pair(Port::N6);
+            n3_peers.push(p3);
+            n6_peers.push(p6);
+            WorkerQueues {
+                queues: vec![
+                    PortQueue {
+                        port: Port::N3,
+                        io: Box::new(n3),
+                    },
+                    PortQueue {
+                        port: Port::N6,
+                        io: Box::new(n6),
+                    },
+                ],
+                steered: false,
+            }
+        })
+        .collect();
+    let mut w = Workers::start_io(&cfg, queues).unwrap();
+    w.install(Instant::now(), session(0), InstallFlags::default())
+        .unwrap();
+    for k in 0..PER_FLOW {
+        for f in 0..FLOWS {
+            n3_peers[0].inject(uplink_flow(0, k, 1000 + f).data());
+        }
+    }
+    let total = usize::from(FLOWS * PER_FLOW);
+    let mut got: Vec<Vec<Vec<u8>>> = vec![Vec::new(), Vec::new()];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.iter().map(Vec::len).sum::<usize>() < total && Instant::now() < deadline {
+        for (g, p) in got.iter_mut().zip(&n6_peers) {
+            g.extend(p.take_sent());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(got.iter().map(Vec::len).sum::<usize>(), total);
+    let mut flows: HashMap<u16, (usize, Vec<u16>)> = HashMap::new();
+    for (worker, g) in got.iter().enumerate() {
+        assert!(
+            !g.is_empty(),
+            "worker {worker} carries none of the UE's flows"
+        );
+        for d in g {
+            let sport = u16::from_be_bytes([d[20], d[21]]);
+            let e = flows.entry(sport).or_insert((worker, Vec::new()));
+            assert_eq!(e.0, worker, "flow {sport} on both workers");
+            e.1.push(u16::from_be_bytes([d[4], d[5]]));
+        }
+    }
+    assert_eq!(flows.len(), usize::from(FLOWS));
+    for (f, (_, s)) in &flows {
+        assert!(
+            s.windows(2).all(|w| w[0] < w[1]),
+            "flow {f} reordered: {s:?}"
+        );
+    }
+    let stats = w.stats();
+    assert!(stats[0].handed_off > 0, "{stats:?}");
+    assert!(stats.iter().all(|s| s.counters.balanced()));
+}

@@ -105,6 +105,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     name,
                     backend,
                     iface,
+                    &c.workers.spread_ues,
                     &mut report,
                     &mut steered,
                 )?;
@@ -177,6 +178,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                 name,
                 b6,
                 &c.n6,
+                &c.workers.spread_ues,
                 &mut report,
                 &mut steered,
             )?;
@@ -213,6 +215,7 @@ fn ethernet(
     name: &str,
     backend: Backend,
     iface: &Interface,
+    spread_ues: &[IpAddr],
     report: &mut Vec<String>,
     steered: &mut bool,
 ) -> anyhow::Result<Option<Box<dyn std::fmt::Debug + Send>>> {
@@ -224,6 +227,7 @@ fn ethernet(
             let group = (pid << 2) | u16::try_from(port.index()).unwrap_or(0);
             for (i, q) in queues.iter_mut().enumerate() {
                 let mut cfg = AfPacketConfig::new(name, port);
+                cfg.spread_ues = spread_ues.to_vec();
                 if n > 1 {
                     cfg.fanout = Some(Fanout {
                         group,
@@ -242,6 +246,7 @@ fn ethernet(
         }
         Backend::AfXdp => {
             let mut cfg = XdpConfig::new(port, u32::try_from(n).unwrap_or(1));
+            cfg.spread_ues = spread_ues.to_vec();
             cfg.local = iface.addresses.clone();
             let xi = XdpInterface::open(name, cfg)
                 .with_context(|| format!("{key}: af_xdp on {name:?}"))?;

@@ -74,6 +74,8 @@ pub struct XdpConfig {
     pub frames: u32,
     /// Octets per frame: 2048 or 4096.
     pub frame_size: u32,
+    /// Peak-rate UEs the program steers per flow.
+    pub spread_ues: Vec<IpAddr>,
 }
 
 impl XdpConfig {
@@ -86,6 +88,7 @@ impl XdpConfig {
             zero_copy: false,
             frames: 1024,
             frame_size: 2048,
+            spread_ues: Vec::new(),
         }
     }
 }
@@ -231,7 +234,8 @@ impl XdpInterface {
         } else {
             cfg.local.clone()
         };
-        let filter = Filter::new(cfg.port != Port::N6, local, cfg.workers);
+        let filter = Filter::new(cfg.port != Port::N6, local, cfg.workers)
+            .with_spread(cfg.spread_ues.iter().copied());
         let mut ebpf = prog::object(&filter, queues)?;
         let prog = prog::load(&mut ebpf, prog::PROGRAM)?;
         let what = format!("attach XDP to {ifname}");

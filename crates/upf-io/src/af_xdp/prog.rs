@@ -20,13 +20,16 @@
 //! worker's queue; the receiving socket reports each packet's owner and the runtime hands
 //! packets of other workers over in software. GTP-U messages that are not G-PDUs (Echo, Error
 //! Indication, End Marker) and G-PDUs whose header or inner packet cannot be read go to
-//! worker 0, like the software steering.
+//! worker 0, like the software steering. UEs in `Filter::spread` (peak-rate UEs, in the
+//! `spread4`/`spread6` maps) are steered by `upf_packet::steer::flow_hash_key` of the flow, as
+//! by the fanout program; one whose ports are cut off goes to worker 0.
 
 use crate::bpf;
+use aya::maps::HashMap;
 use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::net::IpAddr;
-use upf_packet::steer;
+use upf_packet::steer::{self, Spread};
 
 /// First word of the metadata the program writes in front of a frame.
 pub const META_MAGIC: u32 = 0x5550_4658;
@@ -37,6 +40,8 @@ pub const GTPU_PORT: u16 = 2152;
 pub const MAX_EXT: usize = 8;
 /// Bound on header offsets (keeps the verifier's ranges finite; beyond it: worker 0).
 const MAX_OFF: usize = 1600;
+/// Spread UEs of each family the program's maps hold (`MAX_SPREAD` in bpf/steer.h).
+pub const MAX_SPREAD: usize = crate::fanout::MAX_SPREAD;
 /// Local addresses of each family the program knows at most.
 pub const MAX_LOCAL: usize = 16;
 
@@ -56,6 +61,8 @@ pub struct Filter {
     pub local: Vec<IpAddr>,
     /// Workers to steer to (at least 1).
     pub workers: u32,
+    /// Peak-rate UEs steered per flow (`upf_packet::steer::flow_hash_key`), not by UE.
+    pub spread: Spread,
 }
 
 impl Filter {
@@ -64,7 +71,14 @@ impl Filter {
             gtpu,
             local,
             workers: workers.clamp(1, 1 << 16),
+            spread: Spread::default(),
         }
+    }
+
+    /// The same, spreading these UEs over the workers per flow.
+    pub fn with_spread(mut self, ues: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.spread = Spread::new(ues);
+        self
     }
 
     fn v4(&self) -> impl Iterator<Item = [u8; 4]> + '_ {
@@ -101,7 +115,6 @@ fn key_of(f: &[u8], o: usize, len: usize) -> Option<u64> {
 /// worker owning the packet (among `filter.workers`). The loaded program agrees with it on
 /// every frame (tested through BPF_PROG_TEST_RUN).
 pub fn xdp_worker(frame: &[u8], filter: &Filter) -> Option<u32> {
-    let n = filter.workers;
     let mut et = be16(frame, 12)?;
     let mut l3 = 14;
     if et == 0x8100 || et == 0x88a8 {
@@ -121,12 +134,13 @@ pub fn xdp_worker(frame: &[u8], filter: &Filter) -> Option<u32> {
                 if be16(ip, 6)? & 0x3fff != 0 || !local || ip[9] != 17 {
                     return None;
                 }
-                udp(frame, l3 + ihl, n)
+                udp(frame, l3 + ihl, filter)
             } else {
                 if dst[0] >= 224 || local {
                     return None;
                 }
-                Some(worker_of_key(u64::from(u32::from_be_bytes(dst)), n))
+                let key = u64::from(u32::from_be_bytes(dst));
+                Some(steer_ref(frame, l3, true, false, key, filter).unwrap_or(0))
             }
         }
         0x86dd => {
@@ -141,7 +155,7 @@ pub fn xdp_worker(frame: &[u8], filter: &Filter) -> Option<u32> {
                 if !local || ip[6] != 17 {
                     return None;
                 }
-                udp(frame, l3 + 40, n)
+                udp(frame, l3 + 40, filter)
             } else {
                 if dst[0] == 0xff || (dst[0] == 0xfe && dst[1] & 0xc0 == 0x80) || local {
                     return None;
@@ -149,22 +163,52 @@ pub fn xdp_worker(frame: &[u8], filter: &Filter) -> Option<u32> {
                 if ip[6] == 58 && frame.get(l3 + 40).is_some_and(|t| (133..=137).contains(t)) {
                     return None;
                 }
-                Some(worker_of_key(key_of(ip, 24, 8)?, n))
+                let key = key_of(ip, 24, 8)?;
+                Some(steer_ref(frame, l3, false, false, key, filter).unwrap_or(0))
             }
         }
         _ => None,
     }
 }
 
-fn udp(frame: &[u8], l4: usize, n: u32) -> Option<u32> {
+fn udp(frame: &[u8], l4: usize, filter: &Filter) -> Option<u32> {
     if l4 + 8 > frame.len() || be16(frame, l4 + 2)? != GTPU_PORT {
         return None;
     }
-    Some(gtp_worker(frame, l4 + 8, n).unwrap_or(0))
+    Some(gtp_worker(frame, l4 + 8, filter).unwrap_or(0))
+}
+
+/// The worker of a packet whose IP header (checked: 20 or 40 octets) is at `ip` and whose UE
+/// has steering key `key` (the source when `up`): by the UE, or for a spread UE by
+/// [`steer::flow_hash_key`] (`None`, worker 0, when the ports are cut off).
+fn steer_ref(f: &[u8], ip: usize, v4: bool, up: bool, key: u64, filter: &Filter) -> Option<u32> {
+    let n = filter.workers;
+    if !filter.spread.contains_key(v4, key) {
+        return Some(worker_of_key(key, n));
+    }
+    let (peer, proto, l4) = if v4 {
+        let peer = key_of(f, ip + if up { 16 } else { 12 }, 4)?;
+        let l4 = (be16(f, ip + 6)? & 0x1fff == 0).then(|| ip + usize::from(f[ip] & 0xf) * 4);
+        (peer, f[ip + 9], l4)
+    } else {
+        let a = ip + if up { 24 } else { 8 };
+        (
+            key_of(f, a, 8)? ^ key_of(f, a + 8, 8)?,
+            f[ip + 6],
+            Some(ip + 40),
+        )
+    };
+    let (mut ue_port, mut peer_port) = (0, 0);
+    if let Some(l4) = l4.filter(|_| steer::has_ports(proto)) {
+        let (s, d) = (be16(f, l4)?, be16(f, l4 + 2)?);
+        (ue_port, peer_port) = if up { (s, d) } else { (d, s) };
+    }
+    let h = steer::flow_hash_key(key, peer, ue_port, peer_port, proto);
+    u32::try_from(steer::worker_of(h, n.max(1) as usize)).ok()
 }
 
 /// The owner of a GTP-U message at `g`; `None` (worker 0) when it is not a readable G-PDU.
-fn gtp_worker(f: &[u8], g: usize, n: u32) -> Option<u32> {
+fn gtp_worker(f: &[u8], g: usize, filter: &Filter) -> Option<u32> {
     let len = f.len();
     if g + 8 > len {
         return None;
@@ -203,12 +247,12 @@ fn gtp_worker(f: &[u8], g: usize, n: u32) -> Option<u32> {
     if off > MAX_OFF {
         return None;
     }
-    let key = match f.get(off)? >> 4 {
-        4 => key_of(f, off + 12, 4).filter(|_| off + 20 <= len)?,
-        6 => key_of(f, off + 8, 8).filter(|_| off + 40 <= len)?,
+    let (key, v4) = match f.get(off)? >> 4 {
+        4 => (key_of(f, off + 12, 4).filter(|_| off + 20 <= len)?, true),
+        6 => (key_of(f, off + 8, 8).filter(|_| off + 40 <= len)?, false),
         _ => return None,
     };
-    Some(worker_of_key(key, n))
+    steer_ref(f, off, v4, true, key, filter)
 }
 
 /// The object with the program's constants set for `filter` and an XSKMAP of `queues`
@@ -241,16 +285,44 @@ pub(crate) fn object(filter: &Filter, queues: u32) -> io::Result<Ebpf> {
         u32::try_from(n6).unwrap_or(0),
     );
     let gtpu = u32::from(filter.gtpu);
-    EbpfLoader::new()
+    let sp = &filter.spread;
+    if sp.v4.len() > MAX_SPREAD || sp.v6.len() > MAX_SPREAD {
+        return Err(bad(format!(
+            "XDP filter: more than {MAX_SPREAD} spread UEs of one family"
+        )));
+    }
+    let any = u32::from(!sp.is_empty());
+    let mut ebpf = EbpfLoader::new()
         .override_global("workers", &filter.workers, true)
         .override_global("gtpu", &gtpu, true)
         .override_global("n_local4", &n4, true)
         .override_global("local4", &local4, true)
         .override_global("n_local6", &n6, true)
         .override_global("local6", &local6, true)
+        .override_global("spread", &any, true)
         .map_max_entries(XSK_MAP, queues.max(1))
         .load(OBJECT)
-        .map_err(|e| bpf::error("loading the XDP object", &e))
+        .map_err(|e| bpf::error("loading the XDP object", &e))?;
+    let no_map = |m: &str| io::Error::other(format!("XDP object without its {m} map"));
+    {
+        let mut m4: HashMap<_, u32, u8> =
+            HashMap::try_from(ebpf.map_mut("spread4").ok_or_else(|| no_map("spread4"))?)
+                .map_err(|e| bpf::error("spread4 map", &e))?;
+        for k in &sp.v4 {
+            m4.insert(k, 1, 0)
+                .map_err(|e| bpf::error("filling spread4", &e))?;
+        }
+    }
+    {
+        let mut m6: HashMap<_, u64, u8> =
+            HashMap::try_from(ebpf.map_mut("spread6").ok_or_else(|| no_map("spread6"))?)
+                .map_err(|e| bpf::error("spread6 map", &e))?;
+        for k in &sp.v6 {
+            m6.insert(k, 1, 0)
+                .map_err(|e| bpf::error("filling spread6", &e))?;
+        }
+    }
+    Ok(ebpf)
 }
 
 /// Loads program `name` of `ebpf` into the kernel.

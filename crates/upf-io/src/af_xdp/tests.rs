@@ -894,3 +894,115 @@ fn veth_rates() {
         io.kernel_stats().unwrap()
     );
 }
+
+/// The filters of the spread tests: N3 (GTP-U to the fanout tests' 192.168.1.2) and N6.
+fn spread_filters(n: u32) -> [Filter; 2] {
+    let ues = crate::fanout::tests::spread_ues();
+    [
+        Filter::new(true, vec![IpAddr::from([192, 168, 1, 2])], n).with_spread(ues.clone()),
+        Filter::new(false, vec![], n).with_spread(ues),
+    ]
+}
+
+#[test]
+fn reference_spreads_flows_like_the_fanout_program() {
+    use crate::fanout::tests::{flow_frame, random_flow};
+    use crate::fanout::{fanout_worker_spread, Ingress};
+    let n = 4;
+    let [n3, n6] = spread_filters(n);
+    let spread = n3.spread.clone();
+    let mut r = Rng::new(21);
+    let mut seen = [0usize; 4];
+    for _ in 0..2000 {
+        let flow = random_flow(&mut r);
+        let frag = flow.ue.is_ipv4() && r.chance(10);
+        let mut workers = Vec::new();
+        for up in [true, false, true] {
+            let (port, f) = flow_frame(&flow, up, frag, &mut r);
+            let filter = if Ingress::of(port) == Ingress::Gtpu {
+                &n3
+            } else {
+                &n6
+            };
+            let Some(w) = xdp_worker(&f, filter) else {
+                // Only neighbour discovery (ICMPv6 133-137 to the UE) is the kernel's.
+                assert!(!up && flow.proto == 58 && (133..=137).contains(&(flow.peer_port >> 8)));
+                continue;
+            };
+            assert_eq!(
+                w as usize,
+                fanout_worker_spread(port, &f, n as usize, &spread)
+            );
+            workers.push(w);
+        }
+        assert!(
+            workers.windows(2).all(|w| w[0] == w[1]),
+            "{flow:?}: {workers:?}"
+        );
+        seen[workers[0] as usize] += 1;
+    }
+    assert!(seen.iter().all(|&c| c > 300), "{seen:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn program_agrees_with_reference_on_spread_ues() {
+    use crate::fanout::tests::spread_corpus;
+    use crate::fanout::Ingress;
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
+    let lo = Link::by_name("lo").unwrap();
+    let umem = Umem::new(64, 2048).unwrap();
+    // The kernel frees an earlier test's socket on lo a moment after it is closed.
+    let mut tries = 0;
+    let xsk = loop {
+        match Xsk::bind(&umem, lo.ifindex, 0, sys::XDP_COPY) {
+            Ok(x) => break x,
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let frames = spread_corpus(600);
+    let mut out = vec![0u8; 4096];
+    let (mut redirected, mut passed, mut refused) = (0, 0, 0);
+    for n in [1, 3, 4] {
+        let [n3, n6] = spread_filters(n);
+        for filter in [&n3, &n6] {
+            let mut ebpf = prog::object(filter, 1).unwrap();
+            XskMap::try_from(ebpf.map_mut(prog::XSK_MAP).unwrap())
+                .unwrap()
+                .set(0, xsk.fd.as_raw_fd(), 0)
+                .unwrap();
+            let prog = prog::load(&mut ebpf, prog::PROGRAM).unwrap();
+            for (port, f) in &frames {
+                if (Ingress::of(*port) == Ingress::Gtpu) != filter.gtpu {
+                    continue;
+                }
+                let run = match crate::bpf::run(&*prog, f, &mut out, 1, None) {
+                    Ok(run) => run,
+                    // Newer kernels refuse to test-run frames shorter than their headers.
+                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                        refused += 1;
+                        continue;
+                    }
+                    Err(e) => panic!("BPF_PROG_TEST_RUN: {e}"),
+                };
+                match xdp_worker(f, filter) {
+                    None => {
+                        assert_eq!(run.retval, 2, "XDP_PASS expected for {f:02x?}");
+                        passed += 1;
+                    }
+                    Some(w) => {
+                        assert_eq!(run.retval, 4, "XDP_REDIRECT expected for {f:02x?}");
+                        assert_eq!(out[4..8], w.to_ne_bytes(), "worker of {f:02x?} (n={n})");
+                        redirected += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("spread: {redirected} redirected, {passed} passed, {refused} refused");
+    assert!(redirected > 5000 && refused < redirected / 10);
+}

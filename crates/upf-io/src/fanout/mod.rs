@@ -11,6 +11,10 @@
 //!
 //! `ue_hash(k) = (k * 0x9E3779B97F4A7C15 mod 2^64) >> 32`, `worker = (hash * n) >> 32`.
 //!
+//! Spread (peak-rate) UEs, whose key is in the `spread4`/`spread6` maps filled at load, go by
+//! the flow instead: `flow_hash_key(key, peer, ue_port, peer_port, proto)` of
+//! `upf_packet::steer` (see [`fanout_worker_spread`]); the lookup is skipped when none is.
+//!
 //! The program is C (`bpf/fanout.bpf.c`, BPF_PROG_TYPE_SOCKET_FILTER), built by clang and
 //! loaded with aya. It reads the packet with the legacy LD_ABS/LD_IND loads, which end the
 //! program with 0 when a read falls outside the packet: that is exactly "unparsable goes to
@@ -24,15 +28,23 @@
 
 use crate::bpf;
 use crate::Port;
+use aya::maps::HashMap;
 use aya::programs::SocketFilter;
 use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
-use upf_packet::steer::{ue_hash_key, worker_of};
+use upf_packet::steer::{flow_hash_key, has_ports, ue_hash_key, worker_of, Spread};
 
 /// Extension headers walked at most (the chain is unrolled in the program).
 pub const MAX_EXT: usize = 8;
+
+/// Spread UEs of each family the program's maps hold (`MAX_SPREAD` in bpf/steer.h).
+pub const MAX_SPREAD: usize = 1024;
+
+fn no_map(name: &str) -> io::Error {
+    io::Error::other(format!("fanout object without its {name} map"))
+}
 
 /// The GTP-U port.
 const GTPU_PORT: u16 = 2152;
@@ -62,6 +74,18 @@ impl Ingress {
 /// The steering key (UE address as a number) of an Ethernet frame, or `None` when it goes to
 /// worker 0. Mirrors the eBPF program read for read.
 pub fn fanout_key(ingress: Ingress, frame: &[u8]) -> Option<u64> {
+    fanout_ue(ingress, frame).map(|u| u.key)
+}
+
+/// Where a frame's UE was found.
+struct Ue {
+    key: u64,
+    /// Offset of the IP header that holds the UE address.
+    ip: usize,
+    v4: bool,
+}
+
+fn fanout_ue(ingress: Ingress, frame: &[u8]) -> Option<Ue> {
     let b = |o: usize| frame.get(o).copied().map(u64::from);
     let h = |o: usize| Some(b(o)? << 8 | b(o + 1)?);
     let w = |o: usize| Some(h(o)? << 16 | h(o + 2)?);
@@ -78,13 +102,14 @@ pub fn fanout_key(ingress: Ingress, frame: &[u8]) -> Option<u64> {
     };
     match ingress {
         Ingress::Ip => {
-            if v4 {
+            let key = if v4 {
                 (b(l3)? >> 4 == 4).then_some(())?;
-                w(l3 + 16)
+                w(l3 + 16)?
             } else {
                 (b(l3)? >> 4 == 6).then_some(())?;
-                Some(w(l3 + 24)? << 32 | w(l3 + 28)?)
-            }
+                w(l3 + 24)? << 32 | w(l3 + 28)?
+            };
+            Some(Ue { key, ip: l3, v4 })
         }
         Ingress::Gtpu => {
             let udp = if v4 {
@@ -126,22 +151,67 @@ pub fn fanout_key(ingress: Ingress, frame: &[u8]) -> Option<u64> {
                 }
                 cur
             };
-            match b(inner)? >> 4 {
-                4 => w(inner + 12),
-                6 => Some(w(inner + 8)? << 32 | w(inner + 12)?),
-                _ => None,
-            }
+            let (key, v4) = match b(inner)? >> 4 {
+                4 => (w(inner + 12)?, true),
+                6 => (w(inner + 8)? << 32 | w(inner + 12)?, false),
+                _ => return None,
+            };
+            Some(Ue { key, ip: inner, v4 })
         }
     }
 }
 
 /// The worker (of `n`) that owns an Ethernet frame arriving on `port`: the plain-Rust
-/// reference of the fanout program.
+/// reference of the fanout program without spread UEs.
 pub fn fanout_worker(port: Port, frame: &[u8], n: usize) -> usize {
-    match fanout_key(Ingress::of(port), frame) {
-        Some(k) => worker_of(ue_hash_key(k), n),
-        None => 0,
+    fanout_worker_spread(port, frame, n, &Spread::default())
+}
+
+/// The worker (of `n`) an Ethernet frame arriving on `port` goes to: the plain-Rust reference
+/// of the fanout program. A spread UE's packets go by [`flow_hash_key`] of the UE's key, the
+/// peer address, the ports seen from the UE (TCP/UDP/SCTP, not in a non-first IPv4 fragment)
+/// and the protocol; a read past the end sends the frame to worker 0 there too.
+pub fn fanout_worker_spread(port: Port, frame: &[u8], n: usize, spread: &Spread) -> usize {
+    let ingress = Ingress::of(port);
+    let Some(ue) = fanout_ue(ingress, frame) else {
+        return 0;
+    };
+    if !spread.contains_key(ue.v4, ue.key) {
+        return worker_of(ue_hash_key(ue.key), n);
     }
+    spread_hash(frame, &ue, ingress == Ingress::Gtpu).map_or(0, |h| worker_of(h, n))
+}
+
+/// The flow hash of a spread UE's packet, read as the program reads it (`None`: a read past
+/// the end).
+fn spread_hash(frame: &[u8], ue: &Ue, up: bool) -> Option<u32> {
+    let b = |o: usize| frame.get(o).copied().map(u64::from);
+    let h = |o: usize| Some(b(o)? << 8 | b(o + 1)?);
+    let w = |o: usize| Some(h(o)? << 16 | h(o + 2)?);
+    let ip = ue.ip;
+    let (peer, proto, l4) = if ue.v4 {
+        let peer = w(ip + if up { 16 } else { 12 })?;
+        let proto = b(ip + 9)?;
+        let l4 = if h(ip + 6)? & 0x1fff == 0 {
+            Some(ip + usize::try_from((b(ip)? & 0xf) << 2).ok()?)
+        } else {
+            None
+        };
+        (peer, proto, l4)
+    } else {
+        let o = ip + if up { 24 } else { 8 };
+        let peer = (w(o)? << 32 | w(o + 4)?) ^ (w(o + 8)? << 32 | w(o + 12)?);
+        (peer, b(ip + 6)?, Some(ip + 40))
+    };
+    let proto = u8::try_from(proto).ok()?;
+    let (mut up_port, mut peer_port) = (0, 0);
+    if let Some(l4) = l4.filter(|_| has_ports(proto)) {
+        let (s, d) = (h(l4)?, h(l4 + 2)?);
+        let (u, p) = if up { (s, d) } else { (d, s) };
+        up_port = u16::try_from(u).ok()?;
+        peer_port = u16::try_from(p).ok()?;
+    }
+    Some(flow_hash_key(ue.key, peer, up_port, peer_port, proto))
 }
 
 /// A loaded fanout program.
@@ -154,13 +224,44 @@ impl Program {
     /// The fanout program for packets arriving on `port`, for `n` workers; the error carries
     /// the end of the verifier's log.
     pub fn fanout(port: Port, n: usize) -> io::Result<Program> {
+        Self::fanout_spread(port, n, &Spread::default())
+    }
+
+    /// The fanout program for `port` and `n` workers that spreads the UEs of `spread` over
+    /// the workers per flow (at most [`MAX_SPREAD`] of each family).
+    pub fn fanout_spread(port: Port, n: usize, spread: &Spread) -> io::Result<Program> {
+        if spread.v4.len() > MAX_SPREAD || spread.v6.len() > MAX_SPREAD {
+            return Err(io::Error::other(format!(
+                "more than {MAX_SPREAD} spread UEs of one family"
+            )));
+        }
         let workers = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let gtpu = u32::from(Ingress::of(port) == Ingress::Gtpu);
+        let any = u32::from(!spread.is_empty());
         let mut ebpf = EbpfLoader::new()
             .override_global("workers", &workers, true)
             .override_global("gtpu", &gtpu, true)
+            .override_global("spread", &any, true)
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the fanout object", &e))?;
+        {
+            let mut m4: HashMap<_, u32, u8> =
+                HashMap::try_from(ebpf.map_mut("spread4").ok_or_else(|| no_map("spread4"))?)
+                    .map_err(|e| bpf::error("spread4 map", &e))?;
+            for k in &spread.v4 {
+                m4.insert(k, 1, 0)
+                    .map_err(|e| bpf::error("filling spread4", &e))?;
+            }
+        }
+        {
+            let mut m6: HashMap<_, u64, u8> =
+                HashMap::try_from(ebpf.map_mut("spread6").ok_or_else(|| no_map("spread6"))?)
+                    .map_err(|e| bpf::error("spread6 map", &e))?;
+            for k in &spread.v6 {
+                m6.insert(k, 1, 0)
+                    .map_err(|e| bpf::error("filling spread6", &e))?;
+            }
+        }
         let prog: &mut SocketFilter = ebpf
             .program_mut(NAME)
             .ok_or_else(|| io::Error::other("fanout object without its program"))?
@@ -174,15 +275,19 @@ impl Program {
     /// The fanout program for `port` and `n` workers, loaded once per process and shared by
     /// every socket that asks for the same (loading parses the kernel's BTF: a tenth of a
     /// second; the members of a group all set the same program).
-    pub fn shared(port: Port, n: usize) -> io::Result<Arc<Program>> {
-        static LOADED: Mutex<Vec<(Ingress, usize, Arc<Program>)>> = Mutex::new(Vec::new());
+    pub fn shared(port: Port, n: usize, spread: &Spread) -> io::Result<Arc<Program>> {
+        type Loaded = Vec<(Ingress, usize, Spread, Arc<Program>)>;
+        static LOADED: Mutex<Loaded> = Mutex::new(Vec::new());
         let ingress = Ingress::of(port);
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, _, p)) = loaded.iter().find(|(i, m, _)| *i == ingress && *m == n) {
+        if let Some((_, _, _, p)) = loaded
+            .iter()
+            .find(|(i, m, s, _)| *i == ingress && *m == n && s == spread)
+        {
             return Ok(p.clone());
         }
-        let p = Arc::new(Program::fanout(port, n)?);
-        loaded.push((ingress, n, p.clone()));
+        let p = Arc::new(Program::fanout_spread(port, n, spread)?);
+        loaded.push((ingress, n, spread.clone(), p.clone()));
         Ok(p)
     }
 

@@ -298,3 +298,222 @@ fn bpf_program_agrees_with_reference() {
         "{checked} {refused}"
     );
 }
+
+/// A flow of a spread UE: the peer, the protocol, the ports seen from the UE.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Flow {
+    pub ue: IpAddr,
+    pub peer: IpAddr,
+    pub proto: u8,
+    pub ue_port: u16,
+    pub peer_port: u16,
+}
+
+/// The spread UEs of the spread tests (two IPv4, one IPv6 /64).
+pub(crate) fn spread_ues() -> Vec<IpAddr> {
+    vec![
+        "10.45.7.1".parse().unwrap(),
+        "10.45.7.2".parse().unwrap(),
+        "2001:db8:7::1".parse().unwrap(),
+    ]
+}
+
+pub(crate) fn random_flow(rng: &mut Rng) -> Flow {
+    let ues = spread_ues();
+    let ue = ues[usize::try_from(rng.below(3)).unwrap()];
+    let r = rng.next().to_be_bytes();
+    let peer = match ue {
+        IpAddr::V4(_) => IpAddr::from([r[0], r[1], r[2], r[3]]),
+        IpAddr::V6(_) => {
+            let mut a = [0u8; 16];
+            a[0] = 0x20;
+            a[1..].copy_from_slice(&rng.bytes(15));
+            IpAddr::from(a)
+        }
+    };
+    let proto = [6, 17, 132, 1, 58, 47][usize::try_from(rng.below(6)).unwrap()];
+    Flow {
+        ue,
+        peer,
+        proto,
+        ue_port: u16::try_from(rng.below(65536)).unwrap(),
+        peer_port: u16::try_from(rng.below(65536)).unwrap(),
+    }
+}
+
+/// A packet of `flow`, uplink (from the UE) or downlink; `frag`: a non-first IPv4 fragment.
+pub(crate) fn flow_packet(flow: &Flow, up: bool, frag: bool, rng: &mut Rng) -> Vec<u8> {
+    let (sp, dp) = if up {
+        (flow.ue_port, flow.peer_port)
+    } else {
+        (flow.peer_port, flow.ue_port)
+    };
+    let len = usize::try_from(rng.below(40)).unwrap();
+    let mut l4 = sp.to_be_bytes().to_vec();
+    l4.extend_from_slice(&dp.to_be_bytes());
+    l4.extend_from_slice(&rng.bytes(4 + len));
+    match (flow.ue, flow.peer) {
+        (IpAddr::V4(u), IpAddr::V4(p)) => {
+            let (s, d) = if up { (u, p) } else { (p, u) };
+            let mut ip = ipv4(s.octets(), d.octets(), flow.proto, &l4);
+            if frag {
+                ip[6..8].copy_from_slice(&0x00b9u16.to_be_bytes());
+            }
+            ip
+        }
+        (IpAddr::V6(u), IpAddr::V6(p)) => {
+            let (s, d) = if up { (u, p) } else { (p, u) };
+            ipv6(s.octets(), d.octets(), flow.proto, &l4)
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// A frame of `flow` as it arrives: uplink in GTP-U on N3, downlink plain on N6.
+pub(crate) fn flow_frame(flow: &Flow, up: bool, frag: bool, rng: &mut Rng) -> (Port, Vec<u8>) {
+    let ip = flow_packet(flow, up, frag, rng);
+    let vlan = rng.chance(15);
+    if !up {
+        let mut f = eth(if flow.ue.is_ipv4() { 0x0800 } else { 0x86dd }, vlan);
+        f.extend_from_slice(&ip);
+        return (Port::N6, f);
+    }
+    let exts: Vec<u8> = (0..rng.below(3)).map(|_| 1).collect();
+    let g = gtpu(7, u8::try_from(rng.below(4)).unwrap(), &exts, &ip);
+    let mut f = eth(0x0800, vlan);
+    f.extend_from_slice(&ipv4(
+        [192, 168, 1, 1],
+        [192, 168, 1, 2],
+        17,
+        &udp(2152, 2152, &g),
+    ));
+    (Port::N3, f)
+}
+
+/// The flow hash the rule gives `flow`'s packets.
+fn want_flow_hash(flow: &Flow, frag: bool) -> u32 {
+    let ue = upf_packet::steer::ue_key(flow.ue);
+    let peer = match flow.peer {
+        IpAddr::V4(a) => u64::from(u32::from(a)),
+        IpAddr::V6(a) => {
+            let v = u128::from(a);
+            u64::try_from(v >> 64).unwrap() ^ u64::try_from(v & u128::from(u64::MAX)).unwrap()
+        }
+    };
+    let (u, p) = if has_ports(flow.proto) && !frag {
+        (flow.ue_port, flow.peer_port)
+    } else {
+        (0, 0)
+    };
+    flow_hash_key(ue, peer, u, p, flow.proto)
+}
+
+/// Frames of spread UEs' flows (both directions, fragments, truncated and flipped variants)
+/// mixed with the ordinary corpus.
+pub(crate) fn spread_corpus(flows: usize) -> Vec<(Port, Vec<u8>)> {
+    let mut rng = Rng::new(0x5b7e);
+    let mut out = Vec::new();
+    for _ in 0..flows {
+        let flow = random_flow(&mut rng);
+        for up in [true, false] {
+            let frag = flow.ue.is_ipv4() && rng.chance(10);
+            let (port, f) = flow_frame(&flow, up, frag, &mut rng);
+            let cut = 14 + usize::try_from(rng.below(f.len() as u64 - 14)).unwrap();
+            out.push((port, f[..cut].to_vec()));
+            let mut g = f.clone();
+            let at = 12 + usize::try_from(rng.below(g.len() as u64 - 12)).unwrap();
+            g[at] ^= 1 << rng.below(8);
+            out.push((port, g));
+            out.push((port, f));
+        }
+    }
+    out.extend(corpus(300).into_iter().map(|(p, f, _)| (p, f)));
+    out
+}
+
+#[test]
+fn reference_spreads_flows_and_keeps_them_whole() {
+    let spread = Spread::new(spread_ues());
+    let mut rng = Rng::new(11);
+    let n = 4;
+    let mut used = [[0usize; 4]; 3];
+    for _ in 0..2000 {
+        let flow = random_flow(&mut rng);
+        let frag = flow.ue.is_ipv4() && rng.chance(10);
+        let want = worker_of(want_flow_hash(&flow, frag), n);
+        // Both directions, every encapsulation: the flow's worker.
+        for up in [true, false, true] {
+            let (port, f) = flow_frame(&flow, up, frag, &mut rng);
+            assert_eq!(
+                fanout_worker_spread(port, &f, n, &spread),
+                want,
+                "{flow:?} up={up}"
+            );
+        }
+        let i = spread_ues().iter().position(|u| *u == flow.ue).unwrap();
+        used[i][want] += 1;
+    }
+    // Every spread UE's flows reach every worker.
+    for u in used {
+        assert!(u.iter().all(|&c| c > 50), "{used:?}");
+    }
+    // Other UEs steer exactly as without spread UEs.
+    for (port, f, ue) in corpus(300) {
+        if ue.is_some_and(|u| spread.contains(u)) {
+            continue;
+        }
+        for n in 1..=5 {
+            assert_eq!(
+                fanout_worker_spread(port, &f, n, &spread),
+                fanout_worker(port, &f, n)
+            );
+        }
+    }
+}
+
+#[test]
+fn spread_reference_never_panics_on_short_frames() {
+    let spread = Spread::new(spread_ues());
+    for (port, f) in spread_corpus(100) {
+        for n in 0..f.len() {
+            let _ = fanout_worker_spread(port, &f[..n], 3, &spread);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn bpf_program_agrees_with_reference_on_spread_ues() {
+    assert!(upf_netns::is_root(), "needs root");
+    let spread = Spread::new(spread_ues());
+    let frames = spread_corpus(600);
+    let (mut checked, mut refused) = (0, 0);
+    for n in [1usize, 3, 4] {
+        for port in [Port::N3, Port::N6] {
+            let prog = Program::fanout_spread(port, n, &spread).expect("load fanout program");
+            for (p, f) in &frames {
+                if Ingress::of(*p) != Ingress::of(port) {
+                    continue;
+                }
+                let got = match prog.test_run(f) {
+                    Ok(r) => usize::try_from(r).unwrap(),
+                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                        refused += 1;
+                        continue;
+                    }
+                    Err(e) => panic!("BPF_PROG_TEST_RUN: {e}"),
+                };
+                assert_eq!(
+                    got,
+                    fanout_worker_spread(port, f, n, &spread),
+                    "n={n} {port:?} frame {f:02x?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked > 5000 && refused < checked / 10,
+        "{checked} {refused}"
+    );
+}
