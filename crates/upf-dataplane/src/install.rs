@@ -316,11 +316,14 @@ impl Pipeline {
                 continue;
             };
             let seid = s.seid;
-            for u in &mut s.urrs {
-                if let Some(t) = u.due(now) {
-                    self.events
-                        .push_back(DatapathEvent::Usage(u.report(now, seid, t)));
-                }
+            let fired: crate::usage::Fired = s
+                .urrs
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, u)| u.due(now).map(|t| (i, t)))
+                .collect();
+            if !fired.is_empty() {
+                crate::usage::report_fired(&mut s.urrs, &fired, now, seid, &mut self.events);
             }
             if s.delayed_report
                 .as_ref()

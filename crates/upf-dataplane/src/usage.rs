@@ -2,9 +2,12 @@
 //! packet, thresholds and quotas checked as they are crossed, time-based triggers checked by
 //! the timer, and each firing turned into a [`UsageReport`] for the agent.
 
+use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use upf_rules::{
-    ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume, VolumeLimit,
+    DatapathEvent, ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume,
+    VolumeLimit,
 };
 
 #[derive(Debug, Clone)]
@@ -37,6 +40,9 @@ pub(crate) struct UrrState {
     last_packet: Option<Instant>,
     start_reported: bool,
     pub exhausted: bool,
+    /// The Linked URR IDs when LIUSA is set (§5.2.2.4): this URR reports whenever one of
+    /// them does. Empty otherwise.
+    liusa: SmallVec<[UrrId; 1]>,
 }
 
 impl UrrState {
@@ -62,6 +68,7 @@ impl UrrState {
             last_packet: None,
             start_reported: false,
             exhausted: false,
+            liusa: SmallVec::new(),
         };
         s.update(now, urr);
         s
@@ -79,6 +86,11 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
+        self.liusa = if urr.triggers.contains(ReportingTriggers::LIUSA) {
+            urr.linked_urrs().into()
+        } else {
+            SmallVec::new()
+        };
         // A threshold reports only when VOLTH asks for it (§8.2.19); a quota is enforced
         // either way, and reported when VOLQU asks.
         self.threshold = urr
@@ -286,6 +298,44 @@ impl UrrState {
             return Some(UsageTrigger::QUVTI);
         }
         None
+    }
+}
+
+/// The URRs that fired on one packet or timer round, as (index in the session's URRs,
+/// trigger): few, kept inline.
+pub(crate) type Fired = SmallVec<[(usize, UsageTrigger); 2]>;
+
+/// Reports the URRs in `fired`, then every URR that lists one of them as a Linked URR and
+/// has the LIUSA trigger, with trigger LIUSA (TS 29.244 §5.2.2.4), and so on for the URRs
+/// linked to those; each URR reports at most once. Only runs when a report fired; for a
+/// session without LIUSA the linked part is one scan of its URRs.
+pub(crate) fn report_fired(
+    urrs: &mut [UrrState],
+    fired: &[(usize, UsageTrigger)],
+    now: Instant,
+    seid: Seid,
+    events: &mut VecDeque<DatapathEvent>,
+) {
+    let mut reported: SmallVec<[UrrId; 4]> = SmallVec::new();
+    for &(i, t) in fired {
+        if let Some(u) = urrs.get_mut(i) {
+            reported.push(u.id);
+            events.push_back(DatapathEvent::Usage(u.report(now, seid, t)));
+        }
+    }
+    if urrs.iter().all(|u| u.liusa.is_empty()) {
+        return;
+    }
+    let mut next = 0;
+    while let Some(&from) = reported.get(next) {
+        next += 1;
+        for u in urrs.iter_mut() {
+            if u.liusa.contains(&from) && !reported.contains(&u.id) {
+                reported.push(u.id);
+                let r = u.report(now, seid, UsageTrigger::LIUSA);
+                events.push_back(DatapathEvent::Usage(r));
+            }
+        }
     }
 }
 

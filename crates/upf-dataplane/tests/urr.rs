@@ -286,3 +286,76 @@ fn padding_after_the_inner_packet_is_neither_forwarded_nor_counted() {
     assert_eq!(volumes(&del.usage_reports[0]), ([100, 100, 0], [1, 1, 0]));
     assert_balanced(&mut r);
 }
+
+#[test]
+fn linked_urrs_with_liusa_report_in_the_same_message() {
+    // URR 1 reports at a volume threshold and every 10 s; URR 2 links to it with LIUSA,
+    // URR 3 links to URR 2 with LIUSA (so it follows transitively), URR 4 links to URR 1
+    // without LIUSA (so it does not). Every URR counts both PDRs' traffic. With two URRs
+    // the session fits a hot record; with four it does not.
+    for (hot, n) in [(true, 2u32), (false, 2), (true, 4), (false, 4)] {
+        let hot_n = (hot, n);
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut req = simple_session(UE, 0xabcd);
+        let mut u1 = smf::create_urr(
+            1,
+            ReportingTriggers::VOLTH | ReportingTriggers::PERIO,
+            Some(1000),
+        );
+        u1.measurement_period = Some(MeasurementPeriod(10));
+        let mut u2 = smf::create_urr(2, ReportingTriggers::LIUSA, None);
+        u2.linked_urr_ids = [LinkedUrrId(1)].into_iter().collect();
+        let mut u3 = smf::create_urr(3, ReportingTriggers::LIUSA, None);
+        u3.linked_urr_ids = [LinkedUrrId(2)].into_iter().collect();
+        let mut u4 = smf::create_urr(4, ReportingTriggers::empty(), None);
+        u4.linked_urr_ids = [LinkedUrrId(1)].into_iter().collect();
+        req.create_urrs = [u1, u2, u3, u4].into_iter().take(n as usize).collect();
+        for p in req.create_pdrs.iter_mut() {
+            p.urr_ids = (1..=n).map(UrrId).collect();
+        }
+        let (seid, resp) = r.establish(req);
+        let teid = local_teid(&resp);
+        assert_eq!(r.send(vec![gpdu(teid, Some(9), &up(600))]).len(), 1);
+        assert!(r.reports().is_empty(), "{hot_n:?}");
+        assert_eq!(r.send1(n6(&down(400))).len(), 1);
+        let reps = r.reports();
+        assert_eq!(reps.len(), 1, "{hot_n:?}: one message {reps:?}");
+        let got: Vec<_> = reps[0]
+            .usage_reports
+            .iter()
+            .map(|u| (u.urr_id.0, u.usage_report_trigger, volumes(u)))
+            .collect();
+        let v = ([1000, 600, 400], [2, 1, 1]);
+        let want = [
+            (1, UsageReportTrigger::VOLTH, v),
+            (2, UsageReportTrigger::LIUSA, v),
+            (3, UsageReportTrigger::LIUSA, v),
+        ];
+        assert_eq!(got, want[..n.min(3) as usize], "{hot_n:?}");
+        // A time trigger of URR 1 (its period) carries the linked reports too: 2 and 3
+        // restarted their measurement at the last report, 4 did not.
+        r.now += Duration::from_secs(3);
+        assert_eq!(r.send1(n6(&down(100))).len(), 1);
+        let reps = r.advance(Duration::from_secs(7));
+        assert_eq!(reps.len(), 1, "{hot_n:?}: {reps:?}");
+        let got: Vec<_> = reps[0]
+            .usage_reports
+            .iter()
+            .map(|u| (u.urr_id.0, u.usage_report_trigger, volumes(u).0))
+            .collect();
+        let want = [
+            (1, UsageReportTrigger::PERIO, [100, 0, 100]),
+            (2, UsageReportTrigger::LIUSA, [100, 0, 100]),
+            (3, UsageReportTrigger::LIUSA, [100, 0, 100]),
+        ];
+        assert_eq!(got, want[..n.min(3) as usize], "{hot_n:?}");
+        // URR 4 reported nothing so far: all its usage is in the deletion.
+        let del = r.delete(seid);
+        if n == 4 {
+            let u4 = del.usage_reports.iter().find(|u| u.urr_id == UrrId(4));
+            assert_eq!(volumes(u4.unwrap()).0, [1100, 600, 500], "{hot_n:?}");
+        }
+        assert_balanced(&mut r);
+    }
+}

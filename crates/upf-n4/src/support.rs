@@ -280,7 +280,7 @@ pub static IES: &[IeRule] = &{
 
         ie(CreateUrr, 36, Refused(NOT_SUPPORTED, "inactivity detection time is not implemented yet (issue #26 §2)")),
 
-        ie(CreateUrr, 82, Refused(NOT_SUPPORTED, "linked URRs are not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
         ie(CreateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
         ie(CreateUrr, 108, Refused(NOT_SUPPORTED, "FAR ID for quota action is not implemented yet (issue #26 §2)")),
@@ -311,7 +311,7 @@ pub static IES: &[IeRule] = &{
 
         ie(UpdateUrr, 36, Refused(NOT_SUPPORTED, "inactivity detection time is not implemented yet (issue #26 §2)")),
 
-        ie(UpdateUrr, 82, Refused(NOT_SUPPORTED, "linked URRs are not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
         ie(UpdateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
         ie(UpdateUrr, 108, Refused(NOT_SUPPORTED, "FAR ID for quota action is not implemented yet (issue #26 §2)")),
@@ -363,7 +363,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "START", Enforced("crates/upf-dataplane/tests/urr.rs::start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported")),
         flag(ReportingTriggers, "STOPT", Refused(NOT_SUPPORTED, LATER)),
         flag(ReportingTriggers, "DROTH", Refused(NOT_SUPPORTED, LATER)),
-        flag(ReportingTriggers, "LIUSA", Refused(NOT_SUPPORTED, LATER)),
+        flag(ReportingTriggers, "LIUSA", Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
         flag(ReportingTriggers, "VOLQU", Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
         flag(ReportingTriggers, "TIMQU", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
         flag(ReportingTriggers, "ENVCL", Refused(NOT_SUPPORTED, "no envelope reporting")),

@@ -4,11 +4,12 @@ use super::steps::{duplicate, emit, forward, take_packets, Is, Mark, Rules, Sink
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::session::{CFar, QerState, Strip, Target};
-use crate::usage::UrrState;
+use crate::usage::{report_fired, Fired, UrrState};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::Instant;
 use upf_packet::{Packet, Port};
-use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid};
+use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid, UsageTrigger};
 
 impl Pipeline {
     /// FAR, QER and URR of the matched PDR, then out.
@@ -156,6 +157,24 @@ struct General<'a> {
 }
 
 impl General<'_> {
+    /// The PDR's `k`-th URR fired `t` on this packet: the packet is counted in the URRs
+    /// after it too before anything is reported, so that each report (and the linked ones)
+    /// includes it (out of line: rare).
+    #[cold]
+    #[inline(never)]
+    fn fired(&mut self, k: usize, t: UsageTrigger, octets: u64, uplink: bool) {
+        let mut fired: Fired = SmallVec::new();
+        fired.push((usize::from(self.pdr_urrs[k]), t));
+        for &u in &self.pdr_urrs[k + 1..] {
+            if let Some(c) = self.urrs.get_mut(usize::from(u)) {
+                if let Some(t) = c.count(self.now, octets, uplink) {
+                    fired.push((usize::from(u), t));
+                }
+            }
+        }
+        report_fired(self.urrs, &fired, self.now, self.seid, self.events);
+    }
+
     /// The PDR's QERs that exist.
     #[inline(always)]
     fn qers(&self) -> impl Iterator<Item = &QerState> {
@@ -231,17 +250,15 @@ impl Rules for General<'_> {
 
     #[inline(always)]
     fn count(&mut self, octets: u64, uplink: bool) {
-        for &u in self.pdr_urrs {
-            let Some(u) = self.urrs.get_mut(usize::from(u)) else {
+        for (k, &u) in self.pdr_urrs.iter().enumerate() {
+            let Some(c) = self.urrs.get_mut(usize::from(u)) else {
                 continue;
             };
-            if let Some(t) = u.count(self.now, octets, uplink) {
-                let report = u.report(self.now, self.seid, t);
-                self.events.push_back(DatapathEvent::Usage(report));
+            if let Some(t) = c.count(self.now, octets, uplink) {
+                return self.fired(k, t, octets, uplink);
             }
         }
     }
-
     #[inline(always)]
     fn marks(&self) -> Mark {
         let mut m = Mark {
