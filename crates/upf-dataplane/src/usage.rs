@@ -43,6 +43,9 @@ pub(crate) struct UrrState {
     /// The Linked URR IDs when LIUSA is set (§5.2.2.4): this URR reports whenever one of
     /// them does. Empty otherwise.
     liusa: SmallVec<[UrrId; 1]>,
+    /// The FAR (index in the compiled session) whose treatment the URR's PDRs' packets get
+    /// while its quota is exhausted, instead of being dropped (§5.2.2.3.1).
+    pub quota_far: Option<u16>,
 }
 
 impl UrrState {
@@ -69,6 +72,7 @@ impl UrrState {
             start_reported: false,
             exhausted: false,
             liusa: SmallVec::new(),
+            quota_far: None,
         };
         s.update(now, urr);
         s

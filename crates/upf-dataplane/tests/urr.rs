@@ -359,3 +359,104 @@ fn linked_urrs_with_liusa_report_in_the_same_message() {
         assert_balanced(&mut r);
     }
 }
+
+#[test]
+fn far_id_for_quota_action_applies_that_far_until_a_new_grant() {
+    // URR 1 (on both PDRs) has a 1000-octet quota and FAR 3 for quota action: a tunnel to a
+    // redirect server. Once the quota is used up, packets both ways go there instead of
+    // being dropped; FAR 3 set to buffer buffers them; a new grant restores the PDRs' FARs.
+    const REDIRECT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 200);
+    for hot in [true, false] {
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut urr = smf::create_urr(1, ReportingTriggers::VOLQU, None);
+        urr.volume_quota = Some(Volume {
+            total: Some(1000),
+            uplink: None,
+            downlink: None,
+        });
+        urr.far_id_for_quota_action = Some(FarId(3));
+        let mut req = with_urr(urr);
+        req.create_fars.push(smf::create_far(
+            3,
+            ApplyAction::FORW,
+            Some(smf::forwarding(
+                DestinationInterface::CORE,
+                Some(OuterHeaderCreation::gtpu_ipv4(0x77, REDIRECT)),
+            )),
+            None,
+        ));
+        let (seid, resp) = r.establish(req);
+        let teid = local_teid(&resp);
+        let normal = |r: &mut Rig| {
+            let out = r.send(vec![gpdu(teid, Some(9), &up(300)), n6(&down(300))]);
+            assert_eq!(out.len(), 2, "hot {hot}");
+            assert_eq!(
+                out[0].data(),
+                &routed(&up(300))[..],
+                "hot {hot}: uplink to N6"
+            );
+            let (d, inner) = open(&out[1]);
+            assert_eq!(
+                (d.outer_dst, d.gtpu.teid),
+                (GNB.into(), 0xabcd),
+                "hot {hot}"
+            );
+            assert_eq!(inner, routed(&down(300)), "hot {hot}");
+        };
+        normal(&mut r);
+        assert_eq!(r.send1(gpdu(teid, Some(9), &up(400))).len(), 1);
+        let u = one_usage(&r.reports(), UsageReportTrigger::VOLQU);
+        assert_eq!(volumes(&u).0, [1000, 700, 300], "hot {hot}");
+        // Exhausted: FAR 3's treatment both ways, nothing dropped, nothing more reported.
+        let out = r.send(vec![gpdu(teid, Some(9), &up(300)), n6(&down(200))]);
+        assert_eq!(out.len(), 2, "hot {hot}");
+        for (p, inner) in out.iter().zip([up(300), routed(&down(200))]) {
+            let (d, got) = open(p);
+            assert_eq!(
+                (d.outer_dst, d.gtpu.teid),
+                (REDIRECT.into(), 0x77),
+                "hot {hot}"
+            );
+            assert_eq!(got, inner, "hot {hot}");
+        }
+        assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 0);
+        assert!(r.reports().is_empty(), "hot {hot}");
+        // FAR 3 changed to buffer: the packets are buffered.
+        let m = SessionModificationRequest {
+            update_fars: [set_action(3, ApplyAction::BUFF)].into_iter().collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        assert!(r.send1(n6(&down(200))).is_empty(), "hot {hot}");
+        assert_eq!(r.dp().counters().buffered, 1, "hot {hot}");
+        assert_eq!(r.dp().counters().dropped_total(), 0, "hot {hot}");
+        // A new grant: the PDRs' own FARs again, and the new quota counts from here.
+        let m = SessionModificationRequest {
+            update_urrs: [UpdateUrr {
+                urr_id: UrrId(1),
+                volume_quota: Some(Volume {
+                    total: Some(5000),
+                    uplink: None,
+                    downlink: None,
+                }),
+                ..Default::default()
+            }]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        normal(&mut r);
+        assert_eq!(r.dp().counters().buffered, 1, "hot {hot}");
+        assert_balanced(&mut r);
+        // The deletion reports what was counted since the VOLQU report: the redirected
+        // packets were not counted against the used-up quota.
+        let del = r.delete(seid);
+        assert_eq!(
+            volumes(&del.usage_reports[0]).0,
+            [600, 300, 300],
+            "hot {hot}"
+        );
+    }
+}

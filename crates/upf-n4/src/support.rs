@@ -283,7 +283,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
         ie(CreateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
-        ie(CreateUrr, 108, Refused(NOT_SUPPORTED, "FAR ID for quota action is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 108, Enforced("crates/upf-dataplane/tests/urr.rs::far_id_for_quota_action_applies_that_far_until_a_new_grant")),
 
         ie(CreateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
 
@@ -314,7 +314,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
         ie(UpdateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
-        ie(UpdateUrr, 108, Refused(NOT_SUPPORTED, "FAR ID for quota action is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 108, Enforced("crates/upf-dataplane/tests/urr.rs::far_id_for_quota_action_applies_that_far_until_a_new_grant")),
 
         ie(UpdateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
 

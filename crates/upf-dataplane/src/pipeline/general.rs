@@ -51,7 +51,21 @@ impl Pipeline {
         } else {
             &s.ip_pdrs[pdr_index]
         };
-        let Some(far) = pdr.far.and_then(|f| s.fars.get_mut(usize::from(f))) else {
+        // While a URR of the PDR with a FAR ID for Quota Action is exhausted, that FAR
+        // applies instead of the PDR's (§5.2.2.3.1), and exhausted URRs neither stop nor
+        // count the packet.
+        let mut far = pdr.far;
+        let mut quota_action = false;
+        if s.quota_fars {
+            if let Some(f) = pdr.urrs.iter().find_map(|&u| {
+                let u = s.urrs.get(usize::from(u))?;
+                u.quota_far.filter(|_| u.exhausted)
+            }) {
+                far = Some(f);
+                quota_action = true;
+            }
+        }
+        let Some(far) = far.and_then(|f| s.fars.get_mut(usize::from(f))) else {
             return drop_to(out, counters, p, DropReason::FarDrop);
         };
         let action = far.action;
@@ -121,6 +135,7 @@ impl Pipeline {
             pdr_urrs,
             uplink: pdr.from_ue,
             packet_rate: pdr.packet_rate,
+            quota_action,
             strips: pdr.strip == Strip::Gtpu,
             far,
             qers: &mut s.qers[..],
@@ -147,6 +162,8 @@ struct General<'a> {
     uplink: bool,
     /// [`crate::session::CPdr::packet_rate`]
     packet_rate: bool,
+    /// The FAR is an exhausted URR's quota FAR: exhausted URRs neither stop nor count.
+    quota_action: bool,
     strips: bool,
     far: &'a CFar,
     qers: &'a mut [QerState],
@@ -167,6 +184,9 @@ impl General<'_> {
         fired.push((usize::from(self.pdr_urrs[k]), t));
         for &u in &self.pdr_urrs[k + 1..] {
             if let Some(c) = self.urrs.get_mut(usize::from(u)) {
+                if self.quota_action && c.exhausted {
+                    continue;
+                }
                 if let Some(t) = c.count(self.now, octets, uplink) {
                     fired.push((usize::from(u), t));
                 }
@@ -223,9 +243,11 @@ impl Rules for General<'_> {
 
     #[inline(always)]
     fn exhausted(&self) -> bool {
-        self.pdr_urrs
-            .iter()
-            .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+        !self.quota_action
+            && self
+                .pdr_urrs
+                .iter()
+                .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
     }
 
     #[inline(always)]
@@ -254,6 +276,9 @@ impl Rules for General<'_> {
             let Some(c) = self.urrs.get_mut(usize::from(u)) else {
                 continue;
             };
+            if self.quota_action && c.exhausted {
+                continue;
+            }
             if let Some(t) = c.count(self.now, octets, uplink) {
                 return self.fired(k, t, octets, uplink);
             }
