@@ -46,6 +46,11 @@ pub(crate) struct UrrState {
     /// The FAR (index in the compiled session) whose treatment the URR's PDRs' packets get
     /// while its quota is exhausted, instead of being dropped (§5.2.2.3.1).
     pub quota_far: Option<u16>,
+    /// Number of Reports (§8.2.133) as provisioned, and how many of them are left: at 0 the
+    /// URR sends no more reports of its triggers (quotas are still enforced, usage still
+    /// measured for Query URR, Remove URR and deletion). A changed number counts anew.
+    number_of_reports: Option<u16>,
+    reports_left: Option<u16>,
 }
 
 impl UrrState {
@@ -73,6 +78,8 @@ impl UrrState {
             exhausted: false,
             liusa: SmallVec::new(),
             quota_far: None,
+            number_of_reports: None,
+            reports_left: None,
         };
         s.update(now, urr);
         s
@@ -90,6 +97,15 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
+        let n = urr
+            .extra
+            .as_ref()
+            .and_then(|x| x.number_of_reports)
+            .filter(|&n| n > 0);
+        if n != self.number_of_reports {
+            self.number_of_reports = n;
+            self.reports_left = n;
+        }
         self.liusa = if urr.triggers.contains(ReportingTriggers::LIUSA) {
             urr.linked_urrs().into()
         } else {
@@ -180,6 +196,12 @@ impl UrrState {
         // report (the trigger is a set of flags); returning START alone left the quota
         // unmarked, so the next packet went through and VOLQU came one packet late.
         let mut t = UsageTrigger::empty();
+        if self.done() {
+            if self.quota.is_some_and(|q| q.reached_by(&self.quota_used)) {
+                self.exhausted = true;
+            }
+            return None;
+        }
         if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
             self.start_reported = true;
             t = t.union(UsageTrigger::START);
@@ -198,14 +220,14 @@ impl UrrState {
     /// Octets that may still be counted with no trigger possibly firing: 0 while START is
     /// due, else the least distance to a volume threshold or quota.
     pub fn budget(&self) -> u64 {
-        if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
+        let done = self.done();
+        if !done && !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
             return 0;
         }
         let mut left = u64::MAX;
-        for (limit, used) in [
-            (&self.threshold, &self.volume),
-            (&self.quota, &self.quota_used),
-        ] {
+        // A URR out of reports watches its quota only.
+        let threshold = if done { &None } else { &self.threshold };
+        for (limit, used) in [(threshold, &self.volume), (&self.quota, &self.quota_used)] {
             let Some(l) = limit else { continue };
             for (t, u) in [
                 (l.total, used.total_bytes),
@@ -240,8 +262,29 @@ impl UrrState {
         r
     }
 
+    /// Whether the URR has sent its Number of Reports: it reports no more.
+    #[inline]
+    pub fn done(&self) -> bool {
+        self.reports_left == Some(0)
+    }
+
+    /// A report of a trigger is sent: one fewer left.
+    fn reported(&mut self) {
+        if let Some(n) = &mut self.reports_left {
+            *n = n.saturating_sub(1);
+        }
+    }
+
     /// The next instant a time-based trigger may fire.
     pub fn deadline(&self) -> Option<Instant> {
+        let time_quota = self
+            .time_quota
+            .filter(|_| !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU))
+            .map(|q| self.quota_since + q);
+        if self.done() {
+            // Out of reports: only the time quota still runs out (unreported).
+            return time_quota;
+        }
         let mut d: Option<Instant> = None;
         let mut at = |t: Instant| d = Some(d.map_or(t, |d| d.min(t)));
         if self.triggers.contains(ReportingTriggers::PERIO) {
@@ -254,10 +297,8 @@ impl UrrState {
                 at(self.start + t);
             }
         }
-        if !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU) {
-            if let Some(q) = self.time_quota {
-                at(self.quota_since + q);
-            }
+        if let Some(q) = time_quota {
+            at(q);
         }
         if let Some(h) = self.quota_holding.filter(|_| self.holding_armed) {
             at(self.last_seen + h);
@@ -275,9 +316,12 @@ impl UrrState {
             if let Some(q) = self.time_quota {
                 if now >= self.quota_since + q {
                     self.exhausted = true;
-                    return Some(UsageTrigger::TIMQU);
+                    return (!self.done()).then_some(UsageTrigger::TIMQU);
                 }
             }
+        }
+        if self.done() {
+            return None;
         }
         if t.contains(ReportingTriggers::PERIO)
             && self.period.is_some_and(|p| now >= self.start + p)
@@ -322,8 +366,9 @@ pub(crate) fn report_fired(
 ) {
     let mut reported: SmallVec<[UrrId; 4]> = SmallVec::new();
     for &(i, t) in fired {
-        if let Some(u) = urrs.get_mut(i) {
+        if let Some(u) = urrs.get_mut(i).filter(|u| !u.done()) {
             reported.push(u.id);
+            u.reported();
             events.push_back(DatapathEvent::Usage(u.report(now, seid, t)));
         }
     }
@@ -334,8 +379,9 @@ pub(crate) fn report_fired(
     while let Some(&from) = reported.get(next) {
         next += 1;
         for u in urrs.iter_mut() {
-            if u.liusa.contains(&from) && !reported.contains(&u.id) {
+            if u.liusa.contains(&from) && !reported.contains(&u.id) && !u.done() {
                 reported.push(u.id);
+                u.reported();
                 let r = u.report(now, seid, UsageTrigger::LIUSA);
                 events.push_back(DatapathEvent::Usage(r));
             }

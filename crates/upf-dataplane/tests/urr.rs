@@ -460,3 +460,70 @@ fn far_id_for_quota_action_applies_that_far_until_a_new_grant() {
         );
     }
 }
+
+#[test]
+fn number_of_reports_limits_the_reports_of_a_urr() {
+    // URR 1 reports at 1000 octets and every 10 s, at most twice; a new Number of Reports
+    // in an Update URR allows as many more.
+    for hot in [true, false] {
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut urr = smf::create_urr(
+            1,
+            ReportingTriggers::VOLTH | ReportingTriggers::PERIO,
+            Some(1000),
+        );
+        urr.measurement_period = Some(MeasurementPeriod(10));
+        urr.number_of_reports = Some(NumberOfReports(2));
+        let (seid, resp) = r.establish(with_urr(urr));
+        let teid = local_teid(&resp);
+        let thousand = |r: &mut Rig| {
+            let out = r.send(vec![gpdu(teid, Some(9), &up(600)), n6(&down(400))]);
+            assert_eq!(out.len(), 2, "hot {hot}");
+        };
+        thousand(&mut r);
+        one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+        let u = one_usage(
+            &r.advance(Duration::from_secs(10)),
+            UsageReportTrigger::PERIO,
+        );
+        assert_eq!(volumes(&u).0, [0; 3], "hot {hot}");
+        // Out of reports: neither the threshold nor the period reports any more, and the
+        // traffic still goes.
+        thousand(&mut r);
+        thousand(&mut r);
+        assert!(r.reports().is_empty(), "hot {hot}");
+        assert!(r.advance(Duration::from_secs(30)).is_empty(), "hot {hot}");
+        // Query URR still reports what was measured since the last report.
+        let m = SessionModificationRequest {
+            query_urrs: [QueryUrr { urr_id: UrrId(1) }].into_iter().collect(),
+            ..Default::default()
+        };
+        let resp = r.modify(seid, m);
+        assert_eq!(resp.cause, Cause::REQUEST_ACCEPTED);
+        assert_eq!(
+            volumes(&resp.usage_reports[0]).0,
+            [2000, 1200, 800],
+            "hot {hot}"
+        );
+        // A new Number of Reports: one more report.
+        let m = SessionModificationRequest {
+            update_urrs: [UpdateUrr {
+                urr_id: UrrId(1),
+                number_of_reports: Some(NumberOfReports(1)),
+                ..Default::default()
+            }]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        thousand(&mut r);
+        let u = one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+        assert_eq!(volumes(&u).0, [1000, 600, 400], "hot {hot}");
+        thousand(&mut r);
+        assert!(r.reports().is_empty(), "hot {hot}");
+        assert!(r.advance(Duration::from_secs(20)).is_empty(), "hot {hot}");
+        assert_balanced(&mut r);
+    }
+}

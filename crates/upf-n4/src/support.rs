@@ -285,7 +285,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
         ie(CreateUrr, 108, Enforced("crates/upf-dataplane/tests/urr.rs::far_id_for_quota_action_applies_that_far_until_a_new_grant")),
 
-        ie(CreateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 182, Enforced("crates/upf-dataplane/tests/urr.rs::number_of_reports_limits_the_reports_of_a_urr")),
 
         ie(UpdateUrr, 81, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateUrr, 62, Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
@@ -316,7 +316,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
         ie(UpdateUrr, 108, Enforced("crates/upf-dataplane/tests/urr.rs::far_id_for_quota_action_applies_that_far_until_a_new_grant")),
 
-        ie(UpdateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 182, Enforced("crates/upf-dataplane/tests/urr.rs::number_of_reports_limits_the_reports_of_a_urr")),
 
         // BAR (§7.5.2.6, §7.5.4.11, §7.5.9.2).
         ie(CreateBar, 88, Enforced("crates/upf-dataplane/tests/far.rs::buffer_overflow_is_buffer_full")),
