@@ -954,7 +954,14 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
 impl Hot {
     /// The hot form of `s` (state copied from it), or `None`: the session is cold.
     pub fn build(s: &Compiled) -> Option<Built> {
-        if s.quota_fars {
+        // Quota FARs and usage time under an Inactivity Detection Time are the general
+        // path's (a hot record keeps only the first and last packet's times).
+        if s.quota_fars
+            || s.rules
+                .urrs
+                .iter()
+                .any(|u| u.inactivity_detection_time_s.is_some())
+        {
             return None;
         }
         let mut r = Record::default();

@@ -111,7 +111,7 @@ impl Pipeline {
         self.slots[slot as usize] = Some(new);
         self.build_hot(slot);
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
-        self.schedule(slot);
+        self.schedule(now, slot);
         Ok(installed)
     }
 
@@ -247,7 +247,7 @@ impl Pipeline {
         Ok(reports)
     }
 
-    fn schedule(&mut self, slot: u32) {
+    fn schedule(&mut self, now: Instant, slot: u32) {
         let Some(s) = self.slots[slot as usize].as_ref() else {
             return;
         };
@@ -255,6 +255,7 @@ impl Pipeline {
             .urrs
             .iter()
             .filter_map(|u| u.deadline())
+            .chain(s.urrs.iter().filter_map(|u| u.stopt_poll(now)))
             .chain(s.delayed_report.as_ref().map(|(at, _, _)| *at))
             .min();
         // Once reported, the idle deadline lies in the past: arming it again would make
@@ -351,7 +352,7 @@ impl Pipeline {
             self.generations[slot as usize] = generation.wrapping_add(1);
             let inactive = s.inactive_reported.then_some(s.inactivity).flatten();
             self.build_hot(slot);
-            self.schedule(slot);
+            self.schedule(now, slot);
             if let Some(t) = inactive {
                 let g = self.generations[slot as usize];
                 self.timers.push(Reverse((now + t, slot, g)));

@@ -51,6 +51,47 @@ pub(crate) struct UrrState {
     /// measured for Query URR, Remove URR and deletion). A changed number counts anew.
     number_of_reports: Option<u16>,
     reports_left: Option<u16>,
+    /// With an Inactivity Detection Time: the time measurement as usage time, and STOPT.
+    /// Boxed: most URRs have none, and their state stays as small as it was.
+    activity: Option<Box<Activity>>,
+}
+
+/// Usage time under an Inactivity Detection Time (§5.2.2.2.1, §8.2.24): time counts from a
+/// packet until the next one, or for at most the inactivity detection time when none comes
+/// sooner. With STOPT, that much silence after traffic is the stop of traffic.
+#[derive(Debug, Clone)]
+struct Activity {
+    idle: Duration,
+    /// The last packet, across reports.
+    prev: Option<Instant>,
+    /// Usage time is counted up to here.
+    credited: Instant,
+    /// Usage time since the last report.
+    usage: Duration,
+    /// Traffic came since the last STOPT (or ever): its stop is to be reported.
+    stopt_armed: bool,
+}
+
+impl Activity {
+    /// Credits the usage time up to `t`: the rest of the active time after the last
+    /// packet, ending at `t` or after the inactivity detection time.
+    fn credit(&mut self, t: Instant) {
+        if let Some(p) = self.prev {
+            let end = t.min(p + self.idle);
+            let from = p.max(self.credited);
+            if end > from {
+                self.usage += end - from;
+                self.credited = end;
+            }
+        }
+    }
+
+    fn packet(&mut self, t: Instant, stopt: bool) {
+        self.credit(t);
+        self.prev = Some(self.prev.map_or(t, |p| p.max(t)));
+        self.credited = self.credited.max(t);
+        self.stopt_armed |= stopt;
+    }
 }
 
 impl UrrState {
@@ -80,6 +121,7 @@ impl UrrState {
             quota_far: None,
             number_of_reports: None,
             reports_left: None,
+            activity: None,
         };
         s.update(now, urr);
         s
@@ -97,6 +139,20 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
+        let idle = secs(urr.inactivity_detection_time_s);
+        match (&mut self.activity, idle) {
+            (Some(a), Some(idle)) => a.idle = idle,
+            (a, None) => *a = None,
+            (a @ None, Some(idle)) => {
+                *a = Some(Box::new(Activity {
+                    idle,
+                    prev: None,
+                    credited: now,
+                    usage: Duration::ZERO,
+                    stopt_armed: false,
+                }));
+            }
+        }
         let n = urr
             .extra
             .as_ref()
@@ -160,7 +216,20 @@ impl UrrState {
         }
         self.last_packet = Some(now);
         self.seen(now);
+        if self.activity.is_some() {
+            self.active(now);
+        }
         self.check()
+    }
+
+    /// A packet at `at` under an Inactivity Detection Time (out of line: URRs without one
+    /// pay only the branch on `activity`).
+    #[inline(never)]
+    fn active(&mut self, at: Instant) {
+        let stopt = self.triggers.contains(ReportingTriggers::STOPT);
+        if let Some(a) = &mut self.activity {
+            a.packet(at, stopt);
+        }
     }
 
     /// Adds what a hot record counted since its last sync: (octets, packets) each way, and
@@ -244,6 +313,13 @@ impl UrrState {
 
     /// The usage since the last report, restarting the measurement.
     pub fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
+        let duration = match &mut self.activity {
+            Some(a) => {
+                a.credit(now);
+                std::mem::take(&mut a.usage)
+            }
+            None => now.saturating_duration_since(self.start),
+        };
         let r = UsageReport {
             seid,
             urr: self.id,
@@ -251,7 +327,7 @@ impl UrrState {
             start: Some(self.start),
             end: now,
             volume: self.volume,
-            duration: now.saturating_duration_since(self.start),
+            duration,
             first_packet: self.first_packet,
             last_packet: self.last_packet,
         };
@@ -306,7 +382,21 @@ impl UrrState {
         if let Some(v) = self.validity.filter(|_| !self.validity_reported) {
             at(self.quota_since + v);
         }
+        if let Some(a) = self.activity.as_ref().filter(|a| a.stopt_armed) {
+            if let Some(p) = a.prev {
+                at(p + a.idle);
+            }
+        }
         d
+    }
+
+    /// With STOPT under an Inactivity Detection Time and no traffic since the last stop:
+    /// when to look again (the packet that arms it cannot set a timer).
+    pub fn stopt_poll(&self, now: Instant) -> Option<Instant> {
+        let a = self.activity.as_ref()?;
+        let poll =
+            !a.stopt_armed && !self.done() && self.triggers.contains(ReportingTriggers::STOPT);
+        poll.then(|| now + a.idle)
     }
 
     /// The time-based trigger due at `now`, if any (the caller then reports).
@@ -344,6 +434,14 @@ impl UrrState {
         if !self.validity_reported && self.validity.is_some_and(|v| now >= self.quota_since + v) {
             self.validity_reported = true;
             return Some(UsageTrigger::QUVTI);
+        }
+        if let Some(a) = self.activity.as_mut().filter(|a| a.stopt_armed) {
+            if a.prev.is_some_and(|p| now >= p + a.idle) {
+                // Traffic stopped; the next packet is a start of traffic again.
+                a.stopt_armed = false;
+                self.start_reported = false;
+                return Some(UsageTrigger::STOPT);
+            }
         }
         None
     }

@@ -527,3 +527,51 @@ fn number_of_reports_limits_the_reports_of_a_urr() {
         assert_balanced(&mut r);
     }
 }
+
+#[test]
+fn inactivity_detection_time_measures_usage_time_and_stop_of_traffic() {
+    // Inactivity Detection Time 5 s, START and STOPT: time counts from each packet to the
+    // next, or 5 s when none comes sooner; 5 s of silence is a stop of traffic, and the
+    // next packet a start again.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::START | ReportingTriggers::STOPT, None);
+    urr.inactivity_detection_time = Some(InactivityDetectionTime(5));
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    let secs = |u: &UsageReport| u.duration_measurement.map(|d| d.0);
+    let at = |r: &mut Rig, t: u64| {
+        r.now += Duration::from_secs(t);
+    };
+    // t = 10: the first packet.
+    at(&mut r, 10);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    let u = one_usage(&r.reports(), UsageReportTrigger::START);
+    assert_eq!((volumes(&u).0, secs(&u)), ([100, 100, 0], Some(0)));
+    // t = 12, 13: more; then silence. Stop of traffic 5 s after the last packet, with
+    // 2 + 1 + 5 s of usage time.
+    at(&mut r, 2);
+    assert_eq!(r.send1(n6(&down(200))).len(), 1);
+    at(&mut r, 1);
+    assert_eq!(r.send1(n6(&down(300))).len(), 1);
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::STOPT,
+    );
+    assert_eq!((volumes(&u).0, secs(&u)), ([500, 0, 500], Some(8)));
+    // Once per silence.
+    assert!(r.advance(Duration::from_secs(30)).is_empty());
+    // t = 48: traffic again is a start of traffic; the silence counted nothing.
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    let u = one_usage(&r.reports(), UsageReportTrigger::START);
+    assert_eq!((volumes(&u).0, secs(&u)), ([100, 100, 0], Some(0)));
+    // t = 49, then deletion at t = 51: 1 + 2 s.
+    at(&mut r, 1);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    at(&mut r, 2);
+    let del = r.delete(seid);
+    let u = &del.usage_reports[0];
+    assert_eq!(u.usage_report_trigger, UsageReportTrigger::TERMR);
+    assert_eq!((volumes(u).0, secs(u)), ([100, 100, 0], Some(3)));
+    assert_balanced(&mut r);
+}

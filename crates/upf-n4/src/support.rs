@@ -278,7 +278,7 @@ pub static IES: &[IeRule] = &{
 
         ie(CreateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
 
-        ie(CreateUrr, 36, Refused(NOT_SUPPORTED, "inactivity detection time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
         ie(CreateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
@@ -309,7 +309,7 @@ pub static IES: &[IeRule] = &{
 
         ie(UpdateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
 
-        ie(UpdateUrr, 36, Refused(NOT_SUPPORTED, "inactivity detection time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
         ie(UpdateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
@@ -361,7 +361,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "TIMTH", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
         flag(ReportingTriggers, "QUHTI", Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         flag(ReportingTriggers, "START", Enforced("crates/upf-dataplane/tests/urr.rs::start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported")),
-        flag(ReportingTriggers, "STOPT", Refused(NOT_SUPPORTED, LATER)),
+        flag(ReportingTriggers, "STOPT", Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
         flag(ReportingTriggers, "DROTH", Refused(NOT_SUPPORTED, LATER)),
         flag(ReportingTriggers, "LIUSA", Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
         flag(ReportingTriggers, "VOLQU", Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
