@@ -954,6 +954,16 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
 impl Hot {
     /// The hot form of `s` (state copied from it), or `None`: the session is cold.
     pub fn build(s: &Compiled) -> Option<Built> {
+        // Quota FARs and usage time under an Inactivity Detection Time are the general
+        // path's (a hot record keeps only the first and last packet's times).
+        if s.quota_fars
+            || s.rules
+                .urrs
+                .iter()
+                .any(|u| u.inactivity_detection_time_s.is_some())
+        {
+            return None;
+        }
         let mut r = Record::default();
         let gtp = HalfBuilder::new(&mut r, ue_is_source(0)).build(&s.gtp_pdrs, s)?;
         let ip = HalfBuilder::new(&mut r, ue_is_source(1)).build(&s.ip_pdrs, s)?;

@@ -111,7 +111,7 @@ impl Pipeline {
         self.slots[slot as usize] = Some(new);
         self.build_hot(slot);
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
-        self.schedule(slot);
+        self.schedule(now, slot);
         Ok(installed)
     }
 
@@ -247,7 +247,7 @@ impl Pipeline {
         Ok(reports)
     }
 
-    fn schedule(&mut self, slot: u32) {
+    fn schedule(&mut self, now: Instant, slot: u32) {
         let Some(s) = self.slots[slot as usize].as_ref() else {
             return;
         };
@@ -255,6 +255,7 @@ impl Pipeline {
             .urrs
             .iter()
             .filter_map(|u| u.deadline())
+            .chain(s.urrs.iter().filter_map(|u| u.stopt_poll(now)))
             .chain(s.delayed_report.as_ref().map(|(at, _, _)| *at))
             .chain(s.buffer_for.and_then(|d| {
                 s.fars
@@ -322,11 +323,14 @@ impl Pipeline {
                 continue;
             };
             let seid = s.seid;
-            for u in &mut s.urrs {
-                if let Some(t) = u.due(now) {
-                    self.events
-                        .push_back(DatapathEvent::Usage(u.report(now, seid, t)));
-                }
+            let fired: crate::usage::Fired = s
+                .urrs
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, u)| u.due(now).map(|t| (i, t)))
+                .collect();
+            if !fired.is_empty() {
+                crate::usage::report_fired(&mut s.urrs, &fired, now, seid, &mut self.events);
             }
             let mut expired = Vec::new();
             if let Some(d) = s.buffer_for {
@@ -365,7 +369,7 @@ impl Pipeline {
                 self.discard(p, DropReason::BufferExpired);
             }
             self.build_hot(slot);
-            self.schedule(slot);
+            self.schedule(now, slot);
             if let Some(t) = inactive {
                 let g = self.generations[slot as usize];
                 self.timers.push(Reverse((now + t, slot, g)));

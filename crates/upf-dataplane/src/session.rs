@@ -291,6 +291,9 @@ pub(crate) struct Compiled {
     pub fars: SmallVec<[CFar; 2]>,
     pub qers: SmallVec<[QerState; 3]>,
     pub urrs: SmallVec<[UrrState; 2]>,
+    /// Some URR has a FAR ID for Quota Action (§5.2.2.3.1): such sessions stay cold, and
+    /// the general path looks for an exhausted URR's quota FAR before the PDR's FAR.
+    pub quota_fars: bool,
     pub inactivity: Option<Duration>,
     pub last_packet: Instant,
     pub inactive_reported: bool,
@@ -373,7 +376,19 @@ impl Compiled {
                 .iter()
                 .map(|q| QerState::new(env.clock, q, share))
                 .collect(),
-            urrs: s.urrs.iter().map(|u| UrrState::new(now, u)).collect(),
+            urrs: s
+                .urrs
+                .iter()
+                .map(|u| {
+                    let mut c = UrrState::new(now, u);
+                    c.quota_far = u
+                        .far_for_quota_action()
+                        .and_then(far_slot)
+                        .and_then(|i| u16::try_from(i).ok());
+                    c
+                })
+                .collect(),
+            quota_fars: s.urrs.iter().any(|u| u.far_for_quota_action().is_some()),
             inactivity: s
                 .inactivity_timer_s
                 .filter(|&t| t > 0)
@@ -410,7 +425,10 @@ impl Compiled {
             match self.urrs.iter_mut().find(|u| u.id == o.id) {
                 Some(u) => {
                     let rule = self.rules.urrs.iter().find(|r| r.id == o.id);
+                    // The quota FAR is an index into this session's FARs.
+                    let quota_far = u.quota_far;
                     *u = o;
+                    u.quota_far = quota_far;
                     if let Some(r) = rule {
                         u.update(now, r);
                     }

@@ -2,9 +2,12 @@
 //! packet, thresholds and quotas checked as they are crossed, time-based triggers checked by
 //! the timer, and each firing turned into a [`UsageReport`] for the agent.
 
+use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use upf_rules::{
-    ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume, VolumeLimit,
+    DatapathEvent, ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume,
+    VolumeLimit,
 };
 
 #[derive(Debug, Clone)]
@@ -37,6 +40,58 @@ pub(crate) struct UrrState {
     last_packet: Option<Instant>,
     start_reported: bool,
     pub exhausted: bool,
+    /// The Linked URR IDs when LIUSA is set (§5.2.2.4): this URR reports whenever one of
+    /// them does. Empty otherwise.
+    liusa: SmallVec<[UrrId; 1]>,
+    /// The FAR (index in the compiled session) whose treatment the URR's PDRs' packets get
+    /// while its quota is exhausted, instead of being dropped (§5.2.2.3.1).
+    pub quota_far: Option<u16>,
+    /// Number of Reports (§8.2.133) as provisioned, and how many of them are left: at 0 the
+    /// URR sends no more reports of its triggers (quotas are still enforced, usage still
+    /// measured for Query URR, Remove URR and deletion). A changed number counts anew.
+    number_of_reports: Option<u16>,
+    reports_left: Option<u16>,
+    /// With an Inactivity Detection Time: the time measurement as usage time, and STOPT.
+    /// Boxed: most URRs have none, and their state stays as small as it was.
+    activity: Option<Box<Activity>>,
+}
+
+/// Usage time under an Inactivity Detection Time (§5.2.2.2.1, §8.2.24): time counts from a
+/// packet until the next one, or for at most the inactivity detection time when none comes
+/// sooner. With STOPT, that much silence after traffic is the stop of traffic.
+#[derive(Debug, Clone)]
+struct Activity {
+    idle: Duration,
+    /// The last packet, across reports.
+    prev: Option<Instant>,
+    /// Usage time is counted up to here.
+    credited: Instant,
+    /// Usage time since the last report.
+    usage: Duration,
+    /// Traffic came since the last STOPT (or ever): its stop is to be reported.
+    stopt_armed: bool,
+}
+
+impl Activity {
+    /// Credits the usage time up to `t`: the rest of the active time after the last
+    /// packet, ending at `t` or after the inactivity detection time.
+    fn credit(&mut self, t: Instant) {
+        if let Some(p) = self.prev {
+            let end = t.min(p + self.idle);
+            let from = p.max(self.credited);
+            if end > from {
+                self.usage += end - from;
+                self.credited = end;
+            }
+        }
+    }
+
+    fn packet(&mut self, t: Instant, stopt: bool) {
+        self.credit(t);
+        self.prev = Some(self.prev.map_or(t, |p| p.max(t)));
+        self.credited = self.credited.max(t);
+        self.stopt_armed |= stopt;
+    }
 }
 
 impl UrrState {
@@ -62,6 +117,11 @@ impl UrrState {
             last_packet: None,
             start_reported: false,
             exhausted: false,
+            liusa: SmallVec::new(),
+            quota_far: None,
+            number_of_reports: None,
+            reports_left: None,
+            activity: None,
         };
         s.update(now, urr);
         s
@@ -79,6 +139,34 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
+        let idle = secs(urr.inactivity_detection_time_s);
+        match (&mut self.activity, idle) {
+            (Some(a), Some(idle)) => a.idle = idle,
+            (a, None) => *a = None,
+            (a @ None, Some(idle)) => {
+                *a = Some(Box::new(Activity {
+                    idle,
+                    prev: None,
+                    credited: now,
+                    usage: Duration::ZERO,
+                    stopt_armed: false,
+                }));
+            }
+        }
+        let n = urr
+            .extra
+            .as_ref()
+            .and_then(|x| x.number_of_reports)
+            .filter(|&n| n > 0);
+        if n != self.number_of_reports {
+            self.number_of_reports = n;
+            self.reports_left = n;
+        }
+        self.liusa = if urr.triggers.contains(ReportingTriggers::LIUSA) {
+            urr.linked_urrs().into()
+        } else {
+            SmallVec::new()
+        };
         // A threshold reports only when VOLTH asks for it (§8.2.19); a quota is enforced
         // either way, and reported when VOLQU asks.
         self.threshold = urr
@@ -128,7 +216,20 @@ impl UrrState {
         }
         self.last_packet = Some(now);
         self.seen(now);
+        if self.activity.is_some() {
+            self.active(now);
+        }
         self.check()
+    }
+
+    /// A packet at `at` under an Inactivity Detection Time (out of line: URRs without one
+    /// pay only the branch on `activity`).
+    #[inline(never)]
+    fn active(&mut self, at: Instant) {
+        let stopt = self.triggers.contains(ReportingTriggers::STOPT);
+        if let Some(a) = &mut self.activity {
+            a.packet(at, stopt);
+        }
     }
 
     /// Adds what a hot record counted since its last sync: (octets, packets) each way, and
@@ -164,6 +265,12 @@ impl UrrState {
         // report (the trigger is a set of flags); returning START alone left the quota
         // unmarked, so the next packet went through and VOLQU came one packet late.
         let mut t = UsageTrigger::empty();
+        if self.done() {
+            if self.quota.is_some_and(|q| q.reached_by(&self.quota_used)) {
+                self.exhausted = true;
+            }
+            return None;
+        }
         if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
             self.start_reported = true;
             t = t.union(UsageTrigger::START);
@@ -182,14 +289,14 @@ impl UrrState {
     /// Octets that may still be counted with no trigger possibly firing: 0 while START is
     /// due, else the least distance to a volume threshold or quota.
     pub fn budget(&self) -> u64 {
-        if !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
+        let done = self.done();
+        if !done && !self.start_reported && self.triggers.contains(ReportingTriggers::START) {
             return 0;
         }
         let mut left = u64::MAX;
-        for (limit, used) in [
-            (&self.threshold, &self.volume),
-            (&self.quota, &self.quota_used),
-        ] {
+        // A URR out of reports watches its quota only.
+        let threshold = if done { &None } else { &self.threshold };
+        for (limit, used) in [(threshold, &self.volume), (&self.quota, &self.quota_used)] {
             let Some(l) = limit else { continue };
             for (t, u) in [
                 (l.total, used.total_bytes),
@@ -206,6 +313,13 @@ impl UrrState {
 
     /// The usage since the last report, restarting the measurement.
     pub fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
+        let duration = match &mut self.activity {
+            Some(a) => {
+                a.credit(now);
+                std::mem::take(&mut a.usage)
+            }
+            None => now.saturating_duration_since(self.start),
+        };
         let r = UsageReport {
             seid,
             urr: self.id,
@@ -213,7 +327,7 @@ impl UrrState {
             start: Some(self.start),
             end: now,
             volume: self.volume,
-            duration: now.saturating_duration_since(self.start),
+            duration,
             first_packet: self.first_packet,
             last_packet: self.last_packet,
         };
@@ -224,8 +338,29 @@ impl UrrState {
         r
     }
 
+    /// Whether the URR has sent its Number of Reports: it reports no more.
+    #[inline]
+    pub fn done(&self) -> bool {
+        self.reports_left == Some(0)
+    }
+
+    /// A report of a trigger is sent: one fewer left.
+    fn reported(&mut self) {
+        if let Some(n) = &mut self.reports_left {
+            *n = n.saturating_sub(1);
+        }
+    }
+
     /// The next instant a time-based trigger may fire.
     pub fn deadline(&self) -> Option<Instant> {
+        let time_quota = self
+            .time_quota
+            .filter(|_| !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU))
+            .map(|q| self.quota_since + q);
+        if self.done() {
+            // Out of reports: only the time quota still runs out (unreported).
+            return time_quota;
+        }
         let mut d: Option<Instant> = None;
         let mut at = |t: Instant| d = Some(d.map_or(t, |d| d.min(t)));
         if self.triggers.contains(ReportingTriggers::PERIO) {
@@ -238,10 +373,8 @@ impl UrrState {
                 at(self.start + t);
             }
         }
-        if !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU) {
-            if let Some(q) = self.time_quota {
-                at(self.quota_since + q);
-            }
+        if let Some(q) = time_quota {
+            at(q);
         }
         if let Some(h) = self.quota_holding.filter(|_| self.holding_armed) {
             at(self.last_seen + h);
@@ -249,7 +382,21 @@ impl UrrState {
         if let Some(v) = self.validity.filter(|_| !self.validity_reported) {
             at(self.quota_since + v);
         }
+        if let Some(a) = self.activity.as_ref().filter(|a| a.stopt_armed) {
+            if let Some(p) = a.prev {
+                at(p + a.idle);
+            }
+        }
         d
+    }
+
+    /// With STOPT under an Inactivity Detection Time and no traffic since the last stop:
+    /// when to look again (the packet that arms it cannot set a timer).
+    pub fn stopt_poll(&self, now: Instant) -> Option<Instant> {
+        let a = self.activity.as_ref()?;
+        let poll =
+            !a.stopt_armed && !self.done() && self.triggers.contains(ReportingTriggers::STOPT);
+        poll.then(|| now + a.idle)
     }
 
     /// The time-based trigger due at `now`, if any (the caller then reports).
@@ -259,9 +406,12 @@ impl UrrState {
             if let Some(q) = self.time_quota {
                 if now >= self.quota_since + q {
                     self.exhausted = true;
-                    return Some(UsageTrigger::TIMQU);
+                    return (!self.done()).then_some(UsageTrigger::TIMQU);
                 }
             }
+        }
+        if self.done() {
+            return None;
         }
         if t.contains(ReportingTriggers::PERIO)
             && self.period.is_some_and(|p| now >= self.start + p)
@@ -285,7 +435,55 @@ impl UrrState {
             self.validity_reported = true;
             return Some(UsageTrigger::QUVTI);
         }
+        if let Some(a) = self.activity.as_mut().filter(|a| a.stopt_armed) {
+            if a.prev.is_some_and(|p| now >= p + a.idle) {
+                // Traffic stopped; the next packet is a start of traffic again.
+                a.stopt_armed = false;
+                self.start_reported = false;
+                return Some(UsageTrigger::STOPT);
+            }
+        }
         None
+    }
+}
+
+/// The URRs that fired on one packet or timer round, as (index in the session's URRs,
+/// trigger): few, kept inline.
+pub(crate) type Fired = SmallVec<[(usize, UsageTrigger); 2]>;
+
+/// Reports the URRs in `fired`, then every URR that lists one of them as a Linked URR and
+/// has the LIUSA trigger, with trigger LIUSA (TS 29.244 §5.2.2.4), and so on for the URRs
+/// linked to those; each URR reports at most once. Only runs when a report fired; for a
+/// session without LIUSA the linked part is one scan of its URRs.
+pub(crate) fn report_fired(
+    urrs: &mut [UrrState],
+    fired: &[(usize, UsageTrigger)],
+    now: Instant,
+    seid: Seid,
+    events: &mut VecDeque<DatapathEvent>,
+) {
+    let mut reported: SmallVec<[UrrId; 4]> = SmallVec::new();
+    for &(i, t) in fired {
+        if let Some(u) = urrs.get_mut(i).filter(|u| !u.done()) {
+            reported.push(u.id);
+            u.reported();
+            events.push_back(DatapathEvent::Usage(u.report(now, seid, t)));
+        }
+    }
+    if urrs.iter().all(|u| u.liusa.is_empty()) {
+        return;
+    }
+    let mut next = 0;
+    while let Some(&from) = reported.get(next) {
+        next += 1;
+        for u in urrs.iter_mut() {
+            if u.liusa.contains(&from) && !reported.contains(&u.id) && !u.done() {
+                reported.push(u.id);
+                u.reported();
+                let r = u.report(now, seid, UsageTrigger::LIUSA);
+                events.push_back(DatapathEvent::Usage(r));
+            }
+        }
     }
 }
 

@@ -286,3 +286,292 @@ fn padding_after_the_inner_packet_is_neither_forwarded_nor_counted() {
     assert_eq!(volumes(&del.usage_reports[0]), ([100, 100, 0], [1, 1, 0]));
     assert_balanced(&mut r);
 }
+
+#[test]
+fn linked_urrs_with_liusa_report_in_the_same_message() {
+    // URR 1 reports at a volume threshold and every 10 s; URR 2 links to it with LIUSA,
+    // URR 3 links to URR 2 with LIUSA (so it follows transitively), URR 4 links to URR 1
+    // without LIUSA (so it does not). Every URR counts both PDRs' traffic. With two URRs
+    // the session fits a hot record; with four it does not.
+    for (hot, n) in [(true, 2u32), (false, 2), (true, 4), (false, 4)] {
+        let hot_n = (hot, n);
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut req = simple_session(UE, 0xabcd);
+        let mut u1 = smf::create_urr(
+            1,
+            ReportingTriggers::VOLTH | ReportingTriggers::PERIO,
+            Some(1000),
+        );
+        u1.measurement_period = Some(MeasurementPeriod(10));
+        let mut u2 = smf::create_urr(2, ReportingTriggers::LIUSA, None);
+        u2.linked_urr_ids = [LinkedUrrId(1)].into_iter().collect();
+        let mut u3 = smf::create_urr(3, ReportingTriggers::LIUSA, None);
+        u3.linked_urr_ids = [LinkedUrrId(2)].into_iter().collect();
+        let mut u4 = smf::create_urr(4, ReportingTriggers::empty(), None);
+        u4.linked_urr_ids = [LinkedUrrId(1)].into_iter().collect();
+        req.create_urrs = [u1, u2, u3, u4].into_iter().take(n as usize).collect();
+        for p in req.create_pdrs.iter_mut() {
+            p.urr_ids = (1..=n).map(UrrId).collect();
+        }
+        let (seid, resp) = r.establish(req);
+        let teid = local_teid(&resp);
+        assert_eq!(r.send(vec![gpdu(teid, Some(9), &up(600))]).len(), 1);
+        assert!(r.reports().is_empty(), "{hot_n:?}");
+        assert_eq!(r.send1(n6(&down(400))).len(), 1);
+        let reps = r.reports();
+        assert_eq!(reps.len(), 1, "{hot_n:?}: one message {reps:?}");
+        let got: Vec<_> = reps[0]
+            .usage_reports
+            .iter()
+            .map(|u| (u.urr_id.0, u.usage_report_trigger, volumes(u)))
+            .collect();
+        let v = ([1000, 600, 400], [2, 1, 1]);
+        let want = [
+            (1, UsageReportTrigger::VOLTH, v),
+            (2, UsageReportTrigger::LIUSA, v),
+            (3, UsageReportTrigger::LIUSA, v),
+        ];
+        assert_eq!(got, want[..n.min(3) as usize], "{hot_n:?}");
+        // A time trigger of URR 1 (its period) carries the linked reports too: 2 and 3
+        // restarted their measurement at the last report, 4 did not.
+        r.now += Duration::from_secs(3);
+        assert_eq!(r.send1(n6(&down(100))).len(), 1);
+        let reps = r.advance(Duration::from_secs(7));
+        assert_eq!(reps.len(), 1, "{hot_n:?}: {reps:?}");
+        let got: Vec<_> = reps[0]
+            .usage_reports
+            .iter()
+            .map(|u| (u.urr_id.0, u.usage_report_trigger, volumes(u).0))
+            .collect();
+        let want = [
+            (1, UsageReportTrigger::PERIO, [100, 0, 100]),
+            (2, UsageReportTrigger::LIUSA, [100, 0, 100]),
+            (3, UsageReportTrigger::LIUSA, [100, 0, 100]),
+        ];
+        assert_eq!(got, want[..n.min(3) as usize], "{hot_n:?}");
+        // URR 4 reported nothing so far: all its usage is in the deletion.
+        let del = r.delete(seid);
+        if n == 4 {
+            let u4 = del.usage_reports.iter().find(|u| u.urr_id == UrrId(4));
+            assert_eq!(volumes(u4.unwrap()).0, [1100, 600, 500], "{hot_n:?}");
+        }
+        assert_balanced(&mut r);
+    }
+}
+
+#[test]
+fn far_id_for_quota_action_applies_that_far_until_a_new_grant() {
+    // URR 1 (on both PDRs) has a 1000-octet quota and FAR 3 for quota action: a tunnel to a
+    // redirect server. Once the quota is used up, packets both ways go there instead of
+    // being dropped; FAR 3 set to buffer buffers them; a new grant restores the PDRs' FARs.
+    const REDIRECT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 200);
+    for hot in [true, false] {
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut urr = smf::create_urr(1, ReportingTriggers::VOLQU, None);
+        urr.volume_quota = Some(Volume {
+            total: Some(1000),
+            uplink: None,
+            downlink: None,
+        });
+        urr.far_id_for_quota_action = Some(FarId(3));
+        let mut req = with_urr(urr);
+        req.create_fars.push(smf::create_far(
+            3,
+            ApplyAction::FORW,
+            Some(smf::forwarding(
+                DestinationInterface::CORE,
+                Some(OuterHeaderCreation::gtpu_ipv4(0x77, REDIRECT)),
+            )),
+            None,
+        ));
+        let (seid, resp) = r.establish(req);
+        let teid = local_teid(&resp);
+        let normal = |r: &mut Rig| {
+            let out = r.send(vec![gpdu(teid, Some(9), &up(300)), n6(&down(300))]);
+            assert_eq!(out.len(), 2, "hot {hot}");
+            assert_eq!(
+                out[0].data(),
+                &routed(&up(300))[..],
+                "hot {hot}: uplink to N6"
+            );
+            let (d, inner) = open(&out[1]);
+            assert_eq!(
+                (d.outer_dst, d.gtpu.teid),
+                (GNB.into(), 0xabcd),
+                "hot {hot}"
+            );
+            assert_eq!(inner, routed(&down(300)), "hot {hot}");
+        };
+        normal(&mut r);
+        assert_eq!(r.send1(gpdu(teid, Some(9), &up(400))).len(), 1);
+        let u = one_usage(&r.reports(), UsageReportTrigger::VOLQU);
+        assert_eq!(volumes(&u).0, [1000, 700, 300], "hot {hot}");
+        // Exhausted: FAR 3's treatment both ways, nothing dropped, nothing more reported.
+        let out = r.send(vec![gpdu(teid, Some(9), &up(300)), n6(&down(200))]);
+        assert_eq!(out.len(), 2, "hot {hot}");
+        for (p, inner) in out.iter().zip([up(300), routed(&down(200))]) {
+            let (d, got) = open(p);
+            assert_eq!(
+                (d.outer_dst, d.gtpu.teid),
+                (REDIRECT.into(), 0x77),
+                "hot {hot}"
+            );
+            assert_eq!(got, inner, "hot {hot}");
+        }
+        assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 0);
+        assert!(r.reports().is_empty(), "hot {hot}");
+        // FAR 3 changed to buffer: the packets are buffered.
+        let m = SessionModificationRequest {
+            update_fars: [set_action(3, ApplyAction::BUFF)].into_iter().collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        assert!(r.send1(n6(&down(200))).is_empty(), "hot {hot}");
+        assert_eq!(r.dp().counters().buffered, 1, "hot {hot}");
+        assert_eq!(r.dp().counters().dropped_total(), 0, "hot {hot}");
+        // A new grant: the PDRs' own FARs again, and the new quota counts from here.
+        let m = SessionModificationRequest {
+            update_urrs: [UpdateUrr {
+                urr_id: UrrId(1),
+                volume_quota: Some(Volume {
+                    total: Some(5000),
+                    uplink: None,
+                    downlink: None,
+                }),
+                ..Default::default()
+            }]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        normal(&mut r);
+        assert_eq!(r.dp().counters().buffered, 1, "hot {hot}");
+        assert_balanced(&mut r);
+        // The deletion reports what was counted since the VOLQU report: the redirected
+        // packets were not counted against the used-up quota.
+        let del = r.delete(seid);
+        assert_eq!(
+            volumes(&del.usage_reports[0]).0,
+            [600, 300, 300],
+            "hot {hot}"
+        );
+    }
+}
+
+#[test]
+fn number_of_reports_limits_the_reports_of_a_urr() {
+    // URR 1 reports at 1000 octets and every 10 s, at most twice; a new Number of Reports
+    // in an Update URR allows as many more.
+    for hot in [true, false] {
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut urr = smf::create_urr(
+            1,
+            ReportingTriggers::VOLTH | ReportingTriggers::PERIO,
+            Some(1000),
+        );
+        urr.measurement_period = Some(MeasurementPeriod(10));
+        urr.number_of_reports = Some(NumberOfReports(2));
+        let (seid, resp) = r.establish(with_urr(urr));
+        let teid = local_teid(&resp);
+        let thousand = |r: &mut Rig| {
+            let out = r.send(vec![gpdu(teid, Some(9), &up(600)), n6(&down(400))]);
+            assert_eq!(out.len(), 2, "hot {hot}");
+        };
+        thousand(&mut r);
+        one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+        let u = one_usage(
+            &r.advance(Duration::from_secs(10)),
+            UsageReportTrigger::PERIO,
+        );
+        assert_eq!(volumes(&u).0, [0; 3], "hot {hot}");
+        // Out of reports: neither the threshold nor the period reports any more, and the
+        // traffic still goes.
+        thousand(&mut r);
+        thousand(&mut r);
+        assert!(r.reports().is_empty(), "hot {hot}");
+        assert!(r.advance(Duration::from_secs(30)).is_empty(), "hot {hot}");
+        // Query URR still reports what was measured since the last report.
+        let m = SessionModificationRequest {
+            query_urrs: [QueryUrr { urr_id: UrrId(1) }].into_iter().collect(),
+            ..Default::default()
+        };
+        let resp = r.modify(seid, m);
+        assert_eq!(resp.cause, Cause::REQUEST_ACCEPTED);
+        assert_eq!(
+            volumes(&resp.usage_reports[0]).0,
+            [2000, 1200, 800],
+            "hot {hot}"
+        );
+        // A new Number of Reports: one more report.
+        let m = SessionModificationRequest {
+            update_urrs: [UpdateUrr {
+                urr_id: UrrId(1),
+                number_of_reports: Some(NumberOfReports(1)),
+                ..Default::default()
+            }]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        thousand(&mut r);
+        let u = one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+        assert_eq!(volumes(&u).0, [1000, 600, 400], "hot {hot}");
+        thousand(&mut r);
+        assert!(r.reports().is_empty(), "hot {hot}");
+        assert!(r.advance(Duration::from_secs(20)).is_empty(), "hot {hot}");
+        assert_balanced(&mut r);
+    }
+}
+
+#[test]
+fn inactivity_detection_time_measures_usage_time_and_stop_of_traffic() {
+    // Inactivity Detection Time 5 s, START and STOPT: time counts from each packet to the
+    // next, or 5 s when none comes sooner; 5 s of silence is a stop of traffic, and the
+    // next packet a start again.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::START | ReportingTriggers::STOPT, None);
+    urr.inactivity_detection_time = Some(InactivityDetectionTime(5));
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    let secs = |u: &UsageReport| u.duration_measurement.map(|d| d.0);
+    let at = |r: &mut Rig, t: u64| {
+        r.now += Duration::from_secs(t);
+    };
+    // t = 10: the first packet.
+    at(&mut r, 10);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    let u = one_usage(&r.reports(), UsageReportTrigger::START);
+    assert_eq!((volumes(&u).0, secs(&u)), ([100, 100, 0], Some(0)));
+    // t = 12, 13: more; then silence. Stop of traffic 5 s after the last packet, with
+    // 2 + 1 + 5 s of usage time.
+    at(&mut r, 2);
+    assert_eq!(r.send1(n6(&down(200))).len(), 1);
+    at(&mut r, 1);
+    assert_eq!(r.send1(n6(&down(300))).len(), 1);
+    assert!(r.advance(Duration::from_secs(4)).is_empty());
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::STOPT,
+    );
+    assert_eq!((volumes(&u).0, secs(&u)), ([500, 0, 500], Some(8)));
+    // Once per silence.
+    assert!(r.advance(Duration::from_secs(30)).is_empty());
+    // t = 48: traffic again is a start of traffic; the silence counted nothing.
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    let u = one_usage(&r.reports(), UsageReportTrigger::START);
+    assert_eq!((volumes(&u).0, secs(&u)), ([100, 100, 0], Some(0)));
+    // t = 49, then deletion at t = 51: 1 + 2 s.
+    at(&mut r, 1);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    at(&mut r, 2);
+    let del = r.delete(seid);
+    let u = &del.usage_reports[0];
+    assert_eq!(u.usage_report_trigger, UsageReportTrigger::TERMR);
+    assert_eq!((volumes(u).0, secs(u)), ([100, 100, 0], Some(3)));
+    assert_balanced(&mut r);
+}

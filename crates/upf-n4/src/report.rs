@@ -7,7 +7,7 @@ use std::time::Instant;
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Multi};
-use upf_rules::{Datapath, DatapathEvent, InstallFlags, Seid, UsageReport as Usage};
+use upf_rules::{Datapath, DatapathEvent, InstallFlags, Seid, UsageReport as Usage, UsageTrigger};
 
 impl<D: Datapath> Agent<D> {
     /// A data-path usage report as a PFCP Usage Report IE (§7.5.8.3), numbered per URR,
@@ -65,12 +65,26 @@ impl<D: Datapath> Agent<D> {
 
     /// Turns every pending data-path event into a report to the SMF (or a Node Report).
     pub fn handle_datapath_events(&mut self, now: Instant) {
-        while let Some(e) = self.dp.poll_event() {
-            self.datapath_event(now, e);
+        let mut next = self.dp.poll_event();
+        while let Some(e) = next {
+            next = self.dp.poll_event();
+            // The LIUSA reports that follow a URR's report (§5.2.2.4) go in its message.
+            let mut linked = Vec::new();
+            if let DatapathEvent::Usage(u) = &e {
+                let seid = u.seid;
+                while let Some(DatapathEvent::Usage(l)) = next.take_if(|n| {
+                    matches!(n, DatapathEvent::Usage(l)
+                        if l.seid == seid && l.trigger == UsageTrigger::LIUSA)
+                }) {
+                    linked.push(l);
+                    next = self.dp.poll_event();
+                }
+            }
+            self.datapath_event(now, e, linked);
         }
     }
 
-    fn datapath_event(&mut self, now: Instant, e: DatapathEvent) {
+    fn datapath_event(&mut self, now: Instant, e: DatapathEvent, linked: Vec<Usage>) {
         let (seid, report_type) = match &e {
             DatapathEvent::PeerUnreachable { peer } => return self.node_report(now, *peer, true),
             DatapathEvent::PeerRestored { peer } => return self.node_report(now, *peer, false),
@@ -87,9 +101,12 @@ impl<D: Datapath> Agent<D> {
             ..Default::default()
         };
         match e {
-            DatapathEvent::Usage(u) => m
-                .usage_reports
-                .push(self.usage_report(&mut ctx, &u, None, None)),
+            DatapathEvent::Usage(u) => {
+                for u in std::iter::once(&u).chain(&linked) {
+                    let r = self.usage_report(&mut ctx, u, None, None);
+                    m.usage_reports.push(r);
+                }
+            }
             DatapathEvent::DownlinkData { pdr, qfi, ppi, .. } => {
                 let info =
                     (qfi.is_some() || ppi.is_some()).then_some(DownlinkDataServiceInformation {

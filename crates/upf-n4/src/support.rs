@@ -278,14 +278,14 @@ pub static IES: &[IeRule] = &{
 
         ie(CreateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
 
-        ie(CreateUrr, 36, Refused(NOT_SUPPORTED, "inactivity detection time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
-        ie(CreateUrr, 82, Refused(NOT_SUPPORTED, "linked URRs are not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
         ie(CreateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
-        ie(CreateUrr, 108, Refused(NOT_SUPPORTED, "FAR ID for quota action is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 108, Enforced("crates/upf-dataplane/tests/urr.rs::far_id_for_quota_action_applies_that_far_until_a_new_grant")),
 
-        ie(CreateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 182, Enforced("crates/upf-dataplane/tests/urr.rs::number_of_reports_limits_the_reports_of_a_urr")),
 
         ie(UpdateUrr, 81, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateUrr, 62, Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
@@ -309,14 +309,14 @@ pub static IES: &[IeRule] = &{
 
         ie(UpdateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
 
-        ie(UpdateUrr, 36, Refused(NOT_SUPPORTED, "inactivity detection time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
-        ie(UpdateUrr, 82, Refused(NOT_SUPPORTED, "linked URRs are not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 82, Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
 
         ie(UpdateUrr, 100, Enforced("crates/upf-dataplane/src/usage.rs::threshold_then_quota")),
-        ie(UpdateUrr, 108, Refused(NOT_SUPPORTED, "FAR ID for quota action is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 108, Enforced("crates/upf-dataplane/tests/urr.rs::far_id_for_quota_action_applies_that_far_until_a_new_grant")),
 
-        ie(UpdateUrr, 182, Refused(NOT_SUPPORTED, "number of reports is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 182, Enforced("crates/upf-dataplane/tests/urr.rs::number_of_reports_limits_the_reports_of_a_urr")),
 
         // BAR (§7.5.2.6, §7.5.4.11, §7.5.9.2).
         ie(CreateBar, 88, Enforced("crates/upf-dataplane/tests/far.rs::buffer_overflow_is_buffer_full")),
@@ -361,9 +361,9 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "TIMTH", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
         flag(ReportingTriggers, "QUHTI", Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         flag(ReportingTriggers, "START", Enforced("crates/upf-dataplane/tests/urr.rs::start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported")),
-        flag(ReportingTriggers, "STOPT", Refused(NOT_SUPPORTED, LATER)),
+        flag(ReportingTriggers, "STOPT", Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
         flag(ReportingTriggers, "DROTH", Refused(NOT_SUPPORTED, LATER)),
-        flag(ReportingTriggers, "LIUSA", Refused(NOT_SUPPORTED, LATER)),
+        flag(ReportingTriggers, "LIUSA", Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
         flag(ReportingTriggers, "VOLQU", Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
         flag(ReportingTriggers, "TIMQU", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
         flag(ReportingTriggers, "ENVCL", Refused(NOT_SUPPORTED, "no envelope reporting")),

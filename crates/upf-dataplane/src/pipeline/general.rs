@@ -4,11 +4,12 @@ use super::steps::{duplicate, emit, forward, take_packets, Is, Mark, Rules, Sink
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::session::{CFar, QerState, Strip, Target};
-use crate::usage::UrrState;
+use crate::usage::{report_fired, Fired, UrrState};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::Instant;
 use upf_packet::{Packet, Port};
-use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid};
+use upf_rules::{ApplyAction, DatapathEvent, Qfi, Seid, UsageTrigger};
 
 impl Pipeline {
     /// FAR, QER and URR of the matched PDR, then out.
@@ -50,7 +51,21 @@ impl Pipeline {
         } else {
             &s.ip_pdrs[pdr_index]
         };
-        let Some(far) = pdr.far.and_then(|f| s.fars.get_mut(usize::from(f))) else {
+        // While a URR of the PDR with a FAR ID for Quota Action is exhausted, that FAR
+        // applies instead of the PDR's (§5.2.2.3.1), and exhausted URRs neither stop nor
+        // count the packet.
+        let mut far = pdr.far;
+        let mut quota_action = false;
+        if s.quota_fars {
+            if let Some(f) = pdr.urrs.iter().find_map(|&u| {
+                let u = s.urrs.get(usize::from(u))?;
+                u.quota_far.filter(|_| u.exhausted)
+            }) {
+                far = Some(f);
+                quota_action = true;
+            }
+        }
+        let Some(far) = far.and_then(|f| s.fars.get_mut(usize::from(f))) else {
             return drop_to(out, counters, p, DropReason::FarDrop);
         };
         let action = far.action;
@@ -120,6 +135,7 @@ impl Pipeline {
             pdr_urrs,
             uplink: pdr.from_ue,
             packet_rate: pdr.packet_rate,
+            quota_action,
             strips: pdr.strip == Strip::Gtpu,
             far,
             qers: &mut s.qers[..],
@@ -146,6 +162,8 @@ struct General<'a> {
     uplink: bool,
     /// [`crate::session::CPdr::packet_rate`]
     packet_rate: bool,
+    /// The FAR is an exhausted URR's quota FAR: exhausted URRs neither stop nor count.
+    quota_action: bool,
     strips: bool,
     far: &'a CFar,
     qers: &'a mut [QerState],
@@ -156,6 +174,27 @@ struct General<'a> {
 }
 
 impl General<'_> {
+    /// The PDR's `k`-th URR fired `t` on this packet: the packet is counted in the URRs
+    /// after it too before anything is reported, so that each report (and the linked ones)
+    /// includes it (out of line: rare).
+    #[cold]
+    #[inline(never)]
+    fn fired(&mut self, k: usize, t: UsageTrigger, octets: u64, uplink: bool) {
+        let mut fired: Fired = SmallVec::new();
+        fired.push((usize::from(self.pdr_urrs[k]), t));
+        for &u in &self.pdr_urrs[k + 1..] {
+            if let Some(c) = self.urrs.get_mut(usize::from(u)) {
+                if self.quota_action && c.exhausted {
+                    continue;
+                }
+                if let Some(t) = c.count(self.now, octets, uplink) {
+                    fired.push((usize::from(u), t));
+                }
+            }
+        }
+        report_fired(self.urrs, &fired, self.now, self.seid, self.events);
+    }
+
     /// The PDR's QERs that exist.
     #[inline(always)]
     fn qers(&self) -> impl Iterator<Item = &QerState> {
@@ -204,9 +243,11 @@ impl Rules for General<'_> {
 
     #[inline(always)]
     fn exhausted(&self) -> bool {
-        self.pdr_urrs
-            .iter()
-            .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
+        !self.quota_action
+            && self
+                .pdr_urrs
+                .iter()
+                .any(|&u| self.urrs.get(usize::from(u)).is_some_and(|u| u.exhausted))
     }
 
     #[inline(always)]
@@ -231,17 +272,18 @@ impl Rules for General<'_> {
 
     #[inline(always)]
     fn count(&mut self, octets: u64, uplink: bool) {
-        for &u in self.pdr_urrs {
-            let Some(u) = self.urrs.get_mut(usize::from(u)) else {
+        for (k, &u) in self.pdr_urrs.iter().enumerate() {
+            let Some(c) = self.urrs.get_mut(usize::from(u)) else {
                 continue;
             };
-            if let Some(t) = u.count(self.now, octets, uplink) {
-                let report = u.report(self.now, self.seid, t);
-                self.events.push_back(DatapathEvent::Usage(report));
+            if self.quota_action && c.exhausted {
+                continue;
+            }
+            if let Some(t) = c.count(self.now, octets, uplink) {
+                return self.fired(k, t, octets, uplink);
             }
         }
     }
-
     #[inline(always)]
     fn marks(&self) -> Mark {
         let mut m = Mark {

@@ -11,7 +11,6 @@ use crate::parse::flow_of;
 use crate::session::{Compiled, Target};
 use std::time::Instant;
 use upf_packet::{Packet, Port};
-use upf_rules::DatapathEvent;
 
 impl Pipeline {
     /// The PDR of a hot session's `half` that the inner packet `ip` matches, the uplink ACL
@@ -231,18 +230,21 @@ impl Pipeline {
         else {
             return;
         };
+        // Every spent line is checked before any reports, so that each report (and the
+        // linked ones) includes this packet, as on the general path.
+        let mut fired = crate::usage::Fired::new();
         for u in 0..crate::hot::URRS {
             if spent & (1 << u) == 0 {
                 continue;
             }
             let urr = record.urrs[u].urr;
             if let Some(t) = record.check_urr(shapes, s, *epoch, urr) {
-                let seid = s.seid;
-                if let Some(c) = s.urrs.get_mut(usize::from(urr)) {
-                    events.push_back(DatapathEvent::Usage(c.report(now, seid, t)));
-                }
-                record.set_urr_limits(s);
+                fired.push((usize::from(urr), t));
             }
+        }
+        if !fired.is_empty() {
+            crate::usage::report_fired(&mut s.urrs, &fired, now, s.seid, events);
+            record.set_urr_limits(s);
         }
     }
 }
