@@ -19,23 +19,6 @@
  * inner source; 0: plain IP on N6, by the destination). */
 const volatile __u32 workers = 1;
 const volatile __u32 gtpu = 0;
-/* 1 when the spread maps hold any UE (0: no lookup at all). */
-const volatile __u32 spread = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SPREAD);
-	__type(key, __u32);
-	__type(value, __u8);
-} spread4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SPREAD);
-	__type(key, __u64);
-	__type(value, __u8);
-} spread6 SEC(".maps");
-
 unsigned long long load_byte(void *skb, unsigned long long off) asm("llvm.bpf.load.byte");
 unsigned long long load_half(void *skb, unsigned long long off) asm("llvm.bpf.load.half");
 unsigned long long load_word(void *skb, unsigned long long off) asm("llvm.bpf.load.word");

@@ -45,4 +45,24 @@ static __always_inline int has_ports(__u64 proto)
 /* Spread UEs (peak-rate UEs steered per flow), by steering key; filled at load. */
 #define MAX_SPREAD 1024
 
+/* The spread UEs, filled at load from [workers] spread_ues: IPv4 addresses (spread4) and IPv6
+ * /64s (spread6) whose packets are steered by flow. Each program that includes this header
+ * has its own; `spread` is 1 when they hold any UE (0: no lookup at all). Needs
+ * <bpf/bpf_helpers.h> included first. */
+const volatile __u32 spread = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SPREAD);
+	__type(key, __u32);
+	__type(value, __u8);
+} spread4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SPREAD);
+	__type(key, __u64);
+	__type(value, __u8);
+} spread6 SEC(".maps");
+
 #endif

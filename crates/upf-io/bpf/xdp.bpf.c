@@ -22,23 +22,6 @@ const volatile __u32 n_local4 = 0;
 const volatile __u32 local4[MAX_LOCAL] = {};
 const volatile __u32 n_local6 = 0;
 const volatile __u32 local6[MAX_LOCAL][4] = {};
-/* 1 when the spread maps hold any UE (0: no lookup at all). */
-const volatile __u32 spread = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SPREAD);
-	__type(key, __u32);
-	__type(value, __u8);
-} spread4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SPREAD);
-	__type(key, __u64);
-	__type(value, __u8);
-} spread6 SEC(".maps");
-
 /* The AF_XDP sockets, by receive queue (entries: the interface's queues, set at load). */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
