@@ -12,67 +12,33 @@ use upf_dataplane::paths::EchoConfig;
 use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
 use upf_rules::{
     ApplyAction, Datapath, DatapathEvent, Far, FarId, Forwarding, InstallFlags, Interface,
-    LocalFTeid, OuterHeaderCreation, OuterHeaderRemoval, Pdi, Pdr, PdrId, Precedence, Seid,
-    Session, Teid, UeIp,
+    OuterHeaderCreation, Seid, Session, Teid,
 };
+mod common;
+
+use common::{ue, UPF};
 use upf_runtime::{steer, RuntimeConfig, Workers, PATH_OWNER};
 use upf_wire::gtpu_msg::{self, Message};
 use upf_wire::{checksum, ip_proto};
 
-const UPF: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const GNB: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
 const GNB2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 101);
 
-fn ue(i: u32) -> Ipv4Addr {
-    Ipv4Addr::from(0x0a3c_0000 + i + 1)
-}
-
-/// A session of UE `i` with an uplink PDR and a downlink FAR into a tunnel to `gnb`.
+/// UE `i`'s session (common::session) with a downlink FAR 2 into a tunnel to `gnb`.
 fn session(i: u32, gnb: Ipv4Addr) -> Arc<Session> {
-    let mut s = Session::new(Seid(u64::from(i) + 1), Seid(1), IpAddr::V4(UPF));
-    let mut pdi = Pdi::any(Interface::Access);
-    pdi.local_f_teid = Some(LocalFTeid {
-        teid: Teid(100 + i),
-        ipv4: Some(UPF),
-        ipv6: None,
-    });
-    pdi.ue_ip = Some(UeIp {
-        ipv4: Some(ue(i)),
-        ipv6: None,
-        is_destination: false,
-    });
-    s.pdrs = vec![Pdr {
-        id: PdrId(1),
-        precedence: Precedence(10),
-        pdi,
-        outer_header_removal: Some(OuterHeaderRemoval::GtpuUdpIp {
-            delete_pdu_session_container: false,
-        }),
-        far: Some(FarId(1)),
-        qers: Default::default(),
-        urrs: Default::default(),
-    }];
+    let mut s = (*common::session(i)).clone();
     let mut dl = Forwarding::to(Interface::Access);
     dl.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
         teid: Teid(0x1000 + i),
         peer: IpAddr::V4(gnb),
     });
-    s.fars = vec![
-        Far {
-            id: FarId(1),
-            action: ApplyAction::FORW,
-            forwarding: Some(Forwarding::to(Interface::Core)),
-            duplicating: Box::default(),
-            bar: None,
-        },
-        Far {
-            id: FarId(2),
-            action: ApplyAction::FORW,
-            forwarding: Some(dl),
-            duplicating: Box::default(),
-            bar: None,
-        },
-    ];
+    s.fars.push(Far {
+        id: FarId(2),
+        action: ApplyAction::FORW,
+        forwarding: Some(dl),
+        duplicating: Box::default(),
+        bar: None,
+    });
     Arc::new(s)
 }
 

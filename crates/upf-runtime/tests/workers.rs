@@ -5,53 +5,13 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
-use upf_rules::{
-    ApplyAction, Datapath, DatapathError, Far, FarId, Forwarding, InstallFlags, Interface,
-    LocalFTeid, OuterHeaderRemoval, Pdi, Pdr, PdrId, Precedence, Seid, Session, Teid, UeIp,
-};
+use upf_rules::{ApplyAction, Datapath, DatapathError, InstallFlags, Seid, Session, Teid};
+mod common;
+
+use common::{session, ue, UPF};
 use upf_runtime::{RuntimeConfig, Workers};
 use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
 use upf_wire::{checksum, ip_proto};
-
-const UPF: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-
-fn ue(i: u32) -> Ipv4Addr {
-    Ipv4Addr::from(0x0a3c_0000 + i + 1)
-}
-
-fn session(i: u32) -> Arc<Session> {
-    let mut s = Session::new(Seid(u64::from(i) + 1), Seid(1), IpAddr::V4(UPF));
-    let mut pdi = Pdi::any(Interface::Access);
-    pdi.local_f_teid = Some(LocalFTeid {
-        teid: Teid(100 + i),
-        ipv4: Some(UPF),
-        ipv6: None,
-    });
-    pdi.ue_ip = Some(UeIp {
-        ipv4: Some(ue(i)),
-        ipv6: None,
-        is_destination: false,
-    });
-    s.pdrs = vec![Pdr {
-        id: PdrId(1),
-        precedence: Precedence(10),
-        pdi,
-        outer_header_removal: Some(OuterHeaderRemoval::GtpuUdpIp {
-            delete_pdu_session_container: false,
-        }),
-        far: Some(FarId(1)),
-        qers: Default::default(),
-        urrs: Default::default(),
-    }];
-    s.fars = vec![Far {
-        id: FarId(1),
-        action: ApplyAction::FORW,
-        forwarding: Some(Forwarding::to(Interface::Core)),
-        duplicating: Box::default(),
-        bar: None,
-    }];
-    Arc::new(s)
-}
 
 /// A G-PDU from UE `i` whose inner IPv4 Identification carries `seq`.
 fn uplink(i: u32, seq: u16) -> Packet {
