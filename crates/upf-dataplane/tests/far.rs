@@ -206,12 +206,9 @@ fn drobu_discards_the_buffer_and_starts_a_new_period() {
     assert_balanced(&mut r);
 }
 
-#[test]
-fn drobu_in_the_session_report_response_discards_the_buffer() {
-    let mut r = Rig::new();
-    let (_, _) = r.establish(buffering(true, None));
-    assert!(r.send((0..2).map(|n| n6(&down(n))).collect()).is_empty());
-    // Answer the report as an SMF whose paging failed.
+/// Answers the Session Report Request the agent sent with `answer` (instead of the Rig's
+/// plain acceptance).
+fn answer_report(r: &mut Rig, answer: SessionReportResponse) {
     let mut all = std::mem::take(&mut r.stash);
     all.extend(r.drain());
     let rep = all
@@ -219,14 +216,23 @@ fn drobu_in_the_session_report_response_discards_the_buffer() {
         .map(|t| upf_pfcp::Pdu::decode(&t.payload).unwrap().0)
         .find(|p| matches!(p.message, upf_pfcp::Message::SessionReportRequest(_)))
         .expect("a report");
+    let bytes = smf::encode(Some(0), rep.header.sequence, answer);
+    let (now, smf_addr) = (r.now, r.smf);
+    r.agent.handle_datagram(now, smf_addr, &bytes);
+}
+
+#[test]
+fn drobu_in_the_session_report_response_discards_the_buffer() {
+    let mut r = Rig::new();
+    let (_, _) = r.establish(buffering(true, None));
+    assert!(r.send((0..2).map(|n| n6(&down(n))).collect()).is_empty());
+    // Answer the report as an SMF whose paging failed.
     let answer = SessionReportResponse {
         cause: Cause::REQUEST_ACCEPTED,
         pfcpsrrsp_flags: Some(PfcpSrRspFlags::DROBU),
         ..Default::default()
     };
-    let bytes = smf::encode(Some(0), rep.header.sequence, answer);
-    let (now, smf_addr) = (r.now, r.smf);
-    r.agent.handle_datagram(now, smf_addr, &bytes);
+    answer_report(&mut r, answer);
     let c = r.dp().counters().clone();
     assert_eq!((c.buffered, c.dropped(DropReason::BufferDiscarded)), (0, 2));
     assert_balanced(&mut r);
@@ -393,13 +399,6 @@ fn extended_buffering_keeps_packets_for_the_dl_buffering_duration() {
     let mut r = Rig::new();
     let (_, _) = r.establish(buffering(true, None));
     assert!(r.send((0..2).map(|n| n6(&down(n))).collect()).is_empty());
-    let mut all = std::mem::take(&mut r.stash);
-    all.extend(r.drain());
-    let rep = all
-        .iter()
-        .map(|t| upf_pfcp::Pdu::decode(&t.payload).unwrap().0)
-        .find(|p| matches!(p.message, upf_pfcp::Message::SessionReportRequest(_)))
-        .expect("a report");
     // Buffer for 4 s (2 × 2 s), at most 3 packets.
     let answer = SessionReportResponse {
         cause: Cause::REQUEST_ACCEPTED,
@@ -414,9 +413,7 @@ fn extended_buffering_keeps_packets_for_the_dl_buffering_duration() {
         }),
         ..Default::default()
     };
-    let bytes = smf::encode(Some(0), rep.header.sequence, answer);
-    let (now, smf_addr) = (r.now, r.smf);
-    r.agent.handle_datagram(now, smf_addr, &bytes);
+    answer_report(&mut r, answer);
     r.advance(Duration::from_secs(1));
     assert!(r.send((2..4).map(|n| n6(&down(n))).collect()).is_empty());
     let c = r.dp().counters().clone();
