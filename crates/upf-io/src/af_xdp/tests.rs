@@ -297,15 +297,36 @@ fn errors_are_clear() {
     assert!(capabilities("no-such-if0").is_err());
 }
 
+/// The tests that bind a socket to lo's queue 0 (the redirect target of the programs under
+/// test) take turns.
+static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// An XDP socket on lo's queue 0, in copy mode. The kernel frees an earlier test's socket
+/// there a moment after it is closed: a busy queue is tried again, for up to 5 s.
+fn bind_lo(umem: &Umem, lo: &Link) -> Xsk {
+    let mut tries = 0;
+    loop {
+        match Xsk::bind(umem, lo.ifindex, 0, sys::XDP_COPY) {
+            Ok(x) => return x,
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn program_agrees_with_reference() {
     assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     // The redirect succeeds only into a bound socket: bind one to lo's queue 0 (no program is
     // attached to lo, so its traffic is untouched).
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let lo = Link::by_name("lo").unwrap();
     let umem = Umem::new(64, 2048).unwrap();
-    let xsk = Xsk::bind(&umem, lo.ifindex, 0, sys::XDP_COPY).unwrap();
+    let xsk = bind_lo(&umem, &lo);
     let filters = [
         Filter::new(true, vec![IpAddr::from(L4), IpAddr::from(L6)], 2),
         Filter::new(true, vec![IpAddr::from(L4), IpAddr::from([10, 0, 0, 9])], 3),
@@ -950,20 +971,10 @@ fn program_agrees_with_reference_on_spread_ues() {
     use crate::fanout::tests::spread_corpus;
     use crate::fanout::Ingress;
     assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let lo = Link::by_name("lo").unwrap();
     let umem = Umem::new(64, 2048).unwrap();
-    // The kernel frees an earlier test's socket on lo a moment after it is closed.
-    let mut tries = 0;
-    let xsk = loop {
-        match Xsk::bind(&umem, lo.ifindex, 0, sys::XDP_COPY) {
-            Ok(x) => break x,
-            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let xsk = bind_lo(&umem, &lo);
     let frames = spread_corpus(600);
     let mut out = vec![0u8; 4096];
     let (mut redirected, mut passed, mut refused) = (0, 0, 0);
