@@ -692,10 +692,23 @@ fn target(
     };
     let port = match (dest, encap.is_some()) {
         (Interface::Access, true) => Port::N3,
-        (Interface::Core, true) => Port::N9,
+        // The CP function's GTP-U endpoint (N4-u: Open5GS's SMF takes IPv6 Router
+        // Solicitations this way) is reached like an N9 peer.
+        (Interface::Core | Interface::CpFunction, true) => Port::N9,
         (Interface::Core | Interface::SgiLan, false) => Port::N6,
-        // Access without a tunnel, CP-function, LI: nowhere to send on this data path.
-        _ => return Ok(None),
+        // Access without a tunnel yet (the gNB's is not known): its packets are dropped,
+        // counted as no_forwarding_target, until an Update FAR gives one.
+        (Interface::Access, false) => return Ok(None),
+        // Rather than accept a FAR whose packets would all be dropped.
+        (Interface::CpFunction, false) => {
+            return Err(unsupported(
+                "forwarding to the CP function without a tunnel",
+            ))
+        }
+        (Interface::LiFunction | Interface::VnInternal, _) => {
+            return Err(unsupported("forwarding to LI function or VN internal"))
+        }
+        (Interface::SgiLan, true) => return Err(unsupported("a GTP-U tunnel on N6")),
     };
     let dscp = tlm.map_or(0, |(tos, _)| tos >> 2);
     let templates = encap.filter(|t| !t.dst.v6 && !t.src.v6).and_then(|t| {

@@ -426,3 +426,54 @@ fn extended_buffering_keeps_packets_for_the_dl_buffering_duration() {
     assert_eq!((c.buffered, c.dropped(DropReason::BufferExpired)), (0, 3));
     assert_balanced(&mut r);
 }
+
+/// The SMF's GTP-U endpoint, where Open5GS has IPv6 Router Solicitations sent.
+const SMF_GTPU: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 9);
+
+#[test]
+fn forw_to_the_cp_function_tunnels_to_it() {
+    let mut r = Rig::new();
+    let req = with_far(simple_session(UE, 0xabcd), 1, |f| {
+        f.forwarding_parameters = Some(smf::forwarding(
+            DestinationInterface::CP_FUNCTION,
+            Some(OuterHeaderCreation::gtpu_ipv4(0x7777, SMF_GTPU)),
+        ));
+    });
+    let (_, resp) = r.establish(req);
+    assert_eq!(resp.cause, Cause::REQUEST_ACCEPTED, "{resp:?}");
+    let out = r.send1(gpdu(local_teid(&resp), Some(9), &up(1)));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].port(), Port::N9);
+    let (d, inner) = open(&out[0]);
+    assert_eq!((d.gtpu.teid, d.outer_dst), (0x7777, SMF_GTPU.into()));
+    assert_eq!(inner, up(1), "not routed: it does not enter or leave N6");
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn forw_nowhere_this_data_path_can_send_is_refused() {
+    let cases = [
+        (DestinationInterface::CP_FUNCTION, None),
+        (
+            DestinationInterface::LI_FUNCTION,
+            Some(OuterHeaderCreation::gtpu_ipv4(0x5555, LI)),
+        ),
+        (
+            DestinationInterface::SGI_LAN,
+            Some(OuterHeaderCreation::gtpu_ipv4(0x5555, LI)),
+        ),
+    ];
+    for (dest, ohc) in cases {
+        let mut r = Rig::new();
+        let req = with_far(simple_session(UE, 0xabcd), 1, |f| {
+            f.forwarding_parameters = Some(smf::forwarding(dest, ohc));
+        });
+        let resp = r.try_establish(req);
+        assert_eq!(
+            resp.cause,
+            Cause::SERVICE_NOT_SUPPORTED,
+            "{dest:?}: {resp:?}"
+        );
+        assert_eq!(r.dp().sessions(), 0);
+    }
+}

@@ -141,8 +141,18 @@ impl Rig {
     /// Establishes; returns the UP SEID, asserting acceptance.
     pub fn establish(
         &mut self,
-        mut req: SessionEstablishmentRequest,
+        req: SessionEstablishmentRequest,
     ) -> (u64, SessionEstablishmentResponse) {
+        let m = self.try_establish(req);
+        assert_eq!(m.cause, Cause::REQUEST_ACCEPTED, "{m:?}");
+        (m.up_f_seid.as_ref().unwrap().seid, m)
+    }
+
+    /// Sends a Session Establishment Request from this SMF; returns the response.
+    pub fn try_establish(
+        &mut self,
+        mut req: SessionEstablishmentRequest,
+    ) -> SessionEstablishmentResponse {
         self.cp_seid += 1;
         req.node_id = NodeId::Ipv4(SMF);
         req.cp_f_seid = FSeid {
@@ -151,10 +161,7 @@ impl Rig {
             ipv6: None,
         };
         match self.request(Some(0), req).message {
-            Message::SessionEstablishmentResponse(m) => {
-                assert_eq!(m.cause, Cause::REQUEST_ACCEPTED, "{m:?}");
-                (m.up_f_seid.as_ref().unwrap().seid, m)
-            }
+            Message::SessionEstablishmentResponse(m) => m,
             m => panic!("{m:?}"),
         }
     }
