@@ -693,21 +693,19 @@ fn target(
     let port = match (dest, encap.is_some()) {
         (Interface::Access, true) => Port::N3,
         // The CP function's GTP-U endpoint (N4-u: Open5GS's SMF takes IPv6 Router
-        // Solicitations this way) is reached like an N9 peer.
-        (Interface::Core | Interface::CpFunction, true) => Port::N9,
+        // Solicitations this way) and an LI function's are reached like an N9 peer.
+        (Interface::Core | Interface::CpFunction | Interface::LiFunction, true) => Port::N9,
         (Interface::Core | Interface::SgiLan, false) => Port::N6,
         // Access without a tunnel yet (the gNB's is not known): its packets are dropped,
         // counted as no_forwarding_target, until an Update FAR gives one.
         (Interface::Access, false) => return Ok(None),
         // Rather than accept a FAR whose packets would all be dropped.
-        (Interface::CpFunction, false) => {
+        (Interface::CpFunction | Interface::LiFunction, false) => {
             return Err(unsupported(
-                "forwarding to the CP function without a tunnel",
+                "forwarding to the CP or LI function without a tunnel",
             ))
         }
-        (Interface::LiFunction | Interface::VnInternal, _) => {
-            return Err(unsupported("forwarding to LI function or VN internal"))
-        }
+        (Interface::VnInternal, _) => return Err(unsupported("forwarding to VN internal")),
         (Interface::SgiLan, true) => return Err(unsupported("a GTP-U tunnel on N6")),
     };
     let dscp = tlm.map_or(0, |(tos, _)| tos >> 2);

@@ -454,8 +454,9 @@ fn forw_to_the_cp_function_tunnels_to_it() {
 fn forw_nowhere_this_data_path_can_send_is_refused() {
     let cases = [
         (DestinationInterface::CP_FUNCTION, None),
+        (DestinationInterface::LI_FUNCTION, None),
         (
-            DestinationInterface::LI_FUNCTION,
+            DestinationInterface::VN_INTERNAL,
             Some(OuterHeaderCreation::gtpu_ipv4(0x5555, LI)),
         ),
         (
