@@ -254,7 +254,7 @@ impl Pipeline {
         let urr = s
             .urrs
             .iter()
-            .filter_map(|u| u.deadline())
+            .filter_map(|u| u.deadline(now))
             .chain(s.urrs.iter().filter_map(|u| u.stopt_poll(now)))
             .chain(s.delayed_report.as_ref().map(|(at, _, _)| *at))
             .chain(s.buffer_for.and_then(|d| {

@@ -68,6 +68,9 @@ struct Activity {
     credited: Instant,
     /// Usage time since the last report.
     usage: Duration,
+    /// Usage time since the time quota was granted (§5.2.2.2.1: the quota is used up by
+    /// usage time too).
+    granted: Duration,
     /// Traffic came since the last STOPT (or ever): its stop is to be reported.
     stopt_armed: bool,
 }
@@ -76,14 +79,24 @@ impl Activity {
     /// Credits the usage time up to `t`: the rest of the active time after the last
     /// packet, ending at `t` or after the inactivity detection time.
     fn credit(&mut self, t: Instant) {
-        if let Some(p) = self.prev {
-            let end = t.min(p + self.idle);
-            let from = p.max(self.credited);
-            if end > from {
-                self.usage += end - from;
-                self.credited = end;
-            }
+        if let Some((from, end)) = self.uncredited(t) {
+            self.usage += end - from;
+            self.granted += end - from;
+            self.credited = end;
         }
+    }
+
+    /// The active time up to `t` not credited yet, as (from, end), if any.
+    fn uncredited(&self, t: Instant) -> Option<(Instant, Instant)> {
+        let p = self.prev?;
+        let (from, end) = (p.max(self.credited), t.min(p + self.idle));
+        (end > from).then_some((from, end))
+    }
+
+    /// The usage time since the last report, and since the grant, up to `t`.
+    fn at(&self, t: Instant) -> (Duration, Duration) {
+        let d = self.uncredited(t).map_or(Duration::ZERO, |(f, e)| e - f);
+        (self.usage + d, self.granted + d)
     }
 
     fn packet(&mut self, t: Instant, stopt: bool) {
@@ -149,8 +162,16 @@ impl UrrState {
                     prev: None,
                     credited: now,
                     usage: Duration::ZERO,
+                    granted: Duration::ZERO,
                     stopt_armed: false,
                 }));
+            }
+        }
+        if self.quota_since == now {
+            // A new grant: its usage time counts from now.
+            if let Some(a) = &mut self.activity {
+                a.credit(now);
+                a.granted = Duration::ZERO;
             }
         }
         let n = urr
@@ -351,12 +372,37 @@ impl UrrState {
         }
     }
 
+    /// The measured time at `now` (§5.2.2.2.1): since the last report, and since the time
+    /// quota's grant. Usage time under an Inactivity Detection Time, else the wall clock.
+    fn measured(&self, now: Instant) -> (Duration, Duration) {
+        match &self.activity {
+            Some(a) => a.at(now),
+            None => (
+                now.saturating_duration_since(self.start),
+                now.saturating_duration_since(self.quota_since),
+            ),
+        }
+    }
+
+    /// When `limit` of measured time (the part `which` of [`UrrState::measured`]) is
+    /// reached at the earliest: exactly on the wall clock; under an Inactivity Detection
+    /// Time, if traffic went on from `now` without a gap (usage time grows no faster than
+    /// that), and the timer looks again then: a packet cannot set a timer.
+    fn reached_at(
+        &self,
+        now: Instant,
+        limit: Duration,
+        which: fn((Duration, Duration)) -> Duration,
+    ) -> Instant {
+        now + limit.saturating_sub(which(self.measured(now)))
+    }
+
     /// The next instant a time-based trigger may fire.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub fn deadline(&self, now: Instant) -> Option<Instant> {
         let time_quota = self
             .time_quota
             .filter(|_| !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU))
-            .map(|q| self.quota_since + q);
+            .map(|q| self.reached_at(now, q, |m| m.1));
         if self.done() {
             // Out of reports: only the time quota still runs out (unreported).
             return time_quota;
@@ -370,7 +416,7 @@ impl UrrState {
         }
         if self.triggers.contains(ReportingTriggers::TIMTH) {
             if let Some(t) = self.time_threshold {
-                at(self.start + t);
+                at(self.reached_at(now, t, |m| m.0));
             }
         }
         if let Some(q) = time_quota {
@@ -404,7 +450,7 @@ impl UrrState {
         let t = self.triggers;
         if !self.exhausted && t.contains(ReportingTriggers::TIMQU) {
             if let Some(q) = self.time_quota {
-                if now >= self.quota_since + q {
+                if self.measured(now).1 >= q {
                     self.exhausted = true;
                     return (!self.done()).then_some(UsageTrigger::TIMQU);
                 }
@@ -419,7 +465,9 @@ impl UrrState {
             return Some(UsageTrigger::PERIO);
         }
         if t.contains(ReportingTriggers::TIMTH)
-            && self.time_threshold.is_some_and(|p| now >= self.start + p)
+            && self
+                .time_threshold
+                .is_some_and(|p| self.measured(now).0 >= p)
         {
             return Some(UsageTrigger::TIMTH);
         }
@@ -554,21 +602,21 @@ mod tests {
         u.triggers = ReportingTriggers::VOLQU | ReportingTriggers::QUHTI;
         u.quota_holding_time_s = Some(10);
         let mut s = UrrState::new(t0, &u);
-        assert_eq!(s.deadline(), Some(t0 + s10), "from the grant");
+        assert_eq!(s.deadline(t0), Some(t0 + s10), "from the grant");
         let t1 = t0 + Duration::from_secs(4);
         s.count(t1, 100, true);
-        assert_eq!(s.deadline(), Some(t1 + s10), "from the last packet");
+        assert_eq!(s.deadline(t1), Some(t1 + s10), "from the last packet");
         assert_eq!(s.due(t1 + Duration::from_secs(9)), None);
         assert_eq!(s.due(t1 + s10), Some(UsageTrigger::QUHTI));
-        assert_eq!(s.deadline(), None, "once, until traffic comes back");
+        assert_eq!(s.deadline(t1 + s10), None, "once, until traffic comes back");
         assert_eq!(s.due(t1 + 3 * s10), None);
         let t2 = t1 + 4 * s10;
         s.count(t2, 100, false);
-        assert_eq!(s.deadline(), Some(t2 + s10));
+        assert_eq!(s.deadline(t2), Some(t2 + s10));
         // Without QUHTI the holding time has nothing to report.
         u.triggers = ReportingTriggers::VOLQU;
         s.update(t2, &u);
-        assert_eq!(s.deadline(), None);
+        assert_eq!(s.deadline(t2), None);
     }
 
     #[test]
@@ -579,18 +627,18 @@ mod tests {
         u.extra_mut().quota_validity_time_s = Some(60);
         let mut s = UrrState::new(t0, &u);
         let end = t0 + Duration::from_secs(60);
-        assert_eq!(s.deadline(), Some(end));
+        assert_eq!(s.deadline(t0), Some(end));
         s.count(t0 + Duration::from_secs(30), 100, true);
-        assert_eq!(s.deadline(), Some(end), "traffic does not move it");
+        assert_eq!(s.deadline(t0), Some(end), "traffic does not move it");
         assert_eq!(s.due(end), Some(UsageTrigger::QUVTI));
-        assert_eq!(s.deadline(), None);
+        assert_eq!(s.deadline(end), None);
         // A new grant (another quota) runs a new validity time.
         u.volume_quota = Some(VolumeLimit {
             total: Some(9000),
             ..Default::default()
         });
         s.update(end, &u);
-        assert_eq!(s.deadline(), Some(end + Duration::from_secs(60)));
+        assert_eq!(s.deadline(end), Some(end + Duration::from_secs(60)));
     }
 
     #[test]
@@ -600,11 +648,11 @@ mod tests {
         u.triggers = ReportingTriggers::PERIO;
         u.measurement_period_s = Some(10);
         let mut s = UrrState::new(t0, &u);
-        assert_eq!(s.deadline(), Some(t0 + Duration::from_secs(10)));
+        assert_eq!(s.deadline(t0), Some(t0 + Duration::from_secs(10)));
         assert_eq!(s.due(t0 + Duration::from_secs(9)), None);
         let t = t0 + Duration::from_secs(10);
         assert_eq!(s.due(t), Some(UsageTrigger::PERIO));
         s.report(t, Seid(1), UsageTrigger::PERIO);
-        assert_eq!(s.deadline(), Some(t + Duration::from_secs(10)));
+        assert_eq!(s.deadline(t), Some(t + Duration::from_secs(10)));
     }
 }

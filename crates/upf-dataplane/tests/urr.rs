@@ -575,3 +575,103 @@ fn inactivity_detection_time_measures_usage_time_and_stop_of_traffic() {
     assert_eq!((volumes(u).0, secs(u)), ([100, 100, 0], Some(3)));
     assert_balanced(&mut r);
 }
+
+#[test]
+fn time_quota_counts_usage_time_under_an_inactivity_detection_time() {
+    // Time Quota 10 s, Inactivity Detection Time 5 s: time counts from each packet to the
+    // next, or 5 s when none comes sooner (§5.2.2.2.1), so the quota lasts 10 s of usage,
+    // not of wall clock.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::TIMQU, None);
+    urr.time_quota = Some(TimeQuota(10));
+    urr.inactivity_detection_time = Some(InactivityDetectionTime(5));
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    let secs = |u: &UsageReport| u.duration_measurement.map(|d| d.0);
+    // t = 0 and 2: 2 + 5 s of usage time; then silence to t = 20.
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    r.now += Duration::from_secs(2);
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    for t in 3..=20 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    // t = 20: traffic again; the quota's last 3 s are used up at t = 23.
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    for t in 21..=22 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::TIMQU,
+    );
+    assert_eq!((volumes(&u).0, secs(&u)), ([300, 200, 100], Some(10)));
+    // Used up: traffic is dropped.
+    assert!(r.send1(gpdu(teid, Some(9), &up(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    // A new grant of 6 s at t = 23: a packet (5 s), silence, a packet at t = 40 (1 s more).
+    let m = SessionModificationRequest {
+        update_urrs: [UpdateUrr {
+            urr_id: UrrId(1),
+            time_quota: Some(TimeQuota(6)),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    for t in 24..=40 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::TIMQU,
+    );
+    assert_eq!((volumes(&u).0, secs(&u)), ([200, 100, 100], Some(6)));
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock() {
+    // Time Threshold 10 s. Without an Inactivity Detection Time it is wall-clock time since
+    // the measurement started (the last report); with one of 5 s, usage time.
+    for idt in [None, Some(5)] {
+        let mut r = Rig::new();
+        let mut urr = smf::create_urr(1, ReportingTriggers::TIMTH, None);
+        urr.time_threshold = Some(TimeThreshold(10));
+        urr.inactivity_detection_time = idt.map(InactivityDetectionTime);
+        let (_, resp) = r.establish(with_urr(urr));
+        let teid = local_teid(&resp);
+        let secs = |u: &UsageReport| u.duration_measurement.map(|d| d.0);
+        // t = 0: a packet; then silence.
+        assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+        let mut got = Vec::new();
+        for t in 1..=40u64 {
+            for rep in r.advance(Duration::from_secs(1)) {
+                let u = &rep.usage_reports[0];
+                assert_eq!(u.usage_report_trigger, UsageReportTrigger::TIMTH);
+                got.push((t, volumes(u).0[0], secs(u)));
+            }
+            // t = 30, 32: packets.
+            if t == 30 || t == 32 {
+                assert_eq!(r.send1(n6(&down(100))).len(), 1);
+            }
+        }
+        let want = match idt {
+            // Every 10 s whatever the traffic.
+            None => vec![
+                (10, 100, Some(10)),
+                (20, 0, Some(10)),
+                (30, 0, Some(10)),
+                (40, 200, Some(10)),
+            ],
+            // 5 s after the first packet, then 2 + 3 s from t = 30; the 2 s after (to
+            // t = 37) are short of the next.
+            Some(_) => vec![(35, 300, Some(10))],
+        };
+        assert_eq!(got, want, "idt {idt:?}");
+        assert_balanced(&mut r);
+    }
+}
