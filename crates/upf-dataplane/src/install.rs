@@ -61,9 +61,11 @@ impl Pipeline {
                 self.unindex(slot, &old);
                 let (gone, orphans) = new.carry_from(now, &mut old);
                 for mut u in gone {
-                    installed
-                        .removed_urr_usage
-                        .push(u.report(now, new.seid, UsageTrigger::TERMR));
+                    installed.removed_urr_usage.extend(u.reports(
+                        now,
+                        new.seid,
+                        UsageTrigger::TERMR,
+                    ));
                 }
                 for p in orphans {
                     self.discard(p, DropReason::BufferDiscarded);
@@ -218,7 +220,7 @@ impl Pipeline {
         }
         Ok(s.urrs
             .iter_mut()
-            .map(|u| u.report(now, seid, UsageTrigger::TERMR))
+            .flat_map(|u| u.reports(now, seid, UsageTrigger::TERMR))
             .collect())
     }
 
@@ -241,7 +243,7 @@ impl Pipeline {
             .urrs
             .iter_mut()
             .filter(|u| urrs.is_empty() || urrs.contains(&u.id))
-            .map(|u| u.report(now, seid, UsageTrigger::IMMER))
+            .flat_map(|u| u.reports(now, seid, UsageTrigger::IMMER))
             .collect();
         self.build_hot(slot);
         Ok(reports)

@@ -6,8 +6,8 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use upf_rules::{
-    DatapathEvent, ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume,
-    VolumeLimit,
+    DatapathEvent, ReportingTriggers, Seid, Urr, UrrId, UsageInformation, UsageReport,
+    UsageTrigger, Volume, VolumeLimit,
 };
 
 #[derive(Debug, Clone)]
@@ -54,6 +54,30 @@ pub(crate) struct UrrState {
     /// With an Inactivity Detection Time: the time measurement as usage time, and STOPT.
     /// Boxed: most URRs have none, and their state stays as small as it was.
     activity: Option<Box<Activity>>,
+    /// With a Monitoring Time: where the measurement splits. Boxed: rare.
+    monitor: Option<Box<Monitor>>,
+}
+
+/// A Monitoring Time (§5.2.2.3.1). There the usage measured so far is set apart, to go
+/// with the next report as the usage before it (BEF; the rest is AFT), the measurement
+/// starts anew, and the subsequent thresholds and quotas replace the ones they follow (a
+/// subsequent quota is a new grant from the monitoring time). No report is sent then.
+#[derive(Debug, Clone)]
+struct Monitor {
+    at: Instant,
+    passed: bool,
+    next: Subsequent,
+    /// The usage before `at`, until the next report.
+    before: Option<UsageReport>,
+}
+
+/// Subsequent Volume Threshold, Volume Quota, Time Threshold, Time Quota.
+#[derive(Debug, Clone, Copy, Default)]
+struct Subsequent {
+    volume_threshold: Option<VolumeLimit>,
+    volume_quota: Option<VolumeLimit>,
+    time_threshold: Option<Duration>,
+    time_quota: Option<Duration>,
 }
 
 /// Usage time under an Inactivity Detection Time (§5.2.2.2.1, §8.2.24): time counts from a
@@ -135,6 +159,7 @@ impl UrrState {
             number_of_reports: None,
             reports_left: None,
             activity: None,
+            monitor: None,
         };
         s.update(now, urr);
         s
@@ -144,11 +169,20 @@ impl UrrState {
     /// new grant: it counts from now.
     pub fn update(&mut self, now: Instant, urr: &Urr) {
         let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
-        if urr.volume_quota != self.quota {
+        self.set_monitor(urr);
+        // Past a Monitoring Time its subsequent values are the ones in force.
+        let after = self
+            .monitor
+            .as_deref()
+            .filter(|m| m.passed)
+            .map_or(Subsequent::default(), |m| m.next);
+        let volume_quota = after.volume_quota.or(urr.volume_quota);
+        let time_quota = after.time_quota.or(secs(urr.time_quota_s));
+        if volume_quota != self.quota {
             self.quota_used = Volume::default();
             self.quota_since = now;
         }
-        if urr.time_quota_s.map(u64::from) != self.time_quota.map(|d| d.as_secs()) {
+        if time_quota != self.time_quota {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
@@ -190,13 +224,14 @@ impl UrrState {
         };
         // A threshold reports only when VOLTH asks for it (§8.2.19); a quota is enforced
         // either way, and reported when VOLQU asks.
-        self.threshold = urr
+        self.threshold = after
             .volume_threshold
+            .or(urr.volume_threshold)
             .filter(|_| urr.triggers.contains(ReportingTriggers::VOLTH));
-        self.quota = urr.volume_quota;
+        self.quota = volume_quota;
         self.period = secs(urr.measurement_period_s);
-        self.time_threshold = secs(urr.time_threshold_s);
-        self.time_quota = secs(urr.time_quota_s);
+        self.time_threshold = after.time_threshold.or(secs(urr.time_threshold_s));
+        self.time_quota = time_quota;
         let validity = secs(urr.extra.as_ref().and_then(|x| x.quota_validity_time_s))
             .filter(|_| urr.triggers.contains(ReportingTriggers::QUVTI));
         if validity != self.validity || self.quota_since == now {
@@ -211,6 +246,81 @@ impl UrrState {
             self.last_seen = now;
         }
         self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
+    }
+
+    /// Takes a URR's Monitoring Time and subsequent values; a new time is to come again.
+    fn set_monitor(&mut self, urr: &Urr) {
+        let Some(x) = urr.extra.as_deref() else {
+            return;
+        };
+        let Some(at) = x.monitoring_time else {
+            return;
+        };
+        let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
+        let next = Subsequent {
+            volume_threshold: x.subsequent_volume_threshold,
+            volume_quota: x.subsequent_volume_quota,
+            time_threshold: secs(x.subsequent_time_threshold_s),
+            time_quota: secs(x.subsequent_time_quota_s),
+        };
+        let m = self.monitor.get_or_insert_with(|| {
+            Box::new(Monitor {
+                at,
+                passed: false,
+                next,
+                before: None,
+            })
+        });
+        if m.at != at {
+            m.at = at;
+            m.passed = false;
+        }
+        m.next = next;
+    }
+
+    /// At or past the Monitoring Time (once): the usage so far is set apart and the
+    /// subsequent values take over. Out of line: URRs without one pay only the branch.
+    #[cold]
+    #[inline(never)]
+    fn monitored(&mut self, now: Instant) {
+        let Some(at) = self
+            .monitor
+            .as_deref()
+            .filter(|m| !m.passed && now >= m.at)
+            .map(|m| m.at)
+        else {
+            return;
+        };
+        let mut b = self.report(at, Seid(0), UsageTrigger::empty());
+        let Some(m) = self.monitor.as_deref_mut() else {
+            return;
+        };
+        m.passed = true;
+        // A second Monitoring Time before any report: one usage before the latest.
+        if let Some(old) = m.before.take() {
+            b.start = old.start;
+            b.volume.add(&old.volume);
+            b.duration += old.duration;
+            b.first_packet = old.first_packet.or(b.first_packet);
+            b.last_packet = b.last_packet.or(old.last_packet);
+        }
+        m.before = Some(b);
+        let next = m.next;
+        if let Some(t) = next.volume_threshold {
+            self.threshold = Some(t).filter(|_| self.triggers.contains(ReportingTriggers::VOLTH));
+        }
+        self.time_threshold = next.time_threshold.or(self.time_threshold);
+        if next.volume_quota.is_some() || next.time_quota.is_some() {
+            self.quota = next.volume_quota.or(self.quota);
+            self.time_quota = next.time_quota.or(self.time_quota);
+            self.quota_used = Volume::default();
+            self.quota_since = at;
+            self.validity_reported = false;
+            if let Some(a) = &mut self.activity {
+                a.granted = Duration::ZERO;
+            }
+            self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
+        }
     }
 
     /// Prefetches what [`UrrState::count`] reads and writes.
@@ -230,6 +340,9 @@ impl UrrState {
     /// Counts one packet; returns the trigger to report, if one fired.
     #[inline]
     pub fn count(&mut self, now: Instant, bytes: u64, uplink: bool) -> Option<UsageTrigger> {
+        if self.monitor.is_some() {
+            self.monitored(now);
+        }
         self.volume.count(bytes, uplink);
         self.quota_used.count(bytes, uplink);
         if self.first_packet.is_none() {
@@ -332,8 +445,32 @@ impl UrrState {
         left
     }
 
-    /// The usage since the last report, restarting the measurement.
-    pub fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
+    /// The usage since the last report, restarting the measurement: one report, or two
+    /// after a Monitoring Time, the usage before it (BEF) and after it (AFT).
+    pub fn reports(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        trigger: UsageTrigger,
+    ) -> SmallVec<[UsageReport; 1]> {
+        let mut out = SmallVec::new();
+        if self.monitor.is_some() {
+            self.monitored(now);
+        }
+        let before = self.monitor.as_mut().and_then(|m| m.before.take());
+        let mut r = self.report(now, seid, trigger);
+        if let Some(mut b) = before {
+            (b.seid, b.trigger) = (seid, trigger);
+            b.usage_information = UsageInformation::BEF;
+            r.usage_information = UsageInformation::AFT;
+            out.push(b);
+        }
+        out.push(r);
+        out
+    }
+
+    /// The usage since the last report (or the Monitoring Time), restarting the measurement.
+    fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
         let duration = match &mut self.activity {
             Some(a) => {
                 a.credit(now);
@@ -351,6 +488,7 @@ impl UrrState {
             duration,
             first_packet: self.first_packet,
             last_packet: self.last_packet,
+            usage_information: UsageInformation::empty(),
         };
         self.volume = Volume::default();
         self.start = now;
@@ -428,6 +566,9 @@ impl UrrState {
         if let Some(v) = self.validity.filter(|_| !self.validity_reported) {
             at(self.quota_since + v);
         }
+        if let Some(m) = self.monitor.as_deref().filter(|m| !m.passed) {
+            at(m.at);
+        }
         if let Some(a) = self.activity.as_ref().filter(|a| a.stopt_armed) {
             if let Some(p) = a.prev {
                 at(p + a.idle);
@@ -447,6 +588,9 @@ impl UrrState {
 
     /// The time-based trigger due at `now`, if any (the caller then reports).
     pub fn due(&mut self, now: Instant) -> Option<UsageTrigger> {
+        if self.monitor.is_some() {
+            self.monitored(now);
+        }
         let t = self.triggers;
         if !self.exhausted && t.contains(ReportingTriggers::TIMQU) {
             if let Some(q) = self.time_quota {
@@ -515,7 +659,11 @@ pub(crate) fn report_fired(
         if let Some(u) = urrs.get_mut(i).filter(|u| !u.done()) {
             reported.push(u.id);
             u.reported();
-            events.push_back(DatapathEvent::Usage(u.report(now, seid, t)));
+            events.extend(
+                u.reports(now, seid, t)
+                    .into_iter()
+                    .map(DatapathEvent::Usage),
+            );
         }
     }
     if urrs.iter().all(|u| u.liusa.is_empty()) {
@@ -528,8 +676,8 @@ pub(crate) fn report_fired(
             if u.liusa.contains(&from) && !reported.contains(&u.id) && !u.done() {
                 reported.push(u.id);
                 u.reported();
-                let r = u.report(now, seid, UsageTrigger::LIUSA);
-                events.push_back(DatapathEvent::Usage(r));
+                let r = u.reports(now, seid, UsageTrigger::LIUSA);
+                events.extend(r.into_iter().map(DatapathEvent::Usage));
             }
         }
     }

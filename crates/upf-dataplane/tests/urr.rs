@@ -675,3 +675,131 @@ fn time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_w
         assert_balanced(&mut r);
     }
 }
+
+/// NTP seconds of the rig's clock at `t` after its start (the agent's epoch is 3.9e9).
+fn ntp_at(t: u64) -> u32 {
+    3_900_000_000 + u32::try_from(t).unwrap()
+}
+
+/// (trigger, Usage Information, volumes, duration) of each usage report.
+type Seen = (
+    UsageReportTrigger,
+    Option<UsageInformation>,
+    [u64; 3],
+    Option<u32>,
+);
+
+fn seen(reports: &[UsageReport]) -> Vec<Seen> {
+    reports
+        .iter()
+        .map(|u| {
+            (
+                u.usage_report_trigger,
+                u.usage_information,
+                volumes(u).0,
+                u.duration_measurement.map(|d| d.0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn monitoring_time_splits_the_usage_and_subsequent_limits_take_over() {
+    // Volume Threshold 1000 and Volume Quota 3000 until the Monitoring Time (t = 10), then
+    // the Subsequent Volume Threshold 500 and Subsequent Volume Quota 800 (a grant from
+    // t = 10). Nothing is reported at t = 10; the next report carries the usage before it
+    // (BEF) and after it (AFT) as two Usage Reports in one message.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(
+        1,
+        ReportingTriggers::VOLTH | ReportingTriggers::VOLQU,
+        Some(1000),
+    );
+    urr.volume_quota = Some(Volume {
+        total: Some(3000),
+        uplink: None,
+        downlink: None,
+    });
+    urr.monitoring_time = Some(MonitoringTime(ntp_at(10)));
+    urr.subsequent_volume_threshold = Some(Volume {
+        total: Some(500),
+        uplink: None,
+        downlink: None,
+    });
+    urr.subsequent_volume_quota = Some(Volume {
+        total: Some(800),
+        uplink: None,
+        downlink: None,
+    });
+    let (_, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    r.now += Duration::from_secs(2);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(600))).len(), 1);
+    for t in 3..=11 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    // t = 11: 1000 octets since the start, but 400 since the Monitoring Time.
+    assert_eq!(r.send1(n6(&down(400))).len(), 1);
+    assert!(r.reports().is_empty());
+    r.now += Duration::from_secs(3);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(200))).len(), 1);
+    let reps = r.reports();
+    assert_eq!(reps.len(), 1, "one message: {reps:?}");
+    let (bef, aft) = (Some(UsageInformation::BEF), Some(UsageInformation::AFT));
+    let volth = UsageReportTrigger::VOLTH;
+    assert_eq!(
+        seen(&reps[0].usage_reports),
+        [
+            (volth, bef, [600, 600, 0], Some(10)),
+            (volth, aft, [600, 200, 400], Some(4)),
+        ]
+    );
+    let u = &reps[0].usage_reports;
+    assert_eq!(u[0].end_time.unwrap().0, ntp_at(10));
+    assert_eq!(u[1].start_time.unwrap().0, ntp_at(10));
+    // The subsequent quota: 600 used since t = 10, 200 more use it up.
+    assert_eq!(r.send1(n6(&down(200))).len(), 1);
+    let reps = r.reports();
+    assert_eq!(
+        seen(&[one_usage(&reps, UsageReportTrigger::VOLQU)]),
+        [(UsageReportTrigger::VOLQU, None, [200, 0, 200], Some(0))]
+    );
+    assert!(r.send1(n6(&down(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion() {
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::empty(), None);
+    urr.monitoring_time = Some(MonitoringTime(ntp_at(5)));
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    // A packet past the Monitoring Time counts after it even before the timer runs.
+    r.now += Duration::from_secs(6);
+    assert_eq!(r.send1(n6(&down(300))).len(), 1);
+    let m = SessionModificationRequest {
+        query_urrs: [QueryUrr { urr_id: UrrId(1) }].into_iter().collect(),
+        ..Default::default()
+    };
+    let resp = r.modify(seid, m);
+    let immer = UsageReportTrigger::IMMER;
+    assert_eq!(
+        seen(&resp.usage_reports),
+        [
+            (immer, Some(UsageInformation::BEF), [100, 100, 0], Some(5)),
+            (immer, Some(UsageInformation::AFT), [300, 0, 300], Some(1)),
+        ]
+    );
+    // Once: the deletion reports as ever.
+    r.now += Duration::from_secs(2);
+    assert_eq!(r.send1(n6(&down(200))).len(), 1);
+    let del = r.delete(seid);
+    assert_eq!(
+        seen(&del.usage_reports),
+        [(UsageReportTrigger::TERMR, None, [200, 0, 200], Some(2))]
+    );
+    assert_balanced(&mut r);
+}

@@ -268,15 +268,15 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
 
         ie(CreateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
-        ie(CreateUrr, 33, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 33, Enforced("crates/upf-dataplane/tests/urr.rs::usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion")),
 
-        ie(CreateUrr, 34, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 34, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(CreateUrr, 35, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 35, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(CreateUrr, 121, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 121, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(CreateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 122, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
         ie(CreateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
@@ -299,15 +299,15 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
 
         ie(UpdateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
-        ie(UpdateUrr, 33, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 33, Enforced("crates/upf-dataplane/tests/urr.rs::usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion")),
 
-        ie(UpdateUrr, 34, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 34, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(UpdateUrr, 35, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 35, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(UpdateUrr, 121, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 121, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(UpdateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 122, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
         ie(UpdateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
