@@ -56,6 +56,17 @@ pub(crate) struct UrrState {
     activity: Option<Box<Activity>>,
     /// With a Monitoring Time: where the measurement splits. Boxed: rare.
     monitor: Option<Box<Monitor>>,
+    /// With a Dropped DL Traffic Threshold and DROTH: what was dropped. Boxed: rare.
+    dropped: Option<Box<Dropped>>,
+}
+
+/// Dropped DL Traffic Threshold (§8.2.49) in packets and/or octets, and the downlink
+/// traffic dropped while buffering since the last report.
+#[derive(Debug, Clone)]
+struct Dropped {
+    limit: (Option<u64>, Option<u64>),
+    packets: u64,
+    octets: u64,
 }
 
 /// A Monitoring Time (§5.2.2.3.1). There the usage measured so far is set apart, to go
@@ -160,6 +171,7 @@ impl UrrState {
             reports_left: None,
             activity: None,
             monitor: None,
+            dropped: None,
         };
         s.update(now, urr);
         s
@@ -170,6 +182,22 @@ impl UrrState {
     pub fn update(&mut self, now: Instant, urr: &Urr) {
         let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
         self.set_monitor(urr);
+        let limit = urr
+            .extra
+            .as_ref()
+            .and_then(|x| x.dropped_dl_threshold)
+            .filter(|_| urr.triggers.contains(ReportingTriggers::DROTH));
+        match (&mut self.dropped, limit) {
+            (Some(d), Some(l)) => d.limit = l,
+            (d, None) => *d = None,
+            (d @ None, Some(limit)) => {
+                *d = Some(Box::new(Dropped {
+                    limit,
+                    packets: 0,
+                    octets: 0,
+                }));
+            }
+        }
         // Past a Monitoring Time its subsequent values are the ones in force.
         let after = self
             .monitor
@@ -323,6 +351,24 @@ impl UrrState {
         }
     }
 
+    /// Whether the URR watches dropped downlink traffic (DROTH).
+    pub fn counts_dropped(&self) -> bool {
+        self.dropped.is_some()
+    }
+
+    /// A downlink packet of `octets` dropped while buffering: DROTH when that reaches the
+    /// Dropped DL Traffic Threshold.
+    fn dropped_dl(&mut self, octets: u64) -> Option<UsageTrigger> {
+        let done = self.done();
+        let d = self.dropped.as_mut()?;
+        d.packets += 1;
+        d.octets += octets;
+        let (packets, bytes) = d.limit;
+        let reached =
+            packets.is_some_and(|l| d.packets >= l) || bytes.is_some_and(|l| d.octets >= l);
+        (reached && !done).then_some(UsageTrigger::DROTH)
+    }
+
     /// Prefetches what [`UrrState::count`] reads and writes.
     #[inline(always)]
     pub fn prefetch(&self) {
@@ -458,6 +504,9 @@ impl UrrState {
             self.monitored(now);
         }
         let before = self.monitor.as_mut().and_then(|m| m.before.take());
+        if let Some(d) = &mut self.dropped {
+            (d.packets, d.octets) = (0, 0);
+        }
         let mut r = self.report(now, seid, trigger);
         if let Some(mut b) = before {
             (b.seid, b.trigger) = (seid, trigger);
@@ -636,6 +685,25 @@ impl UrrState {
             }
         }
         None
+    }
+}
+
+/// A downlink packet of `octets` dropped while buffering, for the URRs `which` (indices in
+/// `urrs`): each whose Dropped DL Traffic Threshold that reaches reports DROTH.
+pub(crate) fn dropped_dl(
+    urrs: &mut [UrrState],
+    which: &[usize],
+    octets: u64,
+    now: Instant,
+    seid: Seid,
+    events: &mut VecDeque<DatapathEvent>,
+) {
+    let fired: Fired = which
+        .iter()
+        .filter_map(|&i| Some((i, urrs.get_mut(i)?.dropped_dl(octets)?)))
+        .collect();
+    if !fired.is_empty() {
+        report_fired(urrs, &fired, now, seid, events);
     }
 }
 

@@ -803,3 +803,51 @@ fn usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion() {
     );
     assert_balanced(&mut r);
 }
+
+#[test]
+fn dropped_dl_traffic_threshold_reports_droth() {
+    // The downlink FAR buffers, at most 2 packets (BAR). URR 1 has a Dropped DL Traffic
+    // Threshold of 3 packets, or of 600 octets: packets that find the buffer full, and the
+    // buffered ones discarded when the FAR is set to drop, count; the third reports DROTH,
+    // once per threshold reached (the count restarts with the report).
+    let limits = [(Some(3), None), (None, Some(600))];
+    for (packets, bytes) in limits {
+        let mut r = Rig::new();
+        let mut urr = smf::create_urr(1, ReportingTriggers::DROTH, None);
+        urr.dropped_dl_traffic_threshold = Some(DroppedDlTrafficThreshold {
+            downlink_packets: packets,
+            downlink_bytes: bytes,
+        });
+        let mut req = with_far(with_urr(urr), 2, |f| {
+            f.apply_action = ApplyAction::BUFF;
+            f.forwarding_parameters = None;
+            f.bar_id = Some(BarId(1));
+        });
+        req.create_bar = Some(CreateBar {
+            bar_id: BarId(1),
+            downlink_data_notification_delay: None,
+            suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(2)),
+        });
+        let (seid, resp) = r.establish(req);
+        let teid = local_teid(&resp);
+        // Uplink traffic is not dropped; two buffered, two dropped for a full buffer.
+        assert_eq!(r.send1(gpdu(teid, Some(9), &up(300))).len(), 1);
+        assert!(r.send((0..4).map(|_| n6(&down(200))).collect()).is_empty());
+        assert_eq!(r.dp().counters().dropped(DropReason::BufferFull), 2);
+        assert!(r.reports().is_empty(), "{packets:?} {bytes:?}");
+        // The FAR set to drop discards the two buffered: the first is the third dropped.
+        let m = SessionModificationRequest {
+            update_fars: [set_action(2, ApplyAction::DROP)].into_iter().collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        assert_eq!(r.dp().counters().dropped(DropReason::BufferDiscarded), 2);
+        assert!(r.send(vec![]).is_empty());
+        let u = one_usage(&r.reports(), UsageReportTrigger::DROTH);
+        assert_eq!(volumes(&u).0, [300, 300, 0], "{packets:?} {bytes:?}");
+        // Dropped by the FAR, not while buffering: not counted.
+        assert!(r.send((0..4).map(|_| n6(&down(200))).collect()).is_empty());
+        assert!(r.reports().is_empty(), "{packets:?} {bytes:?}");
+        assert_balanced(&mut r);
+    }
+}

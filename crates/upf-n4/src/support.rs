@@ -265,7 +265,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 32, Enforced("crates/upf-dataplane/tests/urr.rs::time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock")),
         ie(CreateUrr, 74, Enforced("crates/upf-dataplane/tests/urr.rs::time_quota_counts_usage_time_under_an_inactivity_detection_time")),
         ie(CreateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
-        ie(CreateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 72, Enforced("crates/upf-dataplane/tests/urr.rs::dropped_dl_traffic_threshold_reports_droth")),
 
         ie(CreateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
         ie(CreateUrr, 33, Enforced("crates/upf-dataplane/tests/urr.rs::usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion")),
@@ -296,7 +296,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 32, Enforced("crates/upf-dataplane/tests/urr.rs::time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock")),
         ie(UpdateUrr, 74, Enforced("crates/upf-dataplane/tests/urr.rs::time_quota_counts_usage_time_under_an_inactivity_detection_time")),
         ie(UpdateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
-        ie(UpdateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 72, Enforced("crates/upf-dataplane/tests/urr.rs::dropped_dl_traffic_threshold_reports_droth")),
 
         ie(UpdateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
         ie(UpdateUrr, 33, Enforced("crates/upf-dataplane/tests/urr.rs::usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion")),
@@ -362,7 +362,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ReportingTriggers, "QUHTI", Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         flag(ReportingTriggers, "START", Enforced("crates/upf-dataplane/tests/urr.rs::start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported")),
         flag(ReportingTriggers, "STOPT", Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
-        flag(ReportingTriggers, "DROTH", Refused(NOT_SUPPORTED, LATER)),
+        flag(ReportingTriggers, "DROTH", Enforced("crates/upf-dataplane/tests/urr.rs::dropped_dl_traffic_threshold_reports_droth")),
         flag(ReportingTriggers, "LIUSA", Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
         flag(ReportingTriggers, "VOLQU", Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
         flag(ReportingTriggers, "TIMQU", Enforced("crates/upf-dataplane/tests/urr.rs::time_quota_counts_usage_time_under_an_inactivity_detection_time")),

@@ -119,6 +119,12 @@ impl Pipeline {
                 if far.buffer.len() >= far.max_buffered
                     || *buffered_bytes + p.len() > cfg.buffer_bytes
                 {
+                    if !pdr.from_ue {
+                        let urrs: SmallVec<[usize; 2]> =
+                            pdr.urrs.iter().map(|&u| usize::from(u)).collect();
+                        let octets = p.len() as u64;
+                        crate::usage::dropped_dl(&mut s.urrs, &urrs, octets, now, s.seid, events);
+                    }
                     return drop_to(out, counters, p, DropReason::BufferFull);
                 }
                 counters.buffered += 1;
