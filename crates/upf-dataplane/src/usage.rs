@@ -6,8 +6,8 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use upf_rules::{
-    DatapathEvent, ReportingTriggers, Seid, Urr, UrrId, UsageInformation, UsageReport,
-    UsageTrigger, Volume, VolumeLimit,
+    DatapathEvent, MeasurementInfo, ReportingTriggers, Seid, Urr, UrrId, UsageInformation,
+    UsageReport, UsageTrigger, Volume, VolumeLimit,
 };
 
 #[derive(Debug, Clone)]
@@ -40,6 +40,8 @@ pub(crate) struct UrrState {
     last_packet: Option<Instant>,
     start_reported: bool,
     pub exhausted: bool,
+    /// MBQE (§8.2.68): packets a QER drops are measured too.
+    pub before_qos: bool,
     /// The Linked URR IDs when LIUSA is set (§5.2.2.4): this URR reports whenever one of
     /// them does. Empty otherwise.
     liusa: SmallVec<[UrrId; 1]>,
@@ -165,6 +167,7 @@ impl UrrState {
             last_packet: None,
             start_reported: false,
             exhausted: false,
+            before_qos: false,
             liusa: SmallVec::new(),
             quota_far: None,
             number_of_reports: None,
@@ -214,6 +217,7 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
+        self.before_qos = urr.info.contains(MeasurementInfo::MBQE);
         let idle = secs(urr.inactivity_detection_time_s);
         match (&mut self.activity, idle) {
             (Some(a), Some(idle)) => a.idle = idle,

@@ -851,3 +851,50 @@ fn dropped_dl_traffic_threshold_reports_droth() {
         assert_balanced(&mut r);
     }
 }
+
+#[test]
+fn mbqe_measures_before_qos_enforcement() {
+    // QER 1: 12 kbit/s over 1 s both ways (room for two 750-octet packets), the downlink
+    // gate closed. URR 1 measures before QoS enforcement (MBQE) with a 2000-octet
+    // threshold; URR 2 after it (the default): only URR 1 counts what the QER drops.
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    let mut q = smf::create_qer(1, Some((12, 12)), Some(9));
+    q.averaging_window = Some(AveragingWindow(1000));
+    q.gate_status = GateStatus {
+        uplink: Gate::Open,
+        downlink: Gate::Closed,
+    };
+    req.create_qers = [q].into_iter().collect();
+    let mut u1 = smf::create_urr(1, ReportingTriggers::VOLTH, Some(2000));
+    u1.measurement_information = Some(MeasurementInformation::MBQE);
+    let u2 = smf::create_urr(2, ReportingTriggers::empty(), None);
+    req.create_urrs = [u1, u2].into_iter().collect();
+    for p in req.create_pdrs.iter_mut() {
+        p.urr_ids = [UrrId(1), UrrId(2)].into_iter().collect();
+    }
+    let (seid, resp) = r.establish(req);
+    let teid = local_teid(&resp);
+    let out = r.send((0..3).map(|_| gpdu(teid, Some(9), &up(750))).collect());
+    assert_eq!(out.len(), 2);
+    assert_eq!(r.dp().counters().dropped(DropReason::MbrExceeded), 1);
+    // The dropped third packet reaches URR 1's threshold.
+    let u = one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+    assert_eq!(volumes(&u), ([2250, 2250, 0], [3, 3, 0]));
+    assert!(r.send1(n6(&down(300))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::GateClosed), 1);
+    let del = r.delete(seid);
+    let got: Vec<_> = del
+        .usage_reports
+        .iter()
+        .map(|u| (u.urr_id.0, volumes(u)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, ([300, 0, 300], [1, 0, 1])),
+            (2, ([1500, 1500, 0], [2, 2, 0])),
+        ]
+    );
+    assert_balanced(&mut r);
+}

@@ -377,7 +377,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(MeasurementMethod, "DURAT", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         flag(MeasurementMethod, "VOLUM", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         flag(MeasurementMethod, "EVENT", Refused(NOT_SUPPORTED, "no event measurement")),
-        flag(MeasurementInformation, "MBQE", Refused(NOT_SUPPORTED, LATER)),
+        flag(MeasurementInformation, "MBQE", Enforced("crates/upf-dataplane/tests/urr.rs::mbqe_measures_before_qos_enforcement")),
         flag(MeasurementInformation, "INAM", Refused(NOT_SUPPORTED, LATER)),
         flag(MeasurementInformation, "RADI", Refused(NOT_SUPPORTED, "no application detection")),
         flag(MeasurementInformation, "ISTM", Refused(NOT_SUPPORTED, LATER)),

@@ -290,6 +290,26 @@ impl Rules for General<'_> {
             }
         }
     }
+    /// Out of line: drops only.
+    #[cold]
+    #[inline(never)]
+    fn qos_dropped(&mut self, octets: u64) {
+        let mut fired: Fired = SmallVec::new();
+        for &u in self.pdr_urrs {
+            let Some(c) = self.urrs.get_mut(usize::from(u)) else {
+                continue;
+            };
+            if c.before_qos && !c.exhausted {
+                if let Some(t) = c.count(self.now, octets, self.uplink) {
+                    fired.push((usize::from(u), t));
+                }
+            }
+        }
+        if !fired.is_empty() {
+            report_fired(self.urrs, &fired, self.now, self.seid, self.events);
+        }
+    }
+
     #[inline(always)]
     fn marks(&self) -> Mark {
         let mut m = Mark {
