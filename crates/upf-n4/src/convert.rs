@@ -23,6 +23,7 @@ pub(crate) const IE_FAR_ID: u16 = 108;
 pub(crate) const IE_REDIRECT_INFORMATION: u16 = 38;
 pub(crate) const IE_FRAMED_ROUTE: u16 = 153;
 pub(crate) const IE_FRAMED_IPV6_ROUTE: u16 = 155;
+pub(crate) const IE_REPORTING_TRIGGERS: u16 = 37;
 
 /// What a PDI asks the UP function to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -597,6 +598,7 @@ pub fn urr(c: &p::CreateUrr, instant: impl Fn(u32) -> Instant) -> Result<r::Urr,
     u.method = r::MeasurementMethod::from_bits_retain(c.measurement_method.bits());
     u.triggers = r::ReportingTriggers::from_bits_retain(c.reporting_triggers.bits());
     apply_urr_fields(&mut u, &urr_fields!(c), instant);
+    stop_of_traffic(&u)?;
     Ok(u)
 }
 
@@ -614,6 +616,23 @@ pub fn update_urr(
         u.triggers = r::ReportingTriggers::from_bits_retain(t.bits());
     }
     apply_urr_fields(u, &urr_fields!(c), instant);
+    stop_of_traffic(u)
+}
+
+/// STOPT needs an Inactivity Detection Time: that much silence after traffic is what the
+/// UPF takes for a stop of traffic. Without one nothing says when traffic has stopped (no
+/// application detection either, §5.2.2.3.1), so STOPT would never fire: the URR is refused
+/// (on the URR as it stands after an Update URR).
+fn stop_of_traffic(u: &r::Urr) -> Result<(), Reject> {
+    let idt = u.inactivity_detection_time_s.is_some_and(|s| s > 0);
+    if u.triggers.contains(r::ReportingTriggers::STOPT) && !idt {
+        return Err(Reject::new(
+            Cause::SERVICE_NOT_SUPPORTED,
+            "STOPT without an Inactivity Detection Time",
+        )
+        .ie(IE_REPORTING_TRIGGERS)
+        .on_rule(RuleRef::Urr(u.id)));
+    }
     Ok(())
 }
 
