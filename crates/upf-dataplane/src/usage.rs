@@ -74,18 +74,23 @@ struct Dropped {
 /// A Monitoring Time (§5.2.2.3.1). There the usage measured so far is set apart, to go
 /// with the next report as the usage before it (BEF; the rest is AFT), the measurement
 /// starts anew, and the subsequent thresholds and quotas replace the ones they follow (a
-/// subsequent quota is a new grant from the monitoring time). No report is sent then.
+/// subsequent quota is a new grant from the monitoring time). No report is sent then. A
+/// subsequent value stays in force until the SMF changes the IE it replaced (a new Volume
+/// Quota after the monitoring time is a new grant, not overridden).
 #[derive(Debug, Clone)]
 struct Monitor {
     at: Instant,
     passed: bool,
     next: Subsequent,
+    /// The URR's own threshold and quota IEs as last provisioned.
+    base: Subsequent,
     /// The usage before `at`, until the next report.
     before: Option<UsageReport>,
 }
 
-/// Subsequent Volume Threshold, Volume Quota, Time Threshold, Time Quota.
-#[derive(Debug, Clone, Copy, Default)]
+/// Subsequent Volume Threshold, Volume Quota, Time Threshold, Time Quota (or the ones they
+/// follow).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Subsequent {
     volume_threshold: Option<VolumeLimit>,
     volume_quota: Option<VolumeLimit>,
@@ -184,7 +189,13 @@ impl UrrState {
     /// new grant: it counts from now.
     pub fn update(&mut self, now: Instant, urr: &Urr) {
         let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
-        self.set_monitor(urr);
+        let base = Subsequent {
+            volume_threshold: urr.volume_threshold,
+            volume_quota: urr.volume_quota,
+            time_threshold: secs(urr.time_threshold_s),
+            time_quota: secs(urr.time_quota_s),
+        };
+        self.set_monitor(urr, base);
         let limit = urr
             .extra
             .as_ref()
@@ -207,8 +218,8 @@ impl UrrState {
             .as_deref()
             .filter(|m| m.passed)
             .map_or(Subsequent::default(), |m| m.next);
-        let volume_quota = after.volume_quota.or(urr.volume_quota);
-        let time_quota = after.time_quota.or(secs(urr.time_quota_s));
+        let volume_quota = after.volume_quota.or(base.volume_quota);
+        let time_quota = after.time_quota.or(base.time_quota);
         if volume_quota != self.quota {
             self.quota_used = Volume::default();
             self.quota_since = now;
@@ -258,11 +269,11 @@ impl UrrState {
         // either way, and reported when VOLQU asks.
         self.threshold = after
             .volume_threshold
-            .or(urr.volume_threshold)
+            .or(base.volume_threshold)
             .filter(|_| urr.triggers.contains(ReportingTriggers::VOLTH));
         self.quota = volume_quota;
         self.period = secs(urr.measurement_period_s);
-        self.time_threshold = after.time_threshold.or(secs(urr.time_threshold_s));
+        self.time_threshold = after.time_threshold.or(base.time_threshold);
         self.time_quota = time_quota;
         let validity = secs(urr.extra.as_ref().and_then(|x| x.quota_validity_time_s))
             .filter(|_| urr.triggers.contains(ReportingTriggers::QUVTI));
@@ -280,8 +291,9 @@ impl UrrState {
         self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
     }
 
-    /// Takes a URR's Monitoring Time and subsequent values; a new time is to come again.
-    fn set_monitor(&mut self, urr: &Urr) {
+    /// Takes a URR's Monitoring Time and subsequent values (`base`: its own thresholds
+    /// and quotas); a new time is to come again.
+    fn set_monitor(&mut self, urr: &Urr, base: Subsequent) {
         let Some(x) = urr.extra.as_deref() else {
             return;
         };
@@ -300,6 +312,7 @@ impl UrrState {
                 at,
                 passed: false,
                 next,
+                base,
                 before: None,
             })
         });
@@ -307,7 +320,25 @@ impl UrrState {
             m.at = at;
             m.passed = false;
         }
-        m.next = next;
+        if !m.passed {
+            m.next = next;
+        } else {
+            // Past it, an IE the SMF changes takes over from its subsequent value.
+            let (n, was) = (&mut m.next, m.base);
+            if base.volume_threshold != was.volume_threshold {
+                n.volume_threshold = None;
+            }
+            if base.volume_quota != was.volume_quota {
+                n.volume_quota = None;
+            }
+            if base.time_threshold != was.time_threshold {
+                n.time_threshold = None;
+            }
+            if base.time_quota != was.time_quota {
+                n.time_quota = None;
+            }
+        }
+        m.base = base;
     }
 
     /// At or past the Monitoring Time (once): the usage so far is set apart and the

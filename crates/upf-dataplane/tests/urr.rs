@@ -731,7 +731,7 @@ fn monitoring_time_splits_the_usage_and_subsequent_limits_take_over() {
         uplink: None,
         downlink: None,
     });
-    let (_, resp) = r.establish(with_urr(urr));
+    let (seid, resp) = r.establish(with_urr(urr));
     let teid = local_teid(&resp);
     r.now += Duration::from_secs(2);
     assert_eq!(r.send1(gpdu(teid, Some(9), &up(600))).len(), 1);
@@ -765,6 +765,24 @@ fn monitoring_time_splits_the_usage_and_subsequent_limits_take_over() {
         [(UsageReportTrigger::VOLQU, None, [200, 0, 200], Some(0))]
     );
     assert!(r.send1(n6(&down(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    // A new Volume Quota from the SMF is a new grant: it takes over from the subsequent one.
+    let m = SessionModificationRequest {
+        update_urrs: [UpdateUrr {
+            urr_id: UrrId(1),
+            volume_quota: Some(Volume {
+                total: Some(5000),
+                uplink: None,
+                downlink: None,
+            }),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
     assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
     assert_balanced(&mut r);
 }
