@@ -40,8 +40,6 @@ pub(crate) struct UrrState {
     last_packet: Option<Instant>,
     start_reported: bool,
     pub exhausted: bool,
-    /// MBQE (§8.2.68): packets a QER drops are measured too.
-    pub before_qos: bool,
     /// The Linked URR IDs when LIUSA is set (§5.2.2.4): this URR reports whenever one of
     /// them does. Empty otherwise.
     liusa: SmallVec<[UrrId; 1]>,
@@ -56,10 +54,19 @@ pub(crate) struct UrrState {
     /// With an Inactivity Detection Time: the time measurement as usage time, and STOPT.
     /// Boxed: most URRs have none, and their state stays as small as it was.
     activity: Option<Box<Activity>>,
-    /// With a Monitoring Time: where the measurement splits. Boxed: rare.
-    monitor: Option<Box<Monitor>>,
-    /// With a Dropped DL Traffic Threshold and DROTH: what was dropped. Boxed: rare.
-    dropped: Option<Box<Dropped>>,
+    /// With a Monitoring Time or a Dropped DL Traffic Threshold. Boxed: rare.
+    rare: Option<Box<Rare>>,
+}
+
+/// The state of the URR features few URRs use, behind one pointer.
+#[derive(Debug, Clone, Default)]
+struct Rare {
+    /// Where the measurement splits at a Monitoring Time.
+    monitor: Option<Monitor>,
+    /// With DROTH: what was dropped.
+    dropped: Option<Dropped>,
+    /// MBQE (§8.2.68): packets a QER drops are measured too.
+    before_qos: bool,
 }
 
 /// Dropped DL Traffic Threshold (§8.2.49) in packets and/or octets, and the downlink
@@ -172,14 +179,12 @@ impl UrrState {
             last_packet: None,
             start_reported: false,
             exhausted: false,
-            before_qos: false,
             liusa: SmallVec::new(),
             quota_far: None,
             number_of_reports: None,
             reports_left: None,
             activity: None,
-            monitor: None,
-            dropped: None,
+            rare: None,
         };
         s.update(now, urr);
         s
@@ -201,21 +206,32 @@ impl UrrState {
             .as_ref()
             .and_then(|x| x.dropped_dl_threshold)
             .filter(|_| urr.triggers.contains(ReportingTriggers::DROTH));
-        match (&mut self.dropped, limit) {
-            (Some(d), Some(l)) => d.limit = l,
-            (d, None) => *d = None,
-            (d @ None, Some(limit)) => {
-                *d = Some(Box::new(Dropped {
-                    limit,
-                    packets: 0,
-                    octets: 0,
-                }));
+        let before_qos = urr.info.contains(MeasurementInfo::MBQE);
+        if limit.is_some() || before_qos || self.rare.is_some() {
+            let rare = self.rare.get_or_insert_with(Default::default);
+            rare.before_qos = before_qos;
+            match (&mut rare.dropped, limit) {
+                (Some(d), Some(l)) => d.limit = l,
+                (d, None) => *d = None,
+                (d @ None, Some(limit)) => {
+                    *d = Some(Dropped {
+                        limit,
+                        packets: 0,
+                        octets: 0,
+                    });
+                }
             }
+        }
+        if self
+            .rare
+            .as_deref()
+            .is_some_and(|r| r.monitor.is_none() && r.dropped.is_none() && !r.before_qos)
+        {
+            self.rare = None;
         }
         // Past a Monitoring Time its subsequent values are the ones in force.
         let after = self
-            .monitor
-            .as_deref()
+            .monitor()
             .filter(|m| m.passed)
             .map_or(Subsequent::default(), |m| m.next);
         let volume_quota = after.volume_quota.or(base.volume_quota);
@@ -228,7 +244,6 @@ impl UrrState {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
-        self.before_qos = urr.info.contains(MeasurementInfo::MBQE);
         let idle = secs(urr.inactivity_detection_time_s);
         match (&mut self.activity, idle) {
             (Some(a), Some(idle)) => a.idle = idle,
@@ -307,14 +322,13 @@ impl UrrState {
             time_threshold: secs(x.subsequent_time_threshold_s),
             time_quota: secs(x.subsequent_time_quota_s),
         };
-        let m = self.monitor.get_or_insert_with(|| {
-            Box::new(Monitor {
-                at,
-                passed: false,
-                next,
-                base,
-                before: None,
-            })
+        let rare = self.rare.get_or_insert_with(Default::default);
+        let m = rare.monitor.get_or_insert(Monitor {
+            at,
+            passed: false,
+            next,
+            base,
+            before: None,
         });
         if m.at != at {
             m.at = at;
@@ -341,21 +355,29 @@ impl UrrState {
         m.base = base;
     }
 
+    /// MBQE: the URR measures before QoS enforcement, packets a QER drops too.
+    pub fn before_qos(&self) -> bool {
+        self.rare.as_deref().is_some_and(|r| r.before_qos)
+    }
+
+    fn monitor(&self) -> Option<&Monitor> {
+        self.rare.as_deref()?.monitor.as_ref()
+    }
+
     /// At or past the Monitoring Time (once): the usage so far is set apart and the
     /// subsequent values take over. Out of line: URRs without one pay only the branch.
     #[cold]
     #[inline(never)]
     fn monitored(&mut self, now: Instant) {
         let Some(at) = self
-            .monitor
-            .as_deref()
+            .monitor()
             .filter(|m| !m.passed && now >= m.at)
             .map(|m| m.at)
         else {
             return;
         };
         let mut b = self.report(at, Seid(0), UsageTrigger::empty());
-        let Some(m) = self.monitor.as_deref_mut() else {
+        let Some(m) = self.rare.as_deref_mut().and_then(|r| r.monitor.as_mut()) else {
             return;
         };
         m.passed = true;
@@ -388,14 +410,14 @@ impl UrrState {
 
     /// Whether the URR watches dropped downlink traffic (DROTH).
     pub fn counts_dropped(&self) -> bool {
-        self.dropped.is_some()
+        self.rare.as_deref().is_some_and(|r| r.dropped.is_some())
     }
 
     /// A downlink packet of `octets` dropped while buffering: DROTH when that reaches the
     /// Dropped DL Traffic Threshold.
     fn dropped_dl(&mut self, octets: u64) -> Option<UsageTrigger> {
         let done = self.done();
-        let d = self.dropped.as_mut()?;
+        let d = self.rare.as_deref_mut()?.dropped.as_mut()?;
         d.packets += 1;
         d.octets += octets;
         let (packets, bytes) = d.limit;
@@ -421,7 +443,7 @@ impl UrrState {
     /// Counts one packet; returns the trigger to report, if one fired.
     #[inline]
     pub fn count(&mut self, now: Instant, bytes: u64, uplink: bool) -> Option<UsageTrigger> {
-        if self.monitor.is_some() {
+        if self.rare.is_some() {
             self.monitored(now);
         }
         self.volume.count(bytes, uplink);
@@ -535,12 +557,15 @@ impl UrrState {
         trigger: UsageTrigger,
     ) -> SmallVec<[UsageReport; 1]> {
         let mut out = SmallVec::new();
-        if self.monitor.is_some() {
+        let mut before = None;
+        if self.rare.is_some() {
             self.monitored(now);
-        }
-        let before = self.monitor.as_mut().and_then(|m| m.before.take());
-        if let Some(d) = &mut self.dropped {
-            (d.packets, d.octets) = (0, 0);
+            if let Some(r) = self.rare.as_deref_mut() {
+                before = r.monitor.as_mut().and_then(|m| m.before.take());
+                if let Some(d) = &mut r.dropped {
+                    (d.packets, d.octets) = (0, 0);
+                }
+            }
         }
         let mut r = self.report(now, seid, trigger);
         if let Some(mut b) = before {
@@ -650,7 +675,7 @@ impl UrrState {
         if let Some(v) = self.validity.filter(|_| !self.validity_reported) {
             at(self.quota_since + v);
         }
-        if let Some(m) = self.monitor.as_deref().filter(|m| !m.passed) {
+        if let Some(m) = self.monitor().filter(|m| !m.passed) {
             at(m.at);
         }
         if let Some(a) = self.activity.as_ref().filter(|a| a.stopt_armed) {
@@ -672,7 +697,7 @@ impl UrrState {
 
     /// The time-based trigger due at `now`, if any (the caller then reports).
     pub fn due(&mut self, now: Instant) -> Option<UsageTrigger> {
-        if self.monitor.is_some() {
+        if self.rare.is_some() {
             self.monitored(now);
         }
         let t = self.triggers;

@@ -299,7 +299,7 @@ impl Rules for General<'_> {
             let Some(c) = self.urrs.get_mut(usize::from(u)) else {
                 continue;
             };
-            if c.before_qos && !c.exhausted {
+            if c.before_qos() && !c.exhausted {
                 if let Some(t) = c.count(self.now, octets, self.uplink) {
                     fired.push((usize::from(u), t));
                 }
