@@ -954,13 +954,18 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
 impl Hot {
     /// The hot form of `s` (state copied from it), or `None`: the session is cold.
     pub fn build(s: &Compiled) -> Option<Built> {
-        // Quota FARs and usage time under an Inactivity Detection Time are the general
-        // path's (a hot record keeps only the first and last packet's times).
+        // Quota FARs, usage time under an Inactivity Detection Time, the split at a
+        // Monitoring Time and measurement before QoS enforcement (MBQE) are the general
+        // path's (a hot record keeps only the first and last packet's times, and counts
+        // only what it forwards).
         if s.quota_fars
-            || s.rules
-                .urrs
-                .iter()
-                .any(|u| u.inactivity_detection_time_s.is_some())
+            || s.rules.urrs.iter().any(|u| {
+                u.inactivity_detection_time_s.is_some()
+                    || u.info.contains(upf_rules::MeasurementInfo::MBQE)
+                    || u.extra
+                        .as_ref()
+                        .is_some_and(|x| x.monitoring_time.is_some())
+            })
         {
             return None;
         }

@@ -5,6 +5,7 @@
 use crate::counters::DropReason;
 use crate::pipeline::Pipeline;
 use crate::session::{CompileEnv, Compiled};
+use smallvec::SmallVec;
 use std::cmp::Reverse;
 use std::sync::Arc;
 use std::time::Instant;
@@ -61,9 +62,11 @@ impl Pipeline {
                 self.unindex(slot, &old);
                 let (gone, orphans) = new.carry_from(now, &mut old);
                 for mut u in gone {
-                    installed
-                        .removed_urr_usage
-                        .push(u.report(now, new.seid, UsageTrigger::TERMR));
+                    installed.removed_urr_usage.extend(u.reports(
+                        now,
+                        new.seid,
+                        UsageTrigger::TERMR,
+                    ));
                 }
                 for p in orphans {
                     self.discard(p, DropReason::BufferDiscarded);
@@ -85,7 +88,8 @@ impl Pipeline {
                 }
             },
         };
-        for far in &mut new.fars {
+        for i in 0..new.fars.len() {
+            let far = &mut new.fars[i];
             let release = if flags.drop_buffered || far.action.contains(ApplyAction::DROP) {
                 Some(false)
             } else if far.action.contains(ApplyAction::FORW) {
@@ -100,7 +104,11 @@ impl Pipeline {
                     // packet buffered is reported anew, or a UE whose paging failed would
                     // never be paged again.
                     far.notified = false;
-                    for (_, p) in std::mem::take(&mut far.buffer) {
+                    let dropped = std::mem::take(&mut far.buffer);
+                    let octets: SmallVec<[u64; 4]> =
+                        dropped.iter().map(|(_, p)| p.len() as u64).collect();
+                    new.dropped_buffered(i, &octets, now, &mut self.events);
+                    for (_, p) in dropped {
                         self.discard(p, DropReason::BufferDiscarded);
                     }
                 }
@@ -218,7 +226,7 @@ impl Pipeline {
         }
         Ok(s.urrs
             .iter_mut()
-            .map(|u| u.report(now, seid, UsageTrigger::TERMR))
+            .flat_map(|u| u.reports(now, seid, UsageTrigger::TERMR))
             .collect())
     }
 
@@ -241,7 +249,7 @@ impl Pipeline {
             .urrs
             .iter_mut()
             .filter(|u| urrs.is_empty() || urrs.contains(&u.id))
-            .map(|u| u.report(now, seid, UsageTrigger::IMMER))
+            .flat_map(|u| u.reports(now, seid, UsageTrigger::IMMER))
             .collect();
         self.build_hot(slot);
         Ok(reports)
@@ -254,7 +262,7 @@ impl Pipeline {
         let urr = s
             .urrs
             .iter()
-            .filter_map(|u| u.deadline())
+            .filter_map(|u| u.deadline(now))
             .chain(s.urrs.iter().filter_map(|u| u.stopt_poll(now)))
             .chain(s.delayed_report.as_ref().map(|(at, _, _)| *at))
             .chain(s.buffer_for.and_then(|d| {
@@ -334,10 +342,15 @@ impl Pipeline {
             }
             let mut expired = Vec::new();
             if let Some(d) = s.buffer_for {
-                for f in &mut s.fars {
+                for i in 0..s.fars.len() {
+                    let f = &mut s.fars[i];
+                    let from = expired.len();
                     while f.buffer.front().is_some_and(|(at, _)| *at + d <= now) {
                         expired.extend(f.buffer.pop_front().map(|(_, p)| p));
                     }
+                    let octets: SmallVec<[u64; 4]> =
+                        expired[from..].iter().map(|p| p.len() as u64).collect();
+                    s.dropped_buffered(i, &octets, now, &mut self.events);
                 }
             }
             if s.delayed_report

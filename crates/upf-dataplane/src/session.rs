@@ -566,6 +566,34 @@ impl Compiled {
     pub fn buffered(&self) -> usize {
         self.fars.iter().map(|f| f.buffer.len()).sum()
     }
+
+    /// Downlink packets of `octets` each that FAR `far` (index) buffered were dropped
+    /// (buffer full, expired, discarded): counted by the URRs of the downlink PDRs of that
+    /// FAR against their Dropped DL Traffic Threshold.
+    pub fn dropped_buffered(
+        &mut self,
+        far: usize,
+        octets: &[u64],
+        now: Instant,
+        events: &mut std::collections::VecDeque<DatapathEvent>,
+    ) {
+        if octets.is_empty() || self.urrs.iter().all(|u| !u.counts_dropped()) {
+            return;
+        }
+        let mut urrs: SmallVec<[usize; 2]> = SmallVec::new();
+        for p in self.gtp_pdrs.iter().chain(&self.ip_pdrs) {
+            if !p.from_ue && p.far.map(usize::from) == Some(far) {
+                for &u in &p.urrs {
+                    if !urrs.contains(&usize::from(u)) {
+                        urrs.push(usize::from(u));
+                    }
+                }
+            }
+        }
+        for &o in octets {
+            crate::usage::dropped_dl(&mut self.urrs, &urrs, o, now, self.seid, events);
+        }
+    }
 }
 
 fn compile_pdr(

@@ -6,8 +6,8 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use upf_rules::{
-    DatapathEvent, ReportingTriggers, Seid, Urr, UrrId, UsageReport, UsageTrigger, Volume,
-    VolumeLimit,
+    DatapathEvent, MeasurementInfo, ReportingTriggers, Seid, Urr, UrrId, UsageInformation,
+    UsageReport, UsageTrigger, Volume, VolumeLimit,
 };
 
 #[derive(Debug, Clone)]
@@ -54,6 +54,55 @@ pub(crate) struct UrrState {
     /// With an Inactivity Detection Time: the time measurement as usage time, and STOPT.
     /// Boxed: most URRs have none, and their state stays as small as it was.
     activity: Option<Box<Activity>>,
+    /// With a Monitoring Time or a Dropped DL Traffic Threshold. Boxed: rare.
+    rare: Option<Box<Rare>>,
+}
+
+/// The state of the URR features few URRs use, behind one pointer.
+#[derive(Debug, Clone, Default)]
+struct Rare {
+    /// Where the measurement splits at a Monitoring Time.
+    monitor: Option<Monitor>,
+    /// With DROTH: what was dropped.
+    dropped: Option<Dropped>,
+    /// MBQE (§8.2.68): packets a QER drops are measured too.
+    before_qos: bool,
+}
+
+/// Dropped DL Traffic Threshold (§8.2.49) in packets and/or octets, and the downlink
+/// traffic dropped while buffering since the last report.
+#[derive(Debug, Clone)]
+struct Dropped {
+    limit: (Option<u64>, Option<u64>),
+    packets: u64,
+    octets: u64,
+}
+
+/// A Monitoring Time (§5.2.2.3.1). There the usage measured so far is set apart, to go
+/// with the next report as the usage before it (BEF; the rest is AFT), the measurement
+/// starts anew, and the subsequent thresholds and quotas replace the ones they follow (a
+/// subsequent quota is a new grant from the monitoring time). No report is sent then. A
+/// subsequent value stays in force until the SMF changes the IE it replaced (a new Volume
+/// Quota after the monitoring time is a new grant, not overridden).
+#[derive(Debug, Clone)]
+struct Monitor {
+    at: Instant,
+    passed: bool,
+    next: Subsequent,
+    /// The URR's own threshold and quota IEs as last provisioned.
+    base: Subsequent,
+    /// The usage before `at`, until the next report.
+    before: Option<UsageReport>,
+}
+
+/// Subsequent Volume Threshold, Volume Quota, Time Threshold, Time Quota (or the ones they
+/// follow).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Subsequent {
+    volume_threshold: Option<VolumeLimit>,
+    volume_quota: Option<VolumeLimit>,
+    time_threshold: Option<Duration>,
+    time_quota: Option<Duration>,
 }
 
 /// Usage time under an Inactivity Detection Time (§5.2.2.2.1, §8.2.24): time counts from a
@@ -68,6 +117,9 @@ struct Activity {
     credited: Instant,
     /// Usage time since the last report.
     usage: Duration,
+    /// Usage time since the time quota was granted (§5.2.2.2.1: the quota is used up by
+    /// usage time too).
+    granted: Duration,
     /// Traffic came since the last STOPT (or ever): its stop is to be reported.
     stopt_armed: bool,
 }
@@ -76,14 +128,24 @@ impl Activity {
     /// Credits the usage time up to `t`: the rest of the active time after the last
     /// packet, ending at `t` or after the inactivity detection time.
     fn credit(&mut self, t: Instant) {
-        if let Some(p) = self.prev {
-            let end = t.min(p + self.idle);
-            let from = p.max(self.credited);
-            if end > from {
-                self.usage += end - from;
-                self.credited = end;
-            }
+        if let Some((from, end)) = self.uncredited(t) {
+            self.usage += end - from;
+            self.granted += end - from;
+            self.credited = end;
         }
+    }
+
+    /// The active time up to `t` not credited yet, as (from, end), if any.
+    fn uncredited(&self, t: Instant) -> Option<(Instant, Instant)> {
+        let p = self.prev?;
+        let (from, end) = (p.max(self.credited), t.min(p + self.idle));
+        (end > from).then_some((from, end))
+    }
+
+    /// The usage time since the last report, and since the grant, up to `t`.
+    fn at(&self, t: Instant) -> (Duration, Duration) {
+        let d = self.uncredited(t).map_or(Duration::ZERO, |(f, e)| e - f);
+        (self.usage + d, self.granted + d)
     }
 
     fn packet(&mut self, t: Instant, stopt: bool) {
@@ -122,6 +184,7 @@ impl UrrState {
             number_of_reports: None,
             reports_left: None,
             activity: None,
+            rare: None,
         };
         s.update(now, urr);
         s
@@ -131,11 +194,53 @@ impl UrrState {
     /// new grant: it counts from now.
     pub fn update(&mut self, now: Instant, urr: &Urr) {
         let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
-        if urr.volume_quota != self.quota {
+        let base = Subsequent {
+            volume_threshold: urr.volume_threshold,
+            volume_quota: urr.volume_quota,
+            time_threshold: secs(urr.time_threshold_s),
+            time_quota: secs(urr.time_quota_s),
+        };
+        self.set_monitor(urr, base);
+        let limit = urr
+            .extra
+            .as_ref()
+            .and_then(|x| x.dropped_dl_threshold)
+            .filter(|_| urr.triggers.contains(ReportingTriggers::DROTH));
+        let before_qos = urr.info.contains(MeasurementInfo::MBQE);
+        if limit.is_some() || before_qos || self.rare.is_some() {
+            let rare = self.rare.get_or_insert_with(Default::default);
+            rare.before_qos = before_qos;
+            match (&mut rare.dropped, limit) {
+                (Some(d), Some(l)) => d.limit = l,
+                (d, None) => *d = None,
+                (d @ None, Some(limit)) => {
+                    *d = Some(Dropped {
+                        limit,
+                        packets: 0,
+                        octets: 0,
+                    });
+                }
+            }
+        }
+        if self
+            .rare
+            .as_deref()
+            .is_some_and(|r| r.monitor.is_none() && r.dropped.is_none() && !r.before_qos)
+        {
+            self.rare = None;
+        }
+        // Past a Monitoring Time its subsequent values are the ones in force.
+        let after = self
+            .monitor()
+            .filter(|m| m.passed)
+            .map_or(Subsequent::default(), |m| m.next);
+        let volume_quota = after.volume_quota.or(base.volume_quota);
+        let time_quota = after.time_quota.or(base.time_quota);
+        if volume_quota != self.quota {
             self.quota_used = Volume::default();
             self.quota_since = now;
         }
-        if urr.time_quota_s.map(u64::from) != self.time_quota.map(|d| d.as_secs()) {
+        if time_quota != self.time_quota {
             self.quota_since = now;
         }
         self.triggers = urr.triggers;
@@ -149,8 +254,16 @@ impl UrrState {
                     prev: None,
                     credited: now,
                     usage: Duration::ZERO,
+                    granted: Duration::ZERO,
                     stopt_armed: false,
                 }));
+            }
+        }
+        if self.quota_since == now {
+            // A new grant: its usage time counts from now.
+            if let Some(a) = &mut self.activity {
+                a.credit(now);
+                a.granted = Duration::ZERO;
             }
         }
         let n = urr
@@ -169,13 +282,14 @@ impl UrrState {
         };
         // A threshold reports only when VOLTH asks for it (§8.2.19); a quota is enforced
         // either way, and reported when VOLQU asks.
-        self.threshold = urr
+        self.threshold = after
             .volume_threshold
+            .or(base.volume_threshold)
             .filter(|_| urr.triggers.contains(ReportingTriggers::VOLTH));
-        self.quota = urr.volume_quota;
+        self.quota = volume_quota;
         self.period = secs(urr.measurement_period_s);
-        self.time_threshold = secs(urr.time_threshold_s);
-        self.time_quota = secs(urr.time_quota_s);
+        self.time_threshold = after.time_threshold.or(base.time_threshold);
+        self.time_quota = time_quota;
         let validity = secs(urr.extra.as_ref().and_then(|x| x.quota_validity_time_s))
             .filter(|_| urr.triggers.contains(ReportingTriggers::QUVTI));
         if validity != self.validity || self.quota_since == now {
@@ -190,6 +304,126 @@ impl UrrState {
             self.last_seen = now;
         }
         self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
+    }
+
+    /// Takes a URR's Monitoring Time and subsequent values (`base`: its own thresholds
+    /// and quotas); a new time is to come again.
+    fn set_monitor(&mut self, urr: &Urr, base: Subsequent) {
+        let Some(x) = urr.extra.as_deref() else {
+            return;
+        };
+        let Some(at) = x.monitoring_time else {
+            return;
+        };
+        let secs = |s: Option<u32>| s.filter(|&s| s > 0).map(|s| Duration::from_secs(s.into()));
+        let next = Subsequent {
+            volume_threshold: x.subsequent_volume_threshold,
+            volume_quota: x.subsequent_volume_quota,
+            time_threshold: secs(x.subsequent_time_threshold_s),
+            time_quota: secs(x.subsequent_time_quota_s),
+        };
+        let rare = self.rare.get_or_insert_with(Default::default);
+        let m = rare.monitor.get_or_insert(Monitor {
+            at,
+            passed: false,
+            next,
+            base,
+            before: None,
+        });
+        if m.at != at {
+            m.at = at;
+            m.passed = false;
+        }
+        if !m.passed {
+            m.next = next;
+        } else {
+            // Past it, an IE the SMF changes takes over from its subsequent value.
+            let (n, was) = (&mut m.next, m.base);
+            if base.volume_threshold != was.volume_threshold {
+                n.volume_threshold = None;
+            }
+            if base.volume_quota != was.volume_quota {
+                n.volume_quota = None;
+            }
+            if base.time_threshold != was.time_threshold {
+                n.time_threshold = None;
+            }
+            if base.time_quota != was.time_quota {
+                n.time_quota = None;
+            }
+        }
+        m.base = base;
+    }
+
+    /// MBQE: the URR measures before QoS enforcement, packets a QER drops too.
+    pub fn before_qos(&self) -> bool {
+        self.rare.as_deref().is_some_and(|r| r.before_qos)
+    }
+
+    fn monitor(&self) -> Option<&Monitor> {
+        self.rare.as_deref()?.monitor.as_ref()
+    }
+
+    /// At or past the Monitoring Time (once): the usage so far is set apart and the
+    /// subsequent values take over. Out of line: URRs without one pay only the branch.
+    #[cold]
+    #[inline(never)]
+    fn monitored(&mut self, now: Instant) {
+        let Some(at) = self
+            .monitor()
+            .filter(|m| !m.passed && now >= m.at)
+            .map(|m| m.at)
+        else {
+            return;
+        };
+        let mut b = self.report(at, Seid(0), UsageTrigger::empty());
+        let Some(m) = self.rare.as_deref_mut().and_then(|r| r.monitor.as_mut()) else {
+            return;
+        };
+        m.passed = true;
+        // A second Monitoring Time before any report: one usage before the latest.
+        if let Some(old) = m.before.take() {
+            b.start = old.start;
+            b.volume.add(&old.volume);
+            b.duration += old.duration;
+            b.first_packet = old.first_packet.or(b.first_packet);
+            b.last_packet = b.last_packet.or(old.last_packet);
+        }
+        m.before = Some(b);
+        let next = m.next;
+        if let Some(t) = next.volume_threshold {
+            self.threshold = Some(t).filter(|_| self.triggers.contains(ReportingTriggers::VOLTH));
+        }
+        self.time_threshold = next.time_threshold.or(self.time_threshold);
+        if next.volume_quota.is_some() || next.time_quota.is_some() {
+            self.quota = next.volume_quota.or(self.quota);
+            self.time_quota = next.time_quota.or(self.time_quota);
+            self.quota_used = Volume::default();
+            self.quota_since = at;
+            self.validity_reported = false;
+            if let Some(a) = &mut self.activity {
+                a.granted = Duration::ZERO;
+            }
+            self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
+        }
+    }
+
+    /// Whether the URR watches dropped downlink traffic (DROTH).
+    pub fn counts_dropped(&self) -> bool {
+        self.rare.as_deref().is_some_and(|r| r.dropped.is_some())
+    }
+
+    /// A downlink packet of `octets` dropped while buffering: DROTH when that reaches the
+    /// Dropped DL Traffic Threshold.
+    fn dropped_dl(&mut self, octets: u64) -> Option<UsageTrigger> {
+        let done = self.done();
+        let d = self.rare.as_deref_mut()?.dropped.as_mut()?;
+        d.packets += 1;
+        d.octets += octets;
+        let (packets, bytes) = d.limit;
+        let reached =
+            packets.is_some_and(|l| d.packets >= l) || bytes.is_some_and(|l| d.octets >= l);
+        (reached && !done).then_some(UsageTrigger::DROTH)
     }
 
     /// Prefetches what [`UrrState::count`] reads and writes.
@@ -209,6 +443,9 @@ impl UrrState {
     /// Counts one packet; returns the trigger to report, if one fired.
     #[inline]
     pub fn count(&mut self, now: Instant, bytes: u64, uplink: bool) -> Option<UsageTrigger> {
+        if self.rare.is_some() {
+            self.monitored(now);
+        }
         self.volume.count(bytes, uplink);
         self.quota_used.count(bytes, uplink);
         if self.first_packet.is_none() {
@@ -311,8 +548,38 @@ impl UrrState {
         left
     }
 
-    /// The usage since the last report, restarting the measurement.
-    pub fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
+    /// The usage since the last report, restarting the measurement: one report, or two
+    /// after a Monitoring Time, the usage before it (BEF) and after it (AFT).
+    pub fn reports(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        trigger: UsageTrigger,
+    ) -> SmallVec<[UsageReport; 1]> {
+        let mut out = SmallVec::new();
+        let mut before = None;
+        if self.rare.is_some() {
+            self.monitored(now);
+            if let Some(r) = self.rare.as_deref_mut() {
+                before = r.monitor.as_mut().and_then(|m| m.before.take());
+                if let Some(d) = &mut r.dropped {
+                    (d.packets, d.octets) = (0, 0);
+                }
+            }
+        }
+        let mut r = self.report(now, seid, trigger);
+        if let Some(mut b) = before {
+            (b.seid, b.trigger) = (seid, trigger);
+            b.usage_information = UsageInformation::BEF;
+            r.usage_information = UsageInformation::AFT;
+            out.push(b);
+        }
+        out.push(r);
+        out
+    }
+
+    /// The usage since the last report (or the Monitoring Time), restarting the measurement.
+    fn report(&mut self, now: Instant, seid: Seid, trigger: UsageTrigger) -> UsageReport {
         let duration = match &mut self.activity {
             Some(a) => {
                 a.credit(now);
@@ -330,6 +597,7 @@ impl UrrState {
             duration,
             first_packet: self.first_packet,
             last_packet: self.last_packet,
+            usage_information: UsageInformation::empty(),
         };
         self.volume = Volume::default();
         self.start = now;
@@ -351,12 +619,37 @@ impl UrrState {
         }
     }
 
+    /// The measured time at `now` (§5.2.2.2.1): since the last report, and since the time
+    /// quota's grant. Usage time under an Inactivity Detection Time, else the wall clock.
+    fn measured(&self, now: Instant) -> (Duration, Duration) {
+        match &self.activity {
+            Some(a) => a.at(now),
+            None => (
+                now.saturating_duration_since(self.start),
+                now.saturating_duration_since(self.quota_since),
+            ),
+        }
+    }
+
+    /// When `limit` of measured time (the part `which` of [`UrrState::measured`]) is
+    /// reached at the earliest: exactly on the wall clock; under an Inactivity Detection
+    /// Time, if traffic went on from `now` without a gap (usage time grows no faster than
+    /// that), and the timer looks again then: a packet cannot set a timer.
+    fn reached_at(
+        &self,
+        now: Instant,
+        limit: Duration,
+        which: fn((Duration, Duration)) -> Duration,
+    ) -> Instant {
+        now + limit.saturating_sub(which(self.measured(now)))
+    }
+
     /// The next instant a time-based trigger may fire.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub fn deadline(&self, now: Instant) -> Option<Instant> {
         let time_quota = self
             .time_quota
             .filter(|_| !self.exhausted && self.triggers.contains(ReportingTriggers::TIMQU))
-            .map(|q| self.quota_since + q);
+            .map(|q| self.reached_at(now, q, |m| m.1));
         if self.done() {
             // Out of reports: only the time quota still runs out (unreported).
             return time_quota;
@@ -370,7 +663,7 @@ impl UrrState {
         }
         if self.triggers.contains(ReportingTriggers::TIMTH) {
             if let Some(t) = self.time_threshold {
-                at(self.start + t);
+                at(self.reached_at(now, t, |m| m.0));
             }
         }
         if let Some(q) = time_quota {
@@ -381,6 +674,9 @@ impl UrrState {
         }
         if let Some(v) = self.validity.filter(|_| !self.validity_reported) {
             at(self.quota_since + v);
+        }
+        if let Some(m) = self.monitor().filter(|m| !m.passed) {
+            at(m.at);
         }
         if let Some(a) = self.activity.as_ref().filter(|a| a.stopt_armed) {
             if let Some(p) = a.prev {
@@ -401,10 +697,13 @@ impl UrrState {
 
     /// The time-based trigger due at `now`, if any (the caller then reports).
     pub fn due(&mut self, now: Instant) -> Option<UsageTrigger> {
+        if self.rare.is_some() {
+            self.monitored(now);
+        }
         let t = self.triggers;
         if !self.exhausted && t.contains(ReportingTriggers::TIMQU) {
             if let Some(q) = self.time_quota {
-                if now >= self.quota_since + q {
+                if self.measured(now).1 >= q {
                     self.exhausted = true;
                     return (!self.done()).then_some(UsageTrigger::TIMQU);
                 }
@@ -419,7 +718,9 @@ impl UrrState {
             return Some(UsageTrigger::PERIO);
         }
         if t.contains(ReportingTriggers::TIMTH)
-            && self.time_threshold.is_some_and(|p| now >= self.start + p)
+            && self
+                .time_threshold
+                .is_some_and(|p| self.measured(now).0 >= p)
         {
             return Some(UsageTrigger::TIMTH);
         }
@@ -447,6 +748,25 @@ impl UrrState {
     }
 }
 
+/// A downlink packet of `octets` dropped while buffering, for the URRs `which` (indices in
+/// `urrs`): each whose Dropped DL Traffic Threshold that reaches reports DROTH.
+pub(crate) fn dropped_dl(
+    urrs: &mut [UrrState],
+    which: &[usize],
+    octets: u64,
+    now: Instant,
+    seid: Seid,
+    events: &mut VecDeque<DatapathEvent>,
+) {
+    let fired: Fired = which
+        .iter()
+        .filter_map(|&i| Some((i, urrs.get_mut(i)?.dropped_dl(octets)?)))
+        .collect();
+    if !fired.is_empty() {
+        report_fired(urrs, &fired, now, seid, events);
+    }
+}
+
 /// The URRs that fired on one packet or timer round, as (index in the session's URRs,
 /// trigger): few, kept inline.
 pub(crate) type Fired = SmallVec<[(usize, UsageTrigger); 2]>;
@@ -467,7 +787,11 @@ pub(crate) fn report_fired(
         if let Some(u) = urrs.get_mut(i).filter(|u| !u.done()) {
             reported.push(u.id);
             u.reported();
-            events.push_back(DatapathEvent::Usage(u.report(now, seid, t)));
+            events.extend(
+                u.reports(now, seid, t)
+                    .into_iter()
+                    .map(DatapathEvent::Usage),
+            );
         }
     }
     if urrs.iter().all(|u| u.liusa.is_empty()) {
@@ -480,8 +804,8 @@ pub(crate) fn report_fired(
             if u.liusa.contains(&from) && !reported.contains(&u.id) && !u.done() {
                 reported.push(u.id);
                 u.reported();
-                let r = u.report(now, seid, UsageTrigger::LIUSA);
-                events.push_back(DatapathEvent::Usage(r));
+                let r = u.reports(now, seid, UsageTrigger::LIUSA);
+                events.extend(r.into_iter().map(DatapathEvent::Usage));
             }
         }
     }
@@ -554,21 +878,21 @@ mod tests {
         u.triggers = ReportingTriggers::VOLQU | ReportingTriggers::QUHTI;
         u.quota_holding_time_s = Some(10);
         let mut s = UrrState::new(t0, &u);
-        assert_eq!(s.deadline(), Some(t0 + s10), "from the grant");
+        assert_eq!(s.deadline(t0), Some(t0 + s10), "from the grant");
         let t1 = t0 + Duration::from_secs(4);
         s.count(t1, 100, true);
-        assert_eq!(s.deadline(), Some(t1 + s10), "from the last packet");
+        assert_eq!(s.deadline(t1), Some(t1 + s10), "from the last packet");
         assert_eq!(s.due(t1 + Duration::from_secs(9)), None);
         assert_eq!(s.due(t1 + s10), Some(UsageTrigger::QUHTI));
-        assert_eq!(s.deadline(), None, "once, until traffic comes back");
+        assert_eq!(s.deadline(t1 + s10), None, "once, until traffic comes back");
         assert_eq!(s.due(t1 + 3 * s10), None);
         let t2 = t1 + 4 * s10;
         s.count(t2, 100, false);
-        assert_eq!(s.deadline(), Some(t2 + s10));
+        assert_eq!(s.deadline(t2), Some(t2 + s10));
         // Without QUHTI the holding time has nothing to report.
         u.triggers = ReportingTriggers::VOLQU;
         s.update(t2, &u);
-        assert_eq!(s.deadline(), None);
+        assert_eq!(s.deadline(t2), None);
     }
 
     #[test]
@@ -579,18 +903,18 @@ mod tests {
         u.extra_mut().quota_validity_time_s = Some(60);
         let mut s = UrrState::new(t0, &u);
         let end = t0 + Duration::from_secs(60);
-        assert_eq!(s.deadline(), Some(end));
+        assert_eq!(s.deadline(t0), Some(end));
         s.count(t0 + Duration::from_secs(30), 100, true);
-        assert_eq!(s.deadline(), Some(end), "traffic does not move it");
+        assert_eq!(s.deadline(t0), Some(end), "traffic does not move it");
         assert_eq!(s.due(end), Some(UsageTrigger::QUVTI));
-        assert_eq!(s.deadline(), None);
+        assert_eq!(s.deadline(end), None);
         // A new grant (another quota) runs a new validity time.
         u.volume_quota = Some(VolumeLimit {
             total: Some(9000),
             ..Default::default()
         });
         s.update(end, &u);
-        assert_eq!(s.deadline(), Some(end + Duration::from_secs(60)));
+        assert_eq!(s.deadline(end), Some(end + Duration::from_secs(60)));
     }
 
     #[test]
@@ -600,11 +924,11 @@ mod tests {
         u.triggers = ReportingTriggers::PERIO;
         u.measurement_period_s = Some(10);
         let mut s = UrrState::new(t0, &u);
-        assert_eq!(s.deadline(), Some(t0 + Duration::from_secs(10)));
+        assert_eq!(s.deadline(t0), Some(t0 + Duration::from_secs(10)));
         assert_eq!(s.due(t0 + Duration::from_secs(9)), None);
         let t = t0 + Duration::from_secs(10);
         assert_eq!(s.due(t), Some(UsageTrigger::PERIO));
         s.report(t, Seid(1), UsageTrigger::PERIO);
-        assert_eq!(s.deadline(), Some(t + Duration::from_secs(10)));
+        assert_eq!(s.deadline(t), Some(t + Duration::from_secs(10)));
     }
 }

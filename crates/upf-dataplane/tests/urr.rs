@@ -575,3 +575,344 @@ fn inactivity_detection_time_measures_usage_time_and_stop_of_traffic() {
     assert_eq!((volumes(u).0, secs(u)), ([100, 100, 0], Some(3)));
     assert_balanced(&mut r);
 }
+
+#[test]
+fn time_quota_counts_usage_time_under_an_inactivity_detection_time() {
+    // Time Quota 10 s, Inactivity Detection Time 5 s: time counts from each packet to the
+    // next, or 5 s when none comes sooner (§5.2.2.2.1), so the quota lasts 10 s of usage,
+    // not of wall clock.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::TIMQU, None);
+    urr.time_quota = Some(TimeQuota(10));
+    urr.inactivity_detection_time = Some(InactivityDetectionTime(5));
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    let secs = |u: &UsageReport| u.duration_measurement.map(|d| d.0);
+    // t = 0 and 2: 2 + 5 s of usage time; then silence to t = 20.
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    r.now += Duration::from_secs(2);
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    for t in 3..=20 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    // t = 20: traffic again; the quota's last 3 s are used up at t = 23.
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    for t in 21..=22 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::TIMQU,
+    );
+    assert_eq!((volumes(&u).0, secs(&u)), ([300, 200, 100], Some(10)));
+    // Used up: traffic is dropped.
+    assert!(r.send1(gpdu(teid, Some(9), &up(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    // A new grant of 6 s at t = 23: a packet (5 s), silence, a packet at t = 40 (1 s more).
+    let m = SessionModificationRequest {
+        update_urrs: [UpdateUrr {
+            urr_id: UrrId(1),
+            time_quota: Some(TimeQuota(6)),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    for t in 24..=40 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    let u = one_usage(
+        &r.advance(Duration::from_secs(1)),
+        UsageReportTrigger::TIMQU,
+    );
+    assert_eq!((volumes(&u).0, secs(&u)), ([200, 100, 100], Some(6)));
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock() {
+    // Time Threshold 10 s. Without an Inactivity Detection Time it is wall-clock time since
+    // the measurement started (the last report); with one of 5 s, usage time.
+    for idt in [None, Some(5)] {
+        let mut r = Rig::new();
+        let mut urr = smf::create_urr(1, ReportingTriggers::TIMTH, None);
+        urr.time_threshold = Some(TimeThreshold(10));
+        urr.inactivity_detection_time = idt.map(InactivityDetectionTime);
+        let (_, resp) = r.establish(with_urr(urr));
+        let teid = local_teid(&resp);
+        let secs = |u: &UsageReport| u.duration_measurement.map(|d| d.0);
+        // t = 0: a packet; then silence.
+        assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+        let mut got = Vec::new();
+        for t in 1..=40u64 {
+            for rep in r.advance(Duration::from_secs(1)) {
+                let u = &rep.usage_reports[0];
+                assert_eq!(u.usage_report_trigger, UsageReportTrigger::TIMTH);
+                got.push((t, volumes(u).0[0], secs(u)));
+            }
+            // t = 30, 32: packets.
+            if t == 30 || t == 32 {
+                assert_eq!(r.send1(n6(&down(100))).len(), 1);
+            }
+        }
+        let want = match idt {
+            // Every 10 s whatever the traffic.
+            None => vec![
+                (10, 100, Some(10)),
+                (20, 0, Some(10)),
+                (30, 0, Some(10)),
+                (40, 200, Some(10)),
+            ],
+            // 5 s after the first packet, then 2 + 3 s from t = 30; the 2 s after (to
+            // t = 37) are short of the next.
+            Some(_) => vec![(35, 300, Some(10))],
+        };
+        assert_eq!(got, want, "idt {idt:?}");
+        assert_balanced(&mut r);
+    }
+}
+
+/// NTP seconds of the rig's clock at `t` after its start (the agent's epoch is 3.9e9).
+fn ntp_at(t: u64) -> u32 {
+    3_900_000_000 + u32::try_from(t).unwrap()
+}
+
+/// (trigger, Usage Information, volumes, duration) of each usage report.
+type Seen = (
+    UsageReportTrigger,
+    Option<UsageInformation>,
+    [u64; 3],
+    Option<u32>,
+);
+
+fn seen(reports: &[UsageReport]) -> Vec<Seen> {
+    reports
+        .iter()
+        .map(|u| {
+            (
+                u.usage_report_trigger,
+                u.usage_information,
+                volumes(u).0,
+                u.duration_measurement.map(|d| d.0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn monitoring_time_splits_the_usage_and_subsequent_limits_take_over() {
+    // Volume Threshold 1000 and Volume Quota 3000 until the Monitoring Time (t = 10), then
+    // the Subsequent Volume Threshold 500 and Subsequent Volume Quota 800 (a grant from
+    // t = 10). Nothing is reported at t = 10; the next report carries the usage before it
+    // (BEF) and after it (AFT) as two Usage Reports in one message.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(
+        1,
+        ReportingTriggers::VOLTH | ReportingTriggers::VOLQU,
+        Some(1000),
+    );
+    urr.volume_quota = Some(Volume {
+        total: Some(3000),
+        uplink: None,
+        downlink: None,
+    });
+    urr.monitoring_time = Some(MonitoringTime(ntp_at(10)));
+    urr.subsequent_volume_threshold = Some(Volume {
+        total: Some(500),
+        uplink: None,
+        downlink: None,
+    });
+    urr.subsequent_volume_quota = Some(Volume {
+        total: Some(800),
+        uplink: None,
+        downlink: None,
+    });
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    r.now += Duration::from_secs(2);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(600))).len(), 1);
+    for t in 3..=11 {
+        assert!(r.advance(Duration::from_secs(1)).is_empty(), "t = {t}");
+    }
+    // t = 11: 1000 octets since the start, but 400 since the Monitoring Time.
+    assert_eq!(r.send1(n6(&down(400))).len(), 1);
+    assert!(r.reports().is_empty());
+    r.now += Duration::from_secs(3);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(200))).len(), 1);
+    let reps = r.reports();
+    assert_eq!(reps.len(), 1, "one message: {reps:?}");
+    let (bef, aft) = (Some(UsageInformation::BEF), Some(UsageInformation::AFT));
+    let volth = UsageReportTrigger::VOLTH;
+    assert_eq!(
+        seen(&reps[0].usage_reports),
+        [
+            (volth, bef, [600, 600, 0], Some(10)),
+            (volth, aft, [600, 200, 400], Some(4)),
+        ]
+    );
+    let u = &reps[0].usage_reports;
+    assert_eq!(u[0].end_time.unwrap().0, ntp_at(10));
+    assert_eq!(u[1].start_time.unwrap().0, ntp_at(10));
+    // The subsequent quota: 600 used since t = 10, 200 more use it up.
+    assert_eq!(r.send1(n6(&down(200))).len(), 1);
+    let reps = r.reports();
+    assert_eq!(
+        seen(&[one_usage(&reps, UsageReportTrigger::VOLQU)]),
+        [(UsageReportTrigger::VOLQU, None, [200, 0, 200], Some(0))]
+    );
+    assert!(r.send1(n6(&down(100))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    // A new Volume Quota from the SMF is a new grant: it takes over from the subsequent one.
+    let m = SessionModificationRequest {
+        update_urrs: [UpdateUrr {
+            urr_id: UrrId(1),
+            volume_quota: Some(Volume {
+                total: Some(5000),
+                uplink: None,
+                downlink: None,
+            }),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.send1(n6(&down(100))).len(), 1);
+    assert_eq!(r.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion() {
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::empty(), None);
+    urr.monitoring_time = Some(MonitoringTime(ntp_at(5)));
+    let (seid, resp) = r.establish(with_urr(urr));
+    let teid = local_teid(&resp);
+    assert_eq!(r.send1(gpdu(teid, Some(9), &up(100))).len(), 1);
+    // A packet past the Monitoring Time counts after it even before the timer runs.
+    r.now += Duration::from_secs(6);
+    assert_eq!(r.send1(n6(&down(300))).len(), 1);
+    let m = SessionModificationRequest {
+        query_urrs: [QueryUrr { urr_id: UrrId(1) }].into_iter().collect(),
+        ..Default::default()
+    };
+    let resp = r.modify(seid, m);
+    let immer = UsageReportTrigger::IMMER;
+    assert_eq!(
+        seen(&resp.usage_reports),
+        [
+            (immer, Some(UsageInformation::BEF), [100, 100, 0], Some(5)),
+            (immer, Some(UsageInformation::AFT), [300, 0, 300], Some(1)),
+        ]
+    );
+    // Once: the deletion reports as ever.
+    r.now += Duration::from_secs(2);
+    assert_eq!(r.send1(n6(&down(200))).len(), 1);
+    let del = r.delete(seid);
+    assert_eq!(
+        seen(&del.usage_reports),
+        [(UsageReportTrigger::TERMR, None, [200, 0, 200], Some(2))]
+    );
+    assert_balanced(&mut r);
+}
+
+#[test]
+fn dropped_dl_traffic_threshold_reports_droth() {
+    // The downlink FAR buffers, at most 2 packets (BAR). URR 1 has a Dropped DL Traffic
+    // Threshold of 3 packets, or of 600 octets: packets that find the buffer full, and the
+    // buffered ones discarded when the FAR is set to drop, count; the third reports DROTH,
+    // once per threshold reached (the count restarts with the report).
+    let limits = [(Some(3), None), (None, Some(600))];
+    for (packets, bytes) in limits {
+        let mut r = Rig::new();
+        let mut urr = smf::create_urr(1, ReportingTriggers::DROTH, None);
+        urr.dropped_dl_traffic_threshold = Some(DroppedDlTrafficThreshold {
+            downlink_packets: packets,
+            downlink_bytes: bytes,
+        });
+        let mut req = with_far(with_urr(urr), 2, |f| {
+            f.apply_action = ApplyAction::BUFF;
+            f.forwarding_parameters = None;
+            f.bar_id = Some(BarId(1));
+        });
+        req.create_bar = Some(CreateBar {
+            bar_id: BarId(1),
+            downlink_data_notification_delay: None,
+            suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(2)),
+        });
+        let (seid, resp) = r.establish(req);
+        let teid = local_teid(&resp);
+        // Uplink traffic is not dropped; two buffered, two dropped for a full buffer.
+        assert_eq!(r.send1(gpdu(teid, Some(9), &up(300))).len(), 1);
+        assert!(r.send((0..4).map(|_| n6(&down(200))).collect()).is_empty());
+        assert_eq!(r.dp().counters().dropped(DropReason::BufferFull), 2);
+        assert!(r.reports().is_empty(), "{packets:?} {bytes:?}");
+        // The FAR set to drop discards the two buffered: the first is the third dropped.
+        let m = SessionModificationRequest {
+            update_fars: [set_action(2, ApplyAction::DROP)].into_iter().collect(),
+            ..Default::default()
+        };
+        assert_eq!(r.modify(seid, m).cause, Cause::REQUEST_ACCEPTED);
+        assert_eq!(r.dp().counters().dropped(DropReason::BufferDiscarded), 2);
+        assert!(r.send(vec![]).is_empty());
+        let u = one_usage(&r.reports(), UsageReportTrigger::DROTH);
+        assert_eq!(volumes(&u).0, [300, 300, 0], "{packets:?} {bytes:?}");
+        // Dropped by the FAR, not while buffering: not counted.
+        assert!(r.send((0..4).map(|_| n6(&down(200))).collect()).is_empty());
+        assert!(r.reports().is_empty(), "{packets:?} {bytes:?}");
+        assert_balanced(&mut r);
+    }
+}
+
+#[test]
+fn mbqe_measures_before_qos_enforcement() {
+    // QER 1: 12 kbit/s over 1 s both ways (room for two 750-octet packets), the downlink
+    // gate closed. URR 1 measures before QoS enforcement (MBQE) with a 2000-octet
+    // threshold; URR 2 after it (the default): only URR 1 counts what the QER drops.
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    let mut q = smf::create_qer(1, Some((12, 12)), Some(9));
+    q.averaging_window = Some(AveragingWindow(1000));
+    q.gate_status = GateStatus {
+        uplink: Gate::Open,
+        downlink: Gate::Closed,
+    };
+    req.create_qers = [q].into_iter().collect();
+    let mut u1 = smf::create_urr(1, ReportingTriggers::VOLTH, Some(2000));
+    u1.measurement_information = Some(MeasurementInformation::MBQE);
+    let u2 = smf::create_urr(2, ReportingTriggers::empty(), None);
+    req.create_urrs = [u1, u2].into_iter().collect();
+    for p in req.create_pdrs.iter_mut() {
+        p.urr_ids = [UrrId(1), UrrId(2)].into_iter().collect();
+    }
+    let (seid, resp) = r.establish(req);
+    let teid = local_teid(&resp);
+    let out = r.send((0..3).map(|_| gpdu(teid, Some(9), &up(750))).collect());
+    assert_eq!(out.len(), 2);
+    assert_eq!(r.dp().counters().dropped(DropReason::MbrExceeded), 1);
+    // The dropped third packet reaches URR 1's threshold.
+    let u = one_usage(&r.reports(), UsageReportTrigger::VOLTH);
+    assert_eq!(volumes(&u), ([2250, 2250, 0], [3, 3, 0]));
+    assert!(r.send1(n6(&down(300))).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::GateClosed), 1);
+    let del = r.delete(seid);
+    let got: Vec<_> = del
+        .usage_reports
+        .iter()
+        .map(|u| (u.urr_id.0, volumes(u)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, ([300, 0, 300], [1, 0, 1])),
+            (2, ([1500, 1500, 0], [2, 2, 0])),
+        ]
+    );
+    assert_balanced(&mut r);
+}

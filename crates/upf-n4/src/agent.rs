@@ -306,6 +306,19 @@ impl<D: Datapath> Agent<D> {
         self.assocs.iter().map(|(n, a)| (n, a.addr))
     }
 
+    /// The instant of NTP seconds `ntp`: within 68 years of our epoch either way (the
+    /// inverse of [`Agent::ntp`]); one too early for an Instant is the earliest we know.
+    pub(crate) fn instant(&self, ntp: u32) -> Instant {
+        let (i0, n0) = self.epoch;
+        let d = i64::from(ntp.wrapping_sub(n0).cast_signed());
+        let secs = std::time::Duration::from_secs(d.unsigned_abs());
+        if d >= 0 {
+            i0 + secs
+        } else {
+            i0.checked_sub(secs).unwrap_or(i0)
+        }
+    }
+
     /// NTP seconds at `t`.
     pub(crate) fn ntp(&self, t: Instant) -> u32 {
         let (i0, n0) = self.epoch;

@@ -5,6 +5,7 @@
 use crate::reject::Reject;
 use crate::support;
 use compact_str::CompactString;
+use std::time::Instant;
 use upf_pfcp::ie as p;
 use upf_pfcp::Cause;
 use upf_rules as r;
@@ -22,6 +23,7 @@ pub(crate) const IE_FAR_ID: u16 = 108;
 pub(crate) const IE_REDIRECT_INFORMATION: u16 = 38;
 pub(crate) const IE_FRAMED_ROUTE: u16 = 153;
 pub(crate) const IE_FRAMED_IPV6_ROUTE: u16 = 155;
+pub(crate) const IE_REPORTING_TRIGGERS: u16 = 37;
 
 /// What a PDI asks the UP function to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -589,18 +591,23 @@ macro_rules! urr_fields {
     }};
 }
 
-/// Create URR → URR.
-pub fn urr(c: &p::CreateUrr) -> Result<r::Urr, Reject> {
+/// Create URR → URR; `instant` places NTP times (Monitoring Time) on our clock.
+pub fn urr(c: &p::CreateUrr, instant: impl Fn(u32) -> Instant) -> Result<r::Urr, Reject> {
     let mut u = r::Urr::new(r::UrrId(c.urr_id.0));
     support::create_urr(c).map_err(|e| e.on_rule(RuleRef::Urr(u.id)))?;
     u.method = r::MeasurementMethod::from_bits_retain(c.measurement_method.bits());
     u.triggers = r::ReportingTriggers::from_bits_retain(c.reporting_triggers.bits());
-    apply_urr_fields(&mut u, &urr_fields!(c));
+    apply_urr_fields(&mut u, &urr_fields!(c), instant);
+    stop_of_traffic(&u)?;
     Ok(u)
 }
 
 /// Applies an Update URR (§7.5.4.4): present IEs replace, absent ones stay.
-pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) -> Result<(), Reject> {
+pub fn update_urr(
+    u: &mut r::Urr,
+    c: &p::UpdateUrr,
+    instant: impl Fn(u32) -> Instant,
+) -> Result<(), Reject> {
     support::update_urr(c).map_err(|e| e.on_rule(RuleRef::Urr(u.id)))?;
     if let Some(m) = c.measurement_method {
         u.method = r::MeasurementMethod::from_bits_retain(m.bits());
@@ -608,7 +615,24 @@ pub fn update_urr(u: &mut r::Urr, c: &p::UpdateUrr) -> Result<(), Reject> {
     if let Some(t) = c.reporting_triggers {
         u.triggers = r::ReportingTriggers::from_bits_retain(t.bits());
     }
-    apply_urr_fields(u, &urr_fields!(c));
+    apply_urr_fields(u, &urr_fields!(c), instant);
+    stop_of_traffic(u)
+}
+
+/// STOPT needs an Inactivity Detection Time: that much silence after traffic is what the
+/// UPF takes for a stop of traffic. Without one nothing says when traffic has stopped (no
+/// application detection either, §5.2.2.3.1), so STOPT would never fire: the URR is refused
+/// (on the URR as it stands after an Update URR).
+fn stop_of_traffic(u: &r::Urr) -> Result<(), Reject> {
+    let idt = u.inactivity_detection_time_s.is_some_and(|s| s > 0);
+    if u.triggers.contains(r::ReportingTriggers::STOPT) && !idt {
+        return Err(Reject::new(
+            Cause::SERVICE_NOT_SUPPORTED,
+            "STOPT without an Inactivity Detection Time",
+        )
+        .ie(IE_REPORTING_TRIGGERS)
+        .on_rule(RuleRef::Urr(u.id)));
+    }
     Ok(())
 }
 
@@ -634,7 +658,7 @@ struct UrrFields {
     number_of_reports: Option<u16>,
 }
 
-fn apply_urr_fields(u: &mut r::Urr, f: &UrrFields) {
+fn apply_urr_fields(u: &mut r::Urr, f: &UrrFields, instant: impl Fn(u32) -> Instant) {
     fn set<T: Copy>(slot: &mut Option<T>, v: Option<T>) {
         if v.is_some() {
             *slot = v;
@@ -672,7 +696,7 @@ fn apply_urr_fields(u: &mut r::Urr, f: &UrrFields) {
         &mut x.dropped_dl_threshold,
         f.dropped_dl.map(|d| (d.downlink_packets, d.downlink_bytes)),
     );
-    set(&mut x.monitoring_time, f.monitoring_time);
+    set(&mut x.monitoring_time, f.monitoring_time.map(instant));
     set(
         &mut x.subsequent_volume_threshold,
         f.subsequent_volume_threshold.map(volume),

@@ -58,6 +58,8 @@ impl<D: Datapath> Agent<D> {
             }),
             time_of_first_packet: u.first_packet.map(|t| TimeOfFirstPacket(self.ntp(t))),
             time_of_last_packet: u.last_packet.map(|t| TimeOfLastPacket(self.ntp(t))),
+            usage_information: (!u.usage_information.is_empty())
+                .then(|| UsageInformation::from_bits_retain(u.usage_information.bits())),
             query_urr_reference: query_ref,
             ..Default::default()
         }
@@ -68,13 +70,16 @@ impl<D: Datapath> Agent<D> {
         let mut next = self.dp.poll_event();
         while let Some(e) = next {
             next = self.dp.poll_event();
-            // The LIUSA reports that follow a URR's report (§5.2.2.4) go in its message.
+            // The LIUSA reports that follow a URR's report (§5.2.2.4) go in its message, as
+            // does the usage after a Monitoring Time that follows the usage before it.
             let mut linked = Vec::new();
             if let DatapathEvent::Usage(u) = &e {
-                let seid = u.seid;
+                let (seid, urr) = (u.seid, u.urr);
+                let after = upf_rules::UsageInformation::AFT;
                 while let Some(DatapathEvent::Usage(l)) = next.take_if(|n| {
                     matches!(n, DatapathEvent::Usage(l)
-                        if l.seid == seid && l.trigger == UsageTrigger::LIUSA)
+                        if l.seid == seid && (l.trigger == UsageTrigger::LIUSA
+                            || l.urr == urr && l.usage_information == after))
                 }) {
                     linked.push(l);
                     next = self.dp.poll_event();

@@ -345,7 +345,8 @@ impl<D: Datapath> Agent<D> {
             s.insert_qer(convert::qer(q)?).map_err(rule_error)?;
         }
         for u in urrs {
-            s.insert_urr(convert::urr(u)?).map_err(rule_error)?;
+            let urr = convert::urr(u, |n| self.instant(n))?;
+            s.insert_urr(urr).map_err(rule_error)?;
         }
         if let Some(b) = bar {
             if s.bar.is_some() {
@@ -751,7 +752,7 @@ impl<D: Datapath> Agent<D> {
             let x = s.urr_mut(id).ok_or_else(|| {
                 Reject::rule(RuleRef::Urr(id), 13, "Update URR for an unknown URR")
             })?;
-            convert::update_urr(x, u)?;
+            convert::update_urr(x, u, |n| self.instant(n))?;
         }
         if let Some(u) = &m.update_bar {
             match s.bar.as_mut().filter(|b| b.id.0 == u.bar_id.0) {

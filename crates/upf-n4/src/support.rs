@@ -262,21 +262,21 @@ pub static IES: &[IeRule] = &{
         ie(CreateUrr, 64, Enforced("crates/upf-dataplane/tests/urr.rs::periodic_reports_every_measurement_period")),
         ie(CreateUrr, 31, Enforced("crates/upf-dataplane/tests/urr.rs::volume_threshold_reports_each_time_it_is_reached")),
         ie(CreateUrr, 73, Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
-        ie(CreateUrr, 32, Pending("the time threshold runs on the wall clock, not usage time (issue #26 §2)")),
-        ie(CreateUrr, 74, Pending("the time quota runs on the wall clock, not usage time (issue #26 §2)")),
+        ie(CreateUrr, 32, Enforced("crates/upf-dataplane/tests/urr.rs::time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock")),
+        ie(CreateUrr, 74, Enforced("crates/upf-dataplane/tests/urr.rs::time_quota_counts_usage_time_under_an_inactivity_detection_time")),
         ie(CreateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
-        ie(CreateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 72, Enforced("crates/upf-dataplane/tests/urr.rs::dropped_dl_traffic_threshold_reports_droth")),
 
         ie(CreateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
-        ie(CreateUrr, 33, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 33, Enforced("crates/upf-dataplane/tests/urr.rs::usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion")),
 
-        ie(CreateUrr, 34, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 34, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(CreateUrr, 35, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 35, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(CreateUrr, 121, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 121, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(CreateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(CreateUrr, 122, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
         ie(CreateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
@@ -293,21 +293,21 @@ pub static IES: &[IeRule] = &{
         ie(UpdateUrr, 64, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateUrr, 31, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateUrr, 73, Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
-        ie(UpdateUrr, 32, Pending("the time threshold runs on the wall clock, not usage time (issue #26 §2)")),
-        ie(UpdateUrr, 74, Pending("the time quota runs on the wall clock, not usage time (issue #26 §2)")),
+        ie(UpdateUrr, 32, Enforced("crates/upf-dataplane/tests/urr.rs::time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock")),
+        ie(UpdateUrr, 74, Enforced("crates/upf-dataplane/tests/urr.rs::time_quota_counts_usage_time_under_an_inactivity_detection_time")),
         ie(UpdateUrr, 71, Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
-        ie(UpdateUrr, 72, Refused(NOT_SUPPORTED, "dropped DL traffic threshold is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 72, Enforced("crates/upf-dataplane/tests/urr.rs::dropped_dl_traffic_threshold_reports_droth")),
 
         ie(UpdateUrr, 181, Enforced("crates/upf-dataplane/src/usage.rs::quota_validity_time_reports_the_grant_expired_once")),
-        ie(UpdateUrr, 33, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 33, Enforced("crates/upf-dataplane/tests/urr.rs::usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion")),
 
-        ie(UpdateUrr, 34, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 34, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(UpdateUrr, 35, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 35, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(UpdateUrr, 121, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 121, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
-        ie(UpdateUrr, 122, Refused(NOT_SUPPORTED, "monitoring time is not implemented yet (issue #26 §2)")),
+        ie(UpdateUrr, 122, Enforced("crates/upf-dataplane/tests/urr.rs::monitoring_time_splits_the_usage_and_subsequent_limits_take_over")),
 
         ie(UpdateUrr, 36, Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
 
@@ -358,14 +358,14 @@ pub static FLAGS: &[FlagRule] = &{
         flag(ApplyAction, "MBSU", Refused(NOT_SUPPORTED, "no MBS sessions")),
         flag(ReportingTriggers, "PERIO", Enforced("crates/upf-dataplane/tests/urr.rs::periodic_reports_every_measurement_period")),
         flag(ReportingTriggers, "VOLTH", Enforced("crates/upf-dataplane/tests/urr.rs::volume_threshold_reports_each_time_it_is_reached")),
-        flag(ReportingTriggers, "TIMTH", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
+        flag(ReportingTriggers, "TIMTH", Enforced("crates/upf-dataplane/tests/urr.rs::time_threshold_counts_usage_time_with_an_inactivity_detection_time_else_the_wall_clock")),
         flag(ReportingTriggers, "QUHTI", Enforced("crates/upf-dataplane/src/usage.rs::quota_holding_time_reports_idleness_once")),
         flag(ReportingTriggers, "START", Enforced("crates/upf-dataplane/tests/urr.rs::start_of_traffic_and_a_quota_reached_by_the_same_packet_are_both_reported")),
         flag(ReportingTriggers, "STOPT", Enforced("crates/upf-dataplane/tests/urr.rs::inactivity_detection_time_measures_usage_time_and_stop_of_traffic")),
-        flag(ReportingTriggers, "DROTH", Refused(NOT_SUPPORTED, LATER)),
+        flag(ReportingTriggers, "DROTH", Enforced("crates/upf-dataplane/tests/urr.rs::dropped_dl_traffic_threshold_reports_droth")),
         flag(ReportingTriggers, "LIUSA", Enforced("crates/upf-dataplane/tests/urr.rs::linked_urrs_with_liusa_report_in_the_same_message")),
         flag(ReportingTriggers, "VOLQU", Enforced("crates/upf-dataplane/tests/urr.rs::volume_quota_reports_then_drops_until_a_new_grant")),
-        flag(ReportingTriggers, "TIMQU", Pending("runs on the wall clock, not usage time (issue #26 §2)")),
+        flag(ReportingTriggers, "TIMQU", Enforced("crates/upf-dataplane/tests/urr.rs::time_quota_counts_usage_time_under_an_inactivity_detection_time")),
         flag(ReportingTriggers, "ENVCL", Refused(NOT_SUPPORTED, "no envelope reporting")),
         flag(ReportingTriggers, "MACAR", Refused(NOT_SUPPORTED, "no Ethernet PDU sessions")),
         flag(ReportingTriggers, "EVETH", Refused(NOT_SUPPORTED, "no event measurement")),
@@ -377,7 +377,7 @@ pub static FLAGS: &[FlagRule] = &{
         flag(MeasurementMethod, "DURAT", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         flag(MeasurementMethod, "VOLUM", Enforced("crates/upf-n4/tests/support.rs::measurement_method_decides_what_is_reported")),
         flag(MeasurementMethod, "EVENT", Refused(NOT_SUPPORTED, "no event measurement")),
-        flag(MeasurementInformation, "MBQE", Refused(NOT_SUPPORTED, LATER)),
+        flag(MeasurementInformation, "MBQE", Enforced("crates/upf-dataplane/tests/urr.rs::mbqe_measures_before_qos_enforcement")),
         flag(MeasurementInformation, "INAM", Refused(NOT_SUPPORTED, LATER)),
         flag(MeasurementInformation, "RADI", Refused(NOT_SUPPORTED, "no application detection")),
         flag(MeasurementInformation, "ISTM", Refused(NOT_SUPPORTED, LATER)),

@@ -556,6 +556,7 @@ fn session_reports_from_datapath_events() {
         duration: Duration::ZERO,
         first_packet: None,
         last_packet: None,
+        usage_information: Default::default(),
     };
     s.agent.datapath_mut().push_event(DatapathEvent::Usage(r));
     let out = s.advance(Duration::from_millis(1));

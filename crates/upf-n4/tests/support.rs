@@ -275,8 +275,13 @@ fn with_flag(r: &mut SessionEstablishmentRequest, ie: FlagIe, bits: u32) {
             *a = ApplyAction::from_bits_retain(a.bits() | u16::try_from(bits).unwrap());
         }
         FlagIe::ReportingTriggers => {
-            let t = &mut r.create_urrs[0].reporting_triggers;
+            let u = &mut r.create_urrs[0];
+            let t = &mut u.reporting_triggers;
             *t = ReportingTriggers::from_bits_retain(t.bits() | bits);
+            // What STOPT needs (stop_of_traffic_needs_an_inactivity_detection_time).
+            if t.contains(ReportingTriggers::STOPT) {
+                u.inactivity_detection_time = Some(InactivityDetectionTime(5));
+            }
         }
         FlagIe::MeasurementMethod => {
             let m = &mut r.create_urrs[0].measurement_method;
@@ -638,4 +643,45 @@ fn packet_rates_with_additional_rates_for_exception_reports_are_refused() {
     let resp = s.modify(seid, m);
     assert_eq!((resp.cause, resp.offending_ie), refused);
     assert_eq!(installed(&s, seid), before);
+}
+
+#[test]
+fn stop_of_traffic_needs_an_inactivity_detection_time() {
+    // STOPT without an Inactivity Detection Time (or with 0) is refused: nothing would say
+    // when traffic stops. With one it is accepted, and an Update URR is judged on the URR
+    // it leaves.
+    let refused = (Cause::SERVICE_NOT_SUPPORTED, Some(OffendingIe(37)));
+    let mut s = Smf::associated();
+    for idt in [None, Some(0)] {
+        let mut req = establishment(&mut s);
+        let u = &mut req.create_urrs[0];
+        u.reporting_triggers |= ReportingTriggers::STOPT;
+        u.inactivity_detection_time = idt.map(InactivityDetectionTime);
+        let urr = u.urr_id;
+        let (_, resp) = s.establish_with(req);
+        assert_eq!((resp.cause, resp.offending_ie), refused, "{idt:?}");
+        assert_eq!(resp.failed_rule_id, Some(FailedRuleId::Urr(urr)));
+        assert_eq!(s.agent.session_count(), 0);
+    }
+    let seid = s.establish_ok();
+    let urr = establishment(&mut s).create_urrs[0].urr_id;
+    let before = installed(&s, seid);
+    let update = |triggers: Option<ReportingTriggers>, idt: Option<u32>| {
+        let mut m = smf::modification();
+        m.update_urrs.push(UpdateUrr {
+            urr_id: urr,
+            reporting_triggers: triggers,
+            inactivity_detection_time: idt.map(InactivityDetectionTime),
+            ..Default::default()
+        });
+        m
+    };
+    let resp = s.modify(seid, update(Some(ReportingTriggers::STOPT), None));
+    assert_eq!((resp.cause, resp.offending_ie), refused);
+    assert_eq!(installed(&s, seid), before, "unchanged");
+    let resp = s.modify(seid, update(Some(ReportingTriggers::STOPT), Some(5)));
+    assert_eq!(resp.cause, Cause::REQUEST_ACCEPTED, "{resp:?}");
+    // The IDT stays with the URR: STOPT may come again alone.
+    let resp = s.modify(seid, update(Some(ReportingTriggers::STOPT), None));
+    assert_eq!(resp.cause, Cause::REQUEST_ACCEPTED, "{resp:?}");
 }

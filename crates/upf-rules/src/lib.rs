@@ -32,6 +32,6 @@ pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};
 pub use shared::{Interner, Shared, SharedSlice};
 pub use urr::{
-    MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UrrExtra, UsageReport,
-    UsageTrigger, Volume, VolumeLimit,
+    MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UrrExtra, UsageInformation,
+    UsageReport, UsageTrigger, Volume, VolumeLimit,
 };

@@ -136,6 +136,7 @@ impl MemDatapath {
             duration: now.saturating_duration_since(m.since),
             first_packet: None,
             last_packet: None,
+            usage_information: Default::default(),
         }
     }
 }

@@ -78,6 +78,14 @@ flags!(
     }
 );
 
+flags!(
+    /// Usage Information (§8.2.59): which side of the Monitoring Time a report's usage lies.
+    UsageInformation(u8) {
+        BEF = 0x01,
+        AFT = 0x02,
+    }
+);
+
 /// A volume threshold or quota (§8.2.13 / §8.2.50), bytes; each part optional.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 pub struct VolumeLimit {
@@ -154,8 +162,10 @@ pub struct UrrExtra {
     pub quota_validity_time_s: Option<u32>,
     /// Dropped DL traffic threshold in packets / bytes (§8.2.49).
     pub dropped_dl_threshold: Option<(Option<u64>, Option<u64>)>,
-    /// Monitoring time (NTP seconds) and the thresholds/quotas that apply after it.
-    pub monitoring_time: Option<u32>,
+    /// Monitoring Time (§5.2.2.3.1; NTP seconds on the wire) and the thresholds/quotas
+    /// that apply after it.
+    #[serde(skip)]
+    pub monitoring_time: Option<Instant>,
     pub subsequent_volume_threshold: Option<VolumeLimit>,
     pub subsequent_volume_quota: Option<VolumeLimit>,
     pub subsequent_time_threshold_s: Option<u32>,
@@ -216,6 +226,8 @@ pub struct UsageReport {
     pub first_packet: Option<Instant>,
     #[serde(skip)]
     pub last_packet: Option<Instant>,
+    /// BEF / AFT: the usage before / after a Monitoring Time, in the first report after it.
+    pub usage_information: UsageInformation,
 }
 
 #[cfg(test)]

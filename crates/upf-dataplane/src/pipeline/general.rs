@@ -119,6 +119,12 @@ impl Pipeline {
                 if far.buffer.len() >= far.max_buffered
                     || *buffered_bytes + p.len() > cfg.buffer_bytes
                 {
+                    if !pdr.from_ue {
+                        let urrs: SmallVec<[usize; 2]> =
+                            pdr.urrs.iter().map(|&u| usize::from(u)).collect();
+                        let octets = p.len() as u64;
+                        crate::usage::dropped_dl(&mut s.urrs, &urrs, octets, now, s.seid, events);
+                    }
                     return drop_to(out, counters, p, DropReason::BufferFull);
                 }
                 counters.buffered += 1;
@@ -284,6 +290,26 @@ impl Rules for General<'_> {
             }
         }
     }
+    /// Out of line: drops only.
+    #[cold]
+    #[inline(never)]
+    fn qos_dropped(&mut self, octets: u64) {
+        let mut fired: Fired = SmallVec::new();
+        for &u in self.pdr_urrs {
+            let Some(c) = self.urrs.get_mut(usize::from(u)) else {
+                continue;
+            };
+            if c.before_qos() && !c.exhausted {
+                if let Some(t) = c.count(self.now, octets, self.uplink) {
+                    fired.push((usize::from(u), t));
+                }
+            }
+        }
+        if !fired.is_empty() {
+            report_fired(self.urrs, &fired, self.now, self.seid, self.events);
+        }
+    }
+
     #[inline(always)]
     fn marks(&self) -> Mark {
         let mut m = Mark {

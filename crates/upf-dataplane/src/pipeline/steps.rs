@@ -55,6 +55,10 @@ pub(super) trait Rules {
     /// Counts the packet in every URR of the PDR (a report, or the exact check, as each
     /// path has it).
     fn count(&mut self, octets: u64, uplink: bool);
+    /// The packet is dropped by a QER (gate, MBR, packet rate): counted in the URRs that
+    /// measure before QoS enforcement (MBQE). Only the general path has such URRs.
+    #[inline(always)]
+    fn qos_dropped(&mut self, _octets: u64) {}
     /// What the PDR's QERs mark: the first QFI, RQI if any sets it, the first PPI.
     fn marks(&self) -> Mark;
     /// The FAR's duplication targets.
@@ -119,10 +123,12 @@ pub(super) fn forward<R: Rules>(
     let bits = octets * 8;
     // Every gate before any MBR: a closed gate drops the packet whatever the rates.
     if r.gate_shut() {
+        r.qos_dropped(octets);
         return drop_to(k.out, k.counters, p, DropReason::GateClosed);
     }
     // Every bucket conforms, and no quota is exhausted, before any is charged.
     if !r.conforms(k.clock, bits) {
+        r.qos_dropped(octets);
         return drop_to(k.out, k.counters, p, DropReason::MbrExceeded);
     }
     if r.exhausted() {
@@ -131,6 +137,7 @@ pub(super) fn forward<R: Rules>(
     // The packet rates last, as they take the packet at once: a packet dropped for the
     // MBR or the quota counts against no packet rate, and one dropped here takes no MBR.
     if !r.take_packet(k.clock) {
+        r.qos_dropped(octets);
         return drop_to(k.out, k.counters, p, DropReason::PacketRateExceeded);
     }
     r.charge(bits, octets);
