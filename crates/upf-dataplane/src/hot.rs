@@ -26,7 +26,8 @@
 //!
 //! Sessions that do not fit the layout (more rules than the lines hold, more filters than a
 //! run holds, slow SDF filters, IPv6 UE prefixes, framed routes, buffering or duplicating
-//! FARs, IPv6 tunnels, PPI) are marked cold and take the general path over [`Compiled`].
+//! FARs, IPv6 tunnels, PPI, QERs drawing on buckets shared with other workers or sessions)
+//! are marked cold and take the general path over [`Compiled`].
 //!
 //! Where the state lives: the compiled session is the source of truth. While a session is
 //! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`]) and
@@ -954,9 +955,11 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
 impl Hot {
     /// The hot form of `s` (state copied from it), or `None`: the session is cold.
     pub fn build(s: &Compiled) -> Option<Built> {
-        // Quota FARs and usage time under an Inactivity Detection Time are the general
-        // path's (a hot record keeps only the first and last packet's times).
+        // Quota FARs, usage time under an Inactivity Detection Time (a hot record keeps
+        // only the first and last packet's times) and buckets shared with other workers
+        // or sessions are the general path's.
         if s.quota_fars
+            || s.qers.iter().any(|q| q.draws.is_some())
             || s.rules
                 .urrs
                 .iter()

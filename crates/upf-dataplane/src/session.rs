@@ -2,6 +2,7 @@
 //! plain IP by UE address) and sorted by precedence, each carrying the slots of its FAR, QERs
 //! and URRs; the FAR/QER/URR state (buffers, meters, counters) lives beside them.
 
+use crate::budgets::{Draws, SessionBudgets};
 use crate::fast::Template;
 use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
@@ -196,22 +197,36 @@ pub(crate) struct QerState {
     pub qfi: Option<u8>,
     pub rqi: bool,
     pub ppi: Option<u8>,
+    /// Buckets shared with other workers or sessions that it draws from: a session on
+    /// several workers polices its rates there instead of in its own buckets. Boxed: most
+    /// QERs have none.
+    pub draws: Option<Box<Draws>>,
 }
 
 impl QerState {
-    fn new(now: u64, q: &Qer, share: u32) -> Self {
+    fn new(now: u64, q: &Qer, env: &CompileEnv) -> Self {
         let window = q
             .averaging_window_ms
             .map_or(DEFAULT_WINDOW, |ms| Duration::from_millis(ms.into()));
+        let mut draws = Draws::default();
+        let shared = env.budgets.and_then(|b| b.qer(q.id));
+        let draw = |r: &Arc<upf_rules::budget::SharedRate>| {
+            upf_rules::budget::Draw::new(r.clone(), env.epoch)
+        };
+        if let Some(b) = shared {
+            for k in 0..2 {
+                draws.bits[k].extend(b.bits[k].as_ref().map(draw));
+                draws.packets[k] = b.packets[k].as_ref().map(draw);
+            }
+        }
         let bucket = |kbps: u64| {
-            (kbps > 0).then(|| TokenBucket::new(now, kbps * 1000 / u64::from(share), window))
+            (kbps > 0 && shared.is_none()).then(|| TokenBucket::new(now, kbps * 1000, window))
         };
-        let packets = |rate: Option<(u16, u32)>| {
-            rate.map(|(n, per_s)| PacketBucket::new(now, n, per_s, share))
-        };
+        let packets =
+            |rate: Option<(u16, u32)>| rate.map(|(n, per_s)| PacketBucket::new(now, n, per_s));
         let packet_rates = q
             .packet_rate
-            .filter(|r| r.uplink.is_some() || r.downlink.is_some())
+            .filter(|r| (r.uplink.is_some() || r.downlink.is_some()) && shared.is_none())
             .map(|r| {
                 Box::new(PacketRates {
                     ul: packets(r.uplink),
@@ -230,6 +245,9 @@ impl QerState {
             qfi: q.qfi.map(|q| q.0),
             rqi: q.rqi,
             ppi: q.ppi,
+            draws: (draws.bits.iter().any(|d| !d.is_empty())
+                || draws.packets.iter().any(Option::is_some))
+            .then(|| Box::new(draws)),
         }
     }
 
@@ -257,6 +275,9 @@ impl QerState {
     /// Keeps the buckets' fill level across a modification.
     fn carry(&mut self, old: &QerState) {
         self.gbr_bytes = old.gbr_bytes;
+        if let (Some(new), Some(old)) = (&mut self.draws, &old.draws) {
+            new.carry(old);
+        }
         if let (Some(new), Some(old)) = (&mut self.packet_rates, &old.packet_rates) {
             for (new, old) in [(&mut new.ul, &old.ul), (&mut new.dl, &old.dl)] {
                 if let (Some(n), Some(o)) = (new.as_mut(), old) {
@@ -316,12 +337,12 @@ pub(crate) struct CompileEnv<'a> {
     pub n3: &'a LocalAddrs,
     pub n9: &'a LocalAddrs,
     pub buffer_packets: usize,
-    /// Number of workers the session is spread over: its bit and packet rates are divided by
-    /// it.
-    pub share: u32,
+    /// The buckets shared with the other workers the session lives on, if several.
+    pub budgets: Option<&'a SessionBudgets>,
     pub outer_ttl: u8,
-    /// `now` on the pipeline's clock (nanoseconds since its epoch), for the meters.
+    /// `now` on the pipeline's clock (nanoseconds since `epoch`), for the meters.
     pub clock: u64,
+    pub epoch: Instant,
 }
 
 fn unsupported(what: &'static str) -> DatapathError {
@@ -365,7 +386,6 @@ impl Compiled {
             .iter()
             .map(|f| compile_far(f, env, buffer_packets))
             .collect::<Result<SmallVec<_>, _>>()?;
-        let share = env.share.max(1);
         Ok(Self {
             seid: s.seid,
             gtp_pdrs: gtp.into_iter().map(|(_, c)| c).collect(),
@@ -374,7 +394,7 @@ impl Compiled {
             qers: s
                 .qers
                 .iter()
-                .map(|q| QerState::new(env.clock, q, share))
+                .map(|q| QerState::new(env.clock, q, env))
                 .collect(),
             urrs: s
                 .urrs

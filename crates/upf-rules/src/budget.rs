@@ -82,15 +82,25 @@ impl SharedRate {
         )
     }
 
-    fn ticks(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos() << TICK_FRAC)
-            .unwrap_or(u64::MAX)
+    /// Nanoseconds from this bucket's clock's start to `epoch`, negative when `epoch` is
+    /// earlier: what a clock counting from `epoch` adds to be this bucket's.
+    pub fn offset(&self, epoch: Instant) -> i128 {
+        match epoch.checked_duration_since(self.epoch) {
+            Some(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+            None => -i128::try_from((self.epoch - epoch).as_nanos()).unwrap_or(i128::MAX),
+        }
     }
 
     /// Takes between `need` and `want` units if at least `need` fit now: as many as fit, at
     /// most `want`. Returns how many were taken (0: fewer than `need` fit, none taken).
     pub fn lease(&self, now: Instant, need: u64, want: u64) -> u64 {
-        let now = self.ticks(now);
+        let ns = now.saturating_duration_since(self.epoch).as_nanos();
+        self.lease_at(u64::try_from(ns).unwrap_or(u64::MAX), need, want)
+    }
+
+    /// [`SharedRate::lease`] at `now` nanoseconds since the bucket was made.
+    pub fn lease_at(&self, now: u64, need: u64, want: u64) -> u64 {
+        let now = now.saturating_mul(1 << TICK_FRAC);
         let (units, per) = (
             self.units.load(Ordering::Relaxed),
             self.per.load(Ordering::Relaxed),
@@ -144,27 +154,37 @@ fn cost(n: u64, units: u64, per: u64) -> u64 {
 pub struct Draw {
     pub shared: Arc<SharedRate>,
     credit: u64,
+    /// What the drawing worker's clock adds to be the shared bucket's.
+    offset: i128,
 }
 
 impl Draw {
-    pub fn new(shared: Arc<SharedRate>) -> Self {
-        Self { shared, credit: 0 }
+    /// A draw for a worker whose clock counts nanoseconds since `epoch`.
+    pub fn new(shared: Arc<SharedRate>, epoch: Instant) -> Self {
+        let offset = shared.offset(epoch);
+        Self {
+            shared,
+            credit: 0,
+            offset,
+        }
     }
 
-    /// Whether `n` units are at hand now, leasing what is missing (and a chunk more);
-    /// does not spend them.
+    /// Whether `n` units are at hand at `clock` (the worker's), leasing what is missing
+    /// (and a chunk more); does not spend them.
     #[inline]
-    pub fn conforms(&mut self, now: Instant, n: u64) -> bool {
+    pub fn conforms(&mut self, clock: u64, n: u64) -> bool {
         if self.credit >= n {
             return true;
         }
-        self.refill(now, n - self.credit)
+        self.refill(clock, n - self.credit)
     }
 
     #[cold]
-    fn refill(&mut self, now: Instant, need: u64) -> bool {
+    fn refill(&mut self, clock: u64, need: u64) -> bool {
         let want = need.saturating_add(self.shared.chunk());
-        self.credit += self.shared.lease(now, need, want);
+        let now = (i128::from(clock) + self.offset).clamp(0, u64::MAX.into());
+        let now = u64::try_from(now).unwrap_or(u64::MAX);
+        self.credit += self.shared.lease_at(now, need, want);
         self.credit >= need
     }
 
@@ -305,15 +325,23 @@ mod tests {
         // 10 Mbit/s, 20 ms deep; packets of 12,000 bits.
         let shared = Arc::new(SharedRate::new(t0, 10_000_000, S, 200_000));
         assert_eq!(shared.chunk(), 10_000);
-        let mut draws = [Draw::new(shared.clone()), Draw::new(shared)];
+        // The second worker's clock started 3 ms later.
+        let mut draws = [
+            Draw::new(shared.clone(), t0),
+            Draw::new(shared, t0 + Duration::from_millis(3)),
+        ];
         let mut sent = 0u64;
         // Offered 20 Mbit/s for 10 s (a packet each 0.6 ms), 9 packets of 10 to the first
         // worker.
         let gap = Duration::from_nanos(600_000);
         for k in 0..16_666u32 {
-            let now = t0 + gap * k;
-            let d = &mut draws[usize::from(k % 10 == 9)];
-            if d.conforms(now, 12_000) {
+            let now = u64::try_from((gap * k).as_nanos()).unwrap();
+            let (d, clock) = if k % 10 == 9 {
+                (&mut draws[1], now.saturating_sub(3_000_000))
+            } else {
+                (&mut draws[0], now)
+            };
+            if d.conforms(clock, 12_000) {
                 d.take(12_000);
                 sent += 12_000;
             }

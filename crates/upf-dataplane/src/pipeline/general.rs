@@ -237,6 +237,11 @@ impl Rules for General<'_> {
                     return false;
                 }
             }
+            if let Some(d) = q.draws.as_deref_mut() {
+                if !d.conforms(clock, self.uplink, bits) {
+                    return false;
+                }
+            }
         }
         true
     }
@@ -263,6 +268,9 @@ impl Rules for General<'_> {
             };
             if let Some(b) = q.mbr(self.uplink) {
                 b.take(bits);
+            }
+            if let Some(d) = q.draws.as_deref_mut() {
+                d.take(self.uplink, bits);
             }
             if q.gbr.is_some() {
                 q.gbr_bytes += octets;

@@ -164,15 +164,29 @@ pub(super) fn forward<R: Rules>(
 #[inline(never)]
 pub(super) fn take_packets(qers: &mut [QerState], which: &[u16], uplink: bool, clock: u64) -> bool {
     for &q in which {
-        if let Some(b) = qers.get_mut(usize::from(q)).and_then(|q| q.packets(uplink)) {
+        let Some(q) = qers.get_mut(usize::from(q)) else {
+            continue;
+        };
+        if let Some(b) = q.packets(uplink) {
             if !b.conforms(clock) {
+                return false;
+            }
+        }
+        if let Some(d) = q.draws.as_deref_mut().and_then(|d| d.packets(uplink)) {
+            if !d.conforms(clock, 1) {
                 return false;
             }
         }
     }
     for &q in which {
-        if let Some(b) = qers.get_mut(usize::from(q)).and_then(|q| q.packets(uplink)) {
+        let Some(q) = qers.get_mut(usize::from(q)) else {
+            continue;
+        };
+        if let Some(b) = q.packets(uplink) {
             b.take();
+        }
+        if let Some(d) = q.draws.as_deref_mut().and_then(|d| d.packets(uplink)) {
+            d.take(1);
         }
     }
     true

@@ -1,0 +1,152 @@
+//! A session on several workers (a spread UE, a session without a UE address): two
+//! pipelines hold it and draw its QERs' rates from buckets they share, so it gets its rates
+//! however its packets fall on them (issue #26 §7), measured over virtual time.
+
+mod common;
+use common::*;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+use upf_dataplane::budgets::SessionBudgets;
+use upf_dataplane::{DropReason, LocalAddrs, Output, Packet, Pipeline, PipelineConfig};
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::SessionEstablishmentRequest;
+use upf_rules::{InstallFlags, Seid, Session};
+use upf_smf as smf;
+
+const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 12);
+/// Inner packets of 1000 octets: 8000 bits each.
+const SIZE: usize = 1000;
+const STEP: Duration = Duration::from_millis(10);
+
+fn down() -> Vec<u8> {
+    udp4(DN, UE, 53, 4000, SIZE - 28, 0)
+}
+
+/// A second worker's pipeline, configured as the rig's.
+fn worker(r: &Rig) -> Pipeline {
+    let local = LocalAddrs {
+        v4: Some(UPF),
+        v6: Some(UPF6.parse().unwrap()),
+    };
+    Pipeline::new(
+        r.now,
+        PipelineConfig {
+            n3: local,
+            n9: local,
+            ..Default::default()
+        },
+    )
+}
+
+/// Establishes `req` through the rig's agent, then installs the session on the rig's
+/// pipeline and on a second one, both drawing on one set of shared buckets, as the
+/// workers do for a session on two of them.
+fn on_two_workers(r: &mut Rig, req: SessionEstablishmentRequest) -> (Pipeline, Arc<Session>) {
+    let (seid, _) = r.establish(req);
+    let s = r.dp().session(Seid(seid)).unwrap().clone();
+    let budgets = SessionBudgets::new(r.now, &s, None);
+    let now = r.now;
+    let flags = InstallFlags::default();
+    r.dp()
+        .install_shared(now, s.clone(), flags, Some(&budgets))
+        .unwrap();
+    let mut b = worker(r);
+    b.install_shared(now, s.clone(), flags, Some(&budgets))
+        .unwrap();
+    (b, s)
+}
+
+/// Runs `batches` batches `STEP` apart, `a` and `b` downlink packets to the two pipelines
+/// each; returns the packets forwarded from `from` on (both pipelines together).
+fn offer(
+    r: &mut Rig,
+    other: &mut Pipeline,
+    batches: u32,
+    from: Duration,
+    a: usize,
+    b: usize,
+) -> u64 {
+    let (t0, mut sent) = (r.now, 0u64);
+    let mut out = Output::default();
+    for _ in 0..batches {
+        let now = r.now;
+        let mut n = r.send((0..a).map(|_| n6(&down())).collect()).len();
+        let mut rx: Vec<Packet> = (0..b).map(|_| n6(&down())).collect();
+        other.process(now, &mut rx, &mut out);
+        n += out.tx.len();
+        out.tx.clear();
+        out.free.clear();
+        if now - t0 >= from {
+            sent += n as u64;
+        }
+        r.now += STEP;
+    }
+    sent
+}
+
+#[test]
+fn a_spread_ue_gets_its_mbr_over_uneven_flows() {
+    let kbps = 4_000;
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    req.create_qers = [smf::create_qer(1, Some((kbps, kbps)), Some(9))]
+        .into_iter()
+        .collect();
+    let (mut b, _) = on_two_workers(&mut r, req);
+    // Twice the MBR (10 packets of 8000 bits every 10 ms), 9 of 10 to the first worker,
+    // for 12.5 s; the bucket (2 s of MBR) is spent after 2 s, measured from 2.5 s on. Each
+    // worker policing half the MBR passed 2 + 0.8 Mbit/s, 70 % of it.
+    let sent = offer(&mut r, &mut b, 1250, Duration::from_millis(2500), 9, 1);
+    let rate = (sent * SIZE as u64 * 8) as f64 / 10.0;
+    let want = kbps as f64 * 1000.0;
+    assert!(
+        (rate - want).abs() <= want * 0.05,
+        "{rate} bit/s, want {want}"
+    );
+    let drops = r.dp().counters().dropped(DropReason::MbrExceeded)
+        + b.counters().dropped(DropReason::MbrExceeded);
+    assert!(drops > 0);
+    assert!(r.dp().counters().balanced() && b.counters().balanced());
+}
+
+#[test]
+fn a_spread_ue_gets_its_packet_rate_over_uneven_flows() {
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    let mut q = smf::create_qer(1, None, Some(9));
+    // 60 a minute each way.
+    let limit = PacketRateLimit {
+        time_unit: PacketRateLimit::TIME_UNIT_MINUTE,
+        max_packets: 60,
+    };
+    q.packet_rate = Some(PacketRate {
+        uplink: Some(limit),
+        downlink: Some(limit),
+        ..Default::default()
+    });
+    req.create_qers = [q].into_iter().collect();
+    let (mut b, _) = on_two_workers(&mut r, req);
+    // One packet each 10 ms (100 a second), 9 of 10 to the first worker, for 2 minutes:
+    // the 60 held at the start, then one a second.
+    let mut sent = 0;
+    let mut out = Output::default();
+    for k in 0..12_000u32 {
+        let now = r.now;
+        let p = vec![n6(&down())];
+        sent += if k % 10 == 9 {
+            let mut rx = p;
+            b.process(now, &mut rx, &mut out);
+            std::mem::take(&mut out.tx).len()
+        } else {
+            r.send(p).len()
+        };
+        out.free.clear();
+        r.now += STEP;
+    }
+    // 60 + 120, the last possibly not yet refilled.
+    assert!((179..=180).contains(&sent), "{sent}");
+    let drops = r.dp().counters().dropped(DropReason::PacketRateExceeded)
+        + b.counters().dropped(DropReason::PacketRateExceeded);
+    assert_eq!(drops, 12_000 - sent as u64);
+}
