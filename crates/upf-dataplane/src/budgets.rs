@@ -4,11 +4,10 @@
 //! packets fall on the workers. A session on one worker has none and polices with buckets
 //! of its own.
 
-use crate::meter::DEFAULT_WINDOW;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use upf_rules::budget::{Draw, SharedRate};
+use upf_rules::budget::{bit_rate, Draw, SharedRate};
 use upf_rules::{Qer, QerId, Session};
 
 /// The shared buckets of one session's QERs; made by whoever places the session on several
@@ -23,18 +22,6 @@ pub struct SessionBudgets {
 pub(crate) struct QerBudget {
     pub bits: [Option<Arc<SharedRate>>; 2],
     pub packets: [Option<Arc<SharedRate>>; 2],
-}
-
-/// A bit rate's shared bucket: `kbps` deep by the averaging window (at least one full-size
-/// packet, as [`crate::meter::TokenBucket`]).
-fn bits(kbps: u64, window: Duration) -> (u64, Duration, u64) {
-    let bps = kbps.saturating_mul(1000);
-    let depth = u128::from(bps) * window.as_nanos() / 1_000_000_000;
-    (
-        bps,
-        Duration::from_secs(1),
-        u64::try_from(depth).unwrap_or(u64::MAX).max(12_000),
-    )
 }
 
 impl SessionBudgets {
@@ -59,9 +46,7 @@ impl SessionBudgets {
 
 impl QerBudget {
     fn new(now: Instant, q: &Qer, old: Option<&QerBudget>) -> Self {
-        let window = q
-            .averaging_window_ms
-            .map_or(DEFAULT_WINDOW, |ms| Duration::from_millis(ms.into()));
+        let window = q.averaging_window();
         let rate = |old: Option<&Arc<SharedRate>>, (units, per, depth): (u64, Duration, u64)| {
             Some(match old {
                 Some(o) => {
@@ -84,7 +69,7 @@ impl QerBudget {
         if let Some(m) = q.mbr {
             for (k, kbps) in [(0, m.downlink_kbps), (1, m.uplink_kbps)] {
                 if kbps > 0 {
-                    b.bits[k] = rate(olds(k, false), bits(kbps, window));
+                    b.bits[k] = rate(olds(k, false), bit_rate(kbps, window));
                 }
             }
         }

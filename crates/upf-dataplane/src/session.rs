@@ -198,8 +198,8 @@ pub(crate) struct QerState {
     pub rqi: bool,
     pub ppi: Option<u8>,
     /// Buckets shared with other workers or sessions that it draws from: a session on
-    /// several workers polices its rates there instead of in its own buckets. Boxed: most
-    /// QERs have none.
+    /// several workers polices its rates there instead of in its own buckets, and a QER
+    /// with a Correlation ID its aggregate too. Boxed: most QERs have none.
     pub draws: Option<Box<Draws>>,
 }
 
@@ -217,6 +217,14 @@ impl QerState {
             for k in 0..2 {
                 draws.bits[k].extend(b.bits[k].as_ref().map(draw));
                 draws.packets[k] = b.packets[k].as_ref().map(draw);
+            }
+        }
+        // The Correlation ID's aggregate, each way it has a rate.
+        if let Some(a) = &q.aggregate {
+            for (k, r) in [(0, &a.0.downlink), (1, &a.0.uplink)] {
+                if r.rate().0 > 0 {
+                    draws.bits[k].push(draw(r));
+                }
             }
         }
         let bucket = |kbps: u64| {

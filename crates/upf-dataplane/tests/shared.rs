@@ -11,7 +11,7 @@ use upf_dataplane::budgets::SessionBudgets;
 use upf_dataplane::{DropReason, LocalAddrs, Output, Packet, Pipeline, PipelineConfig};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::SessionEstablishmentRequest;
-use upf_rules::{InstallFlags, Seid, Session};
+use upf_rules::{Datapath, InstallFlags, Seid, Session};
 use upf_smf as smf;
 
 const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 12);
@@ -149,4 +149,57 @@ fn a_spread_ue_gets_its_packet_rate_over_uneven_flows() {
     let drops = r.dp().counters().dropped(DropReason::PacketRateExceeded)
         + b.counters().dropped(DropReason::PacketRateExceeded);
     assert_eq!(drops, 12_000 - sent as u64);
+}
+
+/// Establishes a session for `ue` whose QER 1 has an MBR of `kbps` each way and Correlation
+/// ID `id`; returns its SEID.
+fn correlated(r: &mut Rig, ue: Ipv4Addr, teid: u32, id: u32, kbps: u64) -> u64 {
+    let mut req = simple_session(ue, teid);
+    let mut q = smf::create_qer(1, Some((kbps, kbps)), Some(9));
+    q.qer_correlation_id = Some(QerCorrelationId(id));
+    req.create_qers = [q].into_iter().collect();
+    r.establish(req).0
+}
+
+/// Two sessions of one SMF whose QERs carry the same Correlation ID, on different workers,
+/// are held together to the aggregate (the QERs' MBR, an APN-AMBR) however their traffic
+/// is split (TS 29.244 §5.2.2; each alone would pass 4 + 0.8 Mbit/s, 120 %).
+#[test]
+fn qers_with_one_correlation_id_share_their_aggregate_across_workers() {
+    const UE2: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 13);
+    let kbps = 4_000;
+    let mut r = Rig::new();
+    let a = correlated(&mut r, UE, 0xabcd, 7, kbps);
+    let second = correlated(&mut r, UE2, 0xabce, 7, kbps);
+    // The second session moves to another worker, with its aggregate.
+    let s2 = r.dp().session(Seid(second)).unwrap().clone();
+    let now = r.now;
+    r.dp().remove_session(now, Seid(second)).unwrap();
+    let mut b = worker(&r);
+    b.install(now, s2, InstallFlags::default()).unwrap();
+    assert!(r.dp().session(Seid(a)).is_some());
+
+    // Twice the aggregate: 9 packets of 10 for the first session, 1 for the second, from
+    // 2.5 s on (after the aggregate's burst).
+    let down2 = || n6(&udp4(DN, UE2, 53, 4000, SIZE - 28, 0));
+    let (t0, mut sent) = (r.now, 0u64);
+    let mut out = Output::default();
+    for _ in 0..1250 {
+        let now = r.now;
+        let mut n = r.send((0..9).map(|_| n6(&down())).collect()).len();
+        let mut rx = vec![down2()];
+        b.process(now, &mut rx, &mut out);
+        n += std::mem::take(&mut out.tx).len();
+        out.free.clear();
+        if now - t0 >= Duration::from_millis(2500) {
+            sent += n as u64;
+        }
+        r.now += STEP;
+    }
+    let rate = (sent * SIZE as u64 * 8) as f64 / 10.0;
+    let want = kbps as f64 * 1000.0;
+    assert!(
+        (rate - want).abs() <= want * 0.05,
+        "{rate} bit/s, want {want}"
+    );
 }

@@ -7,6 +7,7 @@
 //! out. The shared state is one atomic word per budget, updated by compare-and-swap: no
 //! locks, and a session that lives on one worker never comes here.
 
+use crate::qer::Bitrate;
 use serde::{Serialize, Serializer};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -215,6 +216,45 @@ pub struct AggregateRates {
     pub correlation_id: u32,
     pub uplink: Arc<SharedRate>,
     pub downlink: Arc<SharedRate>,
+}
+
+impl Aggregate {
+    /// The aggregate of `correlation_id` at `mbr` over `window`; starts full.
+    pub fn new(now: Instant, correlation_id: u32, mbr: Bitrate, window: Duration) -> Self {
+        let rate = |kbps| {
+            let (units, per, depth) = bit_rate(kbps, window);
+            Arc::new(SharedRate::new(now, units, per, depth))
+        };
+        Self(Arc::new(AggregateRates {
+            correlation_id,
+            uplink: rate(mbr.uplink_kbps),
+            downlink: rate(mbr.downlink_kbps),
+        }))
+    }
+
+    /// A new rate (the MBR of the QER last installed with it); the backlog is kept.
+    pub fn set_rate(&self, mbr: Bitrate, window: Duration) {
+        for (r, kbps) in [
+            (&self.0.uplink, mbr.uplink_kbps),
+            (&self.0.downlink, mbr.downlink_kbps),
+        ] {
+            let (units, per, depth) = bit_rate(kbps, window);
+            r.set_rate(units, per, depth);
+        }
+    }
+}
+
+/// A bit rate of `kbps` averaged over `window` as a [`SharedRate`]'s `(units, per, depth)`:
+/// bits a second, as deep as the window's bits and at least one full-size packet (12,000
+/// bits), as a worker's own bucket.
+pub fn bit_rate(kbps: u64, window: Duration) -> (u64, Duration, u64) {
+    let bps = kbps.saturating_mul(1000);
+    let depth = u128::from(bps) * window.as_nanos() / 1_000_000_000;
+    (
+        bps,
+        Duration::from_secs(1),
+        u64::try_from(depth).unwrap_or(u64::MAX).max(12_000),
+    )
 }
 
 impl PartialEq for Aggregate {
