@@ -1,20 +1,22 @@
 //! What the workers a session lives on share when it lives on several (a spread UE, a
 //! session without a UE address): its QERs' bit and packet rates, one bucket each that every
 //! worker draws from ([`upf_rules::budget`]), so that the session gets its rates however its
-//! packets fall on the workers. A session on one worker has none and polices with buckets
-//! of its own.
+//! packets fall on the workers; its URRs' total volume threshold and quota, so that each is
+//! reached once over all of them. A session on one worker has none and polices and counts
+//! on its own.
 
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use upf_rules::budget::{bit_rate, Draw, SharedRate};
-use upf_rules::{Qer, QerId, Session};
+use upf_rules::budget::{bit_rate, Draw, SharedRate, SharedVolume};
+use upf_rules::{Qer, QerId, ReportingTriggers, Session, Urr, UrrId};
 
 /// The shared buckets of one session's QERs; made by whoever places the session on several
 /// workers and handed to each with the install.
 #[derive(Debug, Default)]
 pub struct SessionBudgets {
     qers: Vec<(QerId, QerBudget)>,
+    urrs: Vec<(UrrId, UrrBudget)>,
 }
 
 /// One QER's shared buckets, per direction (0 downlink, 1 uplink).
@@ -36,11 +38,24 @@ impl SessionBudgets {
                 (q.id, QerBudget::new(now, q, old))
             })
             .collect();
-        Self { qers }
+        let urrs = s
+            .urrs
+            .iter()
+            .map(|u| {
+                let old = old.and_then(|o| o.urr(u.id));
+                (u.id, UrrBudget::new(u, old))
+            })
+            .filter(|(_, b)| b.threshold.is_some() || b.quota.is_some())
+            .collect();
+        Self { qers, urrs }
     }
 
     pub(crate) fn qer(&self, id: QerId) -> Option<&QerBudget> {
         self.qers.iter().find(|(q, _)| *q == id).map(|(_, b)| b)
+    }
+
+    pub(crate) fn urr(&self, id: UrrId) -> Option<&UrrBudget> {
+        self.urrs.iter().find(|(u, _)| *u == id).map(|(_, b)| b)
     }
 }
 
@@ -128,5 +143,130 @@ impl Draws {
                 d.carry(o);
             }
         }
+    }
+}
+
+/// One URR's shared volumes: its total threshold and quota (octets), counted over the
+/// workers.
+#[derive(Debug, Default)]
+pub(crate) struct UrrBudget {
+    pub threshold: Option<(Arc<SharedVolume>, u64)>,
+    pub quota: Option<(Arc<SharedVolume>, u64)>,
+}
+
+impl UrrBudget {
+    fn new(u: &Urr, old: Option<&UrrBudget>) -> Self {
+        // The same limit keeps its volume (a modification that does not touch it); a new
+        // quota is a new grant, counted from zero.
+        let volume = |limit: Option<u64>, old: Option<&(Arc<SharedVolume>, u64)>| {
+            let limit = limit?;
+            Some(match old {
+                Some((v, l)) if *l == limit => (v.clone(), limit),
+                _ => (Arc::new(SharedVolume::default()), limit),
+            })
+        };
+        let threshold = u
+            .volume_threshold
+            .filter(|_| u.triggers.contains(ReportingTriggers::VOLTH))
+            .and_then(|t| t.total);
+        Self {
+            threshold: volume(threshold, old.and_then(|o| o.threshold.as_ref())),
+            quota: volume(
+                u.volume_quota.and_then(|q| q.total),
+                old.and_then(|o| o.quota.as_ref()),
+            ),
+        }
+    }
+
+    /// A worker's draw on these volumes, nothing leased yet.
+    pub fn draw(&self) -> UrrDraw {
+        let draw = |v: &Option<(Arc<SharedVolume>, u64)>| {
+            v.as_ref().map(|(v, limit)| VolumeDraw {
+                shared: v.clone(),
+                limit: *limit,
+                local: 0,
+            })
+        };
+        UrrDraw {
+            threshold: draw(&self.threshold),
+            quota: draw(&self.quota),
+        }
+    }
+}
+
+/// One worker's draws on a URR's shared volumes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UrrDraw {
+    pub threshold: Option<VolumeDraw>,
+    pub quota: Option<VolumeDraw>,
+}
+
+impl UrrDraw {
+    /// Keeps what `old` (the worker's previous draw) leased of the same volumes.
+    pub fn carry(&mut self, old: Option<&UrrDraw>) {
+        let Some(old) = old else { return };
+        for (new, old) in [
+            (&mut self.threshold, &old.threshold),
+            (&mut self.quota, &old.quota),
+        ] {
+            if let (Some(n), Some(o)) = (new.as_mut(), old) {
+                if Arc::ptr_eq(&n.shared, &o.shared) {
+                    n.local = o.local;
+                }
+            }
+        }
+    }
+}
+
+/// What one worker leased of a shared volume: it counts up to `local` octets (of its own
+/// count) without asking, then leases a chunk more (1/256 of the limit, or what the packet
+/// needs). The volume is all leased when it is spent on some worker, so the units leased
+/// but not yet counted are at most a chunk a worker: the limit is found reached at most
+/// (workers - 1) chunks early, and never passed by more than the packet that reaches it
+/// on each worker.
+#[derive(Debug, Clone)]
+pub(crate) struct VolumeDraw {
+    shared: Arc<SharedVolume>,
+    limit: u64,
+    local: u64,
+}
+
+impl VolumeDraw {
+    /// Whether `counted` (this worker's count) reaches the limit over all workers: what it
+    /// leased is spent and no more is left to lease.
+    #[inline]
+    pub fn reached(&mut self, counted: u64) -> bool {
+        counted >= self.local && self.lease(counted)
+    }
+
+    #[cold]
+    fn lease(&mut self, counted: u64) -> bool {
+        let need = counted + 1 - self.local;
+        self.local += self.shared.lease(self.limit, need.max(self.limit / 256));
+        counted >= self.local
+    }
+
+    /// The one report of a quota reached: true for the first worker to find it.
+    pub fn claim(&self) -> bool {
+        self.shared.claim()
+    }
+
+    /// A threshold found reached at `counted`: true for the one worker that reports it,
+    /// which starts the count over all workers anew; the others lease on from there.
+    pub fn rearm(&mut self, counted: u64) -> bool {
+        for _ in 0..4 {
+            if self.shared.rearm(self.limit) {
+                return true;
+            }
+            if !self.reached(counted) {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// This worker's count restarts (a report): what it leased and did not count is kept.
+    pub fn restart(&mut self, counted: u64) {
+        self.local = self.local.saturating_sub(counted);
     }
 }

@@ -960,6 +960,7 @@ impl Hot {
         // or sessions are the general path's.
         if s.quota_fars
             || s.qers.iter().any(|q| q.draws.is_some())
+            || s.urrs.iter().any(|u| u.shared.is_some())
             || s.rules
                 .urrs
                 .iter()

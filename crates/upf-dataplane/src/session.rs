@@ -409,6 +409,10 @@ impl Compiled {
                 .iter()
                 .map(|u| {
                     let mut c = UrrState::new(now, u);
+                    c.shared = env
+                        .budgets
+                        .and_then(|b| b.urr(u.id))
+                        .map(|b| Box::new(b.draw()));
                     c.quota_far = u
                         .far_for_quota_action()
                         .and_then(far_slot)
@@ -454,12 +458,17 @@ impl Compiled {
                 Some(u) => {
                     let rule = self.rules.urrs.iter().find(|r| r.id == o.id);
                     // The quota FAR is an index into this session's FARs.
-                    let quota_far = u.quota_far;
+                    let (quota_far, mut shared) = (u.quota_far, u.shared.take());
                     *u = o;
                     u.quota_far = quota_far;
                     if let Some(r) = rule {
                         u.update(now, r);
                     }
+                    // What it leased of shared volumes it still draws on comes along.
+                    if let Some(d) = &mut shared {
+                        d.carry(u.shared.as_deref());
+                    }
+                    u.shared = shared;
                 }
                 None => gone_urrs.push(o),
             }

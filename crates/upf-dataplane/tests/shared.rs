@@ -11,7 +11,7 @@ use upf_dataplane::budgets::SessionBudgets;
 use upf_dataplane::{DropReason, LocalAddrs, Output, Packet, Pipeline, PipelineConfig};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::SessionEstablishmentRequest;
-use upf_rules::{Datapath, InstallFlags, Seid, Session};
+use upf_rules::{Datapath, DatapathEvent, InstallFlags, Seid, Session, UsageTrigger};
 use upf_smf as smf;
 
 const UE: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 12);
@@ -202,4 +202,81 @@ fn qers_with_one_correlation_id_share_their_aggregate_across_workers() {
         (rate - want).abs() <= want * 0.05,
         "{rate} bit/s, want {want}"
     );
+}
+
+/// Offers `n` downlink packets, one at a time, every other one to each pipeline; returns
+/// how many were forwarded and the triggers of the usage reports both raised.
+fn alternate(r: &mut Rig, b: &mut Pipeline, n: u32) -> (u64, Vec<UsageTrigger>) {
+    let (mut sent, mut fired) = (0u64, Vec::new());
+    let mut out = Output::default();
+    for k in 0..n {
+        let now = r.now;
+        let p = if k % 2 == 0 { r.dp() } else { &mut *b };
+        let mut rx = vec![n6(&down())];
+        p.process(now, &mut rx, &mut out);
+        sent += std::mem::take(&mut out.tx).len() as u64;
+        out.free.clear();
+        while let Some(e) = p.poll_event() {
+            if let DatapathEvent::Usage(u) = e {
+                fired.push(u.trigger);
+            }
+        }
+        r.now += Duration::from_millis(1);
+    }
+    (sent, fired)
+}
+
+/// A URR with a total volume `threshold` (VOLTH) and `quota` (VOLQU) on both PDRs of a
+/// session on two workers.
+fn counted(r: &mut Rig, threshold: Option<u64>, quota: Option<u64>) -> Pipeline {
+    let mut req = simple_session(UE, 0xabcd);
+    let mut triggers = ReportingTriggers::default();
+    if threshold.is_some() {
+        triggers = triggers.union(ReportingTriggers::VOLTH);
+    }
+    if quota.is_some() {
+        triggers = triggers.union(ReportingTriggers::VOLQU);
+    }
+    let mut urr = smf::create_urr(1, triggers, threshold);
+    urr.volume_quota = quota.map(|q| Volume {
+        total: Some(q),
+        uplink: None,
+        downlink: None,
+    });
+    req.create_urrs = [urr].into_iter().collect();
+    on_two_workers(r, req).0
+}
+
+/// A URR of a session on two workers reaches its volume threshold once over both, not
+/// once on each (issue #26 §2): 1.5 MB half on each worker reach a 1 MB threshold once
+/// (each alone counted 0.75 MB), 2.5 MB twice.
+#[test]
+fn a_threshold_is_reached_once_over_the_workers() {
+    let mut r = Rig::new();
+    let mut b = counted(&mut r, Some(1_000_000), None);
+    let (sent, fired) = alternate(&mut r, &mut b, 1500);
+    assert_eq!(sent, 1500);
+    assert_eq!(fired, [UsageTrigger::VOLTH]);
+    let (_, fired) = alternate(&mut r, &mut b, 1000);
+    assert_eq!(fired, [UsageTrigger::VOLTH]);
+}
+
+/// A volume quota of a session on two workers is exhausted once over both: the traffic
+/// passed is the quota and at most one packet more on each worker (the packet that finds
+/// it reached goes, as on one worker), and VOLQU is reported once (issue #26 §2).
+#[test]
+fn a_quota_is_exhausted_once_over_the_workers() {
+    let quota = 1_000_000;
+    let mut r = Rig::new();
+    let mut b = counted(&mut r, None, Some(quota));
+    let (sent, fired) = alternate(&mut r, &mut b, 3000);
+    let octets = sent * SIZE as u64;
+    assert!(
+        (quota..=quota + 2 * SIZE as u64).contains(&octets),
+        "{octets} octets passed"
+    );
+    assert_eq!(fired, [UsageTrigger::VOLQU]);
+    let drops = r.dp().counters().dropped(DropReason::QuotaExhausted)
+        + b.counters().dropped(DropReason::QuotaExhausted);
+    assert_eq!(drops, 3000 - sent);
 }

@@ -281,11 +281,6 @@ pub struct SharedVolume {
 }
 
 impl SharedVolume {
-    /// Adds `n` octets; returns the total before them.
-    pub fn add(&self, n: u64) -> u64 {
-        self.total.fetch_add(n, Ordering::Relaxed)
-    }
-
     /// The total so far.
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
@@ -294,6 +289,14 @@ impl SharedVolume {
     /// Claims the one report of the limit: true for the first caller only.
     pub fn claim(&self) -> bool {
         !self.reported.swap(true, Ordering::Relaxed)
+    }
+
+    /// Starts counting anew if all of `limit` was leased: true for the one caller that did
+    /// (a threshold reached, reported by that caller).
+    pub fn rearm(&self, limit: u64) -> bool {
+        self.total
+            .compare_exchange(limit, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Takes up to `want` of the octets left below `limit`: a chunk of a quota for one
@@ -403,6 +406,9 @@ mod tests {
         assert_eq!(v.total(), 1000);
         assert!(v.claim());
         assert!(!v.claim());
-        assert_eq!(v.add(5), 1000);
+        assert!(v.rearm(1000));
+        assert!(!v.rearm(1000), "once");
+        assert_eq!(v.lease(1000, 600), 600);
+        assert_eq!(v.total(), 600);
     }
 }
