@@ -185,8 +185,10 @@ impl Draw {
         let want = need.saturating_add(self.shared.chunk());
         let now = (i128::from(clock) + self.offset).clamp(0, u64::MAX.into());
         let now = u64::try_from(now).unwrap_or(u64::MAX);
-        self.credit += self.shared.lease_at(now, need, want);
-        self.credit >= need
+        // A lease is all of `need` or nothing.
+        let got = self.shared.lease_at(now, need, want);
+        self.credit += got;
+        got > 0
     }
 
     /// Spends `n` units (after [`Draw::conforms`] said they are at hand).
@@ -395,6 +397,23 @@ mod tests {
             sent + 2 * (10_000 + 12_000) >= want - 12_000,
             "{sent} < {want}"
         );
+    }
+
+    #[test]
+    fn a_draw_with_some_credit_still_needs_the_rest() {
+        let t0 = Instant::now();
+        // 1000 units a second, 10 deep (the chunk: 1).
+        let r = Arc::new(SharedRate::new(t0, 1000, S, 10));
+        let mut d = Draw::new(r.clone(), t0);
+        // 6 and a chunk leased, 1 spent: 6 held, 3 left in the bucket, which go.
+        assert!(d.conforms(0, 6));
+        d.take(1);
+        assert_eq!(r.lease(t0, 3, 3), 3);
+        assert!(
+            !d.conforms(0, 10),
+            "6 held and none of the other 4 to lease"
+        );
+        assert!(d.conforms(4_000_000, 10), "4 more came");
     }
 
     #[test]
