@@ -25,8 +25,8 @@ pub struct RuntimeConfig {
     pub pipeline: PipelineConfig,
     /// Packets per batch a worker takes from its queue.
     pub batch: usize,
-    /// Peak-rate UEs (seed 004): their sessions live on every worker (bit rates divided
-    /// between them) and their packets are steered per flow.
+    /// Peak-rate UEs (seed 004): their sessions live on every worker (rates and URR limits
+    /// drawn from budgets the workers share) and their packets are steered per flow.
     pub spread_ues: Vec<std::net::IpAddr>,
     /// How long an idle worker keeps polling its queues before it sleeps on them; `None`:
     /// it never sleeps (busy polling: a core at 100 %, no wake-up latency).
