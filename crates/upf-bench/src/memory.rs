@@ -152,7 +152,8 @@ fn build_worker(
     };
     let mut pipeline = Pipeline::new(now, cfg);
     let ues: Vec<u32> = worker_ues(a, w).collect();
-    // A peak-rate UE is spread over every worker (the runtime divides its rates).
+    // A peak-rate UE is spread over every worker (each polices it on its own here; the
+    // runtime has them share its rates).
     if let Some((i, s)) = t.peak() {
         pipeline
             .install_shared(now, s, InstallFlags::default(), None)

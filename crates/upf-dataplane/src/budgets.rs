@@ -125,6 +125,12 @@ impl Draws {
         }
     }
 
+    /// Whether it draws on a shared bucket in the direction.
+    pub fn any(&self, uplink: bool) -> bool {
+        let k = usize::from(uplink);
+        !self.bits[k].is_empty() || self.packets[k].is_some()
+    }
+
     /// The packet draw of the direction, if any.
     #[inline]
     pub fn packets(&mut self, uplink: bool) -> Option<&mut Draw> {

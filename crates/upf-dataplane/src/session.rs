@@ -56,8 +56,8 @@ pub(crate) struct CPdr {
     pub far: Option<u16>,
     pub qers: SmallVec<[u16; 2]>,
     pub urrs: SmallVec<[u16; 2]>,
-    /// One of its QERs has a packet rate in its direction: the one test the packets of
-    /// other PDRs pay for packet rates.
+    /// One of its QERs has a packet rate, or draws on a shared bucket, in its direction:
+    /// the one test the packets of other PDRs pay for both.
     pub packet_rate: bool,
     /// The UE addresses and routes: the downlink table's keys, and the slow form's match.
     ue: Option<UeMatch>,
@@ -394,16 +394,25 @@ impl Compiled {
             .iter()
             .map(|f| compile_far(f, env, buffer_packets))
             .collect::<Result<SmallVec<_>, _>>()?;
+        let qers: SmallVec<[QerState; 3]> = s
+            .qers
+            .iter()
+            .map(|q| QerState::new(env.clock, q, env))
+            .collect();
+        // A PDR whose QERs draw on shared buckets takes them where it takes packet rates.
+        for (_, p) in gtp.iter_mut().chain(ip.iter_mut()) {
+            let drawn = |&q: &u16| {
+                let d = qers.get(usize::from(q)).and_then(|q| q.draws.as_deref());
+                d.is_some_and(|d| d.any(p.from_ue))
+            };
+            p.packet_rate |= p.qers.iter().any(drawn);
+        }
         Ok(Self {
             seid: s.seid,
             gtp_pdrs: gtp.into_iter().map(|(_, c)| c).collect(),
             ip_pdrs: ip.into_iter().map(|(_, c)| c).collect(),
             fars,
-            qers: s
-                .qers
-                .iter()
-                .map(|q| QerState::new(env.clock, q, env))
-                .collect(),
+            qers,
             urrs: s
                 .urrs
                 .iter()

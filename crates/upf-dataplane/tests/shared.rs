@@ -85,29 +85,37 @@ fn offer(
     sent
 }
 
+/// On the hot path (the shared bucket taken out of line, as packet rates are) and the
+/// general one.
 #[test]
 fn a_spread_ue_gets_its_mbr_over_uneven_flows() {
-    let kbps = 4_000;
-    let mut r = Rig::new();
-    let mut req = simple_session(UE, 0xabcd);
-    req.create_qers = [smf::create_qer(1, Some((kbps, kbps)), Some(9))]
-        .into_iter()
-        .collect();
-    let (mut b, _) = on_two_workers(&mut r, req);
-    // Twice the MBR (10 packets of 8000 bits every 10 ms), 9 of 10 to the first worker,
-    // for 12.5 s; the bucket (2 s of MBR) is spent after 2 s, measured from 2.5 s on. Each
-    // worker policing half the MBR passed 2 + 0.8 Mbit/s, 70 % of it.
-    let sent = offer(&mut r, &mut b, 1250, Duration::from_millis(2500), 9, 1);
-    let rate = (sent * SIZE as u64 * 8) as f64 / 10.0;
-    let want = kbps as f64 * 1000.0;
-    assert!(
-        (rate - want).abs() <= want * 0.05,
-        "{rate} bit/s, want {want}"
-    );
-    let drops = r.dp().counters().dropped(DropReason::MbrExceeded)
-        + b.counters().dropped(DropReason::MbrExceeded);
-    assert!(drops > 0);
-    assert!(r.dp().counters().balanced() && b.counters().balanced());
+    for hot in [true, false] {
+        let kbps = 4_000;
+        let mut r = Rig::new();
+        r.dp().set_hot_records(hot);
+        let mut req = simple_session(UE, 0xabcd);
+        req.create_qers = [smf::create_qer(1, Some((kbps, kbps)), Some(9))]
+            .into_iter()
+            .collect();
+        let (mut b, _) = on_two_workers(&mut r, req);
+        b.set_hot_records(hot);
+        let cold = r.dp().cold_sessions() + b.cold_sessions();
+        assert_eq!(cold, if hot { 0 } else { 2 });
+        // Twice the MBR (10 packets of 8000 bits every 10 ms), 9 of 10 to the first
+        // worker, for 12.5 s; the bucket (2 s of MBR) is spent after 2 s, measured from
+        // 2.5 s on. Each worker policing half the MBR passed 2 + 0.8 Mbit/s, 70 % of it.
+        let sent = offer(&mut r, &mut b, 1250, Duration::from_millis(2500), 9, 1);
+        let rate = (sent * SIZE as u64 * 8) as f64 / 10.0;
+        let want = kbps as f64 * 1000.0;
+        assert!(
+            (rate - want).abs() <= want * 0.05,
+            "{rate} bit/s, want {want}"
+        );
+        let drops = r.dp().counters().dropped(DropReason::MbrExceeded)
+            + b.counters().dropped(DropReason::MbrExceeded);
+        assert!(drops > 0);
+        assert!(r.dp().counters().balanced() && b.counters().balanced());
+    }
 }
 
 #[test]
@@ -178,6 +186,7 @@ fn qers_with_one_correlation_id_share_their_aggregate_across_workers() {
     let mut b = worker(&r);
     b.install(now, s2, InstallFlags::default()).unwrap();
     assert!(r.dp().session(Seid(a)).is_some());
+    assert_eq!(r.dp().cold_sessions() + b.cold_sessions(), 0);
 
     // Twice the aggregate: 9 packets of 10 for the first session, 1 for the second, from
     // 2.5 s on (after the aggregate's burst).

@@ -237,11 +237,6 @@ impl Rules for General<'_> {
                     return false;
                 }
             }
-            if let Some(d) = q.draws.as_deref_mut() {
-                if !d.conforms(clock, self.uplink, bits) {
-                    return false;
-                }
-            }
         }
         true
     }
@@ -256,8 +251,11 @@ impl Rules for General<'_> {
     }
 
     #[inline(always)]
-    fn take_packet(&mut self, clock: u64) -> bool {
-        !self.packet_rate || take_packets(self.qers, self.pdr_qers, self.uplink, clock)
+    fn take_packet(&mut self, clock: u64, bits: u64) -> Result<(), DropReason> {
+        if !self.packet_rate {
+            return Ok(());
+        }
+        take_packets(self.qers, self.pdr_qers, self.uplink, clock, bits)
     }
 
     #[inline(always)]
@@ -268,9 +266,6 @@ impl Rules for General<'_> {
             };
             if let Some(b) = q.mbr(self.uplink) {
                 b.take(bits);
-            }
-            if let Some(d) = q.draws.as_deref_mut() {
-                d.take(self.uplink, bits);
             }
             if q.gbr.is_some() {
                 q.gbr_bytes += octets;
