@@ -54,6 +54,19 @@ impl SessionBudgets {
         self.qers.iter().find(|(q, _)| *q == id).map(|(_, b)| b)
     }
 
+    /// The session's measurement restarted on every worker (a usage query): its URRs'
+    /// thresholds count from zero again. What a worker leased before and has not counted
+    /// is left to it: the next threshold is found at most a chunk a worker late.
+    pub fn restart_thresholds(&self, urrs: &[UrrId]) {
+        for (id, b) in &self.urrs {
+            if urrs.is_empty() || urrs.contains(id) {
+                if let Some((v, _)) = &b.threshold {
+                    v.restart();
+                }
+            }
+        }
+    }
+
     pub(crate) fn urr(&self, id: UrrId) -> Option<&UrrBudget> {
         self.urrs.iter().find(|(u, _)| *u == id).map(|(_, b)| b)
     }

@@ -289,3 +289,40 @@ fn a_quota_is_exhausted_once_over_the_workers() {
         + b.counters().dropped(DropReason::QuotaExhausted);
     assert_eq!(drops, 3000 - sent);
 }
+
+/// A usage query restarts the measurement on every worker and the shared threshold with
+/// it, as the workers do: 0.75 MB before the query and 0.75 MB after reach no 1 MB threshold.
+#[test]
+fn a_query_restarts_the_shared_threshold() {
+    let mut r = Rig::new();
+    let mut req = simple_session(UE, 0xabcd);
+    let urr = smf::create_urr(1, ReportingTriggers::VOLTH, Some(1_000_000));
+    req.create_urrs = [urr].into_iter().collect();
+    let (seid, _) = r.establish(req);
+    let s = r.dp().session(Seid(seid)).unwrap().clone();
+    let budgets = SessionBudgets::new(r.now, &s, None);
+    let (now, flags) = (r.now, InstallFlags::default());
+    r.dp()
+        .install_shared(now, s.clone(), flags, Some(&budgets))
+        .unwrap();
+    let mut b = worker(&r);
+    b.install_shared(now, s, flags, Some(&budgets)).unwrap();
+
+    let (_, fired) = alternate(&mut r, &mut b, 750);
+    assert!(fired.is_empty());
+    let now = r.now;
+    let q = [
+        r.dp().query(now, Seid(seid), &[]),
+        b.query(now, Seid(seid), &[]),
+    ];
+    let counted: u64 = q
+        .iter()
+        .map(|u| u.as_ref().unwrap()[0].volume.total_bytes)
+        .sum();
+    assert_eq!(counted, 750_000);
+    budgets.restart_thresholds(&[]);
+    let (_, fired) = alternate(&mut r, &mut b, 750);
+    assert!(fired.is_empty(), "{fired:?}");
+    let (_, fired) = alternate(&mut r, &mut b, 300);
+    assert_eq!(fired, [UsageTrigger::VOLTH]);
+}

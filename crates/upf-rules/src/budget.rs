@@ -293,6 +293,11 @@ impl SharedVolume {
         !self.reported.swap(true, Ordering::Relaxed)
     }
 
+    /// Starts counting anew (a measurement restarted on every worker).
+    pub fn restart(&self) {
+        self.total.store(0, Ordering::Relaxed);
+    }
+
     /// Starts counting anew if all of `limit` was leased: true for the one caller that did
     /// (a threshold reached, reported by that caller).
     pub fn rearm(&self, limit: u64) -> bool {

@@ -842,15 +842,19 @@ impl Datapath for Workers {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
-        let owners = self
+        let (owners, budgets) = self
             .placement
             .get(&seid)
-            .map(|p| p.workers.clone())
+            .map(|p| (p.workers.clone(), p.budgets.clone()))
             .ok_or(DatapathError::UnknownSession(seid))?;
         let mut all = Vec::new();
         for i in owners {
             let u = urrs.to_vec();
             all.extend(self.ask(i, |tx| Control::Query(seid, u, tx))?);
+        }
+        // Every worker restarted its measurement: so do the shared thresholds.
+        if let Some(b) = budgets {
+            b.restart_thresholds(urrs);
         }
         Ok(merge(all))
     }
