@@ -152,10 +152,11 @@ fn build_worker(
     };
     let mut pipeline = Pipeline::new(now, cfg);
     let ues: Vec<u32> = worker_ues(a, w).collect();
-    // A peak-rate UE is spread over every worker (the runtime divides its rates).
+    // A peak-rate UE is spread over every worker (each polices it on its own here; the
+    // runtime has them share its rates).
     if let Some((i, s)) = t.peak() {
         pipeline
-            .install_shared(now, s, InstallFlags::default(), 1)
+            .install_shared(now, s, InstallFlags::default(), None)
             .map_err(|e| anyhow!("installing the peak session {i}: {e}"))?;
     }
     // The slowest install: a worker forwards nothing meanwhile.
@@ -164,7 +165,7 @@ fn build_worker(
         let s = t.session(i);
         let t0 = Instant::now();
         pipeline
-            .install_shared(now, s, InstallFlags::default(), 1)
+            .install_shared(now, s, InstallFlags::default(), None)
             .map_err(|e| anyhow!("installing session {i}: {e}"))?;
         slowest = slowest.max(t0.elapsed());
     }

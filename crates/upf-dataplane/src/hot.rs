@@ -26,7 +26,8 @@
 //!
 //! Sessions that do not fit the layout (more rules than the lines hold, more filters than a
 //! run holds, slow SDF filters, IPv6 UE prefixes, framed routes, buffering or duplicating
-//! FARs, IPv6 tunnels, PPI) are marked cold and take the general path over [`Compiled`].
+//! FARs, IPv6 tunnels, PPI, URR volumes shared with other workers) are marked cold and take
+//! the general path over [`Compiled`].
 //!
 //! Where the state lives: the compiled session is the source of truth. While a session is
 //! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`]) and
@@ -35,7 +36,8 @@
 //! reports, queries, timers, modification) syncs first, and the record is rebuilt from the
 //! compiled session afterwards ([`Hot::build`]). QER packet-rate buckets are never the
 //! record's: a PDR whose QERs have one ([`PACKET_RATE`]) takes them in the compiled session,
-//! out of line (a packet rate passes at most 65,535 packets a minute, so those are few). A
+//! out of line (a packet rate passes at most 65,535 packets a minute, so those are few), and
+//! so does a PDR whose QERs draw on buckets shared with other workers or sessions. A
 //! URR line also holds a *budget*: the octets it may count before some threshold, quota or
 //! START trigger could fire; the packet that exhausts it takes the exact check of
 //! [`UrrState`] after a sync.
@@ -833,13 +835,14 @@ impl<'r> HalfBuilder<'r> {
             flags |= if gate { QER_OPEN } else { 0 };
             flags |= if mbr.is_some() { QER_MBR } else { 0 };
             flags |= if c.rqi { QER_RQI } else { 0 };
+            // Packet rates and shared buckets are the compiled session's, out of line.
             let packets = c.packet_rates.as_ref().is_some_and(|r| {
                 if uplink {
                     r.ul.is_some()
                 } else {
                     r.dl.is_some()
                 }
-            });
+            }) || c.draws.as_ref().is_some_and(|d| d.any(uplink));
             flags |= if packets { QER_PACKETS } else { 0 };
             let mut gbr = NONE;
             if c.gbr.is_some() {
@@ -957,8 +960,9 @@ impl Hot {
         // Quota FARs, usage time under an Inactivity Detection Time, the split at a
         // Monitoring Time and measurement before QoS enforcement (MBQE) are the general
         // path's (a hot record keeps only the first and last packet's times, and counts
-        // only what it forwards).
+        // only what it forwards), as are volumes shared with other workers.
         if s.quota_fars
+            || s.urrs.iter().any(|u| u.shared.is_some())
             || s.rules.urrs.iter().any(|u| {
                 u.inactivity_detection_time_s.is_some()
                     || u.info.contains(upf_rules::MeasurementInfo::MBQE)

@@ -2,6 +2,7 @@
 //! time-based triggers. A replacement happens between two batches in one step, so no packet
 //! sees half a session; state of surviving rules (meters, counters, buffers) carries over.
 
+use crate::budgets::SessionBudgets;
 use crate::counters::DropReason;
 use crate::pipeline::Pipeline;
 use crate::session::{CompileEnv, Compiled};
@@ -16,22 +17,24 @@ use upf_rules::{
 };
 
 impl Pipeline {
-    /// Installs `session` (or replaces the one with its SEID). `share` is the number of
-    /// workers the session is spread over; its bit and packet rates are divided by it.
+    /// Installs `session` (or replaces the one with its SEID). `budgets`: the buckets it
+    /// shares with the other workers it lives on, if several; its QERs' rates are drawn
+    /// from them.
     pub fn install_shared(
         &mut self,
         now: Instant,
         session: Arc<Session>,
         flags: InstallFlags,
-        share: u32,
+        budgets: Option<&SessionBudgets>,
     ) -> Result<Installed, DatapathError> {
         let env = CompileEnv {
             n3: &self.cfg.n3,
             n9: &self.cfg.n9,
             buffer_packets: self.cfg.buffer_packets_per_far,
-            share,
+            budgets,
             outer_ttl: self.cfg.outer_ttl,
             clock: self.clock(now),
+            epoch: self.epoch,
         };
         let mut new = Compiled::compile(now, session, &env)?;
         let old_slot = self.by_seid.get(&new.seid).copied();
@@ -422,7 +425,7 @@ impl Datapath for Pipeline {
             .paths
             .enabled()
             .then(|| crate::paths::tunnel_peers(&session));
-        let r = self.install_shared(now, session, flags, 1)?;
+        let r = self.install_shared(now, session, flags, None)?;
         if let Some(peers) = peers {
             self.tunnels_changed(now, seid, peers);
         }

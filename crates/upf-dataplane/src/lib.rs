@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod acl;
+pub mod budgets;
 mod counters;
 mod fast;
 mod filter;

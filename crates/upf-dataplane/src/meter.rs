@@ -150,18 +150,14 @@ pub struct PacketBucket {
 }
 
 impl PacketBucket {
-    /// `packets` per `per_s` seconds, of which this worker polices one `share`-th (a session
-    /// spread over `share` workers): the rate divided, and the packets held too but at least
-    /// one, so that every worker passes something (their bursts together are then at most
-    /// `max(packets, share)`). No packets: nothing passes.
-    pub fn new(now: u64, packets: u16, per_s: u32, share: u32) -> Self {
-        let share = share.max(1);
-        let unit = u128::from(per_s.max(1)) * NS_PER_S * u128::from(share);
+    /// `packets` per `per_s` seconds. No packets: nothing passes.
+    pub fn new(now: u64, packets: u16, per_s: u32) -> Self {
+        let unit = u128::from(per_s.max(1)) * NS_PER_S;
         let (cost, held) = match packets {
             0 => (u64::MAX, 0),
             n => (
                 u64::try_from(unit.div_ceil(u128::from(n))).unwrap_or(u64::MAX),
-                (u64::from(n) / u64::from(share)).max(1),
+                u64::from(n),
             ),
         };
         Self {
@@ -368,7 +364,7 @@ mod tests {
     #[test]
     fn packet_rate_passes_n_then_one_each_unit_over_n() {
         // 6 a minute: 6 at once, then one each 10 s, never more than 6 held.
-        let mut b = PacketBucket::new(0, 6, 60, 1);
+        let mut b = PacketBucket::new(0, 6, 60);
         assert_eq!((0..10).filter(|_| pass(&mut b, 0)).count(), 6);
         assert!(!pass(&mut b, MINUTE / 6 - 1));
         assert!(pass(&mut b, MINUTE / 6));
@@ -380,43 +376,29 @@ mod tests {
     fn packet_rate_over_a_week_and_none() {
         // 2 a week: the depth (a week of nanoseconds) fits.
         let week = 604_800 * 1_000_000_000;
-        let mut b = PacketBucket::new(0, 2, 604_800, 1);
+        let mut b = PacketBucket::new(0, 2, 604_800);
         assert!(pass(&mut b, 0) && pass(&mut b, 0) && !pass(&mut b, 0));
         assert!(!pass(&mut b, week / 2 - 1));
         assert!(pass(&mut b, week / 2));
-        let mut none = PacketBucket::new(0, 0, 60, 1);
+        let mut none = PacketBucket::new(0, 0, 60);
         assert!(!pass(&mut none, 0) && !pass(&mut none, u64::MAX));
     }
 
     #[test]
-    fn packet_rate_split_between_workers() {
-        // 10 a minute over 2 workers: 5 each at once, then one each 12 s each.
-        let mut b = PacketBucket::new(0, 10, 60, 2);
-        assert_eq!((0..10).filter(|_| pass(&mut b, 0)).count(), 5);
-        assert!(!pass(&mut b, MINUTE / 5 - 1));
-        assert!(pass(&mut b, MINUTE / 5));
-        // 1 a minute over 4 workers: each still passes one, then one each 4 minutes.
-        let mut b = PacketBucket::new(0, 1, 60, 4);
-        assert!(pass(&mut b, 0) && !pass(&mut b, 0));
-        assert!(!pass(&mut b, 4 * MINUTE - 1));
-        assert!(pass(&mut b, 4 * MINUTE));
-    }
-
-    #[test]
     fn a_new_packet_rate_keeps_the_packets_left() {
-        let mut b = PacketBucket::new(0, 10, 60, 1);
+        let mut b = PacketBucket::new(0, 10, 60);
         assert_eq!((0..4).filter(|_| pass(&mut b, 0)).count(), 4);
         // 6 left; at 100 a minute still 6, refilled at the new rate (one each 0.6 s).
-        b.set_rate_from(&PacketBucket::new(0, 100, 60, 1));
+        b.set_rate_from(&PacketBucket::new(0, 100, 60));
         assert_eq!((0..10).filter(|_| pass(&mut b, 0)).count(), 6);
         assert!(!pass(&mut b, MINUTE / 100 - 1));
         assert!(pass(&mut b, MINUTE / 100));
         // At 3 a minute the bucket holds 3, not more.
-        b.set_rate_from(&PacketBucket::new(0, 3, 60, 1));
+        b.set_rate_from(&PacketBucket::new(0, 3, 60));
         assert_eq!((0..10).filter(|_| pass(&mut b, 10 * MINUTE)).count(), 3);
         // From none to some: empty, refilling at the new rate.
-        let mut b = PacketBucket::new(0, 0, 60, 1);
-        b.set_rate_from(&PacketBucket::new(0, 2, 60, 1));
+        let mut b = PacketBucket::new(0, 0, 60);
+        b.set_rate_from(&PacketBucket::new(0, 2, 60));
         assert!(!pass(&mut b, 0));
         assert!(pass(&mut b, MINUTE / 2));
     }
@@ -430,7 +412,7 @@ mod tests {
             per_s in proptest::sample::select(vec![60u32, 360, 3600]),
             gaps in proptest::collection::vec(0u64..2_000_000_000, 1..400),
         ) {
-            let mut b = PacketBucket::new(0, packets, per_s, 1);
+            let mut b = PacketBucket::new(0, packets, per_s);
             let (mut now, mut sent) = (0u64, 0u128);
             for g in &gaps {
                 now += g;

@@ -2,6 +2,7 @@
 //! plain IP by UE address) and sorted by precedence, each carrying the slots of its FAR, QERs
 //! and URRs; the FAR/QER/URR state (buffers, meters, counters) lives beside them.
 
+use crate::budgets::{Draws, SessionBudgets};
 use crate::fast::Template;
 use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
@@ -55,8 +56,8 @@ pub(crate) struct CPdr {
     pub far: Option<u16>,
     pub qers: SmallVec<[u16; 2]>,
     pub urrs: SmallVec<[u16; 2]>,
-    /// One of its QERs has a packet rate in its direction: the one test the packets of
-    /// other PDRs pay for packet rates.
+    /// One of its QERs has a packet rate, or draws on a shared bucket, in its direction:
+    /// the one test the packets of other PDRs pay for both.
     pub packet_rate: bool,
     /// The UE addresses and routes: the downlink table's keys, and the slow form's match.
     ue: Option<UeMatch>,
@@ -196,22 +197,44 @@ pub(crate) struct QerState {
     pub qfi: Option<u8>,
     pub rqi: bool,
     pub ppi: Option<u8>,
+    /// Buckets shared with other workers or sessions that it draws from: a session on
+    /// several workers polices its rates there instead of in its own buckets, and a QER
+    /// with a Correlation ID its aggregate too. Boxed: most QERs have none.
+    pub draws: Option<Box<Draws>>,
 }
 
 impl QerState {
-    fn new(now: u64, q: &Qer, share: u32) -> Self {
+    fn new(now: u64, q: &Qer, env: &CompileEnv) -> Self {
         let window = q
             .averaging_window_ms
             .map_or(DEFAULT_WINDOW, |ms| Duration::from_millis(ms.into()));
+        let mut draws = Draws::default();
+        let shared = env.budgets.and_then(|b| b.qer(q.id));
+        let draw = |r: &Arc<upf_rules::budget::SharedRate>| {
+            upf_rules::budget::Draw::new(r.clone(), env.epoch)
+        };
+        if let Some(b) = shared {
+            for k in 0..2 {
+                draws.bits[k].extend(b.bits[k].as_ref().map(draw));
+                draws.packets[k] = b.packets[k].as_ref().map(draw);
+            }
+        }
+        // The Correlation ID's aggregate, each way it has a rate.
+        if let Some(a) = &q.aggregate {
+            for (k, r) in [(0, &a.0.downlink), (1, &a.0.uplink)] {
+                if r.rate().0 > 0 {
+                    draws.bits[k].push(draw(r));
+                }
+            }
+        }
         let bucket = |kbps: u64| {
-            (kbps > 0).then(|| TokenBucket::new(now, kbps * 1000 / u64::from(share), window))
+            (kbps > 0 && shared.is_none()).then(|| TokenBucket::new(now, kbps * 1000, window))
         };
-        let packets = |rate: Option<(u16, u32)>| {
-            rate.map(|(n, per_s)| PacketBucket::new(now, n, per_s, share))
-        };
+        let packets =
+            |rate: Option<(u16, u32)>| rate.map(|(n, per_s)| PacketBucket::new(now, n, per_s));
         let packet_rates = q
             .packet_rate
-            .filter(|r| r.uplink.is_some() || r.downlink.is_some())
+            .filter(|r| (r.uplink.is_some() || r.downlink.is_some()) && shared.is_none())
             .map(|r| {
                 Box::new(PacketRates {
                     ul: packets(r.uplink),
@@ -230,6 +253,9 @@ impl QerState {
             qfi: q.qfi.map(|q| q.0),
             rqi: q.rqi,
             ppi: q.ppi,
+            draws: (draws.bits.iter().any(|d| !d.is_empty())
+                || draws.packets.iter().any(Option::is_some))
+            .then(|| Box::new(draws)),
         }
     }
 
@@ -257,6 +283,9 @@ impl QerState {
     /// Keeps the buckets' fill level across a modification.
     fn carry(&mut self, old: &QerState) {
         self.gbr_bytes = old.gbr_bytes;
+        if let (Some(new), Some(old)) = (&mut self.draws, &old.draws) {
+            new.carry(old);
+        }
         if let (Some(new), Some(old)) = (&mut self.packet_rates, &old.packet_rates) {
             for (new, old) in [(&mut new.ul, &old.ul), (&mut new.dl, &old.dl)] {
                 if let (Some(n), Some(o)) = (new.as_mut(), old) {
@@ -316,12 +345,12 @@ pub(crate) struct CompileEnv<'a> {
     pub n3: &'a LocalAddrs,
     pub n9: &'a LocalAddrs,
     pub buffer_packets: usize,
-    /// Number of workers the session is spread over: its bit and packet rates are divided by
-    /// it.
-    pub share: u32,
+    /// The buckets shared with the other workers the session lives on, if several.
+    pub budgets: Option<&'a SessionBudgets>,
     pub outer_ttl: u8,
-    /// `now` on the pipeline's clock (nanoseconds since its epoch), for the meters.
+    /// `now` on the pipeline's clock (nanoseconds since `epoch`), for the meters.
     pub clock: u64,
+    pub epoch: Instant,
 }
 
 fn unsupported(what: &'static str) -> DatapathError {
@@ -365,22 +394,34 @@ impl Compiled {
             .iter()
             .map(|f| compile_far(f, env, buffer_packets))
             .collect::<Result<SmallVec<_>, _>>()?;
-        let share = env.share.max(1);
+        let qers: SmallVec<[QerState; 3]> = s
+            .qers
+            .iter()
+            .map(|q| QerState::new(env.clock, q, env))
+            .collect();
+        // A PDR whose QERs draw on shared buckets takes them where it takes packet rates.
+        for (_, p) in gtp.iter_mut().chain(ip.iter_mut()) {
+            let drawn = |&q: &u16| {
+                let d = qers.get(usize::from(q)).and_then(|q| q.draws.as_deref());
+                d.is_some_and(|d| d.any(p.from_ue))
+            };
+            p.packet_rate |= p.qers.iter().any(drawn);
+        }
         Ok(Self {
             seid: s.seid,
             gtp_pdrs: gtp.into_iter().map(|(_, c)| c).collect(),
             ip_pdrs: ip.into_iter().map(|(_, c)| c).collect(),
             fars,
-            qers: s
-                .qers
-                .iter()
-                .map(|q| QerState::new(env.clock, q, share))
-                .collect(),
+            qers,
             urrs: s
                 .urrs
                 .iter()
                 .map(|u| {
                     let mut c = UrrState::new(now, u);
+                    c.shared = env
+                        .budgets
+                        .and_then(|b| b.urr(u.id))
+                        .map(|b| Box::new(b.draw()));
                     c.quota_far = u
                         .far_for_quota_action()
                         .and_then(far_slot)
@@ -426,12 +467,17 @@ impl Compiled {
                 Some(u) => {
                     let rule = self.rules.urrs.iter().find(|r| r.id == o.id);
                     // The quota FAR is an index into this session's FARs.
-                    let quota_far = u.quota_far;
+                    let (quota_far, mut shared) = (u.quota_far, u.shared.take());
                     *u = o;
                     u.quota_far = quota_far;
                     if let Some(r) = rule {
                         u.update(now, r);
                     }
+                    // What it leased of shared volumes it still draws on comes along.
+                    if let Some(d) = &mut shared {
+                        d.carry(u.shared.as_deref());
+                    }
+                    u.shared = shared;
                 }
                 None => gone_urrs.push(o),
             }

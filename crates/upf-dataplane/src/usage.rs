@@ -56,6 +56,9 @@ pub(crate) struct UrrState {
     activity: Option<Box<Activity>>,
     /// With a Monitoring Time or a Dropped DL Traffic Threshold. Boxed: rare.
     rare: Option<Box<Rare>>,
+    /// A session on several workers: its total volume threshold and quota are counted over
+    /// all of them, through these draws, instead of by this worker's count alone.
+    pub shared: Option<Box<crate::budgets::UrrDraw>>,
 }
 
 /// The state of the URR features few URRs use, behind one pointer.
@@ -185,6 +188,7 @@ impl UrrState {
             reports_left: None,
             activity: None,
             rare: None,
+            shared: None,
         };
         s.update(now, urr);
         s
@@ -503,7 +507,7 @@ impl UrrState {
         // unmarked, so the next packet went through and VOLQU came one packet late.
         let mut t = UsageTrigger::empty();
         if self.done() {
-            if self.quota.is_some_and(|q| q.reached_by(&self.quota_used)) {
+            if self.quota_reached() {
                 self.exhausted = true;
             }
             return None;
@@ -512,15 +516,57 @@ impl UrrState {
             self.start_reported = true;
             t = t.union(UsageTrigger::START);
         }
-        if self.quota.is_some_and(|q| q.reached_by(&self.quota_used)) {
+        if self.quota_reached() {
             self.exhausted = true;
-            if self.triggers.contains(ReportingTriggers::VOLQU) {
+            if self.triggers.contains(ReportingTriggers::VOLQU) && self.claim_quota() {
                 t = t.union(UsageTrigger::VOLQU);
             }
-        } else if self.threshold.is_some_and(|l| l.reached_by(&self.volume)) {
+        } else if self.threshold_reached() {
             t = t.union(UsageTrigger::VOLTH);
         }
         (!t.is_empty()).then_some(t)
+    }
+
+    /// Whether the quota is reached: by this worker's count, or (a session on several
+    /// workers) its total over all of them.
+    #[inline]
+    fn quota_reached(&mut self) -> bool {
+        match self.shared.as_deref_mut().and_then(|d| d.quota.as_mut()) {
+            None => self.quota.is_some_and(|q| q.reached_by(&self.quota_used)),
+            Some(d) => {
+                d.reached(self.quota_used.total_bytes)
+                    || self.quota.is_some_and(|q| {
+                        VolumeLimit { total: None, ..q }.reached_by(&self.quota_used)
+                    })
+            }
+        }
+    }
+
+    /// Whether the threshold is reached and this worker reports it (see
+    /// [`UrrState::quota_reached`]; over several workers, one reports).
+    #[inline]
+    fn threshold_reached(&mut self) -> bool {
+        match self
+            .shared
+            .as_deref_mut()
+            .and_then(|d| d.threshold.as_mut())
+        {
+            None => self.threshold.is_some_and(|l| l.reached_by(&self.volume)),
+            Some(d) => {
+                let counted = self.volume.total_bytes;
+                (d.reached(counted) && d.rearm(counted))
+                    || self
+                        .threshold
+                        .is_some_and(|l| VolumeLimit { total: None, ..l }.reached_by(&self.volume))
+            }
+        }
+    }
+
+    /// Whether this worker reports the quota reached: the first of the session's workers
+    /// to find it does.
+    fn claim_quota(&self) -> bool {
+        let d = self.shared.as_deref().and_then(|d| d.quota.as_ref());
+        d.is_none_or(|d| d.claim())
     }
 
     /// Octets that may still be counted with no trigger possibly firing: 0 while START is
@@ -599,6 +645,13 @@ impl UrrState {
             last_packet: self.last_packet,
             usage_information: UsageInformation::empty(),
         };
+        if let Some(d) = self
+            .shared
+            .as_deref_mut()
+            .and_then(|d| d.threshold.as_mut())
+        {
+            d.restart(self.volume.total_bytes);
+        }
         self.volume = Volume::default();
         self.start = now;
         self.first_packet = None;

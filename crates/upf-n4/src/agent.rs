@@ -234,6 +234,8 @@ pub struct Agent<D: Datapath> {
     pub(crate) forwarding_extras: Interner<ForwardingExtra>,
     /// And those of PDIs.
     pub(crate) pdi_extras: Interner<PdiExtra>,
+    /// The aggregate of each (CP node, QER Correlation ID) that sessions use.
+    pub(crate) aggregates: crate::aggregates::Aggregates,
     cache: ResponseCache,
     pub(crate) outstanding: Outstanding<Pending>,
     /// UP-initiated setup: when to (re)try each configured SMF not yet associated.
@@ -259,6 +261,7 @@ impl<D: Datapath> Agent<D> {
             sdf_filters: Interner::default(),
             forwarding_extras: Interner::default(),
             pdi_extras: Interner::default(),
+            aggregates: Default::default(),
             cache: ResponseCache::new(cfg.response_cache()),
             outstanding: Outstanding::new(cfg.t1, cfg.n1),
             setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),

@@ -519,6 +519,7 @@ pub fn qer(c: &p::CreateQer) -> Result<r::Qer, Reject> {
         rqi: c.rqi.is_some_and(|x| x.0),
         ppi: c.paging_policy_indicator.map(|x| x.0),
         averaging_window_ms: c.averaging_window.map(|x| x.0),
+        aggregate: None,
     })
 }
 

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+mod aggregates;
 pub mod alloc;
 mod config;
 pub mod convert;

@@ -243,10 +243,12 @@ impl<D: Datapath> Agent<D> {
             )
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
+                let touched = self.aggregates.attach(now, &m.node_id, &mut s);
                 let rules = Arc::new(s);
-                self.dp
-                    .install(now, rules.clone(), InstallFlags::default())
-                    .map_err(|e| self.datapath_failed(&e))?;
+                let installed = self.dp.install(now, rules.clone(), InstallFlags::default());
+                let after = installed.is_ok().then_some(&*rules);
+                self.aggregates.settle(&m.node_id, &touched, None, after);
+                installed.map_err(|e| self.datapath_failed(&e))?;
                 Ok(rules)
             });
         match result {
@@ -613,18 +615,24 @@ impl<D: Datapath> Agent<D> {
         let result = result
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
+                let touched = self.aggregates.attach(now, &ctx.cp.node, &mut s);
                 let rules = Arc::new(s);
-                let installed = self
-                    .dp
-                    .install(
-                        now,
-                        rules.clone(),
-                        InstallFlags {
-                            send_end_marker: sndem,
-                            drop_buffered: flags.contains(PfcpSmReqFlags::DROBU),
-                        },
-                    )
-                    .map_err(|e| self.datapath_failed(&e))?;
+                let installed = self.dp.install(
+                    now,
+                    rules.clone(),
+                    InstallFlags {
+                        send_end_marker: sndem,
+                        drop_buffered: flags.contains(PfcpSmReqFlags::DROBU),
+                    },
+                );
+                let after = if installed.is_ok() {
+                    &rules
+                } else {
+                    &ctx.rules
+                };
+                self.aggregates
+                    .settle(&ctx.cp.node, &touched, Some(&ctx.rules), Some(after));
+                let installed = installed.map_err(|e| self.datapath_failed(&e))?;
                 Ok((rules, installed))
             });
         let (rules, installed) = match result {
@@ -840,6 +848,8 @@ impl<D: Datapath> Agent<D> {
                 Vec::new()
             }
         };
+        self.aggregates
+            .settle(&ctx.cp.node, &[], Some(&ctx.rules), None);
         for &(_, t) in &ctx.teids {
             self.teids.free(t, now);
         }

@@ -232,7 +232,7 @@ pub static IES: &[IeRule] = &{
 
         // Create QER / Update QER (§7.5.2.5, §7.5.4.5).
         ie(CreateQer, 109, Enforced("crates/upf-dataplane/tests/qer.rs::closed_gates_drop_per_direction")),
-        ie(CreateQer, 28, Refused(NOT_SUPPORTED, "QER correlation (a shared AMBR) is not implemented yet (issue #26 §4)")),
+        ie(CreateQer, 28, Enforced("crates/upf-dataplane/tests/shared.rs::qers_with_one_correlation_id_share_their_aggregate_across_workers")),
 
         ie(CreateQer, 25, Enforced("crates/upf-dataplane/tests/qer.rs::closed_gates_drop_per_direction")),
         ie(CreateQer, 26, Enforced("crates/upf-dataplane/tests/qer.rs::mbr_holds_each_direction_to_its_rate_after_the_burst")),
@@ -244,7 +244,7 @@ pub static IES: &[IeRule] = &{
         ie(CreateQer, 158, Enforced("crates/upf-dataplane/tests/scenario.rs::downlink_psc_carries_the_qers_qfi_rqi_and_ppi")),
         ie(CreateQer, 157, Enforced("crates/upf-dataplane/tests/urr.rs::mbr_and_usage_ignore_packets_dropped_for_ttl")),
         ie(UpdateQer, 109, Enforced("crates/upf-dataplane/tests/qer.rs::closed_gates_drop_per_direction")),
-        ie(UpdateQer, 28, Refused(NOT_SUPPORTED, "QER correlation (a shared AMBR) is not implemented yet (issue #26 §4)")),
+        ie(UpdateQer, 28, Enforced("crates/upf-n4/tests/session.rs::a_correlation_id_is_one_aggregate_per_smf_while_sessions_use_it")),
 
         ie(UpdateQer, 25, Enforced("crates/upf-dataplane/tests/qer.rs::closed_gates_drop_per_direction")),
         ie(UpdateQer, 26, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),

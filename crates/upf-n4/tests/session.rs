@@ -982,3 +982,78 @@ fn released_teids_are_held_off_for_teid_reuse_after() {
     let (_, c) = s.establish(UeAddr::Choose);
     assert_eq!((c.cause, teid(&c)), (Cause::REQUEST_ACCEPTED, 8));
 }
+
+/// Establishes a session of the harness's current SMF with QER 1 (an MBR of 200 Mbit/s
+/// uplink) carrying Correlation ID `id`; returns its SEID and the aggregate the installed
+/// QER holds.
+fn correlated(s: &mut Smf, id: u32) -> (u64, upf_rules::budget::Aggregate) {
+    s.cp_seid += 1;
+    let ip = match s.addr.ip() {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => unreachable!(),
+    };
+    let mut req = smf::establishment(s.node.clone(), s.cp_seid, ip, UeAddr::Choose);
+    // QER 1: the session AMBR, on every PDR.
+    let q = req.create_qers.iter_mut().next().unwrap();
+    q.qer_correlation_id = Some(QerCorrelationId(id));
+    let (_, r) = s.establish_with(req);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    let seid = r.up_f_seid.unwrap().seid;
+    let rules = s.agent.datapath().session(Seid(seid)).unwrap();
+    (seid, rules.qers[0].aggregate.clone().expect("an aggregate"))
+}
+
+/// QERs with one Correlation ID share one aggregate per SMF (TS 29.244 §5.2.2): those of
+/// another SMF with the same id do not, and the aggregate goes with the last session using
+/// it.
+#[test]
+fn a_correlation_id_is_one_aggregate_per_smf_while_sessions_use_it() {
+    let mut s = Smf::associated();
+    let (a, first) = correlated(&mut s, 7);
+    let (b, again) = correlated(&mut s, 7);
+    assert_eq!(first, again, "one aggregate for the SMF's id 7");
+    assert_eq!(first.0.uplink.rate().0, 200_000_000);
+    let (c, other) = correlated(&mut s, 8);
+    assert_ne!(first, other, "id 8 is another");
+
+    // Another SMF, the same id: its own aggregate.
+    let (addr, node) = (s.addr, s.node.clone());
+    let smf2 = Ipv4Addr::new(127, 0, 0, 3);
+    s.addr = std::net::SocketAddr::new(smf2.into(), 8805);
+    s.node = NodeId::Ipv4(smf2);
+    s.associate(99);
+    let (_, theirs) = correlated(&mut s, 7);
+    assert_ne!(first, theirs, "another SMF's id 7");
+    (s.addr, s.node) = (addr, node);
+
+    // An Update QER moves a QER to another id's aggregate; id 8's goes with it.
+    let m = SessionModificationRequest {
+        update_qers: [UpdateQer {
+            qer_id: QerId(1),
+            qer_correlation_id: Some(QerCorrelationId(7)),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(s.modify(c, m).cause, Cause::REQUEST_ACCEPTED);
+    let moved = s.agent.datapath().session(Seid(c)).unwrap().qers[0]
+        .aggregate
+        .clone();
+    assert_eq!(moved.as_ref(), Some(&first));
+    assert_eq!(std::sync::Arc::strong_count(&other.0), 1, "id 8 released");
+
+    // Gone with the last of its sessions: a new session with id 7 gets a new one.
+    drop(moved);
+    for seid in [a, b, c] {
+        assert_eq!(s.delete(seid).1.cause, Cause::REQUEST_ACCEPTED);
+    }
+    assert_eq!(
+        std::sync::Arc::strong_count(&first.0),
+        2,
+        "held by `first` and `again` only"
+    );
+    let (_, fresh) = correlated(&mut s, 7);
+    assert_ne!(first, fresh);
+}

@@ -264,7 +264,7 @@ fn every_refused_ie_is_refused_and_changes_nothing() {
         }
         checked += 1;
     }
-    assert!(checked > 20, "only {checked} refused IEs checked");
+    assert!(checked >= 15, "only {checked} refused IEs checked");
 }
 
 /// Sets flag `bits` of `ie` in rule 1 of an establishment.

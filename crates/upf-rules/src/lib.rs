@@ -7,6 +7,7 @@
 //! but nothing here depends on the codec.
 #![forbid(unsafe_code)]
 
+pub mod budget;
 mod datapath;
 mod far;
 mod flags;

@@ -1,7 +1,9 @@
 //! QoS Enforcement Rules (TS 29.244 §5.2.2, §7.5.2.5).
 
+use crate::budget::Aggregate;
 use crate::ids::{QerId, Qfi};
 use serde::Serialize;
+use std::time::Duration;
 
 /// Gate status of one direction (§8.2.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
@@ -45,6 +47,10 @@ pub struct Qer {
     pub ppi: Option<u8>,
     /// Averaging window for MBR/GBR (TS 23.501 §5.7.3.6), milliseconds; `None`: 2000 ms.
     pub averaging_window_ms: Option<u32>,
+    /// The aggregate its `correlation_id` shares with the QERs of the same CP node's other
+    /// sessions, policed at its MBR besides the QER's own: set by the agent, which keeps
+    /// one per (CP node, correlation id).
+    pub aggregate: Option<Aggregate>,
 }
 
 impl Qer {
@@ -62,6 +68,12 @@ impl Qer {
             rqi: false,
             ppi: None,
             averaging_window_ms: None,
+            aggregate: None,
         }
+    }
+
+    /// The averaging window of its bit rates (TS 23.501 §5.7.3.6: 2000 ms by default).
+    pub fn averaging_window(&self) -> Duration {
+        Duration::from_millis(self.averaging_window_ms.unwrap_or(2000).into())
     }
 }

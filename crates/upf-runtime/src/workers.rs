@@ -6,6 +6,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use upf_dataplane::budgets::SessionBudgets;
 use upf_dataplane::paths::{tunnel_peers, PathChange, Tunnels};
 use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_io::wake::Waker;
@@ -24,8 +25,8 @@ pub struct RuntimeConfig {
     pub pipeline: PipelineConfig,
     /// Packets per batch a worker takes from its queue.
     pub batch: usize,
-    /// Peak-rate UEs (seed 004): their sessions live on every worker (bit rates divided
-    /// between them) and their packets are steered per flow.
+    /// Peak-rate UEs (seed 004): their sessions live on every worker (rates and URR limits
+    /// drawn from budgets the workers share) and their packets are steered per flow.
     pub spread_ues: Vec<std::net::IpAddr>,
     /// How long an idle worker keeps polling its queues before it sleeps on them; `None`:
     /// it never sleeps (busy polling: a core at 100 %, no wake-up latency).
@@ -48,7 +49,12 @@ impl Default for RuntimeConfig {
 type Reply<T> = SyncSender<Result<T, DatapathError>>;
 
 enum Control {
-    Install(Arc<Session>, InstallFlags, u32, Reply<Installed>),
+    Install(
+        Arc<Session>,
+        InstallFlags,
+        Option<Arc<SessionBudgets>>,
+        Reply<Installed>,
+    ),
     Remove(Seid, Reply<Vec<UsageReport>>),
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
@@ -193,6 +199,8 @@ pub struct Workers {
 struct Placed {
     workers: Vec<usize>,
     session: Arc<Session>,
+    /// The buckets its workers share, when it lives on several.
+    budgets: Option<Arc<SessionBudgets>>,
 }
 
 struct Worker {
@@ -463,8 +471,8 @@ impl Worker {
         let now = Instant::now();
         // A reply that cannot be delivered means the caller gave up; nothing to do.
         match c {
-            Control::Install(s, f, share, r) => {
-                let _ = r.send(self.pipeline.install_shared(now, s, f, share));
+            Control::Install(s, f, budgets, r) => {
+                let _ = r.send(self.pipeline.install_shared(now, s, f, budgets.as_deref()));
             }
             Control::Remove(seid, r) => {
                 let _ = r.send(self.pipeline.remove_session(now, seid));
@@ -662,7 +670,7 @@ impl Workers {
 
     /// Puts the workers in `done`, which took the new version of session `seid` before a
     /// later worker refused it, back to what they held before: the old session where there
-    /// was one (with its old share of the bit rates), none elsewhere.
+    /// was one (drawing on its old shared buckets), none elsewhere.
     ///
     /// Putting back cannot be refused: the old session's keys were its own on that worker, and
     /// nothing else was installed there since. A worker that does not answer has stopped and
@@ -672,9 +680,13 @@ impl Workers {
         for &i in done {
             match old.filter(|o| o.workers.contains(&i)) {
                 Some(o) => {
-                    let (s, share) = (o.session.clone(), share_of(&o.workers));
+                    // Its shared buckets back at its rates (the new version set its own).
+                    let budgets = o.budgets.as_deref().map(|b| {
+                        Arc::new(SessionBudgets::new(Instant::now(), &o.session, Some(b)))
+                    });
+                    let s = o.session.clone();
                     let flags = InstallFlags::default();
-                    let _ = self.ask(i, |tx| Control::Install(s, flags, share, tx));
+                    let _ = self.ask(i, |tx| Control::Install(s, flags, budgets, tx));
                 }
                 None => {
                     let _ = self.ask(i, |tx| Control::Remove(seid, tx));
@@ -752,22 +764,26 @@ impl Drop for Workers {
 impl Datapath for Workers {
     fn install(
         &mut self,
-        _now: Instant,
+        now: Instant,
         session: Arc<Session>,
         flags: InstallFlags,
     ) -> Result<Installed, DatapathError> {
         // The owner by UE address; a session without one cannot be steered to a single worker
-        // and, like a peak-rate UE's, is installed on all, its bit rates split between them.
+        // and, like a peak-rate UE's, is installed on all, its rates drawn from buckets they
+        // share (those of its previous version, at the new rates).
         let seid = session.seid;
         let owners = self.steering.owners(session_ue(&session));
-        let share = share_of(&owners);
         let old = self.placement.get(&seid).cloned();
+        let budgets = (owners.len() > 1).then(|| {
+            let old = old.as_ref().and_then(|o| o.budgets.as_deref());
+            Arc::new(SessionBudgets::new(now, &session, old))
+        });
         let mut installed = Installed::default();
         // All or none: a worker refuses before it changes anything, so when worker k refuses,
         // the workers before it are put back and the data path holds the old session alone.
         for (k, &i) in owners.iter().enumerate() {
-            let s = session.clone();
-            match self.ask(i, |tx| Control::Install(s, flags, share, tx)) {
+            let (s, b) = (session.clone(), budgets.clone());
+            match self.ask(i, |tx| Control::Install(s, flags, b, tx)) {
                 Ok(r) => installed.removed_urr_usage.extend(r.removed_urr_usage),
                 Err(e) => {
                     self.roll_back(seid, &owners[..k], old.as_ref());
@@ -788,6 +804,7 @@ impl Datapath for Workers {
             Placed {
                 workers: owners,
                 session,
+                budgets,
             },
         );
         Ok(installed)
@@ -825,15 +842,19 @@ impl Datapath for Workers {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
-        let owners = self
+        let (owners, budgets) = self
             .placement
             .get(&seid)
-            .map(|p| p.workers.clone())
+            .map(|p| (p.workers.clone(), p.budgets.clone()))
             .ok_or(DatapathError::UnknownSession(seid))?;
         let mut all = Vec::new();
         for i in owners {
             let u = urrs.to_vec();
             all.extend(self.ask(i, |tx| Control::Query(seid, u, tx))?);
+        }
+        // Every worker restarted its measurement: so do the shared thresholds.
+        if let Some(b) = budgets {
+            b.restart_thresholds(urrs);
         }
         Ok(merge(all))
     }
@@ -841,11 +862,6 @@ impl Datapath for Workers {
     fn poll_event(&mut self) -> Option<DatapathEvent> {
         self.events.try_recv().ok()
     }
-}
-
-/// The share of a session's bit rates each of `workers` enforces: one over their number.
-fn share_of(workers: &[usize]) -> u32 {
-    u32::try_from(workers.len()).unwrap_or(1)
 }
 
 /// Sums the reports of a session spread over several workers, per URR.

@@ -257,8 +257,11 @@ impl Rules for General<'_> {
     }
 
     #[inline(always)]
-    fn take_packet(&mut self, clock: u64) -> bool {
-        !self.packet_rate || take_packets(self.qers, self.pdr_qers, self.uplink, clock)
+    fn take_packet(&mut self, clock: u64, bits: u64) -> Result<(), DropReason> {
+        if !self.packet_rate {
+            return Ok(());
+        }
+        take_packets(self.qers, self.pdr_qers, self.uplink, clock, bits)
     }
 
     #[inline(always)]

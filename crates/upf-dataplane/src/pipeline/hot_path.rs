@@ -268,13 +268,13 @@ struct HotRules<'a> {
 }
 
 impl HotRules<'_> {
-    /// [`Rules::take_packet`] of a PDR with a packet rate: the buckets of its QERs in the
-    /// compiled session (out of line).
+    /// [`Rules::take_packet`] of a PDR with a packet rate or a shared bucket: the buckets
+    /// of its QERs in the compiled session (out of line).
     #[cold]
     #[inline(never)]
-    fn take_packet_slow(&mut self, clock: u64) -> bool {
+    fn take_packet_slow(&mut self, clock: u64, bits: u64) -> Result<(), DropReason> {
         let Some(Some(s)) = self.slots.get_mut(self.slot as usize) else {
-            return false;
+            return Err(DropReason::PacketRateExceeded);
         };
         let mut which = [0u16; 2];
         let mut n = 0;
@@ -285,7 +285,7 @@ impl HotRules<'_> {
             }
         }
         let uplink = self.pdr.flags & FROM_UE != 0;
-        take_packets(&mut s.qers, &which[..n], uplink, clock)
+        take_packets(&mut s.qers, &which[..n], uplink, clock, bits)
     }
 }
 
@@ -335,8 +335,11 @@ impl Rules for HotRules<'_> {
     }
 
     #[inline(always)]
-    fn take_packet(&mut self, clock: u64) -> bool {
-        self.pdr.flags & PACKET_RATE == 0 || self.take_packet_slow(clock)
+    fn take_packet(&mut self, clock: u64, bits: u64) -> Result<(), DropReason> {
+        if self.pdr.flags & PACKET_RATE == 0 {
+            return Ok(());
+        }
+        self.take_packet_slow(clock, bits)
     }
 
     #[inline(always)]

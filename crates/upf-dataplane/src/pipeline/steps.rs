@@ -47,9 +47,10 @@ pub(super) trait Rules {
     /// A URR of the PDR has exhausted its quota.
     fn exhausted(&self) -> bool;
     /// Takes one packet from every packet-rate bucket of the PDR's QERs in the packet's
-    /// direction if each has room; `false`, nothing taken, if one has none. A PDR without
-    /// a packet rate answers `true` at the cost of one test.
-    fn take_packet(&mut self, clock: u64) -> bool;
+    /// direction, and `bits` from every shared bucket they draw on, if each has room;
+    /// nothing taken, and why, if one has none. A PDR without a packet rate or a shared
+    /// bucket answers `Ok` at the cost of one test.
+    fn take_packet(&mut self, clock: u64, bits: u64) -> Result<(), DropReason>;
     /// Takes `bits` from every MBR bucket and adds `octets` to every GBR count.
     fn charge(&mut self, bits: u64, octets: u64);
     /// Counts the packet in every URR of the PDR (a report, or the exact check, as each
@@ -134,11 +135,12 @@ pub(super) fn forward<R: Rules>(
     if r.exhausted() {
         return drop_to(k.out, k.counters, p, DropReason::QuotaExhausted);
     }
-    // The packet rates last, as they take the packet at once: a packet dropped for the
-    // MBR or the quota counts against no packet rate, and one dropped here takes no MBR.
-    if !r.take_packet(k.clock) {
+    // The packet rates and shared buckets last, as they take the packet at once: a packet
+    // dropped for the MBR or the quota counts against no packet rate, and one dropped here
+    // takes no MBR.
+    if let Err(why) = r.take_packet(k.clock, bits) {
         r.qos_dropped(octets);
-        return drop_to(k.out, k.counters, p, DropReason::PacketRateExceeded);
+        return drop_to(k.out, k.counters, p, why);
     }
     r.charge(bits, octets);
     r.count(octets, r.is(Is::Uplink));
@@ -165,24 +167,53 @@ pub(super) fn forward<R: Rules>(
 }
 
 /// [`Rules::take_packet`] over the QERs `which` (slots in `qers`) of a PDR with a packet
-/// rate, in direction `uplink`: every bucket is asked before any is taken. Out of line: a
-/// packet rate is at most 65,535 packets a minute, so the packets that come here are few.
-#[cold]
+/// rate or a shared bucket, in direction `uplink`: every bucket is asked before any is
+/// taken. Out of line: a packet rate is at most 65,535 packets a minute, so the packets that
+/// come here for one are few; those of a session drawing on shared buckets (on several
+/// workers, or with a QER Correlation ID) pay the call.
 #[inline(never)]
-pub(super) fn take_packets(qers: &mut [QerState], which: &[u16], uplink: bool, clock: u64) -> bool {
+pub(super) fn take_packets(
+    qers: &mut [QerState],
+    which: &[u16],
+    uplink: bool,
+    clock: u64,
+    bits: u64,
+) -> Result<(), DropReason> {
     for &q in which {
-        if let Some(b) = qers.get_mut(usize::from(q)).and_then(|q| q.packets(uplink)) {
+        let Some(q) = qers.get_mut(usize::from(q)) else {
+            continue;
+        };
+        if let Some(b) = q.packets(uplink) {
             if !b.conforms(clock) {
-                return false;
+                return Err(DropReason::PacketRateExceeded);
+            }
+        }
+        if let Some(d) = q.draws.as_deref_mut() {
+            if !d.conforms(clock, uplink, bits) {
+                return Err(DropReason::MbrExceeded);
+            }
+            if let Some(p) = d.packets(uplink) {
+                if !p.conforms(clock, 1) {
+                    return Err(DropReason::PacketRateExceeded);
+                }
             }
         }
     }
     for &q in which {
-        if let Some(b) = qers.get_mut(usize::from(q)).and_then(|q| q.packets(uplink)) {
+        let Some(q) = qers.get_mut(usize::from(q)) else {
+            continue;
+        };
+        if let Some(b) = q.packets(uplink) {
             b.take();
         }
+        if let Some(d) = q.draws.as_deref_mut() {
+            d.take(uplink, bits);
+            if let Some(p) = d.packets(uplink) {
+                p.take(1);
+            }
+        }
     }
-    true
+    Ok(())
 }
 
 /// The outer ECN of a tunnel around the IP packet `ip`: RFC 6040 normal mode copies the
