@@ -108,10 +108,11 @@ pub(crate) struct HotPdr {
     pub police: u8,
     /// The record's GBR counts its packets add to, a bit each.
     pub gbr: u8,
-    /// Its FAR's flags (none without a FAR: dropped) and egress port, so that a FAR
-    /// without a tunnel needs no line of its own.
+    /// Its FAR's flags (none without a FAR: dropped), egress port and network instance, so
+    /// that a FAR without a tunnel needs no line of its own.
     pub far_flags: u8,
     pub port: Port,
+    pub instance: u8,
     /// [`MARK_QFI`] and the QFI of the first of its QERs that has one, [`MARK_RQI`] if any
     /// sets RQI.
     pub mark: u8,
@@ -131,6 +132,7 @@ impl Default for HotPdr {
             gbr: 0,
             far_flags: 0,
             port: Port::N6,
+            instance: 0,
             mark: 0,
         }
     }
@@ -320,6 +322,7 @@ pub(crate) struct HotFar {
     /// `tunnel` holding its peer and TEID.
     pub template: Template,
     pub port: Port,
+    pub instance: u8,
     pub flags: u8,
     pub tunnel: u8,
 }
@@ -334,6 +337,7 @@ impl Default for HotFar {
         Self {
             template: Template::EMPTY,
             port: Port::N6,
+            instance: 0,
             flags: 0,
             tunnel: NONE,
         }
@@ -863,7 +867,7 @@ impl<'r> HalfBuilder<'r> {
         // What the QERs decide for every packet of a PDR alike, resolved once here.
         for pdr in &mut self.half.head.pdrs {
             if let Some(far) = self.half.fars.get(usize::from(pdr.far)) {
-                (pdr.far_flags, pdr.port) = (far.flags, far.port);
+                (pdr.far_flags, pdr.port, pdr.instance) = (far.flags, far.port, far.instance);
             }
             for &q in &pdr.qers {
                 let Some(line) = self.half.qers.get(usize::from(q)) else {
@@ -946,6 +950,7 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
     Some(HotFar {
         template,
         port: t.port,
+        instance: t.instance,
         flags,
         tunnel: NONE,
     })
@@ -956,7 +961,10 @@ impl Hot {
     pub fn build(s: &Compiled) -> Option<Built> {
         // Quota FARs and usage time under an Inactivity Detection Time are the general
         // path's (a hot record keeps only the first and last packet's times).
+        // So is a session reached in more than one network instance (the hot path does not
+        // test a PDR's).
         if s.quota_fars
+            || !s.one_instance
             || s.rules
                 .urrs
                 .iter()

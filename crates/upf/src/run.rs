@@ -272,6 +272,7 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
             // wait: address space only, memory as sessions come.
             expected_sessions: (c.limits.sessions.div_ceil(c.workers.count.max(1)) * 5 / 4)
                 .min(MAX_PRESIZED_SESSIONS),
+            network_instances: Default::default(),
         },
     })
 }
