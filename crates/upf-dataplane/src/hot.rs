@@ -110,10 +110,11 @@ pub(crate) struct HotPdr {
     pub police: u8,
     /// The record's GBR counts its packets add to, a bit each.
     pub gbr: u8,
-    /// Its FAR's flags (none without a FAR: dropped) and egress port, so that a FAR
-    /// without a tunnel needs no line of its own.
+    /// Its FAR's flags (none without a FAR: dropped), egress port and network instance, so
+    /// that a FAR without a tunnel needs no line of its own.
     pub far_flags: u8,
     pub port: Port,
+    pub instance: u8,
     /// [`MARK_QFI`] and the QFI of the first of its QERs that has one, [`MARK_RQI`] if any
     /// sets RQI.
     pub mark: u8,
@@ -133,6 +134,7 @@ impl Default for HotPdr {
             gbr: 0,
             far_flags: 0,
             port: Port::N6,
+            instance: 0,
             mark: 0,
         }
     }
@@ -322,6 +324,7 @@ pub(crate) struct HotFar {
     /// `tunnel` holding its peer and TEID.
     pub template: Template,
     pub port: Port,
+    pub instance: u8,
     pub flags: u8,
     pub tunnel: u8,
 }
@@ -336,6 +339,7 @@ impl Default for HotFar {
         Self {
             template: Template::EMPTY,
             port: Port::N6,
+            instance: 0,
             flags: 0,
             tunnel: NONE,
         }
@@ -866,7 +870,7 @@ impl<'r> HalfBuilder<'r> {
         // What the QERs decide for every packet of a PDR alike, resolved once here.
         for pdr in &mut self.half.head.pdrs {
             if let Some(far) = self.half.fars.get(usize::from(pdr.far)) {
-                (pdr.far_flags, pdr.port) = (far.flags, far.port);
+                (pdr.far_flags, pdr.port, pdr.instance) = (far.flags, far.port, far.instance);
             }
             for &q in &pdr.qers {
                 let Some(line) = self.half.qers.get(usize::from(q)) else {
@@ -949,6 +953,7 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
     Some(HotFar {
         template,
         port: t.port,
+        instance: t.instance,
         flags,
         tunnel: NONE,
     })
@@ -960,8 +965,11 @@ impl Hot {
         // Quota FARs, usage time under an Inactivity Detection Time, the split at a
         // Monitoring Time and measurement before QoS enforcement (MBQE) are the general
         // path's (a hot record keeps only the first and last packet's times, and counts
-        // only what it forwards), as are volumes shared with other workers.
+        // only what it forwards), as are volumes shared with other workers. So is a
+        // session reached in more than one network instance (the hot path does not test a
+        // PDR's).
         if s.quota_fars
+            || !s.one_instance
             || s.urrs.iter().any(|u| u.shared.is_some())
             || s.rules.urrs.iter().any(|u| {
                 u.inactivity_detection_time_s.is_some()

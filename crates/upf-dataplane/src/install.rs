@@ -33,6 +33,7 @@ impl Pipeline {
             buffer_packets: self.cfg.buffer_packets_per_far,
             budgets,
             outer_ttl: self.cfg.outer_ttl,
+            instances: &self.cfg.network_instances,
             clock: self.clock(now),
             epoch: self.epoch,
         };
@@ -47,8 +48,8 @@ impl Pipeline {
             }
         }
         let prefixes = new.ue_prefixes();
-        for p in &prefixes {
-            if self.ue.owner(p).is_some_and(|s| Some(s) != old_slot) {
+        for (i, p) in &prefixes {
+            if self.ue.owner(*i, p).is_some_and(|s| Some(s) != old_slot) {
                 return Err(DatapathError::NoResources(
                     "UE address used by another session",
                 ));
@@ -126,13 +127,13 @@ impl Pipeline {
         Ok(installed)
     }
 
-    fn index(&mut self, slot: u32, s: &Compiled, prefixes: &[crate::flow::Prefix]) {
+    fn index(&mut self, slot: u32, s: &Compiled, prefixes: &[(u8, crate::flow::Prefix)]) {
         self.by_seid.insert(s.seid, slot);
         for t in s.teids() {
             self.teids.insert(t, slot);
         }
-        for p in prefixes {
-            self.ue.insert(*p, slot);
+        for (i, p) in prefixes {
+            self.ue.insert(*i, *p, slot);
         }
         for k in s.remote_tunnels() {
             self.remote.insert(k, slot);
@@ -146,8 +147,8 @@ impl Pipeline {
                 self.teids.remove(t);
             }
         }
-        for p in s.ue_prefixes() {
-            self.ue.remove(&p, slot);
+        for (i, p) in s.ue_prefixes() {
+            self.ue.remove(i, &p, slot);
         }
         for k in s.remote_tunnels() {
             if self.remote.get(&k) == Some(&slot) {

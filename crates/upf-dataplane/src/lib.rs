@@ -19,6 +19,7 @@ mod hot;
 mod install;
 mod intmap;
 mod meter;
+mod netinst;
 mod overflow;
 mod parse;
 pub mod paths;
@@ -35,6 +36,7 @@ pub use acl::{Acl, AclAction, AclLoadError, AclParseError, AclRule, AclStats, Tu
 pub use acl::{ANY_PORT, MAX_TABLES};
 pub use counters::{Counters, DropReason};
 pub use flow::{Addr, Flow, Flow4, Prefix};
+pub use netinst::{NetworkInstances, TooManyInstances, DEFAULT_INSTANCE};
 pub use parse::flow_of;
 pub use pipeline::{null_forward, Output, Pipeline, GTPU_PORT};
 pub use tables::{FastMap, FoldHasher};
@@ -80,6 +82,9 @@ pub struct PipelineConfig {
     /// while a session is installed stall the worker's packets for the copy (tens of ms at
     /// 100k sessions); sized up front they only take address space until used.
     pub expected_sessions: usize,
+    /// The named network instances of the N6 interfaces: a rule's Network Instance is
+    /// resolved to its id when a session is installed.
+    pub network_instances: NetworkInstances,
 }
 
 impl Default for PipelineConfig {
@@ -94,6 +99,7 @@ impl Default for PipelineConfig {
             outer_ttl: 64,
             uplink_acl: Default::default(),
             expected_sessions: 0,
+            network_instances: NetworkInstances::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::fast::Template;
 use crate::filter::{FastFilter, Filter};
 use crate::flow::{Addr, Flow, Prefix};
 use crate::meter::{PacketBucket, TokenBucket, DEFAULT_WINDOW};
+use crate::netinst::{NetworkInstances, DEFAULT_INSTANCE};
 use crate::usage::UrrState;
 use crate::LocalAddrs;
 use smallvec::SmallVec;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use upf_packet::{Packet, Port};
 use upf_rules::{
     ApplyAction, DatapathError, DatapathEvent, Far, FarId, Gate, Interface, OuterHeaderCreation,
-    OuterHeaderRemoval, Pdr, PdrId, Qer, QerId, Seid, Session,
+    OuterHeaderRemoval, Pdr, PdrId, Qer, QerId, RuleRef, Seid, Session,
 };
 
 /// How many header octets a PDR's Outer Header Removal strips.
@@ -62,9 +63,23 @@ pub(crate) struct CPdr {
     /// The UE addresses and routes: the downlink table's keys, and the slow form's match.
     ue: Option<UeMatch>,
     framed: Vec<Prefix>,
+    /// Its PDI's Network Instance, resolved: the instance its UE addresses are keyed in
+    /// (none: the default), and, for a PDR matched by UE address (from N6), the only
+    /// instance whose packets it matches (none: any).
+    pub instance: Option<u8>,
 }
 
 impl CPdr {
+    /// Whether it has UE addresses or routes to be keyed by.
+    fn keyed(&self) -> bool {
+        self.ue.is_some() || !self.framed.is_empty()
+    }
+
+    /// The network instance its UE addresses are keyed in.
+    fn key_instance(&self) -> u8 {
+        self.instance.unwrap_or(DEFAULT_INSTANCE)
+    }
+
     /// The fast form decides (no slow filters) and the UE address, if any, is one IPv4 one.
     pub fn fast_form(&self) -> bool {
         self.slow.is_none() && self.framed.is_empty()
@@ -100,9 +115,14 @@ impl CPdr {
     }
 
     #[inline]
-    fn matches(&self, teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> bool {
+    fn matches(&self, teid: Option<u32>, qfi: Option<u8>, instance: Option<u8>, f: &Flow) -> bool {
         if self.teid.is_some() && self.teid != teid {
             return false;
+        }
+        if let (Some(want), Some(have)) = (self.instance, instance) {
+            if want != have {
+                return false;
+            }
         }
         if self.qfis != 0 && !qfi.is_some_and(|q| q < 64 && self.qfis & (1 << q) != 0) {
             return false;
@@ -144,6 +164,8 @@ impl CPdr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     pub port: Port,
+    /// On N6: the network instance whose N6 it leaves by (0 elsewhere).
+    pub instance: u8,
     pub encap: Option<Tunnel>,
     /// For an IPv4 tunnel: its header without and with a PDU Session Container.
     pub templates: Option<[Template; 2]>,
@@ -329,6 +351,10 @@ pub(crate) struct Compiled {
     /// An Error Indication for one of its tunnels was reported since it was (re)installed:
     /// later ones are not (a peer sending them at line rate would queue a report each).
     pub error_indication_reported: bool,
+    /// Every packet that reaches it by UE address passes its IP PDRs' Network Instance
+    /// test: its UE addresses are keyed in one instance, and its IP PDRs name that one or
+    /// none. The hot path, which does not test it, requires this.
+    pub one_instance: bool,
     /// The BAR's Downlink Data Notification Delay (§8.2.28).
     pub notification_delay: Duration,
     /// A Downlink Data Report held for that delay: when it is due, the FAR whose buffering
@@ -348,6 +374,8 @@ pub(crate) struct CompileEnv<'a> {
     /// The buckets shared with the other workers the session lives on, if several.
     pub budgets: Option<&'a SessionBudgets>,
     pub outer_ttl: u8,
+    /// The network instances rules' names resolve to.
+    pub instances: &'a NetworkInstances,
     /// `now` on the pipeline's clock (nanoseconds since `epoch`), for the meters.
     pub clock: u64,
     pub epoch: Instant,
@@ -364,7 +392,7 @@ impl Compiled {
         let mut gtp = Vec::new();
         let mut ip = Vec::new();
         for p in &s.pdrs {
-            let c = compile_pdr(&s, p, &far_slot, &slot)?;
+            let c = compile_pdr(&s, p, &far_slot, &slot, env.instances)?;
             if c.teid.is_some() {
                 gtp.push((p.precedence, c));
             } else {
@@ -407,7 +435,14 @@ impl Compiled {
             };
             p.packet_rate |= p.qers.iter().any(drawn);
         }
+        let mut keyed = gtp.iter().chain(&ip).filter(|(_, c)| c.keyed());
+        let key = keyed.next().map(|(_, c)| c.key_instance());
+        let one_instance = keyed.all(|(_, c)| Some(c.key_instance()) == key)
+            && ip
+                .iter()
+                .all(|(_, c)| c.instance.is_none() || c.instance == key);
         Ok(Self {
+            one_instance,
             seid: s.seid,
             gtp_pdrs: gtp.into_iter().map(|(_, c)| c).collect(),
             ip_pdrs: ip.into_iter().map(|(_, c)| c).collect(),
@@ -564,10 +599,17 @@ impl Compiled {
         }
     }
 
-    /// The index of the first PDR (by precedence) in `pdrs` that matches.
+    /// The index of the first PDR (by precedence) in `pdrs` that matches; `instance`: the
+    /// network instance of the N6 the packet came in on (none: it came by a tunnel).
     #[inline]
-    pub fn classify(pdrs: &[CPdr], teid: Option<u32>, qfi: Option<u8>, f: &Flow) -> Option<usize> {
-        pdrs.iter().position(|p| p.matches(teid, qfi, f))
+    pub fn classify(
+        pdrs: &[CPdr],
+        teid: Option<u32>,
+        qfi: Option<u8>,
+        instance: Option<u8>,
+        f: &Flow,
+    ) -> Option<usize> {
+        pdrs.iter().position(|p| p.matches(teid, qfi, instance, f))
     }
 
     /// Local TEIDs this session receives on.
@@ -575,23 +617,29 @@ impl Compiled {
         self.gtp_pdrs.iter().filter_map(|p| p.teid)
     }
 
-    /// UE addresses and routed prefixes that downlink packets are looked up by.
-    pub fn ue_prefixes(&self) -> Vec<Prefix> {
+    /// UE addresses and routed prefixes that downlink packets are looked up by, each in
+    /// its PDR's network instance.
+    pub fn ue_prefixes(&self) -> Vec<(u8, Prefix)> {
         let mut v = Vec::new();
         for p in self.ip_pdrs.iter().chain(&self.gtp_pdrs) {
+            let i = p.key_instance();
             if let Some(ue) = &p.ue {
                 if let Some(a) = ue.v4 {
-                    v.push(Prefix {
-                        v6: false,
-                        net: a.into(),
-                        mask: u32::MAX.into(),
-                    });
+                    let net = a.into();
+                    v.push((
+                        i,
+                        Prefix {
+                            v6: false,
+                            net,
+                            mask: u32::MAX.into(),
+                        },
+                    ));
                 }
-                v.extend(ue.v6);
+                v.extend(ue.v6.map(|p| (i, p)));
             }
-            v.extend(p.framed.iter().copied());
+            v.extend(p.framed.iter().map(|&p| (i, p)));
         }
-        v.sort_by_key(|p| (p.v6, p.net, p.mask));
+        v.sort_by_key(|(i, p)| (*i, p.v6, p.net, p.mask));
         v.dedup();
         v
     }
@@ -647,8 +695,17 @@ fn compile_pdr(
     p: &Pdr,
     far_slot: &impl Fn(FarId) -> Option<usize>,
     slot: &impl Fn(usize) -> Result<u16, DatapathError>,
+    instances: &NetworkInstances,
 ) -> Result<CPdr, DatapathError> {
     let pdi = &p.pdi;
+    let instance = match pdi.network_instance() {
+        None => None,
+        name => Some(
+            instances
+                .id(name)
+                .ok_or(DatapathError::UnknownNetworkInstance(RuleRef::Pdr(p.id)))?,
+        ),
+    };
     let strip = match p.outer_header_removal {
         None => Strip::None,
         Some(OuterHeaderRemoval::GtpuUdpIp { .. }) => Strip::Gtpu,
@@ -735,6 +792,7 @@ fn compile_pdr(
         packet_rate,
         ue,
         framed,
+        instance,
     })
 }
 
@@ -742,6 +800,7 @@ fn target(
     dest: Interface,
     ohc: Option<OuterHeaderCreation>,
     tlm: Option<(u8, u8)>,
+    instance: u8,
     env: &CompileEnv,
 ) -> Result<Option<Target>, DatapathError> {
     let to_access = dest == Interface::Access;
@@ -792,6 +851,7 @@ fn target(
     });
     Ok(Some(Target {
         port,
+        instance: if port == Port::N6 { instance } else { 0 },
         encap,
         templates,
         tos: tlm.map(|(tos, _mask)| tos),
@@ -805,6 +865,9 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
             fw.destination,
             fw.outer_header_creation,
             fw.transport_level_marking,
+            env.instances
+                .id(fw.network_instance())
+                .ok_or(DatapathError::UnknownNetworkInstance(RuleRef::Far(f.id)))?,
             env,
         )?,
         None => None,
@@ -816,6 +879,7 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
                 d.destination,
                 d.outer_header_creation,
                 d.transport_level_marking,
+                DEFAULT_INSTANCE,
                 env,
             )?);
         }

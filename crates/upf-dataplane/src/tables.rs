@@ -1,5 +1,6 @@
 //! The per-worker lookup tables: sessions in a slab, uplink keyed by local TEID, downlink by
-//! UE address (IPv4 exact, IPv6 per prefix length, framed routes longest-prefix first).
+//! network instance and UE address (IPv4 exact, IPv6 per prefix length, framed routes
+//! longest-prefix first).
 
 use crate::flow::{Addr, Prefix};
 use crate::intmap::IntMap;
@@ -162,6 +163,70 @@ impl UeTable {
     }
 }
 
+/// Downlink lookup by network instance and UE address: two data networks may give their
+/// UEs the same addresses. The default instance's table is the first field, so a UPF
+/// without named instances reads what it read before they existed.
+#[derive(Debug, Default)]
+pub(crate) struct UeTables {
+    default: UeTable,
+    /// Instance `i` (from 1) at `i - 1`, made when a session first uses it.
+    named: Vec<UeTable>,
+}
+
+impl UeTables {
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            default: UeTable::with_capacity(n),
+            named: Vec::new(),
+        }
+    }
+
+    #[inline(always)]
+    pub fn of(&self, instance: u8) -> Option<&UeTable> {
+        if instance == 0 {
+            Some(&self.default)
+        } else {
+            self.named.get(usize::from(instance) - 1)
+        }
+    }
+
+    fn of_mut(&mut self, instance: u8) -> &mut UeTable {
+        match usize::from(instance).checked_sub(1) {
+            None => &mut self.default,
+            Some(i) => {
+                if self.named.len() <= i {
+                    self.named.resize_with(i + 1, UeTable::default);
+                }
+                &mut self.named[i]
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub fn prefetch_v4(&self, instance: u8, a: u32) {
+        if let Some(t) = self.of(instance) {
+            t.prefetch_v4(a);
+        }
+    }
+
+    #[inline]
+    pub fn lookup(&self, instance: u8, a: Addr) -> Option<u32> {
+        self.of(instance)?.lookup(a)
+    }
+
+    pub fn owner(&self, instance: u8, p: &Prefix) -> Option<u32> {
+        self.of(instance)?.owner(p)
+    }
+
+    pub fn insert(&mut self, instance: u8, p: Prefix, slot: u32) {
+        self.of_mut(instance).insert(p, slot);
+    }
+
+    pub fn remove(&mut self, instance: u8, p: &Prefix, slot: u32) {
+        self.of_mut(instance).remove(p, slot);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +254,22 @@ mod tests {
         assert_eq!(t.lookup(a("192.168.7.7")), Some(3));
         assert_eq!(t.lookup(a("10.0.0.1")), Some(1));
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn instances_keep_their_own_addresses() {
+        let mut t = UeTables::default();
+        let a = Addr::from_ip("10.60.0.1".parse().unwrap());
+        t.insert(1, pfx("10.60.0.1", 32), 5);
+        t.insert(2, pfx("10.60.0.1", 32), 6);
+        assert_eq!(t.lookup(0, a), None);
+        assert_eq!(t.lookup(1, a), Some(5));
+        assert_eq!(t.lookup(2, a), Some(6));
+        assert_eq!(t.lookup(3, a), None);
+        t.remove(1, &pfx("10.60.0.1", 32), 5);
+        assert_eq!(
+            (t.lookup(1, a), t.owner(2, &pfx("10.60.0.1", 32))),
+            (None, Some(6))
+        );
     }
 }

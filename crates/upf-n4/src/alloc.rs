@@ -293,7 +293,11 @@ impl UeIpPools {
             }
             let p = Pool { cfg, v4, v6 };
             for q in &out {
-                if overlaps(&p, q) {
+                // Pools of two network instances may share addresses: they are two
+                // data networks (the data path keys UEs by instance and address).
+                let apart = matches!((&p.cfg.network_instance, &q.cfg.network_instance),
+                    (Some(a), Some(b)) if !a.eq_ignore_ascii_case(b));
+                if overlaps(&p, q) && !apart {
                     return Err(ConfigError::OverlappingPools {
                         pool: name,
                         other: q.cfg.name.clone().unwrap_or_else(|| "default".into()),
@@ -358,8 +362,13 @@ impl UeIpPools {
         Ok((Ipv6Addr::from(addr), v6.ue_len))
     }
 
-    fn slot(&self, addr: IpAddr) -> Option<(usize, bool, u64)> {
-        for (n, p) in self.pools.iter().enumerate() {
+    /// The pool slot of `addr`: in the pool of network instance `ni` if one holds it (two
+    /// instances' pools may overlap), else in the first that does.
+    fn slot(&self, addr: IpAddr, ni: Option<&str>) -> Option<(usize, bool, u64)> {
+        let of_ni = |p: &Pool| matches!((&p.cfg.network_instance, ni), (Some(a), Some(b)) if a.eq_ignore_ascii_case(b));
+        let (ni, rest): (Vec<_>, Vec<_>) =
+            self.pools.iter().enumerate().partition(|(_, p)| of_ni(p));
+        for (n, p) in ni.into_iter().chain(rest) {
             match addr {
                 IpAddr::V4(a) => {
                     if let Some(v4) = &p.v4 {
@@ -399,15 +408,19 @@ impl UeIpPools {
         }
     }
 
-    pub fn free(&mut self, addr: IpAddr) -> bool {
-        let Some((n, v6, i)) = self.slot(addr) else {
+    pub fn free(&mut self, addr: IpAddr, network_instance: Option<&str>) -> bool {
+        let Some((n, v6, i)) = self.slot(addr, network_instance) else {
             return false;
         };
         self.map_mut(n, v6).is_some_and(|m| m.set(i, false))
     }
 
-    pub fn reserve(&mut self, addr: IpAddr) -> Result<(), AllocError> {
-        let Some((n, v6, i)) = self.slot(addr) else {
+    pub fn reserve(
+        &mut self,
+        addr: IpAddr,
+        network_instance: Option<&str>,
+    ) -> Result<(), AllocError> {
+        let Some((n, v6, i)) = self.slot(addr, network_instance) else {
             return Ok(());
         };
         match self.map_mut(n, v6).map(|m| m.set(i, true)) {
@@ -597,15 +610,15 @@ mod tests {
         assert_eq!(p.allocate_v4(None, None), Ok("10.0.0.1".parse().unwrap()));
         assert_eq!(p.allocate_v4(None, None), Ok("10.0.0.2".parse().unwrap()));
         assert_eq!(p.allocate_v4(None, None), Err(AllocError::Exhausted));
-        assert!(p.free("10.0.0.1".parse().unwrap()));
-        assert!(!p.free("10.0.0.1".parse().unwrap()));
-        assert_eq!(p.reserve("10.0.0.1".parse().unwrap()), Ok(()));
+        assert!(p.free("10.0.0.1".parse().unwrap(), None));
+        assert!(!p.free("10.0.0.1".parse().unwrap(), None));
+        assert_eq!(p.reserve("10.0.0.1".parse().unwrap(), None), Ok(()));
         assert_eq!(
-            p.reserve("10.0.0.1".parse().unwrap()),
+            p.reserve("10.0.0.1".parse().unwrap(), None),
             Err(AllocError::Conflict)
         );
         assert_eq!(
-            p.reserve("192.0.2.1".parse().unwrap()),
+            p.reserve("192.0.2.1".parse().unwrap(), None),
             Ok(()),
             "outside every pool"
         );
@@ -631,6 +644,27 @@ mod tests {
         assert_eq!(p.allocate_v6(None, None), Err(AllocError::NoPool));
         let mut only = UeIpPools::new(vec![pool(Some("internet"), "10.2.0.0", 24)]).unwrap();
         assert_eq!(only.allocate_v4(Some("ims"), None), Err(AllocError::NoPool));
+    }
+
+    #[test]
+    fn two_network_instances_share_a_range_each_with_its_own_addresses() {
+        let mut a = pool(Some("a"), "10.60.0.0", 16);
+        a.network_instance = Some("dn-a".into());
+        let mut b = pool(Some("b"), "10.60.0.0", 16);
+        b.network_instance = Some("dn-b".into());
+        let mut p = UeIpPools::new(vec![a.clone(), b]).unwrap();
+        let x = p.allocate_v4(None, Some("dn-a")).unwrap();
+        assert_eq!(p.allocate_v4(None, Some("dn-b")), Ok(x));
+        let ue = "10.60.0.9".parse().unwrap();
+        assert_eq!(p.reserve(ue, Some("dn-a")), Ok(()));
+        assert_eq!(p.reserve(ue, Some("dn-b")), Ok(()));
+        assert_eq!(p.reserve(ue, Some("dn-b")), Err(AllocError::Conflict));
+        assert!(p.free(ue, Some("dn-b")));
+        assert_eq!(p.reserve(ue, Some("dn-b")), Ok(()));
+        // One instance's pools still may not overlap.
+        let mut a2 = pool(Some("a2"), "10.60.1.0", 24);
+        a2.network_instance = Some("DN-A".into());
+        assert!(UeIpPools::new(vec![a, a2]).is_err());
     }
 
     #[test]
@@ -666,9 +700,9 @@ mod tests {
         let (b, _) = p.allocate_v6(None, None).unwrap();
         assert_eq!((a, len), ("2001:db8:60::".parse().unwrap(), 64));
         assert_eq!(b, "2001:db8:60:1::".parse::<Ipv6Addr>().unwrap());
-        assert!(p.free(b.into()));
+        assert!(p.free(b.into(), None));
         assert_eq!(
-            p.reserve("2001:db8:60:1::".parse::<Ipv6Addr>().unwrap().into()),
+            p.reserve("2001:db8:60:1::".parse::<Ipv6Addr>().unwrap().into(), None),
             Ok(())
         );
     }
@@ -725,7 +759,7 @@ mod tests {
                     }
                 } else {
                     let a = live.swap_remove(usize::from(k) % live.len());
-                    prop_assert!(p.free(a.into()));
+                    prop_assert!(p.free(a.into(), None));
                 }
                 prop_assert_eq!(p.usage()[0].1, live.len() as u64);
             }

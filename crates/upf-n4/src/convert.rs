@@ -15,6 +15,7 @@ use upf_rules::{FlowDescription, Interface, RuleRef};
 pub(crate) const IE_SDF_FILTER: u16 = 23;
 pub(crate) const IE_SOURCE_INTERFACE: u16 = 20;
 pub(crate) const IE_F_TEID: u16 = 21;
+pub(crate) const IE_NETWORK_INSTANCE: u16 = 22;
 pub(crate) const IE_DESTINATION_INTERFACE: u16 = 42;
 pub(crate) const IE_APPLY_ACTION: u16 = 44;
 pub(crate) const IE_OUTER_HEADER_CREATION: u16 = 84;

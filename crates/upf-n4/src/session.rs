@@ -5,9 +5,12 @@
 
 use crate::agent::{Agent, CpPeer, Event};
 use crate::alloc::AllocError;
-use crate::convert::{self, PdiAsks, IE_F_TEID, IE_SDF_FILTER, IE_UE_IP_ADDRESS};
+use crate::convert::{
+    self, PdiAsks, IE_F_TEID, IE_NETWORK_INSTANCE, IE_SDF_FILTER, IE_UE_IP_ADDRESS,
+};
 use crate::reject::Reject;
 use crate::trust::Refusal;
+use compact_str::CompactString;
 use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -32,6 +35,8 @@ pub(crate) struct SessionCtx {
     /// UE addresses this session holds (allocated or reserved in a pool).
     pub ue_v4: Option<Ipv4Addr>,
     pub ue_v6: Option<(Ipv6Addr, u8)>,
+    /// The Network Instance they were taken for: two instances' pools may share addresses.
+    pub ue_instance: Option<CompactString>,
     /// Next UR-SEQN per URR (§8.2.77).
     pub ur_seqn: SmallVec<[(RUrrId, u32); 2]>,
     /// CSIDs of the CP function (FQ-CSID) for Session Set Deletion.
@@ -44,7 +49,7 @@ struct Txn {
     /// When the request is handled (TEIDs are allocated as of then).
     now: Instant,
     teids: SmallVec<[Teid; 2]>,
-    ue: SmallVec<[IpAddr; 2]>,
+    ue: SmallVec<[(IpAddr, Option<CompactString>); 2]>,
 }
 
 impl Txn {
@@ -100,6 +105,12 @@ fn datapath_reject(e: &DatapathError) -> Reject {
         DatapathError::UnknownSession(_) => Reject::new(
             Cause::SESSION_CONTEXT_NOT_FOUND,
             "data path lost the session",
+        ),
+        // §8.2.4: a Network Instance the UP function does not know.
+        DatapathError::UnknownNetworkInstance(rule) => Reject::rule(
+            *rule,
+            IE_NETWORK_INSTANCE,
+            "network instance not configured",
         ),
         DatapathError::Internal(_) => {
             Reject::new(Cause::SYSTEM_FAILURE, "data path internal error")
@@ -219,6 +230,7 @@ impl<D: Datapath> Agent<D> {
             teids: SmallVec::new(),
             ue_v4: None,
             ue_v6: None,
+            ue_instance: None,
             ur_seqn: SmallVec::new(),
             csids: m
                 .fq_csids
@@ -471,8 +483,9 @@ impl<D: Datapath> Agent<D> {
                             .ue_ips
                             .allocate_v4(dnn, ni)
                             .map_err(|e| ue_reject(e, rule))?;
-                        txn.ue.push(a.into());
+                        txn.ue.push((a.into(), ni.map(Into::into)));
                         ctx.ue_v4 = Some(a);
+                        ctx.ue_instance = ni.map(Into::into);
                         a
                     }
                 };
@@ -486,8 +499,9 @@ impl<D: Datapath> Agent<D> {
                             .ue_ips
                             .allocate_v6(dnn, ni)
                             .map_err(|e| ue_reject(e, rule))?;
-                        txn.ue.push(p.0.into());
+                        txn.ue.push((p.0.into(), ni.map(Into::into)));
                         ctx.ue_v6 = Some(p);
+                        ctx.ue_instance = ni.map(Into::into);
                         p
                     }
                 };
@@ -497,10 +511,12 @@ impl<D: Datapath> Agent<D> {
         } else if let Some(ue) = pdr.pdi.ue_ip {
             // Static addresses inside a pool are marked used, so the pool never hands them out.
             if let Some(a) = ue.ipv4.filter(|a| ctx.ue_v4 != Some(*a)) {
-                match self.ue_ips.reserve(a.into()) {
+                let ni = pdr.pdi.network_instance();
+                match self.ue_ips.reserve(a.into(), ni) {
                     Ok(()) => {
-                        txn.ue.push(a.into());
+                        txn.ue.push((a.into(), ni.map(Into::into)));
                         ctx.ue_v4 = Some(a);
+                        ctx.ue_instance = ni.map(Into::into);
                     }
                     Err(_) => {
                         return Err(Reject::rule(
@@ -550,8 +566,8 @@ impl<D: Datapath> Agent<D> {
         for t in txn.teids {
             self.teids.unwind(t);
         }
-        for a in txn.ue {
-            self.ue_ips.free(a);
+        for (a, ni) in txn.ue {
+            self.ue_ips.free(a, ni.as_deref());
         }
     }
 
@@ -853,11 +869,12 @@ impl<D: Datapath> Agent<D> {
         for &(_, t) in &ctx.teids {
             self.teids.free(t, now);
         }
+        let ni = ctx.ue_instance.as_deref();
         if let Some(a) = ctx.ue_v4 {
-            self.ue_ips.free(a.into());
+            self.ue_ips.free(a.into(), ni);
         }
         if let Some((a, _)) = ctx.ue_v6 {
-            self.ue_ips.free(a.into());
+            self.ue_ips.free(a.into(), ni);
         }
         self.by_cp
             .remove(&ctx.cp.node, ctx.rules.cp_addr, ctx.rules.cp_seid.0, seid);

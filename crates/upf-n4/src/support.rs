@@ -164,8 +164,7 @@ pub static IES: &[IeRule] = &{
         // PDI (§7.5.2.2-2).
         ie(Pdi, 20, Enforced("crates/upf-dataplane/tests/pdr.rs::a_core_pdr_on_a_tunnel_matches_its_filter_with_the_ue_as_destination")),
         ie(Pdi, 21, Enforced("crates/upf-dataplane/tests/scenario.rs::uplink_decapsulated_to_n6_and_downlink_encapsulated_to_gnb")),
-        ie(Pdi, 22, Pending("every network instance selects the one N6 (issue #26 §5)")),
-
+        ie(Pdi, 22, Enforced("crates/upf-dataplane/tests/netinst.rs::a_pdr_of_another_network_instance_does_not_match")),
         ie(Pdi, 93, Enforced("crates/upf-dataplane/tests/scenario.rs::ipv6_ue_uplink_and_downlink")),
         ie(Pdi, 23, Enforced("crates/upf-dataplane/tests/pdr.rs::tos_traffic_class_filter_matches_under_its_mask")),
         ie(Pdi, 24, Refused(NOT_SUPPORTED, "no application detection (PFDs are not applied)")),
@@ -192,8 +191,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateFar, 88, Enforced("crates/upf-n4/tests/support.rs::updates_reach_the_installed_session")),
         ie(UpdateFar, 4, Enforced("crates/upf-n4/tests/support.rs::omec_forwarding_parameters_in_an_update_far")),
         ie(ForwardingParameters, 42, Enforced("crates/upf-dataplane/tests/scenario.rs::uplink_decapsulated_to_n6_and_downlink_encapsulated_to_gnb")),
-        ie(ForwardingParameters, 22, Pending("every network instance selects the one N6 (issue #26 §5)")),
-
+        ie(ForwardingParameters, 22, Enforced("crates/upf-dataplane/tests/netinst.rs::uplink_leaves_by_the_n6_of_its_fars_instance")),
         ie(ForwardingParameters, 38, Refused(NOT_SUPPORTED, "redirection is not implemented")),
 
         ie(ForwardingParameters, 84, Enforced("crates/upf-dataplane/tests/scenario.rs::downlink_gtpu_ipv4_to_the_gnb_exactly")),
@@ -207,8 +205,7 @@ pub static IES: &[IeRule] = &{
         ie(ForwardingParameters, 160, Pending("the destination interface type is not used (issue #26 §1)")),
 
         ie(UpdateForwardingParameters, 42, Enforced("crates/upf-dataplane/tests/far.rs::buff_without_nocp_buffers_silently_and_releases_in_order")),
-        ie(UpdateForwardingParameters, 22, Pending("every network instance selects the one N6 (issue #26 §5)")),
-
+        ie(UpdateForwardingParameters, 22, Enforced("crates/upf-dataplane/tests/netinst.rs::a_network_instance_changed_by_update_forwarding_parameters_moves_the_uplink")),
         ie(UpdateForwardingParameters, 38, Refused(NOT_SUPPORTED, "redirection is not implemented")),
 
         ie(UpdateForwardingParameters, 84, Enforced("crates/upf-dataplane/tests/modify.rs::sndem_sends_an_end_marker_down_the_old_tunnel_before_the_new_traffic")),

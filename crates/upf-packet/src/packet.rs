@@ -47,8 +47,9 @@ pub struct Packet {
     /// stages and back to the batch loop. A struct of more fields travels through memory,
     /// written field by field and read back whole, which stalls store forwarding.
     buf: Box<[u8; BUF_LEN]>,
-    /// The range in `buf` (start: bits 0-15, end: bits 16-31) and the port: ingress on
-    /// receive, egress once the pipeline has forwarded it (bits 32-39, [`Port::index`]).
+    /// The range in `buf` (start: bits 0-15, end: bits 16-31), the port: ingress on
+    /// receive, egress once the pipeline has forwarded it (bits 32-39, [`Port::index`]),
+    /// and the network instance of its N6 (bits 40-47, [`Packet::instance`]).
     meta: u64,
 }
 
@@ -113,9 +114,30 @@ impl Packet {
         PORTS[((self.meta >> 32) & 3) as usize]
     }
 
+    /// Sets the port, in the default network instance.
     #[inline(always)]
     pub fn set_port(&mut self, port: Port) {
         self.meta = (self.meta & 0xffff_ffff) | ((port as u64) << 32);
+    }
+
+    /// The network instance (an id the data path gives each configured name; 0: the default
+    /// one) of the N6 this packet came in on, or leaves by once forwarded there.
+    #[inline(always)]
+    pub fn instance(&self) -> u8 {
+        ((self.meta >> 40) & 0xff) as u8
+    }
+
+    /// Sets the network instance of the N6 this packet came in on (the I/O loop, for an N6
+    /// that has one).
+    #[inline(always)]
+    pub fn set_instance(&mut self, instance: u8) {
+        self.meta = (self.meta & !(0xff << 40)) | (u64::from(instance) << 40);
+    }
+
+    /// Sets where the packet leaves: its port and, on N6, its network instance.
+    #[inline(always)]
+    pub fn set_egress(&mut self, port: Port, instance: u8) {
+        self.meta = (self.meta & 0xffff_ffff) | ((port as u64) << 32) | (u64::from(instance) << 40);
     }
 
     #[inline]
@@ -169,7 +191,9 @@ impl Packet {
     #[inline(always)]
     pub fn set_range(&mut self, start: usize, end: usize) {
         let end = offset(end);
-        self.meta = meta(offset(start).min(end), end, self.port());
+        let start = offset(start).min(end);
+        // The port and network instance are kept.
+        self.meta = (self.meta & !0xffff_ffff) | u64::from(start) | (u64::from(end) << 16);
     }
 }
 
@@ -188,5 +212,21 @@ mod tests {
         assert!(p.is_empty());
         assert!(!p.load(Port::N3, &[0; BUF_LEN]));
         assert!(Packet::from_bytes(Port::N3, &[0; BUF_LEN - HEADROOM]).is_some());
+    }
+
+    #[test]
+    fn the_instance_stays_with_the_range_and_goes_with_the_port() {
+        let mut p = Packet::from_bytes(Port::N6, &[1, 2, 3]).unwrap();
+        assert_eq!(p.instance(), 0);
+        p.set_instance(7);
+        p.set_range(HEADROOM + 1, HEADROOM + 3);
+        assert_eq!(
+            (p.port(), p.instance(), p.data()),
+            (Port::N6, 7, &[2u8, 3][..])
+        );
+        p.set_egress(Port::N6, 255);
+        assert_eq!((p.port(), p.instance(), p.len()), (Port::N6, 255, 2));
+        p.set_port(Port::N3);
+        assert_eq!((p.port(), p.instance()), (Port::N3, 0));
     }
 }

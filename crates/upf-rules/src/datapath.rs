@@ -3,7 +3,7 @@
 //! point of view; a threaded back-end returns once its workers have acknowledged.
 
 use crate::ids::{PdrId, Qfi, Seid, Teid, UrrId};
-use crate::session::Session;
+use crate::session::{RuleRef, Session};
 use crate::urr::UsageReport;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -36,6 +36,9 @@ pub enum DatapathError {
     Unsupported(&'static str),
     /// No such session installed.
     UnknownSession(Seid),
+    /// The rule names a Network Instance this data path has no N6 for (cause "Rule
+    /// creation/modification Failure", the rule and its Network Instance IE offending).
+    UnknownNetworkInstance(RuleRef),
     /// Anything else (cause "System failure"); logged.
     Internal(String),
 }
@@ -46,6 +49,7 @@ impl core::fmt::Display for DatapathError {
             Self::NoResources(w) => write!(f, "no resources: {w}"),
             Self::Unsupported(w) => write!(f, "unsupported: {w}"),
             Self::UnknownSession(s) => write!(f, "unknown session {s}"),
+            Self::UnknownNetworkInstance(r) => write!(f, "unknown network instance in {r:?}"),
             Self::Internal(w) => write!(f, "internal error: {w}"),
         }
     }

@@ -72,6 +72,9 @@ pub const PATH_OWNER: usize = 0;
 #[derive(Debug)]
 pub struct PortQueue {
     pub port: Port,
+    /// On N6: the id of its network instance (`upf_dataplane::NetworkInstances`; 0: the
+    /// default one), given to the packets it receives and choosing it for those sent.
+    pub instance: u8,
     pub io: Box<dyn PacketIo>,
 }
 
@@ -278,10 +281,16 @@ impl Worker {
             for qi in 0..self.queues.queues.len() {
                 rx.clear();
                 // Errors are counted by the backend; a queue that keeps failing stays idle.
-                let q = &mut self.queues.queues[qi].io;
-                let n = q.rx_batch(&mut pool, &mut rx, self.batch).unwrap_or(0);
+                let q = &mut self.queues.queues[qi];
+                let n = q.io.rx_batch(&mut pool, &mut rx, self.batch).unwrap_or(0);
                 if n == 0 {
                     continue;
+                }
+                // The N6 of a named network instance: its packets say so (before a hand-off).
+                if q.instance != 0 {
+                    for p in &mut rx {
+                        p.set_instance(q.instance);
+                    }
                 }
                 got += n;
                 if !self.queues.steered && self.peers.len() > 1 {
@@ -384,7 +393,7 @@ impl Worker {
         self.pipeline.process(t0, rx, out);
         pool.put_all(out.free.drain(..));
         for p in out.tx.drain(..) {
-            match self.queue_for(p.port()) {
+            match self.queue_for(p.port(), p.instance()) {
                 Some(q) => tx[q].push(p),
                 None => {
                     self.stats.no_queue += 1;
@@ -403,10 +412,12 @@ impl Worker {
         self.stats.batch.record(packets, ns);
     }
 
-    /// The queue a packet leaving by `port` goes to: N9 shares N3's interface unless it has
-    /// its own.
-    fn queue_for(&self, port: Port) -> Option<usize> {
-        let find = |p: Port| self.queues.queues.iter().position(|q| q.port == p);
+    /// The queue a packet leaving by `port` (on N6: of network instance `instance`) goes
+    /// to: N9 shares N3's interface unless it has its own.
+    fn queue_for(&self, port: Port, instance: u8) -> Option<usize> {
+        let find = |p: Port| {
+            (self.queues.queues.iter()).position(|q| q.port == p && q.instance == instance)
+        };
         find(port).or_else(|| (port == Port::N9).then(|| find(Port::N3)).flatten())
     }
 

@@ -218,10 +218,12 @@ fn hand_off_to_owner(idle_poll: Option<Duration>) {
                 queues: vec![
                     PortQueue {
                         port: Port::N3,
+                        instance: 0,
                         io: Box::new(n3),
                     },
                     PortQueue {
                         port: Port::N6,
+                        instance: 0,
                         io: Box::new(n6),
                     },
                 ],
@@ -312,10 +314,12 @@ fn released_buffer_goes_out_without_further_traffic() {
         queues: vec![
             PortQueue {
                 port: Port::N3,
+                instance: 0,
                 io: Box::new(n3),
             },
             PortQueue {
                 port: Port::N6,
+                instance: 0,
                 io: Box::new(n6),
             },
         ],
@@ -548,10 +552,12 @@ fn unsteered_queues_spread_a_peak_rate_ue_per_flow() {
                 queues: vec![
                     PortQueue {
                         port: Port::N3,
+                        instance: 0,
                         io: Box::new(n3),
                     },
                     PortQueue {
                         port: Port::N6,
+                        instance: 0,
                         io: Box::new(n6),
                     },
                 ],
@@ -600,4 +606,124 @@ fn unsteered_queues_spread_a_peak_rate_ue_per_flow() {
     let stats = w.stats();
     assert!(stats[0].handed_off > 0, "{stats:?}");
     assert!(stats.iter().all(|s| s.counters.balanced()));
+}
+
+/// Two data networks with the same UE address, each with its N6 queue (issue #26 §5): uplink
+/// leaves by the queue of its FAR's network instance, and what an N6 queue receives is
+/// looked up in that queue's instance.
+#[test]
+fn each_network_instance_has_its_own_n6_queue() {
+    use upf_dataplane::NetworkInstances;
+    use upf_io::mem;
+    use upf_rules::{Forwarding, OuterHeaderCreation, Pdi, Pdr, PdrId, Precedence, UeIp};
+    use upf_runtime::{PortQueue, WorkerQueues};
+    let cfg = RuntimeConfig {
+        workers: 1,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            network_instances: NetworkInstances::new(["dn-a".into(), "dn-b".into()]).unwrap(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (n3, n3_peer) = mem::pair(Port::N3);
+    let (a, a_peer) = mem::pair(Port::N6);
+    let (b, b_peer) = mem::pair(Port::N6);
+    let queues = vec![WorkerQueues {
+        queues: vec![
+            PortQueue {
+                port: Port::N3,
+                instance: 0,
+                io: Box::new(n3),
+            },
+            PortQueue {
+                port: Port::N6,
+                instance: 1,
+                io: Box::new(a),
+            },
+            PortQueue {
+                port: Port::N6,
+                instance: 2,
+                io: Box::new(b),
+            },
+        ],
+        steered: true,
+    }];
+    let mut w = Workers::start_io(&cfg, queues).unwrap();
+    // Sessions 0 (dn-a) and 1 (dn-b), both on UE 0's address; downlink to gNB TEID 500 + k.
+    for (k, ni) in [(0u32, "dn-a"), (1, "dn-b")] {
+        let mut s = (*session(k)).clone();
+        s.pdrs[0].pdi.ue_ip = Some(UeIp {
+            ipv4: Some(ue(0)),
+            ipv6: None,
+            is_destination: false,
+        });
+        let mut dl = Pdi::any(upf_rules::Interface::Core);
+        dl.ue_ip = Some(UeIp {
+            ipv4: Some(ue(0)),
+            ipv6: None,
+            is_destination: true,
+        });
+        s.pdrs.push(Pdr {
+            id: PdrId(2),
+            precedence: Precedence(10),
+            pdi: dl,
+            outer_header_removal: None,
+            far: Some(upf_rules::FarId(2)),
+            qers: Default::default(),
+            urrs: Default::default(),
+        });
+        let mut far = s.fars[0].clone();
+        far.id = upf_rules::FarId(2);
+        far.forwarding = Some(Forwarding {
+            outer_header_creation: Some(OuterHeaderCreation::Gtpu {
+                teid: Teid(500 + k),
+                peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100)),
+            }),
+            ..Forwarding::to(upf_rules::Interface::Access)
+        });
+        s.fars.push(far);
+        for p in &mut s.pdrs {
+            p.pdi.extra_mut().network_instance = Some(ni.into());
+        }
+        if let Some(f) = &mut s.fars[0].forwarding {
+            f.extra_mut().network_instance = Some(ni.into());
+        }
+        w.install(Instant::now(), Arc::new(s), InstallFlags::default())
+            .unwrap();
+    }
+    n3_peer.inject(gpdu(100, ue(0), 1, 0).data());
+    n3_peer.inject(gpdu(101, ue(0), 2, 0).data());
+    let mut reply = vec![0u8; 28];
+    reply[0] = 0x45;
+    reply[2..4].copy_from_slice(&28u16.to_be_bytes());
+    reply[8] = 64;
+    reply[9] = ip_proto::UDP;
+    reply[12..16].copy_from_slice(&[198, 51, 100, 1]);
+    reply[16..20].copy_from_slice(&ue(0).octets());
+    let c = checksum::checksum(&reply[..20]);
+    reply[10..12].copy_from_slice(&c.to_be_bytes());
+    b_peer.inject(&reply);
+    let (mut got_a, mut got_b, mut got_n3) = (Vec::new(), Vec::new(), Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (got_a.len(), got_b.len(), got_n3.len()) != (1, 1, 1) && Instant::now() < deadline {
+        got_a.extend(a_peer.take_sent());
+        got_b.extend(b_peer.take_sent());
+        got_n3.extend(n3_peer.take_sent());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The uplink of each session by its own instance's N6 (the Identification says which).
+    let ids = |g: &[Vec<u8>]| {
+        g.iter()
+            .map(|d| u16::from_be_bytes([d[4], d[5]]))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!((ids(&got_a), ids(&got_b)), (vec![1], vec![2]));
+    // The downlink from dn-b's N6 into dn-b's session's tunnel.
+    assert_eq!(got_n3.len(), 1);
+    let d = upf_wire::encap::decapsulate_verified(&got_n3[0]).unwrap();
+    assert_eq!(d.gtpu.teid, 501);
 }

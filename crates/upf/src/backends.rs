@@ -93,14 +93,14 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     u.batch = rt.batch.min(64);
                     let io = UdpIo::open(&u).with_context(|| format!("{key}: udp on {bind}"))?;
                     bind_at = io.local_addr();
-                    push(q, i, port, io, iface)?;
+                    push(q, i, port, 0, io, iface)?;
                 }
             }
             Backend::AfPacket | Backend::AfXdp => {
                 let name = iface.interface.as_deref().unwrap_or_default();
                 let held = ethernet(
                     &mut queues,
-                    port,
+                    (port, 0),
                     key,
                     name,
                     backend,
@@ -122,69 +122,84 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
         }
     }
 
-    // N6: plain IP.
-    let tun_name = c.n6.interface.clone().unwrap_or_else(|| "upf0".into());
-    let mut b6 = c.n6.n6_backend();
-    if b6 == Backend::Auto {
-        b6 = match TunIo::open(&tun_name, Port::N6) {
-            Ok(_) => Backend::Tun,
-            Err(e) => {
-                report.push(format!(
-                    "n6: no TUN device here ({e}): running without N6; set n6.backend to choose"
-                ));
-                Backend::None
-            }
+    // N6: plain IP, one interface per network instance.
+    let instances = upf_dataplane::NetworkInstances::new(c.n6.instance_names()).context("n6")?;
+    let several = c.n6.0.len() > 1;
+    for (key, n6) in c.n6.keyed() {
+        let instance = instances
+            .id(n6.network_instance.as_deref())
+            .ok_or_else(|| anyhow!("{key}.network_instance: not interned"))?;
+        let named = |what: String| match &n6.network_instance {
+            Some(ni) => format!("{key} ({ni}): {what}"),
+            None => format!("{key}: {what}"),
         };
-    }
-    match b6 {
-        Backend::None => {
-            report.push("n6: none (uplink packets to the data network are dropped)".into())
+        let tun_name = n6.interface.clone().unwrap_or_else(|| "upf0".into());
+        let mut b6 = n6.n6_backend();
+        if b6 == Backend::Auto {
+            b6 = match TunIo::open(&tun_name, Port::N6) {
+                Ok(_) => Backend::Tun,
+                Err(e) => {
+                    report.push(named(format!(
+                        "no TUN device here ({e}): running without it; set {key}.backend to choose"
+                    )));
+                    Backend::None
+                }
+            };
         }
-        Backend::Tun => {
-            let name = tun_name;
-            // The kernel spreads a multi-queue TUN's packets by flow, not by UE.
-            if n > 1 {
-                steered = false;
-            }
-            for (i, q) in queues.iter_mut().enumerate() {
-                let io =
-                    TunIo::open(&name, Port::N6).with_context(|| format!("n6: tun {name:?}"))?;
-                push(q, i, Port::N6, io, &c.n6)?;
-            }
-            let mut nl = netlink::Socket::open().context("n6: rtnetlink")?;
-            let dev = Link::by_name(&name).context("n6")?.ifindex;
-            // No IPv6 link-local address: the host would otherwise send router solicitations
-            // and MLD reports into the data path (best effort: older kernels lack it).
-            let _ = nl.disable_ipv6_addr_gen(dev);
-            nl.set_link_up(dev)
-                .with_context(|| format!("n6: setting {name} up"))?;
-            if c.n6.route_ue_pools {
-                for p in &c.ue_pools_or_default() {
-                    let (addr, len) =
-                        prefix(p).ok_or_else(|| anyhow!("n6.route_ue_pools: pool {p:?}"))?;
-                    nl.replace_route(addr, len, dev)
-                        .with_context(|| format!("n6.route_ue_pools: route {p} into {name}"))?;
-                    cleanup.routes.push((addr, len, dev));
-                    report.push(format!("n6: route {p} into {name}"));
+        match b6 {
+            Backend::None => report.push(named(
+                "none (uplink packets to its data network are dropped)".into(),
+            )),
+            Backend::Tun => {
+                let name = tun_name;
+                // The kernel spreads a multi-queue TUN's packets by flow, not by UE.
+                if n > 1 {
+                    steered = false;
+                }
+                for (i, q) in queues.iter_mut().enumerate() {
+                    let io = TunIo::open(&name, Port::N6)
+                        .with_context(|| format!("{key}: tun {name:?}"))?;
+                    push(q, i, Port::N6, instance, io, n6)?;
+                }
+                let mut nl = netlink::Socket::open().context("n6: rtnetlink")?;
+                let dev = Link::by_name(&name).context("n6")?.ifindex;
+                // No IPv6 link-local address: the host would otherwise send router
+                // solicitations and MLD reports into the data path (best effort: older
+                // kernels lack it).
+                let _ = nl.disable_ipv6_addr_gen(dev);
+                nl.set_link_up(dev)
+                    .with_context(|| format!("{key}: setting {name} up"))?;
+                if n6.route_ue_pools {
+                    // With several N6s, each device gets the pools of its own instance.
+                    let ni = n6.network_instance.as_deref();
+                    for p in &c.ue_pools_of(several.then_some(ni)) {
+                        let (addr, len) =
+                            prefix(p).ok_or_else(|| anyhow!("{key}.route_ue_pools: pool {p:?}"))?;
+                        nl.replace_route(addr, len, dev).with_context(|| {
+                            format!("{key}.route_ue_pools: route {p} into {name}")
+                        })?;
+                        cleanup.routes.push((addr, len, dev));
+                        report.push(format!("{key}: route {p} into {name}"));
+                    }
                 }
             }
+            Backend::AfPacket | Backend::AfXdp => {
+                let name = n6.interface.as_deref().unwrap_or_default();
+                let held = ethernet(
+                    &mut queues,
+                    (Port::N6, instance),
+                    &key,
+                    name,
+                    b6,
+                    n6,
+                    &c.workers.spread_ues,
+                    &mut report,
+                    &mut steered,
+                )?;
+                cleanup.held.extend(held);
+            }
+            b => bail!("{key}.backend: {b:?} cannot carry N6"),
         }
-        Backend::AfPacket | Backend::AfXdp => {
-            let name = c.n6.interface.as_deref().unwrap_or_default();
-            let held = ethernet(
-                &mut queues,
-                Port::N6,
-                "n6",
-                name,
-                b6,
-                &c.n6,
-                &c.workers.spread_ues,
-                &mut report,
-                &mut steered,
-            )?;
-            cleanup.held.extend(held);
-        }
-        b => bail!("n6.backend: {b:?} cannot carry N6"),
     }
     for (i, q) in queues.iter_mut().enumerate() {
         q.steered = steered;
@@ -210,7 +225,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
 #[allow(clippy::too_many_arguments)]
 fn ethernet(
     queues: &mut [WorkerQueues],
-    port: Port,
+    (port, instance): (Port, u8),
     key: &str,
     name: &str,
     backend: Backend,
@@ -222,9 +237,11 @@ fn ethernet(
     let n = queues.len();
     match backend {
         Backend::AfPacket => {
-            // Fanout group ids are per network namespace: one per process and port.
+            // Fanout group ids are per network namespace: one per process, port and network
+            // instance.
             let pid = u16::try_from(std::process::id() & 0x3fff).unwrap_or(0);
-            let group = (pid << 2) | u16::try_from(port.index()).unwrap_or(0);
+            let group = ((pid << 2) | u16::try_from(port.index()).unwrap_or(0))
+                .wrapping_add(u16::from(instance) << 8);
             for (i, q) in queues.iter_mut().enumerate() {
                 let mut cfg = AfPacketConfig::new(name, port);
                 cfg.spread_ues = spread_ues.to_vec();
@@ -240,7 +257,7 @@ fn ethernet(
                 if n > 1 && *io.fanout_mode() != FanoutMode::Ebpf {
                     *steered = false;
                 }
-                push(q, i, port, io, iface)?;
+                push(q, i, port, instance, io, iface)?;
             }
             Ok(None)
         }
@@ -270,7 +287,7 @@ fn ethernet(
                 let io = xi
                     .socket(u32::try_from(i).unwrap_or(0))
                     .with_context(|| format!("{key}: af_xdp queue {i} of {name:?}"))?;
-                push(q, i, port, io, iface)?;
+                push(q, i, port, instance, io, iface)?;
             }
             Ok(Some(Box::new(xi)))
         }
@@ -282,6 +299,7 @@ fn push(
     q: &mut WorkerQueues,
     worker: usize,
     port: Port,
+    instance: u8,
     io: impl PacketIo + 'static,
     iface: &Interface,
 ) -> anyhow::Result<()> {
@@ -295,7 +313,7 @@ fn push(
         }
         None => Box::new(io),
     };
-    q.queues.push(PortQueue { port, io });
+    q.queues.push(PortQueue { port, instance, io });
     Ok(())
 }
 
@@ -303,11 +321,21 @@ impl FileConfig {
     /// The UE pools' IPv4/IPv6 networks as `ip route` prefixes (the agent's default pool when
     /// none is configured).
     pub fn ue_pools_or_default(&self) -> Vec<String> {
+        self.ue_pools_of(None)
+    }
+
+    /// [`Self::ue_pools_or_default`], or with `Some(ni)` only the pools of network instance
+    /// `ni` (`Some(None)`: those of none).
+    pub fn ue_pools_of(&self, instance: Option<Option<&str>>) -> Vec<String> {
         if self.ue_pools.is_empty() {
-            return vec!["10.60.0.0/16".into(), "2001:db8:60::/48".into()];
+            return match instance {
+                None | Some(None) => vec!["10.60.0.0/16".into(), "2001:db8:60::/48".into()],
+                Some(Some(_)) => Vec::new(),
+            };
         }
         self.ue_pools
             .iter()
+            .filter(|p| instance.is_none_or(|ni| p.network_instance.as_deref() == ni))
             .flat_map(|p| p.ipv4.iter().chain(p.ipv6.iter()).cloned())
             .collect()
     }

@@ -14,7 +14,7 @@ pub struct FileConfig {
     pub n4: N4,
     pub n3: Interface,
     pub n9: Option<Interface>,
-    pub n6: Interface,
+    pub n6: N6s,
     pub workers: WorkersCfg,
     pub gtpu: Gtpu,
     #[serde(rename = "ue_pool")]
@@ -99,6 +99,51 @@ pub struct Interface {
     pub route_ue_pools: bool,
     /// Capture everything this interface receives and sends to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// N6 only: the network instance (TS 29.244 §8.2.4, the name SMFs give in rules,
+    /// usually the DNN) whose data network this N6 reaches; none: the default instance.
+    pub network_instance: Option<String>,
+}
+
+/// The N6 interfaces: `[n6]`, one, or `[[n6]]`, one per network instance (each naming its
+/// `network_instance`; one may go without: the default instance, for rules that name
+/// none). Two data networks may give their UEs the same addresses.
+#[derive(Debug, Clone)]
+pub struct N6s(pub Vec<Interface>);
+
+impl Default for N6s {
+    fn default() -> Self {
+        Self(vec![Interface::default()])
+    }
+}
+
+impl<'de> Deserialize<'de> for N6s {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match toml::Value::deserialize(d)? {
+            v @ toml::Value::Array(_) => v.try_into().map(Self).map_err(D::Error::custom),
+            v => v
+                .try_into()
+                .map(|i| Self(vec![i]))
+                .map_err(D::Error::custom),
+        }
+    }
+}
+
+impl N6s {
+    /// Each N6 with its key in messages: `n6` when there is one, `n6[i]` otherwise.
+    pub fn keyed(&self) -> impl Iterator<Item = (String, &Interface)> {
+        let one = self.0.len() == 1;
+        (self.0.iter().enumerate())
+            .map(move |(i, n)| (if one { "n6".into() } else { format!("n6[{i}]") }, n))
+    }
+
+    /// The named network instances, in order: their ids in the data path from 1.
+    pub fn instance_names(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter_map(|n| n.network_instance.clone())
+            .collect()
+    }
 }
 
 impl Default for Interface {
@@ -110,6 +155,7 @@ impl Default for Interface {
             port: upf_dataplane::GTPU_PORT,
             route_ue_pools: true,
             pcap: None,
+            network_instance: None,
         }
     }
 }
@@ -374,18 +420,12 @@ impl FileConfig {
                 );
             }
         }
-        match self.n6.n6_backend() {
-            Backend::Udp => {
-                bail!("n6.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)")
+        for (name, i) in [("n3", Some(&self.n3)), ("n9", self.n9.as_ref())] {
+            if i.is_some_and(|i| i.network_instance.is_some()) {
+                bail!("{name}.network_instance: only an N6 has a network instance");
             }
-            Backend::AfPacket | Backend::AfXdp if self.n6.interface.is_none() => {
-                bail!(
-                    "n6.interface: required by backend {:?}",
-                    self.n6.n6_backend()
-                )
-            }
-            _ => {}
         }
+        self.validate_n6()?;
         if self.workers.count == 0 || self.workers.count > 256 {
             bail!(
                 "workers.count: {} is not within 1..=256",
@@ -467,6 +507,63 @@ impl FileConfig {
         Ok(())
     }
 
+    /// The N6 interfaces: each one's backend, and that two of them are never one device or
+    /// one network instance.
+    fn validate_n6(&self) -> anyhow::Result<()> {
+        if self.n6.0.is_empty() {
+            bail!("n6: at least one (backend = \"none\" for a UPF without N6)");
+        }
+        let several = self.n6.0.len() > 1;
+        let mut names: Vec<(&str, String)> = Vec::new();
+        let mut devices: Vec<(&str, String)> = Vec::new();
+        let mut unnamed: Option<String> = None;
+        for (key, n) in self.n6.keyed() {
+            match n.n6_backend() {
+                Backend::Udp => bail!(
+                    "{key}.backend: udp carries GTP-U only (tun, af_packet, af_xdp, auto or none)"
+                ),
+                Backend::AfPacket | Backend::AfXdp if n.interface.is_none() => {
+                    bail!("{key}.interface: required by backend {:?}", n.n6_backend())
+                }
+                // Each TUN device needs a name of its own.
+                Backend::Tun | Backend::Auto if several && n.interface.is_none() => {
+                    bail!("{key}.interface: required when there is more than one N6")
+                }
+                _ => {}
+            }
+            if let Some(d) = n
+                .interface
+                .as_deref()
+                .filter(|_| n.n6_backend() != Backend::None)
+            {
+                if let Some((_, other)) = devices.iter().find(|(x, _)| *x == d) {
+                    bail!("{key}.interface: {d:?} is {other}'s too");
+                }
+                devices.push((d, key.clone()));
+            }
+            match n.network_instance.as_deref() {
+                Some("") => bail!("{key}.network_instance: empty"),
+                Some(ni) => {
+                    if let Some((_, other)) = names.iter().find(|(x, _)| *x == ni) {
+                        bail!("{key}.network_instance: {ni:?} is {other}'s too");
+                    }
+                    names.push((ni, key.clone()));
+                }
+                None => {
+                    if let Some(other) = &unnamed {
+                        bail!(
+                            "{key}.network_instance: missing, as {other}'s is: only one N6 may \
+                             go without (the default network instance)"
+                        );
+                    }
+                    unnamed = Some(key.clone());
+                }
+            }
+        }
+        upf_dataplane::NetworkInstances::new(self.n6.instance_names()).context("n6")?;
+        Ok(())
+    }
+
     /// This UPF's N3 addresses: configured, else the N4 address.
     pub fn n3_addresses(&self) -> Vec<IpAddr> {
         if self.n3.addresses.is_empty() {
@@ -491,8 +588,10 @@ mod tests {
         let d = FileConfig::default();
         assert_eq!(c.n4.address, d.n4.address);
         assert_eq!(c.n3.gtpu_backend(), d.n3.gtpu_backend());
-        assert_eq!(c.n6.n6_backend(), Backend::Auto);
-        assert_eq!(d.n6.n6_backend(), Backend::Auto);
+        assert_eq!(c.n6.0.len(), 1);
+        assert_eq!(c.n6.0[0].n6_backend(), Backend::Auto);
+        assert_eq!(d.n6.0[0].n6_backend(), Backend::Auto);
+        assert_eq!(d.n6.0[0].network_instance, None);
         assert_eq!(c.workers.batch, d.workers.batch);
         assert_eq!(c.limits.sessions, d.limits.sessions);
         assert_eq!(c.n4.smf_t1_ms, d.n4.smf_t1_ms);
@@ -551,6 +650,25 @@ mod tests {
     }
 
     #[test]
+    fn one_n6_per_network_instance() {
+        let c = FileConfig::parse(
+            "[[n6]]\ninterface = \"dn-a\"\nnetwork_instance = \"dn-a\"\n\
+             [[n6]]\nbackend = \"none\"\n\
+             [[n6]]\ninterface = \"dn-b\"\nnetwork_instance = \"dn-b\"",
+        )
+        .unwrap();
+        assert_eq!(c.n6.0.len(), 3);
+        assert_eq!(c.n6.instance_names(), ["dn-a", "dn-b"]);
+        let p = crate::run::runtime_config(&c).unwrap().pipeline;
+        assert_eq!(p.network_instances.id(Some("dn-b")), Some(2));
+        assert_eq!(p.network_instances.id(Some("internet")), None);
+        // One `[n6]` table: the default instance, every name in rules meaning it.
+        let one = FileConfig::parse("[n6]\ninterface = \"upf0\"").unwrap();
+        let p = crate::run::runtime_config(&one).unwrap().pipeline;
+        assert_eq!(p.network_instances.id(Some("internet")), Some(0));
+    }
+
+    #[test]
     fn errors_name_the_key() {
         for (text, key) in [
             ("[n4]\naddress = \"nowhere\"", "n4.address"),
@@ -559,6 +677,33 @@ mod tests {
             ("[n3]\nbackend = \"tun\"", "n3.backend"),
             ("[n3]\nbackend = \"carrier-pigeon\"", "backend"),
             ("[n6]\nbackend = \"udp\"", "n6.backend"),
+            ("[n6]\nbackend = \"tunnel\"", "backend"),
+            ("[[n6]]\nbackend = \"udp\"", "n6.backend"),
+            (
+                "[[n6]]\ninterface = \"a\"\n[[n6]]\nbackend = \"udp\"",
+                "n6[1].backend",
+            ),
+            (
+                "[[n6]]\nnetwork_instance = \"a\"\n[[n6]]\nnetwork_instance = \"b\"",
+                "n6[0].interface",
+            ),
+            (
+                "[[n6]]\ninterface = \"a\"\n[[n6]]\ninterface = \"b\"",
+                "n6[1].network_instance",
+            ),
+            (
+                "[[n6]]\ninterface = \"a\"\nnetwork_instance = \"x\"\n\
+                 [[n6]]\ninterface = \"b\"\nnetwork_instance = \"x\"",
+                "n6[1].network_instance",
+            ),
+            (
+                "[[n6]]\ninterface = \"a\"\nnetwork_instance = \"x\"\n\
+                 [[n6]]\ninterface = \"a\"\nnetwork_instance = \"y\"",
+                "n6[1].interface",
+            ),
+            ("n6 = []", "n6"),
+            ("[n3]\nnetwork_instance = \"x\"", "n3.network_instance"),
+            ("[n6]\nbackend = \"tun\"\n[[n6]]\nbackend = \"tun\"", "n6"),
             ("[workers]\ncount = 0", "workers.count"),
             ("[workers]\nbatch = 5000", "workers.batch"),
             ("[workers]\nidle_poll_us = 2000000", "workers.idle_poll_us"),

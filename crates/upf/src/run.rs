@@ -93,7 +93,7 @@ pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
         c.n9 = Some(n9);
     }
     if let Some(b) = &args.n6 {
-        c.n6.backend = Some(match b.as_str() {
+        let backend = Some(match b.as_str() {
             "tun" => Backend::Tun,
             "auto" => Backend::Auto,
             "none" => Backend::None,
@@ -103,6 +103,9 @@ pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
                 bail!("--n6 {b:?}: expected tun, auto, none, af_packet or af_xdp")
             }
         });
+        for n in &mut c.n6.0 {
+            n.backend = backend;
+        }
     }
     if let Some(n) = args.workers {
         c.workers.count = n;
@@ -272,6 +275,8 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
             // wait: address space only, memory as sessions come.
             expected_sessions: (c.limits.sessions.div_ceil(c.workers.count.max(1)) * 5 / 4)
                 .min(MAX_PRESIZED_SESSIONS),
+            network_instances: upf_dataplane::NetworkInstances::new(c.n6.instance_names())
+                .context("n6")?,
         },
     })
 }

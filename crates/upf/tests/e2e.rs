@@ -9,7 +9,8 @@
 //! veths through AF_PACKET, 2 workers), `af_xdp` (both through AF_XDP, 2 workers on veths
 //! made with 2 queues). Tests: ping both ways, numbered UDP both ways, iperf3 TCP both ways
 //! (figures printed, not asserted), MBR on real traffic, buffering for an idle UE, 200
-//! UEs over 2 workers, and Echo Requests reaching the gNB (GTP-U path management).
+//! UEs over 2 workers, Echo Requests reaching the gNB (GTP-U path management), and (af_packet)
+//! two data networks with their own N6s sharing the UE pool.
 //!
 //! Every test needs root (`#[ignore = "needs root"]`: `cargo test -- --ignored` as root, as
 //! scripts/test.sh does). Needs iproute2, iputils-ping and
@@ -83,6 +84,14 @@ impl Backends {
                 "[n3]\nbackend = \"udp\"\naddresses = [\"{UPF_N3}\"]\n\n\
                  [n6]\nbackend = \"tun\"\ninterface = \"upf0\"\n"
             ),
+            Self::AfPacket | Self::AfXdp if test == "two_dns" => {
+                let b = self.name();
+                format!(
+                    "[n3]\nbackend = \"{b}\"\ninterface = \"n3-upf\"\naddresses = [\"{UPF_N3}\"]\n\n\
+                     [[n6]]\nbackend = \"{b}\"\ninterface = \"n6-upf\"\nnetwork_instance = \"dn-a\"\n\n\
+                     [[n6]]\nbackend = \"{b}\"\ninterface = \"{N6B_UPF}\"\nnetwork_instance = \"dn-b\"\n"
+                )
+            }
             Self::AfPacket | Self::AfXdp => {
                 let b = self.name();
                 format!(
@@ -90,6 +99,15 @@ impl Backends {
                      [n6]\nbackend = \"{b}\"\ninterface = \"n6-upf\"\n"
                 )
             }
+        };
+        // Two data networks: each its pool, the same addresses.
+        let pools = if test == "two_dns" {
+            format!(
+                "[[ue_pool]]\nnetwork_instance = \"dn-a\"\nipv4 = \"{UE_NET}/16\"\n\n\
+                 [[ue_pool]]\nnetwork_instance = \"dn-b\"\nipv4 = \"{UE_NET}/16\"\n"
+            )
+        } else {
+            format!("[[ue_pool]]\nipv4 = \"{UE_NET}/16\"\n")
         };
         // GTP-U path management fast where it is the test, otherwise at its default (60 s:
         // never within a test).
@@ -105,7 +123,7 @@ impl Backends {
              {interfaces}\n\
              {gtpu}\
              [workers]\ncount = {}\n\n\
-             [[ue_pool]]\nipv4 = \"{UE_NET}/16\"\n\n\
+             {pools}\n\
              [admin]\naddress = \"127.0.0.1:9464\"\n",
             self.name(),
             self.workers()
@@ -266,6 +284,8 @@ struct Harness {
     smf: Smf,
     sessions: Vec<Session>,
     daemon: Proc,
+    /// The second data network's namespace (`two_dns`), deleted after the daemon stops.
+    dn_b: Option<upf_netns::Netns>,
     log: PathBuf,
     dir: PathBuf,
     topo: Topology,
@@ -274,6 +294,7 @@ struct Harness {
 impl Harness {
     fn start(b: Backends, test: &str) -> Self {
         let topo = topology(b);
+        let dn_b = (test == "two_dns").then(|| second_dn(&topo));
         let dir = std::env::temp_dir().join(format!("{}-{}", topo.upf().name(), b.name()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -319,6 +340,7 @@ impl Harness {
             smf,
             sessions: Vec::new(),
             daemon,
+            dn_b,
             log,
             dir,
             topo,
@@ -1054,6 +1076,158 @@ fn gtpu_echo(h: &mut Harness) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 8. Two data networks sharing the UE pool (issue #26 §5): one UE address in each, each DN
+//    behind its own N6; downlink from each reaches its own session's tunnel, uplink leaves
+//    by its session's N6
+
+/// The second DN: namespace PREFIX-dnb, N6 link n6b-upf 192.168.7.1/24 ↔ n6-dn 192.168.7.2/24,
+/// the UE pool routed through the UPF.
+const N6B_UPF: &str = "n6b-upf";
+const UPF_N6B: Ipv4Addr = Ipv4Addr::new(192, 168, 7, 1);
+const DN_B: Ipv4Addr = Ipv4Addr::new(192, 168, 7, 2);
+
+fn second_dn(topo: &Topology) -> upf_netns::Netns {
+    let name = format!("{}b", topo.dn().name());
+    let ns = upf_netns::Netns::named(&name).expect("netns");
+    ns.sysctl("net/ipv4/conf/all/rp_filter", "0")
+        .expect("sysctl");
+    ns.sysctl("net/ipv6/conf/all/disable_ipv6", "1")
+        .expect("sysctl");
+    upf_netns::veth_pair(
+        (topo.upf().name(), N6B_UPF, &format!("{UPF_N6B}/24")),
+        (ns.name(), "n6-dn", &format!("{DN_B}/24")),
+    )
+    .expect("veth to the second DN");
+    ns.ip(&[
+        "route",
+        "add",
+        &format!("{UE_NET}/16"),
+        "via",
+        &UPF_N6B.to_string(),
+    ])
+    .expect("route");
+    ns
+}
+
+/// A G-PDU's payload (GTP-U header with an UL PDU Session Container, QFI `qfi`, and the
+/// inner IPv4/UDP packet `src:5000 → dst`) as a gNB's UDP socket sends it.
+fn g_pdu(teid: u32, qfi: u8, src: Ipv4Addr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
+    let IpAddr::V4(dst_ip) = dst.ip() else {
+        panic!("IPv4 only")
+    };
+    let len = 28 + payload.len();
+    let mut ip = vec![0u8; len];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst_ip.octets());
+    let c = upf_wire::checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip[20..22].copy_from_slice(&5000u16.to_be_bytes());
+    ip[22..24].copy_from_slice(&dst.port().to_be_bytes());
+    ip[24..26].copy_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
+    ip[28..].copy_from_slice(payload);
+    let mut buf = vec![0u8; 256 + len];
+    buf[256..].copy_from_slice(&ip);
+    let e = EncapV4 {
+        src: GNB_N3,
+        dst: UPF_N3,
+        ident: 0,
+        dont_frag: false,
+        tunnel: GtpuTunnel {
+            teid,
+            src_port: 2152,
+            dst_port: 2152,
+            psc: Some(upf_wire::ext::PduSessionContainer::ul(qfi)),
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+        },
+    };
+    let start = encapsulate_gtpu_v4(&mut buf, 256, len, &e).expect("encapsulate");
+    // The outer IPv4 and UDP headers are the socket's.
+    buf[start + 28..].to_vec()
+}
+
+fn two_dns(h: &mut Harness) {
+    let mut a = Harness::spec(0);
+    a.network_instance = "dn-a".into();
+    let mut b = Harness::spec(0);
+    b.network_instance = "dn-b".into();
+    b.dl_teid = 0x200;
+    let sessions: Vec<Session> = (h.smf.establish_many(&[a, b]).into_iter())
+        .map(|r| r.unwrap_or_else(|e| panic!("establishment: {e}")))
+        .collect();
+    assert_eq!(sessions[0].ue, sessions[1].ue, "one address in both DNs");
+    let ue = sessions[0].ue;
+    let dn_b = h.dn_b.as_ref().expect("second DN").name().to_string();
+    let gnb = h.udp(h.topo.ue().name(), SocketAddr::new(GNB_N3.into(), 2152));
+    let from_a = h.udp(h.topo.dn().name(), SocketAddr::new(DN.into(), 0));
+    let from_b = h.udp(&dn_b, SocketAddr::new(DN_B.into(), 0));
+    for s in [&gnb, &from_a, &from_b] {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+    }
+    let mut buf = [0u8; 2048];
+    // Downlink: each DN sends to the one UE address until the gNB has seen both (the UPF
+    // resolves its next hops through the kernel: the first may be lost).
+    let mut teids: HashMap<&str, Vec<u32>> = HashMap::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    while teids.len() < 2 && Instant::now() < until {
+        from_a.send_to(b"dl-from-dn-a", (ue, 5000)).expect("send");
+        from_b.send_to(b"dl-from-dn-b", (ue, 5000)).expect("send");
+        while let Ok((n, _)) = gnb.recv_from(&mut buf) {
+            let d = &buf[..n];
+            let teid = u32::from_be_bytes(d[4..8].try_into().expect("GTP-U header"));
+            for tag in ["dl-from-dn-a", "dl-from-dn-b"] {
+                if d.ends_with(tag.as_bytes()) {
+                    teids.entry(tag).or_default().push(teid);
+                }
+            }
+        }
+    }
+    println!("e2e: downlink TEIDs by DN: {teids:?}");
+    let got = |tag: &str| teids.get(tag).cloned().unwrap_or_default();
+    assert!(
+        !got("dl-from-dn-a").is_empty() && got("dl-from-dn-a").iter().all(|&t| t == 0x100),
+        "from DN A: {:?}\n{}",
+        got("dl-from-dn-a"),
+        h.state()
+    );
+    assert!(
+        !got("dl-from-dn-b").is_empty() && got("dl-from-dn-b").iter().all(|&t| t == 0x200),
+        "from DN B: {:?}\n{}",
+        got("dl-from-dn-b"),
+        h.state()
+    );
+    // Uplink: each session's packets leave by its own DN's N6.
+    let to_a = from_a.local_addr().expect("addr");
+    let to_b = from_b.local_addr().expect("addr");
+    let (mut at_a, mut at_b) = (false, false);
+    let until = Instant::now() + Duration::from_secs(20);
+    while !(at_a && at_b) && Instant::now() < until {
+        let upf = SocketAddr::new(UPF_N3.into(), 2152);
+        let qfi = sessions[0].qfi;
+        gnb.send_to(&g_pdu(sessions[0].ul_teid, qfi, ue, to_a, b"ul-a"), upf)
+            .expect("send");
+        gnb.send_to(&g_pdu(sessions[1].ul_teid, qfi, ue, to_b, b"ul-b"), upf)
+            .expect("send");
+        at_a |= matches!(from_a.recv_from(&mut buf), Ok((n, _)) if &buf[..n] == b"ul-a");
+        at_b |= matches!(from_b.recv_from(&mut buf), Ok((n, _)) if &buf[..n] == b"ul-b");
+    }
+    assert!(
+        at_a && at_b,
+        "uplink at DN A {at_a}, at DN B {at_b}\n{}",
+        h.state()
+    );
+    let c = h.show("counters");
+    println!("e2e: two DNs: {c}");
+}
+
+// ---------------------------------------------------------------------------------------
 // The tests, per backend set
 
 macro_rules! e2e_tests {
@@ -1093,7 +1267,8 @@ e2e_tests!(
         mbr,
         idle_buffering,
         many_sessions,
-        gtpu_echo
+        gtpu_echo,
+        two_dns
     ]
 );
 e2e_tests!(

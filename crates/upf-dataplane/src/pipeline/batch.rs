@@ -12,8 +12,9 @@ use upf_prefetch::l1 as prefetch_index;
 pub(super) const NO_HINT: u32 = u32::MAX;
 
 /// In a batch's lookup keys ([`lookup_key`]): the key is an N6 packet's IPv4 destination,
-/// not a TEID.
+/// not a TEID (its network instance in bits [`KEY_INSTANCE`]…+8).
 const KEY_UE: u64 = 1 << 32;
+const KEY_INSTANCE: u32 = 40;
 /// No key at fixed offsets: the packet is looked up in full when processed.
 const NO_KEY: u64 = 1 << 33;
 
@@ -35,10 +36,10 @@ const SHARED_SHAPES: usize = 64;
 const RUN_PREFETCH_LINES: usize = 8;
 
 /// A packet's lookup key from fixed offsets (an outer IPv4 header without options): the
-/// TEID of a GTP-U packet, or with [`KEY_UE`] the destination of an IPv4 N6 packet;
-/// [`NO_KEY`] for anything else, which the full parse looks up.
+/// TEID of a GTP-U packet, or with [`KEY_UE`] the destination of an IPv4 N6 packet and its
+/// N6's network instance; [`NO_KEY`] for anything else, which the full parse looks up.
 #[inline(always)]
-fn lookup_key(port: Port, d: &[u8]) -> u64 {
+fn lookup_key(port: Port, instance: u8, d: &[u8]) -> u64 {
     match port {
         Port::N3 | Port::N9 => match d.get(..36) {
             Some(h) if h[0] == 0x45 => u64::from(u32::from_be_bytes([h[32], h[33], h[34], h[35]])),
@@ -46,7 +47,9 @@ fn lookup_key(port: Port, d: &[u8]) -> u64 {
         },
         Port::N6 => match d.get(..20) {
             Some(h) if h[0] >> 4 == 4 => {
-                KEY_UE | u64::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]]))
+                KEY_UE
+                    | (u64::from(instance) << KEY_INSTANCE)
+                    | u64::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]]))
             }
             _ => NO_KEY,
         },
@@ -66,6 +69,12 @@ struct Extra {
 #[allow(clippy::cast_possible_truncation)] // the low 32 bits are the value
 const fn key_value(k: u64) -> u32 {
     k as u32
+}
+
+/// The network instance of a [`KEY_UE`] lookup key.
+#[allow(clippy::cast_possible_truncation)] // its 8 bits
+const fn key_instance(k: u64) -> u8 {
+    (k >> KEY_INSTANCE) as u8
 }
 
 impl Pipeline {
@@ -102,9 +111,9 @@ impl Pipeline {
         keys.extend(rx.iter().map(|p| {
             let (port, d) = (p.port(), p.data());
             self.counters.rx(port, d.len());
-            let k = lookup_key(port, d);
+            let k = lookup_key(port, p.instance(), d);
             if k & KEY_UE != 0 {
-                self.ue.prefetch_v4(key_value(k));
+                self.ue.prefetch_v4(key_instance(k), key_value(k));
             } else if k != NO_KEY {
                 self.teids.prefetch(key_value(k));
             }
@@ -214,7 +223,7 @@ impl Pipeline {
     fn slot_hint(&self, k: u64) -> u32 {
         let slot = if k & KEY_UE != 0 {
             self.ue
-                .lookup(Addr::v4(key_value(k).into()))
+                .lookup(key_instance(k), Addr::v4(key_value(k).into()))
                 .filter(|&s| s < HINT_IP)
                 .map(|s| s | HINT_IP)
         } else if k != NO_KEY {

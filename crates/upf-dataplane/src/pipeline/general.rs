@@ -212,8 +212,8 @@ impl General<'_> {
 
 impl Rules for General<'_> {
     #[inline(always)]
-    fn egress(&self) -> Option<Port> {
-        self.far.target.as_ref().map(|t| t.port)
+    fn egress(&self) -> Option<(Port, u8)> {
+        self.far.target.as_ref().map(|t| (t.port, t.instance))
     }
 
     #[inline(always)]

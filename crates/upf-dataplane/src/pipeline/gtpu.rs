@@ -138,7 +138,7 @@ impl Pipeline {
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownTeid);
         };
-        let Some(i) = Compiled::classify(&s.gtp_pdrs, Some(teid), qfi, &flow) else {
+        let Some(i) = Compiled::classify(&s.gtp_pdrs, Some(teid), qfi, None, &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
         if let Err(r) = admit(s.gtp_pdrs[i].from_ue, || self.cfg.uplink_acl.check(&flow)) {

@@ -291,8 +291,8 @@ impl HotRules<'_> {
 
 impl Rules for HotRules<'_> {
     #[inline(always)]
-    fn egress(&self) -> Option<Port> {
-        (self.pdr.far_flags & FAR_TARGET != 0).then_some(self.pdr.port)
+    fn egress(&self) -> Option<(Port, u8)> {
+        (self.pdr.far_flags & FAR_TARGET != 0).then_some((self.pdr.port, self.pdr.instance))
     }
 
     #[inline(always)]

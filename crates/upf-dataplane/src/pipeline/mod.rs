@@ -22,7 +22,7 @@ use crate::overflow::Arena;
 use crate::paths::{Paths, Tunnels};
 use crate::session::Compiled;
 use crate::shapes::Shapes;
-use crate::tables::{FastMap, UeTable};
+use crate::tables::{FastMap, UeTables};
 use crate::PipelineConfig;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -74,7 +74,7 @@ pub struct Pipeline {
     pub(crate) free_slots: Vec<u32>,
     pub(crate) by_seid: FastMap<Seid, u32>,
     pub(crate) teids: IntMap,
-    pub(crate) ue: UeTable,
+    pub(crate) ue: UeTables,
     pub(crate) remote: FastMap<(u32, Addr), u32>,
     pub(crate) counters: Counters,
     pub(crate) events: VecDeque<DatapathEvent>,
@@ -128,7 +128,7 @@ impl Pipeline {
             by_seid: FastMap::with_capacity_and_hasher(n, Default::default()),
             // Two uplink TEIDs a session is common (one per QoS flow, or N3 and N9).
             teids: IntMap::with_capacity(2 * n),
-            ue: UeTable::with_capacity(n),
+            ue: UeTables::with_capacity(n),
             // Downlink tunnels by (TEID, gNB): one a session usually.
             remote: FastMap::with_capacity_and_hasher(n, Default::default()),
             counters: Counters::default(),

@@ -1,4 +1,4 @@
-//! Packets from N6: found by UE address, classified on the IP PDRs.
+//! Packets from N6: found by network instance and UE address, classified on the IP PDRs.
 
 use super::batch::NO_HINT;
 use super::steps::admit;
@@ -25,7 +25,7 @@ impl Pipeline {
             let Some(flow) = flow_of(p.data()) else {
                 return drop_to(out, &mut self.counters, p, DropReason::MalformedInner);
             };
-            let Some(slot) = self.ue.lookup(flow.dst) else {
+            let Some(slot) = self.ue.lookup(p.instance(), flow.dst) else {
                 return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
             };
             slot
@@ -43,7 +43,7 @@ impl Pipeline {
         let Some(s) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return drop_to(out, &mut self.counters, p, DropReason::UnknownUe);
         };
-        let Some(i) = Compiled::classify(&s.ip_pdrs, None, None, &flow) else {
+        let Some(i) = Compiled::classify(&s.ip_pdrs, None, None, Some(p.instance()), &flow) else {
             return drop_to(out, &mut self.counters, p, DropReason::NoMatchingPdr);
         };
         if let Err(r) = admit(s.ip_pdrs[i].from_ue, || self.cfg.uplink_acl.check(&flow)) {

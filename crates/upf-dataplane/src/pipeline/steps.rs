@@ -36,8 +36,9 @@ pub(super) enum Is {
 /// one step's question or action; [`forward`] asks them in the order that makes the
 /// semantics.
 pub(super) trait Rules {
-    /// The FAR's egress port; `None`: it has no forwarding target.
-    fn egress(&self) -> Option<Port>;
+    /// The FAR's egress port and (on N6) network instance; `None`: it has no forwarding
+    /// target.
+    fn egress(&self) -> Option<(Port, u8)>;
     /// A yes-or-no fact of the PDR and its FAR.
     fn is(&self, what: Is) -> bool;
     /// A QER of the PDR has its gate closed in the packet's direction.
@@ -106,7 +107,7 @@ pub(super) fn forward<R: Rules>(
 ) -> Option<Packet> {
     // Where it goes and the routed hop come before QER and URR: a packet dropped for
     // want of a target or for its TTL must neither take MBR tokens nor be charged.
-    let Some(egress) = r.egress() else {
+    let Some((egress, instance)) = r.egress() else {
         return drop_to(k.out, k.counters, p, DropReason::NoForwardingTarget);
     };
     let (ds, de) = if r.is(Is::Stripping) {
@@ -158,7 +159,7 @@ pub(super) fn forward<R: Rules>(
         let data = p.data_at(ds, de);
         duplicate(k.out, k.counters, data, dups, &mark, k.ttl, k.ident);
     }
-    p.set_port(egress);
+    p.set_egress(egress, instance);
     if !r.encap(&mut p, ds, de, &mark, k.ttl, k.ident) {
         return drop_to(k.out, k.counters, p, DropReason::EncapFailed);
     }

@@ -39,9 +39,15 @@ impl Rig {
 
     /// A rig whose pipeline configuration `f` adjusts.
     pub fn with(f: impl FnOnce(&mut PipelineConfig)) -> Self {
+        Self::configured(|_| {}, f)
+    }
+
+    /// A rig whose agent configuration `a` and pipeline configuration `f` adjust.
+    pub fn configured(a: impl FnOnce(&mut Config), f: impl FnOnce(&mut PipelineConfig)) -> Self {
         let now = Instant::now();
         let mut cfg = Config::new(UPF.into());
         cfg.n3.ipv6 = Some(UPF6.parse().unwrap());
+        a(&mut cfg);
         let pcfg = PipelineConfig {
             n3: LocalAddrs {
                 v4: Some(UPF),
