@@ -156,8 +156,14 @@ struct Run {
 }
 
 impl Run {
+    /// The other sessions' packets per second of the pipeline's CPU time: its calls' time
+    /// less the share of the loop the thread was preempted (a shared machine's load would
+    /// otherwise count as the pipeline's cost).
     fn mpps(&self) -> f64 {
-        self.others as f64 / self.busy.as_secs_f64() / 1e6
+        let share = self.cpu.map_or(1.0, |c| {
+            (c.as_secs_f64() / self.wall.as_secs_f64()).min(1.0)
+        });
+        self.others as f64 / (self.busy.as_secs_f64() * share) / 1e6
     }
 }
 
@@ -216,6 +222,30 @@ fn drive(
         .zip(cpu0)
         .map(|(b, a)| b.saturating_sub(a));
     Ok(r)
+}
+
+/// [`drive`] of the pipeline where none buffers, and of the one where some do: apart, so
+/// that a profile (callgrind's inclusive costs, perf's callers) tells the two apart.
+#[inline(never)]
+fn drive_none(
+    pipeline: &mut Pipeline,
+    input: &mut Input,
+    seq: &mut Sequences,
+    buffering: &[bool],
+    secs: f64,
+) -> anyhow::Result<Run> {
+    drive(pipeline, input, seq, buffering, false, secs)
+}
+
+#[inline(never)]
+fn drive_buffering(
+    pipeline: &mut Pipeline,
+    input: &mut Input,
+    seq: &mut Sequences,
+    buffering: &[bool],
+    secs: f64,
+) -> anyhow::Result<Run> {
+    drive(pipeline, input, seq, buffering, true, secs)
 }
 
 /// One worker's rounds: (none buffering, buffering) each, and the buffering pipeline's
@@ -281,22 +311,18 @@ fn worker(
     };
     // Warm-up: the buffers fill (and the input's refills are made) before any timing.
     let warm = a.seconds.min(1.0);
-    drive(&mut none, &mut input, &mut seq, &buffering, false, warm)?;
-    drive(&mut buff, &mut input, &mut seq, &buffering, true, warm)?;
+    drive_none(&mut none, &mut input, &mut seq, &buffering, warm)?;
+    drive_buffering(&mut buff, &mut input, &mut seq, &buffering, warm)?;
     let mut rounds = Vec::new();
     for r in 0..a.rounds.max(1) {
         // Alternated order: neither always goes first after the other.
         let (n, b) = if r % 2 == 0 {
-            let n = drive(
-                &mut none, &mut input, &mut seq, &buffering, false, a.seconds,
-            )?;
-            let b = drive(&mut buff, &mut input, &mut seq, &buffering, true, a.seconds)?;
+            let n = drive_none(&mut none, &mut input, &mut seq, &buffering, a.seconds)?;
+            let b = drive_buffering(&mut buff, &mut input, &mut seq, &buffering, a.seconds)?;
             (n, b)
         } else {
-            let b = drive(&mut buff, &mut input, &mut seq, &buffering, true, a.seconds)?;
-            let n = drive(
-                &mut none, &mut input, &mut seq, &buffering, false, a.seconds,
-            )?;
+            let b = drive_buffering(&mut buff, &mut input, &mut seq, &buffering, a.seconds)?;
+            let n = drive_none(&mut none, &mut input, &mut seq, &buffering, a.seconds)?;
             (n, b)
         };
         rounds.push((n, b));
