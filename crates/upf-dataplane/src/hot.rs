@@ -328,6 +328,9 @@ pub(crate) const FAR_FORW: u8 = 1;
 pub(crate) const FAR_TARGET: u8 = 2;
 pub(crate) const FAR_ENCAP: u8 = 4;
 pub(crate) const FAR_TO_ACCESS: u8 = 8;
+/// A buffering FAR whose buffer is full and that has nothing left to report: its packets
+/// are dropped as `buffer_full`, O(1), as the general path would.
+pub(crate) const FAR_BUFFER_FULL: u8 = 16;
 
 impl Default for HotFar {
     fn default() -> Self {
@@ -917,8 +920,17 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
         return None;
     }
     if !forw {
-        // Buffering (and notifying) stays on the general path.
-        return (!f.action.contains(ApplyAction::BUFF)).then(HotFar::default);
+        if !f.action.contains(ApplyAction::BUFF) {
+            return Some(HotFar::default());
+        }
+        // Buffering (and notifying) stays on the general path until the buffer is full and
+        // the CP has heard: then each further packet is a drop, which the hot path does
+        // (a buffer that expires or is released rebuilds the record).
+        let reported = f.notified || !f.action.contains(ApplyAction::NOCP);
+        return (f.buffer.len() >= f.max_buffered && reported).then(|| HotFar {
+            flags: FAR_BUFFER_FULL,
+            ..HotFar::default()
+        });
     }
     let Some(t) = &f.target else {
         return Some(HotFar {
