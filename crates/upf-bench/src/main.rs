@@ -20,6 +20,7 @@
 #![recursion_limit = "256"]
 
 mod ab;
+mod buffering;
 mod control;
 mod harness;
 mod memory;

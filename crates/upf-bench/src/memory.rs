@@ -21,75 +21,101 @@ pub struct Args {
     /// Its sessions' shape (bearers, flows, QERs, URR, peak UE) and its mixes come from the
     /// file; the counts and rates below are taken as given.
     #[arg(long, default_value = "s0")]
-    profile: String,
+    pub(crate) profile: String,
     /// Measure this packet mix of the profile (`[[mixes]]`) instead of `--sizes` and
     /// `--uplink-percent`.
     #[arg(long)]
-    mix: Option<String>,
+    pub(crate) mix: Option<String>,
     /// SDF filters per PDR on the profile's first bearer that has them.
     #[arg(long)]
-    sdf_filters: Option<u16>,
+    pub(crate) sdf_filters: Option<u16>,
     /// Sessions (UEs) in all, spread over the workers.
     #[arg(long, default_value_t = 100_000)]
-    sessions: u32,
+    pub(crate) sessions: u32,
     /// Worker threads, each pinned to its own core when there are enough.
     #[arg(long, default_value_t = 1)]
-    workers: usize,
+    pub(crate) workers: usize,
     /// Seconds measured per packet size and loop.
     #[arg(long, default_value_t = 2.0)]
-    seconds: f64,
+    pub(crate) seconds: f64,
     /// Packets per batch.
     #[arg(long, default_value_t = 256)]
-    batch: usize,
+    pub(crate) batch: usize,
     /// Inner packet sizes, octets.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "64,128,256,512,1024,1400"
     )]
-    sizes: Vec<usize>,
+    pub(crate) sizes: Vec<usize>,
     /// Uplink share of the packets, percent (S0 splits are by throughput; with one size per
     /// run that is the same as by packets).
     #[arg(long, default_value_t = 42.5)]
-    uplink_percent: f64,
+    pub(crate) uplink_percent: f64,
     /// Packet buffers in each worker's pool: like a NIC ring, small enough to stay in cache
     /// (as DDIO keeps received frames in the LLC); the UEs they carry change every round.
     #[arg(long, default_value_t = 4096)]
-    pool: usize,
+    pub(crate) pool: usize,
     /// Uplink ACL rules checked on every uplink packet (none of them matches the traffic).
     #[arg(long, default_value_t = 1000)]
-    acl_rules: usize,
+    pub(crate) acl_rules: usize,
     /// Length of each worker's pre-drawn sequence of UEs (spread over all its sessions).
     #[arg(long, default_value_t = 1 << 20)]
-    ue_sequence: usize,
+    pub(crate) ue_sequence: usize,
     /// Every session on the general path (no hot records): an A/B switch within one binary.
     #[arg(long)]
-    cold: bool,
+    pub(crate) cold: bool,
     /// Large allocations (tables, hot records) on ordinary 4 KiB pages instead of transparent
     /// huge pages: an A/B switch within one binary.
     #[arg(long)]
-    no_huge_pages: bool,
+    pub(crate) no_huge_pages: bool,
     /// Each session's AMBR a value of its own (the profile's plus the session's index, in
     /// kbit/s), so that no two sessions share a shape: the worst case for shared shapes.
     #[arg(long)]
-    own_ambr: bool,
+    pub(crate) own_ambr: bool,
     /// Tables grown as sessions come instead of sized for them up front (what
     /// `PipelineConfig::expected_sessions` avoids): an A/B switch for the slowest install.
     #[arg(long)]
-    no_presize: bool,
+    pub(crate) no_presize: bool,
+    /// Share of each worker's sessions whose downlink FAR buffers (BUFF|NOCP with a BAR, as
+    /// an SMF sets it for an idle UE), their downlink arriving all the time: measures the
+    /// other sessions' rate with them buffering and with none buffering, alternated in one
+    /// run (only the first of --sizes, or the mix); one JSON line with `ratio`.
+    #[arg(long)]
+    pub(crate) buffering_share: Option<f64>,
+    /// With --buffering-share: rounds of each (alternated); the figures are medians.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) rounds: usize,
 }
 
 /// Where each pooled packet must be put back to.
 #[derive(Clone, Copy)]
-struct Orig {
-    start: usize,
-    end: usize,
+pub(crate) struct Orig {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
     /// Offset (in the buffer) of the inner IPv4 header and its TTL/checksum octets.
-    ip: usize,
-    ttl_csum: [u8; 3],
+    pub(crate) ip: usize,
+    pub(crate) ttl_csum: [u8; 3],
     /// Uplink: offset of the GTP-U TEID, and the inner source address is the UE's;
     /// downlink: the inner destination address is.
-    uplink: bool,
+    pub(crate) uplink: bool,
+}
+
+impl Orig {
+    /// Where `p`, as the workload built it, is put back to.
+    pub(crate) fn of(p: &Packet, uplink: bool) -> Orig {
+        // Uplink: outer IPv4 (20), UDP (8), GTP-U with a PDU Session Container (16).
+        let ip = if uplink { p.start() + 44 } else { p.start() };
+        let d = p.data();
+        let off = ip - p.start();
+        Orig {
+            start: p.start(),
+            end: p.start() + p.len(),
+            ip,
+            ttl_csum: [d[off + 8], d[off + 10], d[off + 11]],
+            uplink,
+        }
+    }
 }
 
 struct Worker {
@@ -102,7 +128,7 @@ struct Worker {
     slowest_install: Duration,
 }
 
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
@@ -110,7 +136,7 @@ fn rss_bytes() -> u64 {
 }
 
 /// A number in 0..n (0 when n is 0).
-fn below(rng: &mut SmallRng, n: u64) -> u64 {
+pub(crate) fn below(rng: &mut SmallRng, n: u64) -> u64 {
     rng.random_range(0..n.max(1))
 }
 
@@ -125,7 +151,7 @@ enum Loop {
 }
 
 /// The UEs whose sessions worker `w` holds.
-fn worker_ues(a: &Args, w: usize) -> impl Iterator<Item = u32> + '_ {
+pub(crate) fn worker_ues(a: &Args, w: usize) -> impl Iterator<Item = u32> + '_ {
     (0..a.sessions).filter(move |i| *i as usize % a.workers == w)
 }
 
@@ -137,6 +163,35 @@ fn build_worker(
     now: Instant,
     acl: &Arc<Acl>,
 ) -> anyhow::Result<Worker> {
+    let ues: Vec<u32> = worker_ues(a, w).collect();
+    let (pipeline, slowest) = build_pipeline(a, t, w, &ues, now, acl, |i| t.session(i))?;
+    // Seeded, so every run offers the same packets; drawn here, before any timing.
+    let mut rng = SmallRng::seed_from_u64(0x9e37_79b9 + w as u64);
+    let (batches, origs) = build_pool(a, t, &ues, size, &mut rng);
+    let seq = (0..a.ue_sequence.max(1))
+        .map(|_| t.draw_ue(&mut |n| below(&mut rng, n), &ues))
+        .collect();
+    Ok(Worker {
+        pipeline,
+        batches,
+        origs,
+        ues: seq,
+        next_ue: 0,
+        slowest_install: slowest,
+    })
+}
+
+/// A pipeline holding worker `w`'s sessions `ues` (each as `session` builds it) and the
+/// peak UE's; returns it and the slowest install.
+pub(crate) fn build_pipeline(
+    a: &Args,
+    t: &profile::Workload,
+    w: usize,
+    ues: &[u32],
+    now: Instant,
+    acl: &Arc<Acl>,
+    session: impl Fn(u32) -> Arc<upf_rules::Session>,
+) -> anyhow::Result<(Pipeline, Duration)> {
     let cfg = PipelineConfig {
         n3: upf_dataplane::LocalAddrs {
             v4: Some(profile::UPF_N3),
@@ -151,7 +206,6 @@ fn build_worker(
         ..Default::default()
     };
     let mut pipeline = Pipeline::new(now, cfg);
-    let ues: Vec<u32> = worker_ues(a, w).collect();
     // A peak-rate UE is spread over every worker (each polices it on its own here; the
     // runtime has them share its rates).
     if let Some((i, s)) = t.peak() {
@@ -161,8 +215,8 @@ fn build_worker(
     }
     // The slowest install: a worker forwards nothing meanwhile.
     let mut slowest = Duration::ZERO;
-    for &i in &ues {
-        let s = t.session(i);
+    for &i in ues {
+        let s = session(i);
         let t0 = Instant::now();
         pipeline
             .install_shared(now, s, InstallFlags::default(), None)
@@ -179,8 +233,17 @@ fn build_worker(
             pipeline.sessions()
         );
     }
-    // Seeded, so every run offers the same packets; drawn here, before any timing.
-    let mut rng = SmallRng::seed_from_u64(0x9e37_79b9 + w as u64);
+    Ok((pipeline, slowest))
+}
+
+/// The pool of packets of `ues` in batches, and where each is put back to.
+pub(crate) fn build_pool(
+    a: &Args,
+    t: &profile::Workload,
+    ues: &[u32],
+    size: usize,
+    rng: &mut SmallRng,
+) -> (Vec<Vec<Packet>>, Vec<Vec<Orig>>) {
     let mut batches = Vec::new();
     let mut origs = Vec::new();
     let n = a.pool.div_ceil(a.batch).max(1);
@@ -189,38 +252,19 @@ fn build_worker(
         let mut o = Vec::with_capacity(a.batch);
         for _ in 0..a.batch {
             let ue = ues[rng.random_range(0..ues.len())];
-            let (p, uplink) = t.packet(&mut |n| below(&mut rng, n), ue, size, a.uplink_percent);
-            let ip = if uplink { p.start() + 44 } else { p.start() };
-            let d = p.data();
-            let off = ip - p.start();
-            o.push(Orig {
-                start: p.start(),
-                end: p.start() + p.len(),
-                ip,
-                ttl_csum: [d[off + 8], d[off + 10], d[off + 11]],
-                uplink,
-            });
+            let (p, uplink) = t.packet(&mut |n| below(rng, n), ue, size, a.uplink_percent);
+            o.push(Orig::of(&p, uplink));
             b.push(p);
         }
         batches.push(b);
         origs.push(o);
     }
-    let seq = (0..a.ue_sequence.max(1))
-        .map(|_| t.draw_ue(&mut |n| below(&mut rng, n), &ues))
-        .collect();
-    Ok(Worker {
-        pipeline,
-        batches,
-        origs,
-        ues: seq,
-        next_ue: 0,
-        slowest_install: slowest,
-    })
+    (batches, origs)
 }
 
 /// Puts a packet back as built, carrying UE `ue` now: the range, port, TTL; the UE address
 /// (and the TEID uplink) rewritten with the inner checksum kept right (RFC 1624).
-fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
+pub(crate) fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
     p.set_range(o.start, o.end);
     p.set_port(port);
     let addr = u32::from(profile::ue_addr(ue));
@@ -242,7 +286,7 @@ fn restore(p: &mut Packet, o: &Orig, port: Port, ue: u32) {
 }
 
 /// This thread's CPU time so far (`/proc/thread-self/schedstat`), if the kernel tells.
-fn thread_cpu() -> Option<Duration> {
+pub(crate) fn thread_cpu() -> Option<Duration> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     Some(Duration::from_nanos(
         s.split_whitespace().next()?.parse().ok()?,
@@ -349,7 +393,10 @@ fn drive(w: &mut Worker, secs: f64, what: Loop) -> anyhow::Result<Drive> {
 /// `upf-bench memory`: measures and prints one JSON line.
 pub fn run(a: &Args) -> anyhow::Result<()> {
     upf_io::hugepages::set_enabled(!a.no_huge_pages);
-    println!("{}", measure(a)?);
+    match a.buffering_share {
+        Some(share) => println!("{}", crate::buffering::measure(a, share)?),
+        None => println!("{}", measure(a)?),
+    }
     Ok(())
 }
 

@@ -1,12 +1,17 @@
 //! The harness's own tests: profiles, workloads, results JSON, tables, plots, A/B arithmetic.
 
 use crate::ab;
+use crate::buffering;
 use crate::harness::{Build, Machine, Measured, Results, Topology, SCHEMA};
+use crate::memory::Orig;
 use crate::profile::{self, Workload};
 use crate::report;
 use crate::spec::{self, Origin, Sweep};
 use std::net::IpAddr;
+use std::time::Instant;
+use upf_dataplane::{DropReason, LocalAddrs, Output, Pipeline, PipelineConfig};
 use upf_rules::PacketMeta;
+use upf_rules::{ApplyAction, DatapathEvent, InstallFlags};
 use upf_rules::{Interface, PdrId, QerId, Qfi, Session, Teid};
 
 fn shipped(name: &str) -> spec::Profile {
@@ -311,4 +316,116 @@ fn ab_medians_and_ratio() {
     let line = serde_json::json!({"sizes": [{"mpps_per_core": 2.5}]});
     assert_eq!(ab::metric(&line, "mpps_per_core"), 2.5);
     assert!(ab::metric(&line, "missing").is_nan());
+}
+
+#[test]
+fn buffering_share_picks_its_count_of_sessions_spread_out() {
+    let count = |n, s| buffering::pick(n, s).iter().filter(|&&b| b).count();
+    assert_eq!(count(1000, 0.1), 100);
+    assert_eq!(count(100_000, 0.1), 10_000);
+    assert_eq!(count(10, 0.1), 1);
+    assert_eq!(count(3, 0.5), 2);
+    assert_eq!(count(7, 0.0), 0);
+    assert_eq!(count(0, 0.1), 0);
+    // Spread: every 10 sessions hold one of them.
+    let p = buffering::pick(1000, 0.1);
+    assert!(p.chunks(10).all(|c| c.iter().filter(|&&b| b).count() == 1));
+}
+
+#[test]
+fn buffering_session_buffers_downlink_only_under_a_bar() {
+    let t = Workload::new(&shipped("s0"), None, 10, None).unwrap();
+    let s = t.session(3);
+    let b = buffering::buffering_session(&s);
+    assert!(b.bar.is_some());
+    for (f, g) in s.fars.iter().zip(&b.fars) {
+        let to_access = f
+            .forwarding
+            .as_ref()
+            .is_some_and(|w| w.destination == Interface::Access);
+        if to_access {
+            assert_eq!(g.action, ApplyAction::BUFF | ApplyAction::NOCP);
+            assert_eq!(g.bar, b.bar.map(|x| x.id));
+        } else {
+            assert_eq!(f, g);
+        }
+    }
+    assert!(s.fars.iter().zip(&b.fars).any(|(f, g)| f != g));
+    assert_eq!((&s.pdrs, &s.qers, &s.urrs), (&b.pdrs, &b.qers, &b.urrs));
+}
+
+/// The buffering bench's input stays full although the pipeline keeps what it buffers: each
+/// kept packet is replaced by a new buffer, and only those (not the ones it sends or drops).
+#[test]
+fn refilled_input_stays_full_while_the_pipeline_keeps_packets() {
+    let t = Workload::new(&shipped("s0"), None, 2, None).unwrap();
+    let now = Instant::now();
+    let mut pipeline = Pipeline::new(
+        now,
+        PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(profile::UPF_N3),
+                v6: None,
+            },
+            ..Default::default()
+        },
+    );
+    let sessions = [buffering::buffering_session(&t.session(0)), t.session(1)];
+    for s in sessions {
+        pipeline
+            .install_shared(now, s, InstallFlags::default(), None)
+            .unwrap();
+    }
+    let (mut batch, mut origs) = (Vec::new(), Vec::new());
+    let mut x = 0;
+    for _ in 0..8 {
+        // Downlink only (uplink 0 %), a flow in turn.
+        let (p, up) = t.packet(
+            &mut |n| {
+                x += 1;
+                x % n.max(1)
+            },
+            1,
+            64,
+            0.0,
+        );
+        assert!(!up);
+        origs.push(Orig::of(&p, up));
+        batch.push(p);
+    }
+    let mut input = buffering::Input::new(vec![batch], vec![origs], 8);
+    assert_eq!(input.batches(), 1);
+    let limit = pipeline.config().buffer_packets_per_far;
+    let (mut rx, mut out) = (Vec::new(), Output::default());
+    let mut ue = 0;
+    for round in 1..=20 {
+        // UEs 0 (buffering) and 1 in turn.
+        let others = input.fill(
+            &mut rx,
+            |_| {
+                ue ^= 1;
+                ue
+            },
+            |u| u != 0,
+        );
+        assert_eq!((rx.len(), others), (8, 4), "round {round}");
+        // New buffers for what the pipeline kept so far, no more.
+        assert_eq!(input.allocated, pipeline.buffered() as u64, "round {round}");
+        pipeline.process(now, &mut rx, &mut out);
+        assert_eq!(out.tx.len(), 4, "round {round}: UE 1's are sent");
+        input.recycle(&mut out);
+        assert_eq!(pipeline.buffered(), (4 * round).min(limit));
+    }
+    assert!(matches!(
+        pipeline.poll_event(),
+        Some(DatapathEvent::DownlinkData { .. })
+    ));
+    assert!(
+        pipeline.poll_event().is_none(),
+        "one report a buffering period"
+    );
+    assert_eq!(
+        pipeline.counters().dropped(DropReason::BufferFull),
+        80 - limit as u64
+    );
 }

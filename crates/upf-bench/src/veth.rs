@@ -131,6 +131,16 @@ pub struct Args {
     /// The UPF's workers never sleep (`workers.busy_poll`): no wake-up latency at low load.
     #[arg(long)]
     pub busy_poll: bool,
+    /// Downlink only: this share of the sessions has its downlink FAR set to buffer
+    /// (BUFF|NOCP, by the SMF emulator's Session Modification) while the generator keeps
+    /// sending to every session; measures the other sessions' delivered packets per second
+    /// of UPF CPU with them buffering and with none buffering, alternated in one run
+    /// (no ceiling, baseline, search or latency); one JSON line with `ratio`.
+    #[arg(long)]
+    pub buffering_share: Option<f64>,
+    /// With --buffering-share: rounds of each (alternated); the figures are medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
 }
 
 /// Where the rig's parts run: what `veth` and `control` both take.
@@ -873,8 +883,176 @@ impl Drop for Autogroup {
 
 /// `upf-bench veth`: measures and prints one JSON line.
 pub fn run(a: &Args) -> anyhow::Result<()> {
-    println!("{}", measure_point(a)?);
+    match a.buffering_share {
+        Some(share) => println!("{}", buffering_point(a, share)?),
+        None => println!("{}", measure_point(a)?),
+    }
     Ok(())
+}
+
+/// `--buffering-share`: the other sessions' delivered packets per second of UPF CPU (all
+/// its threads), with `share` of the sessions buffering and with none, alternated round by
+/// round on one UPF; the JSON line.
+fn buffering_point(a: &Args, share: f64) -> anyhow::Result<serde_json::Value> {
+    if a.direction != Direction::Downlink {
+        bail!("--buffering-share: buffering holds downlink; give --direction downlink");
+    }
+    if !(0.0..1.0).contains(&share) || a.sessions == 0 || a.workers == 0 || a.seconds <= 0.0 {
+        bail!("--buffering-share in [0, 1); --sessions, --workers, --seconds positive");
+    }
+    let exe = a.rig.upf_exe()?;
+    let cores = a.rig.upf_cpus();
+    let _autogroup = if a.rig.nice == 0 {
+        None
+    } else {
+        Some(Autogroup::renice(a.rig.nice)?)
+    };
+    let stop = stop_flag();
+    let stop = &*stop;
+    let load_before = crate::harness::loadavg();
+    let mut rig = Rig::build()?;
+    let s = sides(&rig, a.direction);
+    let (upf_t, _) = templates(a, &rig, &s)?;
+    let upf_gen = Generator::new(upf_t)?;
+    let counter = Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS)?;
+    rig.warm_neighbours();
+    let pid = rig.start_upf(a, &exe, &cores)?;
+    let (mut smf, sessions, _) = rig.establish(a.sessions, a.high_share > 0.0, stop)?;
+    let picked = crate::buffering::pick(sessions.len(), share);
+    let idle: Vec<Session> = sessions
+        .iter()
+        .zip(&picked)
+        .filter(|(_, &b)| b)
+        .map(|(s, _)| *s)
+        .collect();
+    // The generator goes round the sessions in order: this share of its frames is theirs.
+    let others = 1.0 - idle.len() as f64 / sessions.len() as f64;
+    eprintln!(
+        "upf-bench veth: downlink, {} sessions ({} buffering), {} B, {} worker(s) (CPUs {cores:?}), UPF pid {pid}, {} rounds of {} s each way",
+        sessions.len(),
+        idle.len(),
+        a.size,
+        a.workers,
+        a.rounds,
+        a.seconds
+    );
+    let set = |smf: &mut Smf, mode: upf_loadgen::smf::Downlink| -> anyhow::Result<()> {
+        for r in smf.set_downlink_many(&idle, mode) {
+            r.context("switching the downlink FARs")?;
+        }
+        // Answers the Downlink Data Reports of the first packets.
+        smf.serve(Duration::from_millis(100))?;
+        Ok(())
+    };
+    let mut phase = |smf: &mut Smf, buffering: bool| -> anyhow::Result<serde_json::Value> {
+        let mode = if buffering {
+            upf_loadgen::smf::Downlink::Buffer { notify: true }
+        } else {
+            upf_loadgen::smf::Downlink::Forward
+        };
+        set(smf, mode)?;
+        // Warm-up: the buffers fill, the released packets of the last switch drain.
+        let r = if a.rate == 0 { 200_000 } else { a.rate };
+        xdpgen::run_in(
+            &upf_gen,
+            &s.gen_ns,
+            Some(a.rig.gen_cpu),
+            a.rig.nice,
+            s.gen_dev,
+            0.3,
+            r,
+            stop,
+        )?;
+        smf.serve(Duration::from_millis(100))?;
+        let cpu0 = task_cpu(pid);
+        let p = measure(
+            &upf_gen,
+            &s,
+            &counter,
+            (a.rig.gen_cpu, a.rig.nice),
+            a.seconds,
+            a.rate,
+            false,
+            stop,
+        )?;
+        let upf_ns: u64 = cpu_delta(&task_cpu(pid), &cpu0).values().sum();
+        rig.upf_alive()?;
+        // With none buffering, the buffering sessions' packets are delivered too.
+        let delivered_others = if buffering {
+            p.delivered.packets as f64
+        } else {
+            p.delivered.packets as f64 * others
+        };
+        let mpps_per_core = delivered_others / (upf_ns as f64 / 1e9).max(1e-9) / 1e6;
+        eprintln!(
+            "  {}: {:.2} Mpps offered, {:.2} Mpps delivered, other sessions {mpps_per_core:.2} Mpps per UPF core",
+            if buffering { "buffering" } else { "none buffering" },
+            p.offered_mpps(),
+            p.delivered_mpps()
+        );
+        Ok(json!({
+            "buffering": buffering,
+            "mpps_per_core": mpps_per_core,
+            "offered_mpps": p.offered_mpps(),
+            "delivered_mpps": p.delivered_mpps(),
+            "other_delivered_mpps": delivered_others / p.gen.elapsed.as_secs_f64().max(1e-9) / 1e6,
+            "loss": p.loss(),
+            "upf_cpu_ns": upf_ns,
+            "seconds": p.gen.elapsed.as_secs_f64(),
+        }))
+    };
+    let mut none = Vec::new();
+    let mut buff = Vec::new();
+    for r in 0..a.rounds.max(1) {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        // Alternated order: neither always follows the other.
+        for buffering in [r % 2 == 1, r % 2 == 0] {
+            let v = phase(&mut smf, buffering)?;
+            if buffering { &mut buff } else { &mut none }.push(v);
+        }
+    }
+    let upf_counters = smf.stats();
+    drop(smf);
+    rig.stop_upf();
+    let rates = |v: &[serde_json::Value]| -> Vec<f64> {
+        v.iter()
+            .map(|x| x["mpps_per_core"].as_f64().unwrap_or(f64::NAN))
+            .collect()
+    };
+    let (rn, rb) = (rates(&none), rates(&buff));
+    let (mn, mb) = (crate::ab::median(&rn), crate::ab::median(&rb));
+    eprintln!(
+        "  other sessions: {mb:.2} Mpps per UPF core with {:.0} % buffering, {mn:.2} with none: ratio {:.3}",
+        share * 100.0,
+        mb / mn
+    );
+    Ok(json!({
+        "topology": "veth",
+        "commit": env!("UPF_BENCH_COMMIT"),
+        "profile": a.profile,
+        "direction": a.direction,
+        "backend": a.backend,
+        "workers": a.workers,
+        "busy_poll": a.busy_poll,
+        "sessions": a.sessions,
+        "size": a.size,
+        "seconds": a.seconds,
+        "rounds": a.rounds.max(1),
+        "rate_limit_pps": a.rate,
+        "buffering_share": share,
+        "buffering_sessions": idle.len(),
+        "figure": "other sessions' delivered packets per second of UPF CPU time (all its threads), Mpps",
+        "mpps_per_core_buffering": mb,
+        "mpps_per_core_none": mn,
+        "ratio": mb / mn,
+        "none": none,
+        "buffering": buff,
+        "smf_session_reports": upf_counters.session_reports,
+        "load_before": load_before,
+        "load_after": crate::harness::loadavg(),
+    }))
 }
 
 pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {

@@ -333,6 +333,9 @@ pub(crate) const FAR_FORW: u8 = 1;
 pub(crate) const FAR_TARGET: u8 = 2;
 pub(crate) const FAR_ENCAP: u8 = 4;
 pub(crate) const FAR_TO_ACCESS: u8 = 8;
+/// A buffering FAR whose buffer is full and that has nothing left to report: its packets
+/// are dropped as `buffer_full`, O(1), as the general path would.
+pub(crate) const FAR_BUFFER_FULL: u8 = 16;
 
 impl Default for HotFar {
     fn default() -> Self {
@@ -924,8 +927,17 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
         return None;
     }
     if !forw {
-        // Buffering (and notifying) stays on the general path.
-        return (!f.action.contains(ApplyAction::BUFF)).then(HotFar::default);
+        if !f.action.contains(ApplyAction::BUFF) {
+            return Some(HotFar::default());
+        }
+        // Buffering (and notifying) stays on the general path until the buffer is full and
+        // the CP has heard: then each further packet is a drop, which the hot path does
+        // (a buffer that expires or is released rebuilds the record).
+        let reported = f.notified || !f.action.contains(ApplyAction::NOCP);
+        return (f.buffer.len() >= f.max_buffered && reported).then(|| HotFar {
+            flags: FAR_BUFFER_FULL,
+            ..HotFar::default()
+        });
     }
     let Some(t) = &f.target else {
         return Some(HotFar {
@@ -965,18 +977,18 @@ impl Hot {
         // Quota FARs, usage time under an Inactivity Detection Time, the split at a
         // Monitoring Time and measurement before QoS enforcement (MBQE) are the general
         // path's (a hot record keeps only the first and last packet's times, and counts
-        // only what it forwards), as are volumes shared with other workers. So is a
-        // session reached in more than one network instance (the hot path does not test a
-        // PDR's).
+        // only what it forwards; DROTH counts what a full buffer drops), as are volumes
+        // shared with other workers. So is a session reached in more than one network
+        // instance (the hot path does not test a PDR's).
         if s.quota_fars
             || !s.one_instance
             || s.urrs.iter().any(|u| u.shared.is_some())
             || s.rules.urrs.iter().any(|u| {
                 u.inactivity_detection_time_s.is_some()
                     || u.info.contains(upf_rules::MeasurementInfo::MBQE)
-                    || u.extra
-                        .as_ref()
-                        .is_some_and(|x| x.monitoring_time.is_some())
+                    || u.extra.as_ref().is_some_and(|x| {
+                        x.monitoring_time.is_some() || x.dropped_dl_threshold.is_some()
+                    })
             })
         {
             return None;

@@ -193,6 +193,9 @@ pub(crate) struct CFar {
     pub max_buffered: usize,
     /// A downlink-data event was raised for the current buffering period.
     pub notified: bool,
+    /// A packet found the buffer full (and asked for the hot record to be rebuilt, which
+    /// drops further ones in O(1)); cleared when a packet is buffered again.
+    pub full_seen: bool,
 }
 
 /// A QER's packet-rate buckets, per direction.
@@ -892,6 +895,7 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
         buffer: VecDeque::new(),
         max_buffered,
         notified: false,
+        full_seen: false,
     })
 }
 

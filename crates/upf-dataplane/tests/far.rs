@@ -478,3 +478,58 @@ fn forw_nowhere_this_data_path_can_send_is_refused() {
         assert_eq!(r.dp().sessions(), 0);
     }
 }
+
+/// A buffering FAR whose buffer is full and whose report has gone out only drops: the
+/// session goes to the hot path for that (O(1) a packet, issue #26 §3), and back to the
+/// general path when the buffer has room again (expired) or is released.
+#[test]
+fn a_full_buffer_drops_on_the_hot_path_until_it_has_room() {
+    use std::time::Duration;
+    let mut r = Rig::new();
+    r.establish(buffering(true, Some(2)));
+    assert_eq!(r.dp().cold_sessions(), 1, "buffering: the general path");
+    assert!(r.send((0..3).map(|n| n6(&down(n))).collect()).is_empty());
+    assert_one_dldr(&mut r);
+    assert_eq!(r.dp().cold_sessions(), 0, "full and reported: hot");
+    assert!(r.send((3..8).map(|n| n6(&down(n))).collect()).is_empty());
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (2, 6));
+    assert!(r.reports().is_empty(), "one report a buffering period");
+    assert_balanced(&mut r);
+
+    // Extended buffering of 2 s: the buffer expires, has room, and buffers again.
+    let mut r = Rig::new();
+    let (seid, _) = r.establish(buffering(true, Some(2)));
+    assert!(r.send((0..3).map(|n| n6(&down(n))).collect()).is_empty());
+    let answer = SessionReportResponse {
+        cause: Cause::REQUEST_ACCEPTED,
+        update_bar: Some(UpdateBarSessionReportResponse {
+            bar_id: BarId(1),
+            dl_buffering_duration: Some(DlBufferingDuration {
+                unit: DlBufferingDuration::UNIT_2_SECONDS,
+                value: 1,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    answer_report(&mut r, answer);
+    assert!(r.send(vec![n6(&down(3))]).is_empty());
+    assert_eq!(r.dp().cold_sessions(), 0);
+    r.advance(Duration::from_secs(3));
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferExpired)), (0, 2));
+    assert_eq!(r.dp().cold_sessions(), 1, "room again: the general path");
+    assert!(r.send((4..7).map(|n| n6(&down(n))).collect()).is_empty());
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (2, 3));
+    assert_eq!(r.dp().cold_sessions(), 0);
+    // Released in order when the UE is back; then forwarded.
+    accepted(
+        &mut r,
+        seid,
+        modification(vec![smf::update_far_to_gnb(2, 0xabcd, GNB)]),
+    );
+    assert_eq!(numbers_to_gnb(&r.send(vec![n6(&down(9))])), [4, 5, 9]);
+    assert_balanced(&mut r);
+}

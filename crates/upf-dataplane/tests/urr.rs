@@ -916,3 +916,32 @@ fn mbqe_measures_before_qos_enforcement() {
     );
     assert_balanced(&mut r);
 }
+
+#[test]
+fn droth_counts_drops_of_a_full_buffer_in_later_batches_too() {
+    // A full buffer whose report has gone out drops on the hot path, which counts no
+    // DROTH: a session with a Dropped DL Traffic Threshold stays on the general path.
+    let mut r = Rig::new();
+    let mut urr = smf::create_urr(1, ReportingTriggers::DROTH, None);
+    urr.dropped_dl_traffic_threshold = Some(DroppedDlTrafficThreshold {
+        downlink_packets: Some(3),
+        downlink_bytes: None,
+    });
+    let mut req = with_far(with_urr(urr), 2, |f| {
+        f.apply_action = ApplyAction::BUFF;
+        f.forwarding_parameters = None;
+        f.bar_id = Some(BarId(1));
+    });
+    req.create_bar = Some(CreateBar {
+        bar_id: BarId(1),
+        downlink_data_notification_delay: None,
+        suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(2)),
+    });
+    r.establish(req);
+    assert!(r.send((0..4).map(|_| n6(&down(200))).collect()).is_empty());
+    assert!(r.reports().is_empty());
+    assert!(r.send(vec![n6(&down(200))]).is_empty());
+    assert_eq!(r.dp().counters().dropped(DropReason::BufferFull), 3);
+    one_usage(&r.reports(), UsageReportTrigger::DROTH);
+    assert_balanced(&mut r);
+}

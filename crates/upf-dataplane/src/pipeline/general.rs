@@ -36,6 +36,7 @@ impl Pipeline {
             clock_ns,
             timers,
             generations,
+            rehot,
             ..
         } = self;
         let clock = *clock_ns;
@@ -116,9 +117,14 @@ impl Pipeline {
                         timers.push(std::cmp::Reverse((at, slot, generation)));
                     }
                 }
-                if far.buffer.len() >= far.max_buffered
-                    || *buffered_bytes + p.len() > cfg.buffer_bytes
-                {
+                let full = far.buffer.len() >= far.max_buffered;
+                if full || *buffered_bytes + p.len() > cfg.buffer_bytes {
+                    // Once, when the FAR has nothing left to do but drop: the session may
+                    // go hot after the batch (`hot::hot_far`).
+                    if full && !far.full_seen {
+                        far.full_seen = true;
+                        rehot.push(slot);
+                    }
                     if !pdr.from_ue {
                         let urrs: SmallVec<[usize; 2]> =
                             pdr.urrs.iter().map(|&u| usize::from(u)).collect();
@@ -127,6 +133,7 @@ impl Pipeline {
                     }
                     return drop_to(out, counters, p, DropReason::BufferFull);
                 }
+                far.full_seen = false;
                 counters.buffered += 1;
                 *buffered_bytes += p.len();
                 far.buffer.push_back((now, p));

@@ -5,7 +5,8 @@ use super::steps::{admit, forward, psc_octet, take_packets, write_v4, Is, Mark, 
 use super::{drop_to, Output, Pipeline};
 use crate::counters::DropReason;
 use crate::hot::{Fills, Half, Hot, HotPdr, HotUrr, Keys, COLD, EMPTY, HOT};
-use crate::hot::{FAR_ENCAP, FAR_FORW, FAR_TARGET, FAR_TO_ACCESS, FROM_UE, GATE_SHUT, STRIP};
+use crate::hot::{FAR_BUFFER_FULL, FAR_ENCAP, FAR_FORW, FAR_TARGET, FAR_TO_ACCESS};
+use crate::hot::{FROM_UE, GATE_SHUT, STRIP};
 use crate::hot::{GBRS, MARK_QFI, MARK_RQI, NONE, PACKET_RATE, QERS, URRS};
 use crate::parse::flow_of;
 use crate::session::{Compiled, Target};
@@ -183,7 +184,12 @@ impl Pipeline {
         let h = &shapes.get(record.keys.shape).halves[half];
         let pdr = h.head.pdrs[pdr_index];
         if pdr.far_flags & FAR_FORW == 0 {
-            return drop_to(out, counters, p, DropReason::FarDrop);
+            let r = if pdr.far_flags & FAR_BUFFER_FULL == 0 {
+                DropReason::FarDrop
+            } else {
+                DropReason::BufferFull
+            };
+            return drop_to(out, counters, p, r);
         }
         let Hot { keys, fills, urrs } = record;
         let mut rules = HotRules {
