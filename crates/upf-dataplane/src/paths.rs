@@ -58,13 +58,13 @@ pub struct Peer {
 /// FARs that forward (FORW) or duplicate (DUPL) over GTP-U to Access (N3) or Core (N9). A
 /// FAR that buffers or drops has no live tunnel. Each peer once.
 pub fn tunnel_peers(s: &Session) -> Vec<Peer> {
-    fn peer(dest: Interface, ohc: Option<OuterHeaderCreation>) -> Option<Peer> {
+    fn peer(dest: Interface, on_n9: bool, ohc: Option<OuterHeaderCreation>) -> Option<Peer> {
         let Some(OuterHeaderCreation::Gtpu { peer, .. }) = ohc else {
             return None;
         };
-        let port = match dest {
-            Interface::Access => Port::N3,
-            Interface::Core => Port::N9,
+        let port = match (dest, on_n9) {
+            (Interface::Access | Interface::Core, false) => Port::N3,
+            (Interface::Access | Interface::Core, true) => Port::N9,
             _ => return None,
         };
         Some(Peer { addr: peer, port })
@@ -75,12 +75,18 @@ pub fn tunnel_peers(s: &Session) -> Vec<Peer> {
             .forwarding
             .as_ref()
             .filter(|_| f.action.contains(ApplyAction::FORW))
-            .and_then(|fw| peer(fw.destination, fw.outer_header_creation));
+            .and_then(|fw| peer(fw.destination, fw.tunnels_on_n9(), fw.outer_header_creation));
         let dup = f
             .duplicating
             .iter()
             .filter(|_| f.action.contains(ApplyAction::DUPL))
-            .filter_map(|d| peer(d.destination, d.outer_header_creation));
+            .filter_map(|d| {
+                peer(
+                    d.destination,
+                    d.destination.tunnels_on_n9(None),
+                    d.outer_header_creation,
+                )
+            });
         for p in fwd.into_iter().chain(dup) {
             if !v.iter().any(|q| q.addr == p.addr) {
                 v.push(p);

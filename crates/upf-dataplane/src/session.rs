@@ -799,8 +799,11 @@ fn compile_pdr(
     })
 }
 
+/// Where a FAR (or a duplication) sends: `on_n9`, whether a tunnel leaves by the N9 side
+/// ([`Interface::tunnels_on_n9`]).
 fn target(
     dest: Interface,
+    on_n9: bool,
     ohc: Option<OuterHeaderCreation>,
     tlm: Option<(u8, u8)>,
     instance: u8,
@@ -810,7 +813,7 @@ fn target(
     let encap = match ohc {
         None => None,
         Some(OuterHeaderCreation::Gtpu { teid, peer }) => {
-            let local = if to_access { env.n3 } else { env.n9 };
+            let local = if on_n9 { env.n9 } else { env.n3 };
             let src = match peer {
                 IpAddr::V4(_) => local.v4.map(IpAddr::V4),
                 IpAddr::V6(_) => local.v6.map(IpAddr::V6),
@@ -827,10 +830,18 @@ fn target(
         Some(_) => return Err(unsupported("outer header creation other than GTP-U")),
     };
     let port = match (dest, encap.is_some()) {
-        (Interface::Access, true) => Port::N3,
         // The CP function's GTP-U endpoint (N4-u: Open5GS's SMF takes IPv6 Router
-        // Solicitations this way) and an LI function's are reached like an N9 peer.
-        (Interface::Core | Interface::CpFunction | Interface::LiFunction, true) => Port::N9,
+        // Solicitations this way) and an LI function's too.
+        (
+            Interface::Access | Interface::Core | Interface::CpFunction | Interface::LiFunction,
+            true,
+        ) => {
+            if on_n9 {
+                Port::N9
+            } else {
+                Port::N3
+            }
+        }
         (Interface::Core | Interface::SgiLan, false) => Port::N6,
         // Access without a tunnel yet (the gNB's is not known): its packets are dropped,
         // counted as no_forwarding_target, until an Update FAR gives one.
@@ -866,6 +877,7 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
     let t = match &f.forwarding {
         Some(fw) => target(
             fw.destination,
+            fw.tunnels_on_n9(),
             fw.outer_header_creation,
             fw.transport_level_marking,
             env.instances
@@ -880,6 +892,7 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
         for d in &f.duplicating {
             dup.extend(target(
                 d.destination,
+                d.destination.tunnels_on_n9(None),
                 d.outer_header_creation,
                 d.transport_level_marking,
                 DEFAULT_INSTANCE,

@@ -411,3 +411,56 @@ fn uplink_acl_denies_before_the_rules_apply() {
     assert_eq!(v.uplink_packets, Some(2));
     assert!(r.dp().counters().balanced());
 }
+
+/// The UPF's own N9 address, apart from N3's.
+const UPF_N9: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);
+
+/// 3GPP Interface Types (§8.2.118) choose the GTP-U side: a PSA behind an I-UPF receives
+/// uplink on Access over N9 (its F-TEID gets the N9 address) and sends downlink on Access
+/// over N9; a type naming N3 puts it back.
+#[test]
+fn interface_types_choose_the_n9_side() {
+    let mut r = Rig::configured(
+        |a| {
+            a.n9 = Some(upf_n4::TunnelAddrs {
+                ipv4: Some(UPF_N9),
+                ipv6: None,
+            })
+        },
+        |p| p.n9.v4 = Some(UPF_N9),
+    );
+    let mut req = simple_session(UE, 0xabcd);
+    let n9 = InterfaceType3gpp::N9;
+    req.create_pdrs[0].pdi.source_interface_type = Some(n9);
+    let fw = req.create_fars[1].forwarding_parameters.as_mut().unwrap();
+    fw.destination_interface_type = Some(n9);
+    let (seid, resp) = r.establish(req);
+    let f_teid = resp.created_pdrs[0].local_f_teid;
+    assert!(
+        matches!(f_teid, Some(FTeid::Assigned { ipv4: Some(a), .. }) if a == UPF_N9),
+        "{f_teid:?}"
+    );
+    let down = |r: &mut Rig| {
+        let out = r.send1(n6(&udp4(DN, UE, 53, 4000, 100, 0)));
+        assert_eq!(out.len(), 1, "{out:?}");
+        let d = decapsulate(out[0].data()).unwrap();
+        (out[0].port(), d.outer_src)
+    };
+    assert_eq!(down(&mut r), (Port::N9, IpAddr::V4(UPF_N9)));
+    let m = SessionModificationRequest {
+        update_fars: [UpdateFar {
+            far_id: FarId(2),
+            update_forwarding_parameters: Some(UpdateForwardingParameters {
+                destination_interface_type: Some(InterfaceType3gpp::N3_3GPP_ACCESS),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    assert_eq!(r.modify(seid, m).cause, upf_pfcp::Cause::REQUEST_ACCEPTED);
+    assert_eq!(down(&mut r), (Port::N3, IpAddr::V4(UPF)));
+    assert_balanced(&mut r);
+}

@@ -155,6 +155,7 @@ fn pdi(d: &p::Pdi) -> Result<(r::Pdi, PdiAsks), Reject> {
     let extra = r::PdiExtra {
         network_instance: d.network_instance.as_ref().map(|n| n.0.clone()),
         application_id: d.application_id.as_ref().map(|a| text(&a.0)),
+        interface_type: d.source_interface_type.map(|t| t.0),
     };
     if extra != r::PdiExtra::default() {
         *pdi.extra_mut() = extra;
@@ -281,6 +282,7 @@ fn forwarding(f: &p::ForwardingParameters) -> Result<r::Forwarding, Reject> {
         network_instance: f.network_instance.as_ref().map(|n| n.0.clone()),
         forwarding_policy: f.forwarding_policy.as_ref().map(|x| text(&x.identifier)),
         redirect: f.redirect_information.as_ref().map(redirect).transpose()?,
+        interface_type: f.destination_interface_type.map(|t| t.0),
     };
     if extra != r::ForwardingExtra::default() {
         *fw.extra_mut() = extra;
@@ -431,6 +433,9 @@ pub fn update_far(far: &mut r::Far, u: &p::UpdateFar) -> Result<(), Reject> {
         }
         if let Some(ri) = &f.redirect_information {
             fw.extra_mut().redirect = Some(redirect(ri).map_err(on)?);
+        }
+        if let Some(t) = f.destination_interface_type {
+            fw.extra_mut().interface_type = Some(t.0);
         }
     }
     for d in u.update_duplicating_parameters.iter() {

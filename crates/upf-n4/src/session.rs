@@ -413,9 +413,10 @@ impl<D: Datapath> Agent<D> {
         let rule = RuleRef::Pdr(pdr.id);
         let mut chosen = false;
         if let Some((chid, want4, want6)) = asks.teid {
-            let addrs = match pdr.pdi.source {
-                Interface::Core => self.cfg.n9.unwrap_or(self.cfg.n3),
-                _ => self.cfg.n3,
+            let addrs = if pdr.pdi.source.tunnels_on_n9(pdr.pdi.interface_type()) {
+                self.cfg.n9.unwrap_or(self.cfg.n3)
+            } else {
+                self.cfg.n3
             };
             let any = !want4 && !want6;
             let ipv4 = addrs.ipv4.filter(|_| want4 || any);

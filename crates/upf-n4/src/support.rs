@@ -176,7 +176,7 @@ pub static IES: &[IeRule] = &{
         ie(Pdi, 154, Refused(NOT_SUPPORTED, "Framed-Routing is not implemented")),
 
         ie(Pdi, 155, Enforced("crates/upf-dataplane/tests/properties.rs::the_pipeline_chooses_the_pdr_the_reference_chooses")),
-        ie(Pdi, 160, Pending("the source interface type is not used (issue #26 §1)")),
+        ie(Pdi, 160, Enforced("crates/upf-dataplane/tests/scenario.rs::interface_types_choose_the_n9_side")),
 
         // Create FAR / Update FAR (§7.5.2.3, §7.5.4.3).
         ie(CreateFar, 108, Enforced("crates/upf-dataplane/tests/far.rs::forw_both_ways")),
@@ -202,7 +202,7 @@ pub static IES: &[IeRule] = &{
 
         ie(ForwardingParameters, 137, Refused(NOT_SUPPORTED, "ARP/ND proxying is not implemented")),
 
-        ie(ForwardingParameters, 160, Pending("the destination interface type is not used (issue #26 §1)")),
+        ie(ForwardingParameters, 160, Enforced("crates/upf-dataplane/tests/scenario.rs::interface_types_choose_the_n9_side")),
 
         ie(UpdateForwardingParameters, 42, Enforced("crates/upf-dataplane/tests/far.rs::buff_without_nocp_buffers_silently_and_releases_in_order")),
         ie(UpdateForwardingParameters, 22, Enforced("crates/upf-dataplane/tests/netinst.rs::a_network_instance_changed_by_update_forwarding_parameters_moves_the_uplink")),
@@ -215,7 +215,7 @@ pub static IES: &[IeRule] = &{
         ie(UpdateForwardingParameters, 98, Refused(NOT_SUPPORTED, "header enrichment is not implemented")),
 
         ie(UpdateForwardingParameters, 49, Enforced("crates/upf-dataplane/tests/modify.rs::sndem_in_the_update_forwarding_parameters_is_honoured")),
-        ie(UpdateForwardingParameters, 160, Pending("the destination interface type is not used (issue #26 §1)")),
+        ie(UpdateForwardingParameters, 160, Enforced("crates/upf-dataplane/tests/scenario.rs::interface_types_choose_the_n9_side")),
 
         ie(DuplicatingParameters, 42, Enforced("crates/upf-dataplane/tests/far.rs::dupl_sends_a_copy_to_the_duplication_target")),
         ie(DuplicatingParameters, 84, Enforced("crates/upf-dataplane/tests/far.rs::dupl_sends_a_copy_to_the_duplication_target")),

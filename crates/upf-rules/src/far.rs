@@ -64,6 +64,8 @@ pub struct ForwardingExtra {
     pub network_instance: Option<CompactString>,
     pub forwarding_policy: Option<CompactString>,
     pub redirect: Option<Redirect>,
+    /// Destination Interface Type (§8.2.118), the 6-bit value.
+    pub interface_type: Option<u8>,
 }
 
 impl Forwarding {
@@ -86,6 +88,15 @@ impl Forwarding {
 
     pub fn redirect(&self) -> Option<&Redirect> {
         self.extra.get()?.redirect.as_ref()
+    }
+
+    pub fn interface_type(&self) -> Option<u8> {
+        self.extra.get()?.interface_type
+    }
+
+    /// Whether its tunnel (if it has one) leaves by the N9 side ([`Interface::tunnels_on_n9`]).
+    pub fn tunnels_on_n9(&self) -> bool {
+        self.destination.tunnels_on_n9(self.interface_type())
     }
 
     /// The extra parts to change (a copy of their own if they were shared).

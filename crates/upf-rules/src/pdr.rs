@@ -34,6 +34,19 @@ impl Interface {
             _ => return None,
         })
     }
+
+    /// Whether a GTP-U tunnel on this interface uses the UP function's N9 side (its N9
+    /// address and interface) rather than N3: what the 3GPP Interface Type (§8.2.118) says
+    /// when it names a UPF-to-UPF interface (S5/S8-U, N9, N19) or an access one (S1-U, N3),
+    /// else every interface but Access (Core, and the CP and LI functions' GTP-U endpoints).
+    /// A PSA receives uplink on Access from an I-UPF over N9, for example.
+    pub fn tunnels_on_n9(self, interface_type: Option<u8>) -> bool {
+        match interface_type {
+            Some(1 | 15 | 18 | 19) => true,
+            Some(0 | 11..=14) => false,
+            _ => self != Self::Access,
+        }
+    }
 }
 
 /// The UP function's own tunnel endpoint a PDR matches (already chosen: the agent resolves
@@ -157,6 +170,8 @@ pub struct Pdi {
 pub struct PdiExtra {
     pub network_instance: Option<CompactString>,
     pub application_id: Option<CompactString>,
+    /// Source Interface Type (§8.2.118), the 6-bit value.
+    pub interface_type: Option<u8>,
 }
 
 impl Pdi {
@@ -179,6 +194,10 @@ impl Pdi {
 
     pub fn application_id(&self) -> Option<&str> {
         self.extra.get()?.application_id.as_deref()
+    }
+
+    pub fn interface_type(&self) -> Option<u8> {
+        self.extra.get()?.interface_type
     }
 
     /// The extra parts to change (a copy of their own if they were shared).
