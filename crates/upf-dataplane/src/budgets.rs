@@ -1,8 +1,8 @@
 //! What the workers a session lives on share when it lives on several (a spread UE, a
 //! session without a UE address): its QERs' bit and packet rates, one bucket each that every
 //! worker draws from ([`upf_rules::budget`]), so that the session gets its rates however its
-//! packets fall on the workers; its URRs' total volume threshold and quota, so that each is
-//! reached once over all of them. A session on one worker has none and polices and counts
+//! packets fall on the workers; its URRs' volume thresholds and quotas (total, uplink and
+//! downlink), so that each is reached once over all of them. A session on one worker has none and polices and counts
 //! on its own.
 
 use smallvec::SmallVec;
@@ -45,7 +45,7 @@ impl SessionBudgets {
                 let old = old.and_then(|o| o.urr(u.id));
                 (u.id, UrrBudget::new(u, old))
             })
-            .filter(|(_, b)| b.threshold.is_some() || b.quota.is_some())
+            .filter(|(_, b)| b.threshold.iter().chain(&b.quota).any(Option::is_some))
             .collect();
         Self { qers, urrs }
     }
@@ -60,7 +60,7 @@ impl SessionBudgets {
     pub fn restart_thresholds(&self, urrs: &[UrrId]) {
         for (id, b) in &self.urrs {
             if urrs.is_empty() || urrs.contains(id) {
-                if let Some((v, _)) = &b.threshold {
+                for (v, _) in b.threshold.iter().flatten() {
                     v.restart();
                 }
             }
@@ -165,41 +165,53 @@ impl Draws {
     }
 }
 
-/// One URR's shared volumes: its total threshold and quota (octets), counted over the
-/// workers.
+/// A shared volume and its limit (octets).
+type Limit = Option<(Arc<SharedVolume>, u64)>;
+
+/// One URR's shared volumes: its threshold and quota (octets), each total, uplink and
+/// downlink ([`volumes`]'s order), counted over the workers.
 #[derive(Debug, Default)]
 pub(crate) struct UrrBudget {
-    pub threshold: Option<(Arc<SharedVolume>, u64)>,
-    pub quota: Option<(Arc<SharedVolume>, u64)>,
+    pub threshold: [Limit; 3],
+    pub quota: [Limit; 3],
+}
+
+/// A volume's octets as the limits count them: total, uplink, downlink.
+pub(crate) fn volumes(v: &upf_rules::Volume) -> [u64; 3] {
+    [v.total_bytes, v.uplink_bytes, v.downlink_bytes]
+}
+
+fn limits(l: Option<upf_rules::VolumeLimit>) -> [Option<u64>; 3] {
+    l.map_or([None; 3], |l| [l.total, l.uplink, l.downlink])
 }
 
 impl UrrBudget {
     fn new(u: &Urr, old: Option<&UrrBudget>) -> Self {
         // The same limit keeps its volume (a modification that does not touch it); a new
         // quota is a new grant, counted from zero.
-        let volume = |limit: Option<u64>, old: Option<&(Arc<SharedVolume>, u64)>| {
+        let volume = |limit: Option<u64>, old: &Limit| {
             let limit = limit?;
             Some(match old {
                 Some((v, l)) if *l == limit => (v.clone(), limit),
                 _ => (Arc::new(SharedVolume::default()), limit),
             })
         };
-        let threshold = u
-            .volume_threshold
-            .filter(|_| u.triggers.contains(ReportingTriggers::VOLTH))
-            .and_then(|t| t.total);
+        let none = Self::default();
+        let old = old.unwrap_or(&none);
+        let threshold = limits(
+            u.volume_threshold
+                .filter(|_| u.triggers.contains(ReportingTriggers::VOLTH)),
+        );
+        let quota = limits(u.volume_quota);
         Self {
-            threshold: volume(threshold, old.and_then(|o| o.threshold.as_ref())),
-            quota: volume(
-                u.volume_quota.and_then(|q| q.total),
-                old.and_then(|o| o.quota.as_ref()),
-            ),
+            threshold: std::array::from_fn(|k| volume(threshold[k], &old.threshold[k])),
+            quota: std::array::from_fn(|k| volume(quota[k], &old.quota[k])),
         }
     }
 
     /// A worker's draw on these volumes, nothing leased yet.
     pub fn draw(&self) -> UrrDraw {
-        let draw = |v: &Option<(Arc<SharedVolume>, u64)>| {
+        let draw = |v: &Limit| {
             v.as_ref().map(|(v, limit)| VolumeDraw {
                 shared: v.clone(),
                 limit: *limit,
@@ -207,27 +219,25 @@ impl UrrBudget {
             })
         };
         UrrDraw {
-            threshold: draw(&self.threshold),
-            quota: draw(&self.quota),
+            threshold: self.threshold.each_ref().map(draw),
+            quota: self.quota.each_ref().map(draw),
         }
     }
 }
 
-/// One worker's draws on a URR's shared volumes.
+/// One worker's draws on a URR's shared volumes (total, uplink, downlink).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct UrrDraw {
-    pub threshold: Option<VolumeDraw>,
-    pub quota: Option<VolumeDraw>,
+    pub threshold: [Option<VolumeDraw>; 3],
+    pub quota: [Option<VolumeDraw>; 3],
 }
 
 impl UrrDraw {
     /// Keeps what `old` (the worker's previous draw) leased of the same volumes.
     pub fn carry(&mut self, old: Option<&UrrDraw>) {
         let Some(old) = old else { return };
-        for (new, old) in [
-            (&mut self.threshold, &old.threshold),
-            (&mut self.quota, &old.quota),
-        ] {
+        let new = self.threshold.iter_mut().chain(&mut self.quota);
+        for (new, old) in new.zip(old.threshold.iter().chain(&old.quota)) {
             if let (Some(n), Some(o)) = (new.as_mut(), old) {
                 if Arc::ptr_eq(&n.shared, &o.shared) {
                     n.local = o.local;

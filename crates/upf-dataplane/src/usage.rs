@@ -56,7 +56,7 @@ pub(crate) struct UrrState {
     activity: Option<Box<Activity>>,
     /// With a Monitoring Time or a Dropped DL Traffic Threshold. Boxed: rare.
     rare: Option<Box<Rare>>,
-    /// A session on several workers: its total volume threshold and quota are counted over
+    /// A session on several workers: its volume thresholds and quotas are counted over
     /// all of them, through these draws, instead of by this worker's count alone.
     pub shared: Option<Box<crate::budgets::UrrDraw>>,
 }
@@ -531,14 +531,12 @@ impl UrrState {
     /// workers) its total over all of them.
     #[inline]
     fn quota_reached(&mut self) -> bool {
-        match self.shared.as_deref_mut().and_then(|d| d.quota.as_mut()) {
-            None => self.quota.is_some_and(|q| q.reached_by(&self.quota_used)),
-            Some(d) => {
-                d.reached(self.quota_used.total_bytes)
-                    || self.quota.is_some_and(|q| {
-                        VolumeLimit { total: None, ..q }.reached_by(&self.quota_used)
-                    })
-            }
+        let used = crate::budgets::volumes(&self.quota_used);
+        match self.shared.as_deref_mut() {
+            Some(d) if d.quota.iter().any(Option::is_some) => (d.quota.iter_mut())
+                .zip(used)
+                .any(|(v, c)| v.as_mut().is_some_and(|v| v.reached(c))),
+            _ => self.quota.is_some_and(|q| q.reached_by(&self.quota_used)),
         }
     }
 
@@ -546,26 +544,23 @@ impl UrrState {
     /// [`UrrState::quota_reached`]; over several workers, one reports).
     #[inline]
     fn threshold_reached(&mut self) -> bool {
-        match self
-            .shared
-            .as_deref_mut()
-            .and_then(|d| d.threshold.as_mut())
-        {
-            None => self.threshold.is_some_and(|l| l.reached_by(&self.volume)),
-            Some(d) => {
-                let counted = self.volume.total_bytes;
-                (d.reached(counted) && d.rearm(counted))
-                    || self
-                        .threshold
-                        .is_some_and(|l| VolumeLimit { total: None, ..l }.reached_by(&self.volume))
-            }
+        let counted = crate::budgets::volumes(&self.volume);
+        match self.shared.as_deref_mut() {
+            Some(d) if d.threshold.iter().any(Option::is_some) => (d.threshold.iter_mut())
+                .zip(counted)
+                .any(|(v, c)| v.as_mut().is_some_and(|v| v.reached(c) && v.rearm(c))),
+            _ => self.threshold.is_some_and(|l| l.reached_by(&self.volume)),
         }
     }
 
     /// Whether this worker reports the quota reached: the first of the session's workers
     /// to find it does.
     fn claim_quota(&self) -> bool {
-        let d = self.shared.as_deref().and_then(|d| d.quota.as_ref());
+        // Every worker claims the same one of the shared volumes.
+        let d = self
+            .shared
+            .as_deref()
+            .and_then(|d| d.quota.iter().flatten().next());
         d.is_none_or(|d| d.claim())
     }
 
@@ -645,12 +640,13 @@ impl UrrState {
             last_packet: self.last_packet,
             usage_information: UsageInformation::empty(),
         };
-        if let Some(d) = self
-            .shared
-            .as_deref_mut()
-            .and_then(|d| d.threshold.as_mut())
-        {
-            d.restart(self.volume.total_bytes);
+        if let Some(d) = self.shared.as_deref_mut() {
+            let counted = crate::budgets::volumes(&self.volume);
+            for (v, c) in d.threshold.iter_mut().zip(counted) {
+                if let Some(v) = v {
+                    v.restart(c);
+                }
+            }
         }
         self.volume = Volume::default();
         self.start = now;

@@ -326,3 +326,41 @@ fn a_query_restarts_the_shared_threshold() {
     let (_, fired) = alternate(&mut r, &mut b, 300);
     assert_eq!(fired, [UsageTrigger::VOLTH]);
 }
+
+/// Downlink-only limits are shared like total ones: a 1 MB downlink threshold is reached
+/// once by 1.5 MB half on each worker, and a 1 MB downlink quota is exhausted once, passing
+/// at most a packet more on each worker.
+#[test]
+fn downlink_limits_are_reached_once_over_the_workers() {
+    let downlink = |octets| Volume {
+        total: None,
+        uplink: None,
+        downlink: Some(octets),
+    };
+    for (trigger, threshold) in [
+        (ReportingTriggers::VOLTH, true),
+        (ReportingTriggers::VOLQU, false),
+    ] {
+        let mut r = Rig::new();
+        let mut req = simple_session(UE, 0xabcd);
+        let mut urr = smf::create_urr(1, trigger, None);
+        if threshold {
+            urr.volume_threshold = Some(downlink(1_000_000));
+        } else {
+            urr.volume_quota = Some(downlink(1_000_000));
+        }
+        req.create_urrs = [urr].into_iter().collect();
+        let mut b = on_two_workers(&mut r, req).0;
+        let (sent, fired) = alternate(&mut r, &mut b, 1500);
+        if threshold {
+            assert_eq!((sent, &fired[..]), (1500, &[UsageTrigger::VOLTH][..]));
+        } else {
+            let octets = sent * SIZE as u64;
+            assert!(
+                (1_000_000..=1_000_000 + 2 * SIZE as u64).contains(&octets),
+                "{octets} octets passed"
+            );
+            assert_eq!(fired, [UsageTrigger::VOLQU]);
+        }
+    }
+}
