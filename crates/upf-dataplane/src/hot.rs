@@ -930,11 +930,13 @@ fn hot_far(f: &crate::session::CFar) -> Option<HotFar> {
         if !f.action.contains(ApplyAction::BUFF) {
             return Some(HotFar::default());
         }
-        // Buffering (and notifying) stays on the general path until the buffer is full and
-        // the CP has heard: then each further packet is a drop, which the hot path does
-        // (a buffer that expires or is released rebuilds the record).
+        // Buffering (and notifying) stays on the general path until the buffer (or the
+        // worker's budget) is full and the CP has heard: then each further packet is a drop,
+        // which the hot path does (a buffer that expires or is released, or a budget back at
+        // its low-water mark, rebuilds the record).
         let reported = f.notified || !f.action.contains(ApplyAction::NOCP);
-        return (f.buffer.len() >= f.max_buffered && reported).then(|| HotFar {
+        let full = f.buffer.len() >= f.max_buffered || f.over_budget;
+        return (full && reported).then(|| HotFar {
             flags: FAR_BUFFER_FULL,
             ..HotFar::default()
         });

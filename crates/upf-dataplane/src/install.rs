@@ -352,6 +352,8 @@ impl Pipeline {
                     while f.buffer.front().is_some_and(|(at, _)| *at + d <= now) {
                         expired.extend(f.buffer.pop_front().map(|(_, p)| p));
                     }
+                    // What expired is room for this FAR's next packets, budget or not.
+                    f.over_budget &= expired.len() == from;
                     let octets: SmallVec<[u64; 4]> =
                         expired[from..].iter().map(|p| p.len() as u64).collect();
                     s.dropped_buffered(i, &octets, now, &mut self.events);

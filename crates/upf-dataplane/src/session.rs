@@ -196,6 +196,10 @@ pub(crate) struct CFar {
     /// A packet found the buffer full (and asked for the hot record to be rebuilt, which
     /// drops further ones in O(1)); cleared when a packet is buffered again.
     pub full_seen: bool,
+    /// A packet was refused for the worker's buffer budget (`PipelineConfig::buffer_bytes`)
+    /// rather than the FAR's own limit: the hot path drops further ones until the budget
+    /// falls to its low-water mark (`Pipeline::over_budget`) or the FAR is recompiled.
+    pub over_budget: bool,
 }
 
 /// A QER's packet-rate buckets, per direction.
@@ -909,6 +913,7 @@ fn compile_far(f: &Far, env: &CompileEnv, max_buffered: usize) -> Result<CFar, D
         max_buffered,
         notified: false,
         full_seen: false,
+        over_budget: false,
     })
 }
 

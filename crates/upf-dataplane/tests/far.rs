@@ -40,7 +40,17 @@ fn numbers_to_gnb(out: &[upf_dataplane::Packet]) -> Vec<u16> {
 
 /// The plain session with its downlink FAR buffering (no tunnel yet), with a BAR.
 fn buffering(nocp: bool, bar_count: Option<u8>) -> SessionEstablishmentRequest {
-    let mut req = with_far(simple_session(UE, 0xabcd), 2, |f| {
+    buffering_at(UE, 0xabcd, nocp, bar_count)
+}
+
+/// [`buffering`] for UE `ue` whose gNB tunnel will be `teid`.
+fn buffering_at(
+    ue: Ipv4Addr,
+    teid: u32,
+    nocp: bool,
+    bar_count: Option<u8>,
+) -> SessionEstablishmentRequest {
+    let mut req = with_far(simple_session(ue, teid), 2, |f| {
         f.apply_action = if nocp {
             ApplyAction::BUFF | ApplyAction::NOCP
         } else {
@@ -531,5 +541,111 @@ fn a_full_buffer_drops_on_the_hot_path_until_it_has_room() {
         modification(vec![smf::update_far_to_gnb(2, 0xabcd, GNB)]),
     );
     assert_eq!(numbers_to_gnb(&r.send(vec![n6(&down(9))])), [4, 5, 9]);
+    assert_balanced(&mut r);
+}
+
+/// Buffering sessions share the worker's buffer budget: once it is full, the FARs it refuses
+/// only drop, on the hot path (issue #26 §3), a FAR that never buffered still reporting
+/// once; when the budget is back at its low-water mark (a buffer released), they buffer again.
+#[test]
+fn a_full_buffer_budget_drops_on_the_hot_path_until_it_has_room() {
+    const UE2: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 8);
+    const UE3: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 9);
+    let down_to = |ue, n: u16| n6(&udp4(DN, ue, 10_000 + n, 4000, 100 + usize::from(n), 0));
+    let dldrs = |r: &mut Rig| {
+        let reps = r.reports();
+        assert!(reps
+            .iter()
+            .all(|m| m.report_type.contains(ReportType::DLDR)));
+        reps.len()
+    };
+    // 128 + 129 + 130 + 131 octets of each UE's packets 0..4: A's four and B's first three
+    // fit in 1000, B's fourth and A's fifth do not.
+    let mut r = Rig::with(|c| c.buffer_bytes = 1000);
+    let (a, _) = r.establish(buffering(true, None));
+    r.establish(buffering_at(UE2, 0xabce, true, None));
+    assert_eq!(r.dp().cold_sessions(), 2, "buffering: the general path");
+    assert!(r.send((0..4).map(|n| n6(&down(n))).collect()).is_empty());
+    assert!(r.send((0..4).map(|n| down_to(UE2, n)).collect()).is_empty());
+    assert_eq!(r.dp().cold_sessions(), 1, "B refused for the budget: hot");
+    assert!(r.send(vec![n6(&down(4))]).is_empty());
+    assert_eq!(r.dp().cold_sessions(), 0, "A refused for the budget: hot");
+    assert_eq!(dldrs(&mut r), 2);
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (7, 2));
+    // A session that comes while the budget is full reports once, then drops on the hot path.
+    r.establish(buffering_at(UE3, 0xabcf, true, None));
+    assert!(r.send(vec![down_to(UE3, 0)]).is_empty());
+    assert_eq!(r.dp().cold_sessions(), 0);
+    assert_eq!(dldrs(&mut r), 1);
+    let more = [(UE, 5), (UE2, 5), (UE3, 1), (UE, 6), (UE2, 6), (UE3, 2)];
+    assert!(r
+        .send(more.iter().map(|&(u, n)| down_to(u, n)).collect())
+        .is_empty());
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (7, 9));
+    assert_eq!(dldrs(&mut r), 0, "one report a buffering period");
+    assert_eq!(r.dp().cold_sessions(), 0);
+    assert_balanced(&mut r);
+
+    // A's buffer released: the budget has room, and B (same buffering period, no new report)
+    // and C buffer again.
+    accepted(
+        &mut r,
+        a,
+        modification(vec![smf::update_far_to_gnb(2, 0xabcd, GNB)]),
+    );
+    assert_eq!(numbers_to_gnb(&r.send(vec![])), [0, 1, 2, 3]);
+    assert_eq!(r.dp().cold_sessions(), 2, "B and C: the general path again");
+    assert!(r.send(vec![down_to(UE2, 7), down_to(UE3, 3)]).is_empty());
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (5, 9));
+    assert_eq!(dldrs(&mut r), 0, "one report a buffering period");
+    assert_balanced(&mut r);
+}
+
+/// A FAR refused for the worker's budget whose own buffered packets expire takes the
+/// general path again and buffers, though the budget is not back at its low-water mark.
+#[test]
+fn a_far_refused_for_the_budget_buffers_again_when_its_own_buffer_expires() {
+    use std::time::Duration;
+    const UE2: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 8);
+    let down_to = |ue, n: u16| n6(&udp4(DN, ue, 10_000 + n, 4000, 100 + usize::from(n), 0));
+    // A holds 128 octets, B 228 + … + 235 = 1852, of 2000 (low-water mark 1750).
+    let mut r = Rig::with(|c| c.buffer_bytes = 2000);
+    r.establish(buffering(true, None));
+    assert!(r.send(vec![n6(&down(0))]).is_empty());
+    let answer = SessionReportResponse {
+        cause: Cause::REQUEST_ACCEPTED,
+        update_bar: Some(UpdateBarSessionReportResponse {
+            bar_id: BarId(1),
+            dl_buffering_duration: Some(DlBufferingDuration {
+                unit: DlBufferingDuration::UNIT_2_SECONDS,
+                value: 1,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    answer_report(&mut r, answer);
+    r.establish(buffering_at(UE2, 0xabce, true, None));
+    assert!(r
+        .send((100..109).map(|n| down_to(UE2, n)).collect())
+        .is_empty());
+    assert!(r.send(vec![n6(&down(1))]).is_empty());
+    assert_eq!(
+        r.dp().cold_sessions(),
+        0,
+        "both refused for the budget: hot"
+    );
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (9, 2));
+    r.advance(Duration::from_secs(3));
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferExpired)), (8, 1));
+    assert_eq!(r.dp().cold_sessions(), 1, "A: the general path again");
+    assert!(r.send(vec![n6(&down(2)), down_to(UE2, 109)]).is_empty());
+    let c = r.dp().counters().clone();
+    assert_eq!((c.buffered, c.dropped(DropReason::BufferFull)), (9, 3));
     assert_balanced(&mut r);
 }

@@ -96,6 +96,7 @@ impl Pipeline {
                 out.tx.push(p);
             }
         }
+        self.budget_room();
         // Every packet's session is looked up first, in loops of independent lookups whose
         // cache misses overlap; the sessions' rules are left to the processing loop (loaded
         // the same way, they cost more than the overlap saves). First the table line of every
@@ -179,6 +180,34 @@ impl Pipeline {
         while let Some(slot) = self.rehot.pop() {
             self.sync_slot(slot);
             self.build_hot(slot);
+        }
+        if self.over_budget.len() > self.slots.len() {
+            self.over_budget.sort_unstable();
+            self.over_budget.dedup();
+        }
+    }
+
+    /// When the buffer budget is back at its low-water mark (7/8), FARs refused for it take
+    /// the general path again and buffer. Below the budget rather than at it: otherwise
+    /// every freed packet would rebuild them all, to be refused again by the next packet.
+    fn budget_room(&mut self) {
+        let low_water = self.cfg.buffer_bytes - self.cfg.buffer_bytes / 8;
+        if self.over_budget.is_empty() || self.buffered_bytes > low_water {
+            return;
+        }
+        for slot in std::mem::take(&mut self.over_budget) {
+            let Some(Some(s)) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
+            let mut refused = false;
+            for f in s.fars.iter_mut().filter(|f| f.over_budget) {
+                f.over_budget = false;
+                refused = true;
+            }
+            if refused {
+                self.sync_slot(slot);
+                self.build_hot(slot);
+            }
         }
     }
 

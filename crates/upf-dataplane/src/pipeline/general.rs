@@ -37,6 +37,7 @@ impl Pipeline {
             timers,
             generations,
             rehot,
+            over_budget,
             ..
         } = self;
         let clock = *clock_ns;
@@ -124,6 +125,11 @@ impl Pipeline {
                     if full && !far.full_seen {
                         far.full_seen = true;
                         rehot.push(slot);
+                    } else if !full && !far.over_budget {
+                        // Refused for the worker's budget: hot until it has room again.
+                        far.over_budget = true;
+                        rehot.push(slot);
+                        over_budget.push(slot);
                     }
                     if !pdr.from_ue {
                         let urrs: SmallVec<[usize; 2]> =
@@ -134,6 +140,7 @@ impl Pipeline {
                     return drop_to(out, counters, p, DropReason::BufferFull);
                 }
                 far.full_seen = false;
+                far.over_budget = false;
                 counters.buffered += 1;
                 *buffered_bytes += p.len();
                 far.buffer.push_back((now, p));

@@ -70,6 +70,10 @@ pub struct Pipeline {
     pub(crate) hot_enabled: bool,
     /// Hot sessions served cold in this batch (see `hot_ok`), made hot again after it.
     pub(crate) rehot: Vec<u32>,
+    /// Sessions made hot because a FAR of theirs was refused for the buffer budget
+    /// (`CFar::over_budget`): rebuilt all at once when the budget falls to its low-water
+    /// mark, not on every freed packet. Deduplicated when longer than `slots`.
+    pub(crate) over_budget: Vec<u32>,
     pub(crate) generations: Vec<u32>,
     pub(crate) free_slots: Vec<u32>,
     pub(crate) by_seid: FastMap<Seid, u32>,
@@ -123,6 +127,7 @@ impl Pipeline {
             hot_ok: true,
             hot_enabled: true,
             rehot: Vec::new(),
+            over_budget: Vec::new(),
             generations: reserved(n),
             free_slots: Vec::new(),
             by_seid: FastMap::with_capacity_and_hasher(n, Default::default()),
