@@ -5,7 +5,13 @@
 # FUZZ_SECONDS (default 20) bounds each fuzz target's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says how long the one before it took: CI must stay under 20 minutes.
+step_name="" step_start=$SECONDS
+step() {
+  [[ -n $step_name ]] && printf '(%s: %d s)\n' "$step_name" $((SECONDS - step_start))
+  step_name="$*" step_start=$SECONDS
+  printf '\n=== %s\n' "$*"
+}
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -49,4 +55,5 @@ scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-20}"
 # One closing line that sums up every runner above.
 passed=$(grep -o 'test result: ok. [0-9]* passed' target/cargo-test.log | awk '{s+=$4} END {print s+0}')
 interop=$(cat target/interop-passed 2>/dev/null || echo 0)
+step "done in $SECONDS s"
 printf '\nall: %d passed, 0 failed\n' "$((passed + interop))"
