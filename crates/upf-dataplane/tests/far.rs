@@ -231,6 +231,25 @@ fn answer_report(r: &mut Rig, answer: SessionReportResponse) {
     r.agent.handle_datagram(now, smf_addr, &bytes);
 }
 
+/// Answers the pending report with an Update BAR that extends buffering (BAR 1) for
+/// `twos` × 2 s, at most `packets` packets.
+fn extend_buffering(r: &mut Rig, twos: u8, packets: Option<u16>) {
+    let answer = SessionReportResponse {
+        cause: Cause::REQUEST_ACCEPTED,
+        update_bar: Some(UpdateBarSessionReportResponse {
+            bar_id: BarId(1),
+            dl_buffering_duration: Some(DlBufferingDuration {
+                unit: DlBufferingDuration::UNIT_2_SECONDS,
+                value: twos,
+            }),
+            dl_buffering_suggested_packet_count: packets.map(DlBufferingSuggestedPacketCount),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    answer_report(r, answer);
+}
+
 #[test]
 fn drobu_in_the_session_report_response_discards_the_buffer() {
     let mut r = Rig::new();
@@ -410,20 +429,7 @@ fn extended_buffering_keeps_packets_for_the_dl_buffering_duration() {
     let (_, _) = r.establish(buffering(true, None));
     assert!(r.send((0..2).map(|n| n6(&down(n))).collect()).is_empty());
     // Buffer for 4 s (2 × 2 s), at most 3 packets.
-    let answer = SessionReportResponse {
-        cause: Cause::REQUEST_ACCEPTED,
-        update_bar: Some(UpdateBarSessionReportResponse {
-            bar_id: BarId(1),
-            dl_buffering_duration: Some(DlBufferingDuration {
-                unit: DlBufferingDuration::UNIT_2_SECONDS,
-                value: 2,
-            }),
-            dl_buffering_suggested_packet_count: Some(DlBufferingSuggestedPacketCount(3)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    answer_report(&mut r, answer);
+    extend_buffering(&mut r, 2, Some(3));
     r.advance(Duration::from_secs(1));
     assert!(r.send((2..4).map(|n| n6(&down(n))).collect()).is_empty());
     let c = r.dp().counters().clone();
@@ -511,19 +517,7 @@ fn a_full_buffer_drops_on_the_hot_path_until_it_has_room() {
     let mut r = Rig::new();
     let (seid, _) = r.establish(buffering(true, Some(2)));
     assert!(r.send((0..3).map(|n| n6(&down(n))).collect()).is_empty());
-    let answer = SessionReportResponse {
-        cause: Cause::REQUEST_ACCEPTED,
-        update_bar: Some(UpdateBarSessionReportResponse {
-            bar_id: BarId(1),
-            dl_buffering_duration: Some(DlBufferingDuration {
-                unit: DlBufferingDuration::UNIT_2_SECONDS,
-                value: 1,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    answer_report(&mut r, answer);
+    extend_buffering(&mut r, 1, None);
     assert!(r.send(vec![n6(&down(3))]).is_empty());
     assert_eq!(r.dp().cold_sessions(), 0);
     r.advance(Duration::from_secs(3));
@@ -615,19 +609,7 @@ fn a_far_refused_for_the_budget_buffers_again_when_its_own_buffer_expires() {
     let mut r = Rig::with(|c| c.buffer_bytes = 2000);
     r.establish(buffering(true, None));
     assert!(r.send(vec![n6(&down(0))]).is_empty());
-    let answer = SessionReportResponse {
-        cause: Cause::REQUEST_ACCEPTED,
-        update_bar: Some(UpdateBarSessionReportResponse {
-            bar_id: BarId(1),
-            dl_buffering_duration: Some(DlBufferingDuration {
-                unit: DlBufferingDuration::UNIT_2_SECONDS,
-                value: 1,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    answer_report(&mut r, answer);
+    extend_buffering(&mut r, 1, None);
     r.establish(buffering_at(UE2, 0xabce, true, None));
     assert!(r
         .send((100..109).map(|n| down_to(UE2, n)).collect())

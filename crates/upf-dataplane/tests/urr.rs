@@ -822,6 +822,27 @@ fn usage_before_and_after_the_monitoring_time_in_a_query_and_the_deletion() {
     assert_balanced(&mut r);
 }
 
+/// The session whose downlink FAR buffers at most 2 packets (BAR 1), with URR 1 reporting
+/// DROTH at `packets` and/or `bytes` dropped.
+fn buffering_with_droth(packets: Option<u64>, bytes: Option<u64>) -> SessionEstablishmentRequest {
+    let mut urr = smf::create_urr(1, ReportingTriggers::DROTH, None);
+    urr.dropped_dl_traffic_threshold = Some(DroppedDlTrafficThreshold {
+        downlink_packets: packets,
+        downlink_bytes: bytes,
+    });
+    let mut req = with_far(with_urr(urr), 2, |f| {
+        f.apply_action = ApplyAction::BUFF;
+        f.forwarding_parameters = None;
+        f.bar_id = Some(BarId(1));
+    });
+    req.create_bar = Some(CreateBar {
+        bar_id: BarId(1),
+        downlink_data_notification_delay: None,
+        suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(2)),
+    });
+    req
+}
+
 #[test]
 fn dropped_dl_traffic_threshold_reports_droth() {
     // The downlink FAR buffers, at most 2 packets (BAR). URR 1 has a Dropped DL Traffic
@@ -831,22 +852,7 @@ fn dropped_dl_traffic_threshold_reports_droth() {
     let limits = [(Some(3), None), (None, Some(600))];
     for (packets, bytes) in limits {
         let mut r = Rig::new();
-        let mut urr = smf::create_urr(1, ReportingTriggers::DROTH, None);
-        urr.dropped_dl_traffic_threshold = Some(DroppedDlTrafficThreshold {
-            downlink_packets: packets,
-            downlink_bytes: bytes,
-        });
-        let mut req = with_far(with_urr(urr), 2, |f| {
-            f.apply_action = ApplyAction::BUFF;
-            f.forwarding_parameters = None;
-            f.bar_id = Some(BarId(1));
-        });
-        req.create_bar = Some(CreateBar {
-            bar_id: BarId(1),
-            downlink_data_notification_delay: None,
-            suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(2)),
-        });
-        let (seid, resp) = r.establish(req);
+        let (seid, resp) = r.establish(buffering_with_droth(packets, bytes));
         let teid = local_teid(&resp);
         // Uplink traffic is not dropped; two buffered, two dropped for a full buffer.
         assert_eq!(r.send1(gpdu(teid, Some(9), &up(300))).len(), 1);
@@ -922,22 +928,7 @@ fn droth_counts_drops_of_a_full_buffer_in_later_batches_too() {
     // A full buffer whose report has gone out drops on the hot path, which counts no
     // DROTH: a session with a Dropped DL Traffic Threshold stays on the general path.
     let mut r = Rig::new();
-    let mut urr = smf::create_urr(1, ReportingTriggers::DROTH, None);
-    urr.dropped_dl_traffic_threshold = Some(DroppedDlTrafficThreshold {
-        downlink_packets: Some(3),
-        downlink_bytes: None,
-    });
-    let mut req = with_far(with_urr(urr), 2, |f| {
-        f.apply_action = ApplyAction::BUFF;
-        f.forwarding_parameters = None;
-        f.bar_id = Some(BarId(1));
-    });
-    req.create_bar = Some(CreateBar {
-        bar_id: BarId(1),
-        downlink_data_notification_delay: None,
-        suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(2)),
-    });
-    r.establish(req);
+    r.establish(buffering_with_droth(Some(3), None));
     assert!(r.send((0..4).map(|_| n6(&down(200))).collect()).is_empty());
     assert!(r.reports().is_empty());
     assert!(r.send(vec![n6(&down(200))]).is_empty());
