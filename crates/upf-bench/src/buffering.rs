@@ -257,6 +257,7 @@ struct WorkerResult {
     buffer_full: u64,
     allocated: u64,
     cold: usize,
+    cold_at_end: usize,
 }
 
 fn worker(
@@ -331,6 +332,7 @@ fn worker(
         rounds,
         buffering_sessions: picked.iter().filter(|&&b| b).count(),
         held: buff.buffered(),
+        cold_at_end: buff.cold_sessions(),
         buffer_full: buff.counters().dropped(DropReason::BufferFull),
         allocated: input.allocated,
         cold,
@@ -440,6 +442,7 @@ pub fn measure(a: &Args, share: f64) -> anyhow::Result<serde_json::Value> {
         "downlink_data_events": sum(|r| r.events),
         "input_buffers_allocated": results.iter().map(|w| w.allocated).sum::<u64>(),
         "sessions_on_general_path": results.iter().map(|w| w.cold).sum::<usize>(),
+        "sessions_on_general_path_at_end": results.iter().map(|w| w.cold_at_end).sum::<usize>(),
         "cpu_share": cpu_share,
     });
     eprintln!(

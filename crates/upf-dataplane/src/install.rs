@@ -86,6 +86,9 @@ impl Pipeline {
                     self.slots.push(None);
                     self.hot.push(crate::hot::Hot::default());
                     self.kinds.push([crate::hot::EMPTY; 2]);
+                    if self.kinds.len() > self.cold_bits.len() * 64 {
+                        self.cold_bits.push(0);
+                    }
                     self.generations.push(0);
                     u32::try_from(self.slots.len() - 1)
                         .map_err(|_| DatapathError::NoResources("sessions"))?

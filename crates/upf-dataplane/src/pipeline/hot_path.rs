@@ -151,6 +151,12 @@ impl Pipeline {
         self.hot[i] = h;
         self.kinds[i] = kind;
         self.cold = self.cold + usize::from(kind[0] == COLD) - usize::from(was == COLD);
+        let bit = 1u64 << (i % 64);
+        if kind[0] == COLD {
+            self.cold_bits[i / 64] |= bit;
+        } else {
+            self.cold_bits[i / 64] &= !bit;
+        }
     }
 
     /// The FAR, QER and URR lines of a hot session's matched PDR, then out: what

@@ -64,6 +64,9 @@ pub struct Pipeline {
     pub(crate) arena: Arena,
     /// Sessions installed cold (prefetched by reference, in steps).
     pub(crate) cold: usize,
+    /// One bit per slot, set while its session is cold: read for every packet of a batch
+    /// while any session is, so dense (1M slots in 128 KiB) where `kinds` is 2 octets a slot.
+    pub(crate) cold_bits: Vec<u64>,
     /// `now` of this batch is exactly `epoch + clock_ns`: hot records may count in clock
     /// time (otherwise packets of hot sessions take the general path after a sync).
     pub(crate) hot_ok: bool,
@@ -124,6 +127,7 @@ impl Pipeline {
             shapes: Shapes::with_capacity(n),
             arena: Arena::default(),
             cold: 0,
+            cold_bits: Vec::new(),
             hot_ok: true,
             hot_enabled: true,
             rehot: Vec::new(),
