@@ -255,11 +255,11 @@ impl<D: Datapath> Agent<D> {
             )
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
-                let touched = self.aggregates.attach(now, &m.node_id, &mut s);
+                let attached = self.aggregates.attach(now, &m.node_id, &mut s);
                 let rules = Arc::new(s);
                 let installed = self.dp.install(now, rules.clone(), InstallFlags::default());
                 let after = installed.is_ok().then_some(&*rules);
-                self.aggregates.settle(&m.node_id, &touched, None, after);
+                self.aggregates.settle(&m.node_id, attached, None, after);
                 installed.map_err(|e| self.datapath_failed(&e))?;
                 Ok(rules)
             });
@@ -632,7 +632,7 @@ impl<D: Datapath> Agent<D> {
         let result = result
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
-                let touched = self.aggregates.attach(now, &ctx.cp.node, &mut s);
+                let attached = self.aggregates.attach(now, &ctx.cp.node, &mut s);
                 let rules = Arc::new(s);
                 let installed = self.dp.install(
                     now,
@@ -642,13 +642,9 @@ impl<D: Datapath> Agent<D> {
                         drop_buffered: flags.contains(PfcpSmReqFlags::DROBU),
                     },
                 );
-                let after = if installed.is_ok() {
-                    &rules
-                } else {
-                    &ctx.rules
-                };
+                let after = installed.is_ok().then_some(&*rules);
                 self.aggregates
-                    .settle(&ctx.cp.node, &touched, Some(&ctx.rules), Some(after));
+                    .settle(&ctx.cp.node, attached, Some(&ctx.rules), after);
                 let installed = installed.map_err(|e| self.datapath_failed(&e))?;
                 Ok((rules, installed))
             });
@@ -865,8 +861,7 @@ impl<D: Datapath> Agent<D> {
                 Vec::new()
             }
         };
-        self.aggregates
-            .settle(&ctx.cp.node, &[], Some(&ctx.rules), None);
+        self.aggregates.release(&ctx.cp.node, &ctx.rules);
         for &(_, t) in &ctx.teids {
             self.teids.free(t, now);
         }

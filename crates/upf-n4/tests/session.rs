@@ -1057,3 +1057,55 @@ fn a_correlation_id_is_one_aggregate_per_smf_while_sessions_use_it() {
     let (_, fresh) = correlated(&mut s, 7);
     assert_ne!(first, fresh);
 }
+
+/// A request the data path refuses changes nothing, the rate of a shared aggregate
+/// included: a modification that would re-rate id 7's aggregate and an establishment that
+/// would, both failing, leave it at the rate its installed sessions gave it.
+#[test]
+fn a_failed_install_leaves_the_aggregate_rate_as_it_was() {
+    let mut s = Smf::associated();
+    let (a, agg) = correlated(&mut s, 7);
+    let rate = |agg: &upf_rules::budget::Aggregate| (agg.0.uplink.rate(), agg.0.downlink.rate());
+    let before = rate(&agg);
+    assert_eq!(before.0 .0, 200_000_000);
+    let slower = SessionModificationRequest {
+        update_qers: [UpdateQer {
+            qer_id: QerId(1),
+            mbr: Some(Mbr {
+                uplink_kbps: 50_000,
+                downlink_kbps: 50_000,
+            }),
+            ..Default::default()
+        }]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    s.agent.datapath_mut().fail_next = Some(DatapathError::Internal("boom".into()));
+    assert_eq!(s.modify(a, slower.clone()).cause, Cause::SYSTEM_FAILURE);
+    assert_eq!(
+        rate(&agg),
+        before,
+        "the failed modification's MBR is not in force"
+    );
+
+    s.agent.datapath_mut().fail_next = Some(DatapathError::Internal("boom".into()));
+    s.cp_seid += 1;
+    let ip = match s.addr.ip() {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => unreachable!(),
+    };
+    let mut req = smf::establishment(s.node.clone(), s.cp_seid, ip, UeAddr::Choose);
+    let q = req.create_qers.iter_mut().next().unwrap();
+    q.qer_correlation_id = Some(QerCorrelationId(7));
+    q.mbr = Some(Mbr {
+        uplink_kbps: 10_000,
+        downlink_kbps: 10_000,
+    });
+    assert_eq!(s.establish_with(req).1.cause, Cause::SYSTEM_FAILURE);
+    assert_eq!(rate(&agg), before, "nor the failed establishment's");
+
+    // Accepted, it is.
+    assert_eq!(s.modify(a, slower).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(rate(&agg).0 .0, 50_000_000);
+}
