@@ -7,9 +7,11 @@
 //! [`Workers`] implements `upf_rules::Datapath`: an install returns once the owning worker has
 //! applied it, between two of its batches, so no packet sees half a session. A session on
 //! several workers (no UE address, a peak-rate UE) is installed on all of them or on none: a
-//! worker that refuses it has the workers before it put back to what they held.
+//! worker that refuses it has the workers before it put back to what they held, and its usage
+//! reports are merged over them per URR ([`reports`]).
 #![forbid(unsafe_code)]
 
+pub mod reports;
 pub mod steer;
 mod workers;
 

@@ -1,6 +1,8 @@
 //! The worker threads and the control path to them.
 
+use crate::reports::{Piece, Reports, Step};
 use crate::steer;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
@@ -185,7 +187,12 @@ pub struct Workers {
     /// Each worker's wake-up line (I/O mode: a sleeping worker polls it beside its queues).
     wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
-    events: Receiver<DatapathEvent>,
+    /// Events, each with the index of the worker that sent it.
+    events: Receiver<(usize, DatapathEvent)>,
+    /// Usage held back of sessions on several workers ([`crate::reports`]).
+    reports: Reports,
+    /// Merged reports after the one [`Datapath::poll_event`] returned (BEF, AFT).
+    merged: VecDeque<DatapathEvent>,
     /// Packets the workers sent, each with its egress port.
     output: Receiver<Vec<Packet>>,
     /// Where each session is installed, and what.
@@ -210,7 +217,7 @@ struct Worker {
     index: usize,
     pipeline: Pipeline,
     input: Receiver<Input>,
-    events: Sender<DatapathEvent>,
+    events: Sender<(usize, DatapathEvent)>,
     output: Sender<Vec<Packet>>,
     /// Real I/O: this worker's queues (empty: packets come and go over channels).
     queues: WorkerQueues,
@@ -301,7 +308,7 @@ impl Worker {
             let now = Instant::now();
             self.pipeline.handle_timeout(now);
             while let Some(e) = self.pipeline.poll_event() {
-                let _ = self.events.send(e);
+                let _ = self.events.send((self.index, e));
             }
             // Echo Requests the timers made: out now, not with the next packet.
             if self.pipeline.has_queued() {
@@ -465,7 +472,7 @@ impl Worker {
             }
             self.pipeline.handle_timeout(Instant::now());
             while let Some(e) = self.pipeline.poll_event() {
-                let _ = self.events.send(e);
+                let _ = self.events.send((self.index, e));
             }
             if self.pipeline.has_queued() {
                 self.pipeline
@@ -611,6 +618,8 @@ impl Workers {
             wakers,
             threads,
             events,
+            reports: Reports::default(),
+            merged: VecDeque::new(),
             output,
             placement: Default::default(),
             steering,
@@ -789,24 +798,38 @@ impl Datapath for Workers {
             let old = old.as_ref().and_then(|o| o.budgets.as_deref());
             Arc::new(SessionBudgets::new(now, &session, old))
         });
-        let mut installed = Installed::default();
+        // The final usage of the URRs the new version no longer has, per worker.
+        let mut removed = Vec::new();
         // All or none: a worker refuses before it changes anything, so when worker k refuses,
         // the workers before it are put back and the data path holds the old session alone.
         for (k, &i) in owners.iter().enumerate() {
             let (s, b) = (session.clone(), budgets.clone());
             match self.ask(i, |tx| Control::Install(s, flags, b, tx)) {
-                Ok(r) => installed.removed_urr_usage.extend(r.removed_urr_usage),
+                Ok(r) => removed.extend(pieces(i, r.removed_urr_usage)),
                 Err(e) => {
                     self.roll_back(seid, &owners[..k], old.as_ref());
                     return Err(e);
                 }
             }
         }
-        // A UE address change moves the session: remove it where it no longer belongs.
+        let kept: Vec<UrrId> = session.urrs.iter().map(|u| u.id).collect();
+        // A UE address change moves the session: remove it where it no longer belongs. What
+        // those workers measured goes with the next reports of its URRs.
         let was_on = old.map(|o| o.workers).unwrap_or_default();
+        let moved = was_on != owners;
         for i in was_on.into_iter().filter(|i| !owners.contains(i)) {
-            let _ = self.ask(i, |tx| Control::Remove(seid, tx));
+            let left = self.ask(i, |tx| Control::Remove(seid, tx));
+            for p in pieces(i, left.unwrap_or_default()) {
+                if kept.contains(&p.report.urr) {
+                    self.reports.keep(p);
+                } else {
+                    removed.push(p);
+                }
+            }
         }
+        let installed = Installed {
+            removed_urr_usage: self.reports.reinstalled(seid, &kept, moved, removed),
+        };
         if self.tunnels.is_some() {
             self.tunnels_changed(seid, tunnel_peers(&session));
         }
@@ -835,15 +858,16 @@ impl Datapath for Workers {
         let mut failed = None;
         for i in placed.workers {
             match self.ask(i, |tx| Control::Remove(seid, tx)) {
-                Ok(u) => all.extend(u),
+                Ok(u) => all.extend(pieces(i, u)),
                 Err(e) => {
                     failed.get_or_insert(e);
                 }
             }
         }
+        let reports = self.reports.removed(seid, all);
         match failed {
             Some(e) => Err(e),
-            None => Ok(merge(all)),
+            None => Ok(reports),
         }
     }
 
@@ -861,37 +885,74 @@ impl Datapath for Workers {
         let mut all = Vec::new();
         for i in owners {
             let u = urrs.to_vec();
-            all.extend(self.ask(i, |tx| Control::Query(seid, u, tx))?);
+            match self.ask(i, |tx| Control::Query(seid, u, tx)) {
+                Ok(r) => all.extend(pieces(i, r)),
+                Err(e) => {
+                    // What the workers before it restarted goes with the next reports.
+                    all.into_iter().for_each(|p| self.reports.keep(p));
+                    return Err(e);
+                }
+            }
         }
         // Every worker restarted its measurement: so do the shared thresholds.
         if let Some(b) = budgets {
             b.restart_thresholds(urrs);
         }
-        Ok(merge(all))
+        Ok(self.reports.queried(seid, urrs, all))
     }
 
     fn poll_event(&mut self) -> Option<DatapathEvent> {
-        self.events.try_recv().ok()
+        if let Some(e) = self.merged.pop_front() {
+            return Some(e);
+        }
+        loop {
+            let (w, e) = self.events.try_recv().ok()?;
+            let DatapathEvent::Usage(r) = e else {
+                return Some(e);
+            };
+            let Some(placed) = self.placement.get(&r.seid) else {
+                return Some(DatapathEvent::Usage(r));
+            };
+            // A session on one worker with nothing held back: as it comes (the fast route).
+            if placed.workers.len() == 1 && !self.reports.holds(r.seid) {
+                return Some(DatapathEvent::Usage(r));
+            }
+            let budgets = placed.budgets.clone();
+            let m = match self.reports.event(w, &placed.workers, r) {
+                Step::Emit(r) => return Some(DatapathEvent::Usage(r)),
+                Step::Hold => continue,
+                Step::Merge(m) => m,
+            };
+            let (seid, urr) = (m.seid(), m.urr());
+            let mut queried = Vec::new();
+            for &i in &m.query {
+                // A worker that does not answer has stopped: it holds nothing more.
+                if let Ok(u) = self.ask(i, |tx| Control::Query(seid, vec![urr], tx)) {
+                    queried.extend(pieces(i, u));
+                }
+            }
+            // The URR's measurement restarted on every worker, as for a query of it: so do
+            // its shared thresholds. After a threshold report this is not a second restart:
+            // what the workers counted since the reporting one restarted them is in this
+            // report.
+            if let Some(b) = budgets {
+                b.restart_thresholds(&[urr]);
+            }
+            let mut out = (self.reports.merged(m, queried).into_iter()).map(DatapathEvent::Usage);
+            let first = out.next();
+            self.merged.extend(out);
+            if first.is_some() {
+                return first;
+            }
+        }
     }
 }
 
-/// Sums the reports of a session spread over several workers, per URR.
-fn merge(reports: Vec<UsageReport>) -> Vec<UsageReport> {
-    let mut out: Vec<UsageReport> = Vec::new();
-    for r in reports {
-        match out.iter_mut().find(|o| o.urr == r.urr) {
-            Some(o) => {
-                o.volume.add(&r.volume);
-                o.first_packet = match (o.first_packet, r.first_packet) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                o.last_packet = o.last_packet.max(r.last_packet);
-            }
-            None => out.push(r),
-        }
-    }
-    out
+/// Worker `worker`'s reports.
+fn pieces(worker: usize, reports: Vec<UsageReport>) -> impl Iterator<Item = Piece> {
+    reports
+        .into_iter()
+        .map(move |report| Piece { worker, report })
 }
 
 #[cfg(test)]
