@@ -808,6 +808,11 @@ impl Datapath for Workers {
                 Ok(r) => removed.extend(pieces(i, r.removed_urr_usage)),
                 Err(e) => {
                     self.roll_back(seid, &owners[..k], old.as_ref());
+                    // The URRs the new version removed are back, counting from zero: what
+                    // they had measured goes with their next reports.
+                    for p in removed {
+                        self.reports.keep(p);
+                    }
                     return Err(e);
                 }
             }

@@ -827,3 +827,38 @@ fn a_spread_ues_threshold_report_holds_every_workers_usage() {
     assert_eq!(last[0].volume.total_packets, 5);
     assert!(w.poll_event().is_none(), "no other report");
 }
+
+/// A modification that removes a URR and that a later worker refuses loses none of the
+/// URR's usage: the workers put back count it from zero, and what they had counted goes
+/// into its next report (here the removal's).
+#[test]
+fn a_refused_modification_keeps_the_usage_of_the_urrs_it_removed() {
+    let mut w = three_workers();
+    let x = ue_on(&w, 2);
+    w.install(Instant::now(), session(x), InstallFlags::default())
+        .unwrap();
+    const SEID: u64 = 1000;
+    const TEID: u32 = 0x5000;
+    let mut old = without_ue(SEID, TEID);
+    old.pdrs[0].urrs = [UrrId(2)].into_iter().collect();
+    old.urrs = vec![Urr::new(UrrId(2))];
+    w.install(Instant::now(), Arc::new(old), InstallFlags::default())
+        .unwrap();
+    // Two packets on each worker, counted by URR 2.
+    let ues: Vec<Ipv4Addr> = (0..3).map(|k| ue(ue_on(&w, k))).collect();
+    let on_each =
+        |seq: u16| -> Vec<Packet> { ues.iter().map(|&u| gpdu(TEID, u, seq, 0)).collect() };
+    let packets: Vec<Packet> = on_each(1).into_iter().chain(on_each(2)).collect();
+    assert_eq!(forwarded(&w, packets, 6).len(), 6);
+    // The new version, without URR 2, on x's TEID: workers 0 and 1 take it and report URR
+    // 2's final usage, worker 2 refuses it.
+    let new = without_ue(SEID, 100 + x);
+    assert!(w
+        .install(Instant::now(), Arc::new(new), InstallFlags::default())
+        .is_err());
+    assert_eq!(forwarded(&w, on_each(3), 3).len(), 3);
+    let last = w.remove(Instant::now(), Seid(SEID)).unwrap();
+    let urr2: Vec<_> = last.iter().filter(|r| r.urr == UrrId(2)).collect();
+    assert_eq!(urr2.len(), 1, "{last:?}");
+    assert_eq!(urr2[0].volume.total_packets, 9, "every packet, once");
+}
