@@ -19,6 +19,7 @@
 #define GTPU_PORT 2152
 #define MAX_PDRS 4
 #define MAX_PDR_URRS 2
+#define MAX_SDF 4
 #define URR_SLOTS 4
 
 /* What a matched PDR's FAR does (the adaptor compiles it). */
@@ -47,6 +48,25 @@
 const volatile __u32 n3_addr = 0;
 const volatile __u32 outer_ttl = 64;
 
+/* An SDF filter (TS 29.244 §8.2.5) as upf_rules::SdfFilter::matches decides it for an IPv4
+ * TCP/UDP packet, with the PDR's UE address resolved: the UE's side and the remote side, each
+ * an address (net/mask; SDF_*_NONE: matches no IPv4 address; negated) and a port range. */
+#define SDF_NEVER 1	/* deny, SPI or flow label: matches no packet here */
+#define SDF_PROTO 2	/* the protocol must be `proto` */
+#define SDF_UE_NONE 4
+#define SDF_UE_NEG 8
+#define SDF_RE_NONE 16
+#define SDF_RE_NEG 32
+
+struct sdf {
+	__u32 ue_net, ue_mask; /* as in a header */
+	__u32 re_net, re_mask;
+	__u16 ue_lo, ue_hi, re_lo, re_hi;
+	__u8 flags;
+	__u8 proto;
+	__u8 tos, tos_mask;
+};
+
 struct pdr {
 	__u64 qfis; /* bit q: QFI q matches; 0: any */
 	__u32 ue;   /* UE address, as in a header */
@@ -60,6 +80,8 @@ struct pdr {
 	__u8 uplink; /* the PDR's packets come from the UE: gates and URRs count uplink */
 	__u8 urr[MAX_PDR_URRS]; /* indices in the session's URR slots */
 	__u8 eth[12];		/* egress Ethernet: destination, source */
+	struct sdf sdf[MAX_SDF];
+	__u8 n_sdf; /* 0: no SDF filter (any packet) */
 };
 
 struct session {
@@ -78,6 +100,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct session);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory as sessions come, not for the limit */
 } uplink SEC(".maps");
 
 /* Downlink: UE IPv4 address (as in a header) → the session's IP PDRs. */
@@ -86,6 +109,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct session);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory as sessions come, not for the limit */
 } downlink SEC(".maps");
 
 struct {
@@ -163,10 +187,69 @@ static __always_inline __u32 inner_len(const __u8 *ip, __u32 avail)
 	return total;
 }
 
-/* The first of `s`'s PDRs matching (QFI, UE address), or NULL. */
-static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u32 qfi,
-					    __u32 src, __u32 dst)
+static __always_inline int side(__u32 a, __u16 port, __u32 net, __u32 mask, __u16 lo, __u16 hi,
+				int none, int neg)
 {
+	int hit = !none && (a & mask) == net;
+	return hit != neg && port >= lo && port <= hi;
+}
+
+/* The packet (ports in host order, tos its IPv4 ToS octet) seen from the UE: `ue_a`/`ue_p`
+ * its UE side. */
+struct key {
+	__u32 ue_a, re_a;
+	__u16 ue_p, re_p;
+	__u8 proto, tos;
+};
+
+static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
+{
+	if (f->flags & SDF_NEVER)
+		return 0;
+	if ((k->tos & f->tos_mask) != f->tos)
+		return 0;
+	if ((f->flags & SDF_PROTO) && k->proto != f->proto)
+		return 0;
+	return side(k->ue_a, k->ue_p, f->ue_net, f->ue_mask, f->ue_lo, f->ue_hi,
+		    f->flags & SDF_UE_NONE, !!(f->flags & SDF_UE_NEG)) &&
+	       side(k->re_a, k->re_p, f->re_net, f->re_mask, f->re_lo, f->re_hi,
+		    f->flags & SDF_RE_NONE, !!(f->flags & SDF_RE_NEG));
+}
+
+/* Some SDF filter of `p` matches the packet `ip` (an IPv4 TCP/UDP header, 24 octets
+ * readable), or it has none. */
+static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip)
+{
+	struct key k;
+	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
+	__u16 sp = bpf_ntohs(*(__u16 *)(ip + 20)), dp = bpf_ntohs(*(__u16 *)(ip + 22));
+	int j;
+
+	if (!p->n_sdf)
+		return 1;
+	k.proto = ip[9];
+	k.tos = ip[1];
+	if (p->uplink) {
+		k.ue_a = src, k.ue_p = sp, k.re_a = dst, k.re_p = dp;
+	} else {
+		k.ue_a = dst, k.ue_p = dp, k.re_a = src, k.re_p = sp;
+	}
+	/* A bounded loop (not unrolled: 4 PDRs × 4 filters would be long). */
+	for (j = 0; j < MAX_SDF; j++) {
+		if (j >= p->n_sdf)
+			break;
+		if (sdf_match(&p->sdf[j], &k))
+			return 1;
+	}
+	return 0;
+}
+
+/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip`, or
+ * NULL. */
+static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u32 qfi,
+					    const __u8 *ip)
+{
+	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
 	int i;
 #pragma unroll
 	for (i = 0; i < MAX_PDRS; i++) {
@@ -180,6 +263,8 @@ static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u3
 			if (a != p->ue)
 				continue;
 		}
+		if (!sdf_any(p, ip))
+			continue;
 		return p;
 	}
 	return 0;
@@ -286,7 +371,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	len = inner_len(ip, total - hdr);
 	if (!len)
 		return punt();
-	p = classify(s, has_qfi, qfi, *(__u32 *)(ip + 12), *(__u32 *)(ip + 16));
+	p = classify(s, has_qfi, qfi, ip);
 	if (!p)
 		return drop(R_NO_MATCHING_PDR);
 	why = verdict(p, ip);
@@ -332,7 +417,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	s = bpf_map_lookup_elem(&downlink, &ue);
 	if (!s)
 		return punt();
-	p = classify(s, 0, 0, *(__u32 *)(ip + 12), ue);
+	p = classify(s, 0, 0, ip);
 	if (!p)
 		return drop(R_NO_MATCHING_PDR);
 	why = verdict(p, ip);

@@ -4,6 +4,7 @@
 //! form it has not been held to is punted.
 
 use std::net::{IpAddr, Ipv4Addr};
+use upf_rules::sdf::{Action as SdfAction, Address, Direction, Endpoint};
 use upf_rules::{
     ApplyAction, Far, Gate, Interface, MeasurementInfo, MeasurementMethod, OuterHeaderCreation,
     OuterHeaderRemoval, Pdr, PdrId, ReportingTriggers, Seid, Session, UrrId,
@@ -13,6 +14,8 @@ use upf_rules::{
 pub const MAX_PDRS: usize = 4;
 /// URRs one PDR counts in.
 pub const MAX_PDR_URRS: usize = 2;
+/// SDF filters of one PDR.
+pub const MAX_SDF: usize = 4;
 /// URRs of one session (its counter slots).
 pub const URR_SLOTS: usize = 4;
 /// Local TEIDs of one session.
@@ -27,8 +30,6 @@ pub enum Punt {
     Ipv6(&'static str),
     #[error("framed routes")]
     FramedRoutes,
-    #[error("SDF filters")]
-    SdfFilters,
     #[error("application ID")]
     ApplicationId,
     #[error("network instance")]
@@ -105,6 +106,39 @@ pub struct CPdr {
     pub action: Action,
     pub urrs: Vec<UrrId>,
     pub hop: NextHop,
+    /// SDF filters (none: any packet).
+    pub sdf: Vec<CSdf>,
+}
+
+/// An address of an SDF filter's side for IPv4 packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CAddr {
+    /// `addr & mask == net` (mask 0: any).
+    Net { net: Ipv4Addr, mask: u32 },
+    /// No IPv4 address (an IPv6 prefix).
+    None,
+}
+
+/// One side of an SDF filter: address (negated or not) and port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CSide {
+    pub addr: CAddr,
+    pub negated: bool,
+    pub ports: (u16, u16),
+}
+
+/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for the IPv4 TCP and UDP
+/// packets the program classifies, with the PDR's UE address resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CSdf {
+    /// Deny, an SPI or a flow label: matches none of them.
+    pub never: bool,
+    pub proto: Option<u8>,
+    /// (value & mask, mask) of the ToS octet.
+    pub tos: (u8, u8),
+    /// The UE's side and the remote side.
+    pub ue: CSide,
+    pub remote: CSide,
 }
 
 /// A session as the program holds it: its PDRs in precedence order under each key.
@@ -198,8 +232,8 @@ fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Ad
     if !pdi.framed_routes.is_empty() {
         return Err(Punt::FramedRoutes);
     }
-    if !pdi.sdf_filters.is_empty() {
-        return Err(Punt::SdfFilters);
+    if pdi.sdf_filters.len() > MAX_SDF {
+        return Err(Punt::TooMany("SDF filters"));
     }
     if pdi.network_instance().is_some() {
         return Err(Punt::NetworkInstance);
@@ -216,6 +250,12 @@ fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Ad
         },
     };
     let uplink = pdi.packets_leave_ue();
+    let ue_addr = ue.map(|(a, _)| a);
+    let sdf = pdi
+        .sdf_filters
+        .iter()
+        .map(|f| compile_sdf(f, ue_addr))
+        .collect::<Result<Vec<_>, _>>()?;
     let gtp = pdi.local_f_teid.is_some();
     // A TEID leads to packets from the UE; an address on N6 to packets towards it.
     if gtp != uplink {
@@ -287,8 +327,98 @@ fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Ad
         action,
         urrs: p.urrs.to_vec(),
         hop,
+        sdf,
     };
     Ok((c, ue.map(|(a, _)| a)))
+}
+
+/// An SDF filter for IPv4 TCP/UDP packets of a PDR whose UE address is `ue` (the packet's,
+/// when the PDI names one: it has been checked before the filters).
+fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, Punt> {
+    let any = CSide {
+        addr: CAddr::Net {
+            net: Ipv4Addr::UNSPECIFIED,
+            mask: 0,
+        },
+        negated: false,
+        ports: (0, u16::MAX),
+    };
+    let mut c = CSdf {
+        // Only ESP packets have an SPI and only IPv6 ones a flow label.
+        never: f.spi.is_some() || f.flow_label.is_some(),
+        proto: None,
+        tos: f.tos.map_or((0, 0), |(v, m)| (v & m, m)),
+        ue: any,
+        remote: any,
+    };
+    let Some(fd) = &f.flow else {
+        return Ok(c);
+    };
+    c.never |= fd.action == SdfAction::Deny;
+    c.proto = fd.protocol;
+    // Which end is the UE's: `FlowDescription::matches`.
+    let is_ue = |e: &Endpoint| match e.address {
+        Address::Assigned => true,
+        Address::Prefix(net, len) => !e.negated && ue.is_some_and(|a| in_prefix(net, len, a)),
+        Address::Any => false,
+    };
+    let ue_is_to = if is_ue(&fd.to) {
+        true
+    } else if is_ue(&fd.from) {
+        false
+    } else {
+        fd.direction == Direction::Out
+    };
+    let (ue_side, remote) = if ue_is_to {
+        (&fd.to, &fd.from)
+    } else {
+        (&fd.from, &fd.to)
+    };
+    c.ue = side(ue_side, ue)?;
+    c.remote = side(remote, ue)?;
+    Ok(c)
+}
+
+fn side(e: &Endpoint, ue: Option<Ipv4Addr>) -> Result<CSide, Punt> {
+    // `assigned` without a UE address in the PDI cannot be checked: any (as the reference).
+    let addr = match (e.address, ue) {
+        (Address::Any, _) | (Address::Assigned, None) => CAddr::Net {
+            net: Ipv4Addr::UNSPECIFIED,
+            mask: 0,
+        },
+        (Address::Assigned, Some(a)) => CAddr::Net {
+            net: a,
+            mask: u32::MAX,
+        },
+        (Address::Prefix(IpAddr::V4(n), len), _) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            CAddr::Net {
+                net: Ipv4Addr::from(u32::from(n) & mask),
+                mask,
+            }
+        }
+        (Address::Prefix(IpAddr::V6(_), _), _) => CAddr::None,
+    };
+    let ports = match e.ports.as_slice() {
+        [] => (0, u16::MAX),
+        [r] => (r.first, r.last),
+        _ => return Err(Punt::TooMany("port ranges of an SDF filter")),
+    };
+    Ok(CSide {
+        addr,
+        negated: e.negated,
+        ports,
+    })
+}
+
+fn in_prefix(net: IpAddr, len: u8, a: Ipv4Addr) -> bool {
+    let IpAddr::V4(n) = net else { return false };
+    let mask = u32::MAX
+        .checked_shl(32 - u32::from(len.min(32)))
+        .unwrap_or(0);
+    u32::from(n) & mask == u32::from(a) & mask
 }
 
 /// What FAR `f` does with a PDR's packets: uplink ones (stripped if `strips`) may go to N6,
@@ -506,6 +636,67 @@ mod tests {
     }
 
     #[test]
+    fn sdf_filters_are_seen_from_the_ue() {
+        let mut s = session();
+        let flow = |t: &str| SdfFilter {
+            flow: Some(FlowDescription::parse(t).unwrap()),
+            ..SdfFilter::default()
+        };
+        s.pdr_mut(PdrId(2)).unwrap().pdi.sdf_filters = vec![
+            flow("permit out 17 from 198.51.100.0/24 53 to assigned"),
+            flow("permit out ip from any to !10.0.0.0/8 1000-2000"),
+            flow("deny out ip from any to any"),
+            SdfFilter {
+                tos: Some((0xb9, 0xfc)),
+                ..SdfFilter::default()
+            },
+        ]
+        .into();
+        let c = compile(&s, &HOPS).unwrap();
+        let f = &c.downlink[0].1[0].sdf;
+        let any = CAddr::Net {
+            net: Ipv4Addr::UNSPECIFIED,
+            mask: 0,
+        };
+        assert_eq!(f[0].proto, Some(17));
+        assert_eq!(
+            f[0].ue,
+            CSide {
+                addr: CAddr::Net {
+                    net: UE,
+                    mask: u32::MAX
+                },
+                negated: false,
+                ports: (0, u16::MAX)
+            }
+        );
+        assert_eq!(
+            f[0].remote,
+            CSide {
+                addr: CAddr::Net {
+                    net: Ipv4Addr::new(198, 51, 100, 0),
+                    mask: 0xffff_ff00
+                },
+                negated: false,
+                ports: (53, 53)
+            }
+        );
+        // Neither end is the UE's: `out` makes the `to` end the UE's.
+        assert_eq!(
+            f[1].ue.addr,
+            CAddr::Net {
+                net: Ipv4Addr::new(10, 0, 0, 0),
+                mask: 0xff00_0000
+            }
+        );
+        assert!(f[1].ue.negated);
+        assert_eq!(f[1].ue.ports, (1000, 2000));
+        assert_eq!(f[1].remote.addr, any);
+        assert!(f[2].never);
+        assert_eq!(f[3].tos, (0xb8, 0xfc));
+    }
+
+    #[test]
     fn forwarding_to_access_without_a_tunnel_has_no_target() {
         let mut s = session();
         s.far_mut(FarId(2))
@@ -561,9 +752,10 @@ mod tests {
             ),
             (
                 |s| {
-                    s.pdr_mut(PdrId(1)).unwrap().pdi.sdf_filters = vec![SdfFilter::default()].into()
+                    s.pdr_mut(PdrId(1)).unwrap().pdi.sdf_filters =
+                        vec![SdfFilter::default(); 5].into()
                 },
-                Punt::SdfFilters,
+                Punt::TooMany("SDF filters"),
             ),
             (
                 |s| {

@@ -1,7 +1,10 @@
 //! The engine: the program loaded with aya, its maps filled from compiled sessions, its
 //! per-CPU counters summed on read.
 
-use crate::compile::{compile, Action, CPdr, Compiled, Hops, Punt, MAX_PDRS, MAX_TEIDS, MAX_UES};
+use crate::compile::{
+    compile, Action, CAddr, CPdr, CSide, Compiled, Hops, Punt, MAX_PDRS, MAX_SDF, MAX_TEIDS,
+    MAX_UES,
+};
 use crate::{Reason, URR_SLOTS};
 use aya::maps::{HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::Xdp;
@@ -16,7 +19,8 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/en
 
 const PROGRAM: &str = "xdp_engine";
 /// `struct pdr` and `struct session` of bpf/engine.bpf.c.
-const PDR_LEN: usize = 40;
+const PDR_LEN: usize = 160;
+const SDF_LEN: usize = 28;
 const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type SessionValue = [u8; SESSION_LEN];
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
@@ -437,6 +441,39 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
         }
         b[28..34].copy_from_slice(&p.hop.dst);
         b[34..40].copy_from_slice(&p.hop.src);
+        for (j, f) in p.sdf.iter().take(MAX_SDF).enumerate() {
+            let o = &mut b[40 + j * SDF_LEN..40 + (j + 1) * SDF_LEN];
+            let mut flags = 0u8;
+            flags |= side(o, 0, 16, &f.ue, 4, 8);
+            flags |= side(o, 8, 20, &f.remote, 16, 32);
+            if f.never {
+                flags |= 1;
+            }
+            if let Some(proto) = f.proto {
+                flags |= 2;
+                o[25] = proto;
+            }
+            o[24] = flags;
+            o[26] = f.tos.0;
+            o[27] = f.tos.1;
+        }
+        b[40 + MAX_SDF * SDF_LEN] = p.sdf.len().min(MAX_SDF) as u8;
     }
     v
+}
+
+/// One side of `struct sdf` `o`: net and mask at `a`, port range at `p`; returns its flags
+/// (`none`, `neg`).
+fn side(o: &mut [u8], a: usize, p: usize, s: &CSide, none: u8, neg: u8) -> u8 {
+    let mut flags = if s.negated { neg } else { 0 };
+    match s.addr {
+        CAddr::Net { net, mask } => {
+            o[a..a + 4].copy_from_slice(&net.octets());
+            o[a + 4..a + 8].copy_from_slice(&mask.to_be_bytes());
+        }
+        CAddr::None => flags |= none,
+    }
+    o[p..p + 2].copy_from_slice(&s.ports.0.to_ne_bytes());
+    o[p + 2..p + 4].copy_from_slice(&s.ports.1.to_ne_bytes());
+    flags
 }

@@ -11,14 +11,15 @@
 //!   or UDP, not a later fragment; a TEID the engine holds;
 //! - downlink: Ethernet, the same inner form to a UE address the engine holds;
 //! - the PDRs of the TEID (or of the session, by UE address) in precedence order, matched by
-//!   QFI and UE address; FAR drop (`far_drop`), forward without a target
+//!   QFI, UE address and up to 4 SDF filters each (protocol, ToS, addresses with masks and
+//!   negation, one port range a side; SPI and flow label match none of these packets); FAR drop (`far_drop`), forward without a target
 //!   (`no_forwarding_target`), forward to N6 with the outer headers removed, or into a
 //!   GTP-U/UDP/IPv4 tunnel (Transport Level Marking, ECN copied, PSC with the QERs' QFI and
 //!   RQI); inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); URR volume and
 //!   packet counts per direction; `no_matching_pdr`;
 //! - egress by XDP_TX with the next hop's Ethernet addresses ([`Hops`]).
 //!
-//! Not here yet: SDF filters, IPv6, framed routes, MBR/GBR/packet rates, URR thresholds and
+//! Not here yet: SDF filters with more than one port range a side, IPv6, framed routes, MBR/GBR/packet rates, URR thresholds and
 //! quotas, buffering, duplication, network instances, the uplink ACL (the runtime must not
 //! use this engine while one is loaded), GTP-U signalling (punted), AF_XDP punt, FIB lookup.
 
@@ -26,8 +27,8 @@ mod compile;
 mod engine;
 
 pub use compile::{
-    compile, Action, CPdr, Compiled, Hops, NextHop, Punt, MAX_PDRS, MAX_PDR_URRS, MAX_TEIDS,
-    MAX_UES, URR_SLOTS,
+    compile, Action, CAddr, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
+    MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, URR_SLOTS,
 };
 pub use engine::{Config, Engine, InstallError, Stats};
 

@@ -77,6 +77,56 @@ impl Rng {
     }
 }
 
+/// The remote ends and ports frames use, so that filters hit and miss.
+const REMOTES: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(198, 51, 100, 7),
+    Ipv4Addr::new(203, 0, 113, 9),
+];
+const PORTS: [u16; 5] = [53, 80, 443, 2000, 2152];
+
+/// A random SDF filter: a Flow Description over the UE's and the remote addresses and ports
+/// (sometimes deny, negated, IPv6, a ToS, an SPI or a flow label).
+fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
+    let endpoint = |r: &mut Rng| {
+        let neg = if r.chance(8) { "!" } else { "" };
+        let addr = match r.below(6) {
+            0 | 1 => "any".to_string(),
+            2 => "assigned".to_string(),
+            3 if r.chance(4) => "2001:db8::/32".to_string(),
+            _ => {
+                let a = if r.chance(2) { ue } else { r.pick(&REMOTES) };
+                format!("{a}/{}", r.pick(&[0u8, 8, 16, 24, 31, 32]))
+            }
+        };
+        let ports = match r.below(3) {
+            0 => String::new(),
+            1 => format!(" {}", r.pick(&PORTS)),
+            _ => {
+                let (a, b) = (r.pick(&PORTS), r.pick(&PORTS));
+                format!(" {}-{}", a.min(b), a.max(b))
+            }
+        };
+        format!("{neg}{addr}{ports}")
+    };
+    let text = format!(
+        "{} {} {} from {} to {}",
+        if r.chance(8) { "deny" } else { "permit" },
+        if r.chance(2) { "out" } else { "in" },
+        r.pick(&["ip", "ip", "6", "17", "1"]),
+        endpoint(r),
+        endpoint(r)
+    );
+    SdfFilter {
+        flow: (!r.chance(6)).then(|| FlowDescription::parse(&text).unwrap()),
+        tos: r
+            .chance(6)
+            .then(|| (r.next() as u8, r.pick(&[0xfc, 0xff, 0xe0]))),
+        spi: r.chance(16).then_some(1),
+        flow_label: r.chance(16).then_some(1),
+        filter_id: None,
+    }
+}
+
 /// A random session within the slice: UE `ue`, local TEIDs `teids`.
 fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
     let mut s = Session::new(Seid(seid), Seid(1), "192.0.2.9".parse().unwrap());
@@ -125,6 +175,12 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
                     pdi.qfis.push(q);
                 }
             }
+        }
+        if r.chance(2) {
+            pdi.sdf_filters = (0..1 + r.below(4))
+                .map(|_| sdf(r, ue))
+                .collect::<Vec<_>>()
+                .into();
         }
         // The first downlink PDR names the UE, so that the session is found by it.
         if k == n_ul || r.chance(2) {
@@ -202,6 +258,14 @@ fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     v[9] = if tcp { 6 } else { 17 };
     v[12..16].copy_from_slice(&src.octets());
     v[16..20].copy_from_slice(&dst.octets());
+    for at in [20, 22] {
+        if !r.chance(8) {
+            v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+        }
+    }
+    if r.chance(3) {
+        v[1] = r.pick(&[0xb8, 0xb9, 0x00, 0x20]);
+    }
     let c = checksum(&v[..20]);
     v[10..12].copy_from_slice(&c.to_be_bytes());
     if !tcp {
@@ -260,7 +324,8 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
                 r.pick(teids)
             };
             let src = if r.chance(4) { other } else { ue };
-            let ip = inner(r, src, Ipv4Addr::new(198, 51, 100, 7));
+            let remote = r.pick(&REMOTES);
+            let ip = inner(r, src, remote);
             let qfi = r.chance(4).then(|| r.below(6) as u8);
             let pad = if r.chance(6) {
                 1 + r.below(8) as usize
@@ -272,7 +337,8 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
         }
         2 | 3 => {
             let dst = if r.chance(8) { other } else { ue };
-            let ip = inner(r, Ipv4Addr::new(198, 51, 100, 7), dst);
+            let remote = r.pick(&REMOTES);
+            let ip = inner(r, remote, dst);
             let mut f = Vec::new();
             eth(&mut f);
             f.extend_from_slice(&ip);
