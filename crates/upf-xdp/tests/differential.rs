@@ -244,7 +244,13 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
 fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     let tcp = r.chance(2);
     let l4 = if tcp { 20 } else { 8 };
-    let total = 20 + l4 + r.below(80) as usize;
+    let total = 20
+        + l4
+        + if r.chance(10) {
+            1300 + r.below(100)
+        } else {
+            r.below(80)
+        } as usize;
     let mut v = vec![0u8; total];
     for b in &mut v[20..] {
         *b = r.next() as u8;
