@@ -1,0 +1,502 @@
+/* The XDP engine (issue #27), first slice: the common IPv4 case of a session, run in the
+ * kernel as upf_dataplane::Pipeline runs it; whatever this program does not claim gets XDP_PASS
+ * (counted as punted) and is left unchanged. The adaptor (src/compile.rs) decides which
+ * sessions may be here and fills the maps; src/lib.rs says what is claimed.
+ *
+ * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) + UDP to port 2152 at
+ * our N3 address + a G-PDU without options, or with exactly one one-word PDU Session Container
+ * (its QFI read), lengths consistent; the inner packet IPv4 without options, TCP or UDP, not a
+ * later fragment. Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
+ * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
+ * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
+ * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
+ * with the QERs' QFI and RQI when they have one). QER gates; URR volume and packet counts. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define GTPU_PORT 2152
+#define MAX_PDRS 4
+#define MAX_PDR_URRS 2
+#define MAX_SDF 4
+#define URR_SLOTS 4
+
+/* What a matched PDR's FAR does (the adaptor compiles it). */
+#define ACT_DROP 0	/* far_drop: no FAR, or no FORW */
+#define ACT_NO_TARGET 1 /* no_forwarding_target: FORW without a target (Access, no tunnel) */
+#define ACT_N6 2	/* strip GTP-U, forward the inner packet to N6 */
+#define ACT_ENCAP 3	/* forward into a GTP-U/UDP/IPv4 tunnel on N3 */
+
+#define PDR_UE 1	 /* match the UE address */
+#define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
+#define PDR_GATE_SHUT 4	 /* a QER's gate is closed in the PDR's direction */
+#define PDR_PSC 8	 /* the tunnel header has a PDU Session Container (psc_octet) */
+
+/* Counter indices of `stats`; the drops in the order of src/lib.rs's `Reason`. */
+#define R_NO_MATCHING_PDR 0
+#define R_FAR_DROP 1
+#define R_NO_FORWARDING_TARGET 2
+#define R_GATE_CLOSED 3
+#define R_TTL_EXPIRED 4
+#define R_ENCAP_FAILED 5
+#define S_PUNTED 6
+#define S_FORWARDED 7
+#define N_STATS 8
+
+/* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
+const volatile __u32 n3_addr = 0;
+const volatile __u32 outer_ttl = 64;
+
+/* An SDF filter (TS 29.244 §8.2.5) as upf_rules::SdfFilter::matches decides it for an IPv4
+ * TCP/UDP packet, with the PDR's UE address resolved: the UE's side and the remote side, each
+ * an address (net/mask; SDF_*_NONE: matches no IPv4 address; negated) and a port range. */
+#define SDF_NEVER 1	/* deny, SPI or flow label: matches no packet here */
+#define SDF_PROTO 2	/* the protocol must be `proto` */
+#define SDF_UE_NONE 4
+#define SDF_UE_NEG 8
+#define SDF_RE_NONE 16
+#define SDF_RE_NEG 32
+
+struct sdf {
+	__u32 ue_net, ue_mask; /* as in a header */
+	__u32 re_net, re_mask;
+	__u16 ue_lo, ue_hi, re_lo, re_hi;
+	__u8 flags;
+	__u8 proto;
+	__u8 tos, tos_mask;
+};
+
+struct pdr {
+	__u64 qfis; /* bit q: QFI q matches; 0: any */
+	__u32 ue;   /* UE address, as in a header */
+	__u32 peer; /* ACT_ENCAP: the tunnel's far end, as in a header */
+	__u32 teid; /* ACT_ENCAP: its TEID, network order */
+	__u8 flags;
+	__u8 action;
+	__u8 tos; /* ACT_ENCAP: outer DSCP << 2 (Transport Level Marking) */
+	__u8 psc_octet;
+	__u8 n_urrs;
+	__u8 uplink; /* the PDR's packets come from the UE: gates and URRs count uplink */
+	__u8 urr[MAX_PDR_URRS]; /* indices in the session's URR slots */
+	__u8 eth[12];		/* egress Ethernet: destination, source */
+	struct sdf sdf[MAX_SDF];
+	__u8 n_sdf; /* 0: no SDF filter (any packet) */
+};
+
+struct session {
+	__u32 slot; /* its URR counters are at slot * URR_SLOTS */
+	__u32 n_pdrs;
+	struct pdr pdrs[MAX_PDRS];
+};
+
+struct usage {
+	__u64 ul_bytes, ul_packets, dl_bytes, dl_packets;
+};
+
+/* Uplink: local TEID (host order) → that TEID's PDRs. Sizes are set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct session);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory as sessions come, not for the limit */
+} uplink SEC(".maps");
+
+/* Downlink: UE IPv4 address (as in a header) → the session's IP PDRs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct session);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory as sessions come, not for the limit */
+} downlink SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct usage);
+} urrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* The IPv4 identification of the headers this CPU writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ident SEC(".maps");
+
+static __always_inline void count(__u32 i)
+{
+	__u64 *c = bpf_map_lookup_elem(&stats, &i);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline int punt(void)
+{
+	count(S_PUNTED);
+	return XDP_PASS;
+}
+
+static __always_inline int drop(__u32 reason)
+{
+	count(reason);
+	return XDP_DROP;
+}
+
+static __always_inline __u16 fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/* The one's-complement sum of a 20-octet IPv4 header (its checksum right: 0xffff). */
+static __always_inline __u16 sum20(const __u16 *h)
+{
+	__u32 s = 0;
+	int i;
+#pragma unroll
+	for (i = 0; i < 10; i++)
+		s += h[i];
+	return fold(s);
+}
+
+/* An IPv4 header without options, TCP or UDP, not a later fragment, whose total length
+ * (returned) is at least 24 and fits `avail`; 0 otherwise (upf_dataplane::fast::flow_v4). */
+static __always_inline __u32 inner_len(const __u8 *ip, __u32 avail)
+{
+	__u32 total;
+
+	if (ip[0] != 0x45 || (ip[9] != 6 && ip[9] != 17))
+		return 0;
+	if ((bpf_ntohs(*(__u16 *)(ip + 6)) & 0x1fff) != 0)
+		return 0;
+	total = bpf_ntohs(*(__u16 *)(ip + 2));
+	if (total < 24 || total > avail)
+		return 0;
+	return total;
+}
+
+static __always_inline int side(__u32 a, __u16 port, __u32 net, __u32 mask, __u16 lo, __u16 hi,
+				int none, int neg)
+{
+	int hit = !none && (a & mask) == net;
+	return hit != neg && port >= lo && port <= hi;
+}
+
+/* The packet (ports in host order, tos its IPv4 ToS octet) seen from the UE: `ue_a`/`ue_p`
+ * its UE side. */
+struct key {
+	__u32 ue_a, re_a;
+	__u16 ue_p, re_p;
+	__u8 proto, tos;
+};
+
+static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
+{
+	if (f->flags & SDF_NEVER)
+		return 0;
+	if ((k->tos & f->tos_mask) != f->tos)
+		return 0;
+	if ((f->flags & SDF_PROTO) && k->proto != f->proto)
+		return 0;
+	return side(k->ue_a, k->ue_p, f->ue_net, f->ue_mask, f->ue_lo, f->ue_hi,
+		    f->flags & SDF_UE_NONE, !!(f->flags & SDF_UE_NEG)) &&
+	       side(k->re_a, k->re_p, f->re_net, f->re_mask, f->re_lo, f->re_hi,
+		    f->flags & SDF_RE_NONE, !!(f->flags & SDF_RE_NEG));
+}
+
+/* Some SDF filter of `p` matches the packet `ip` (an IPv4 TCP/UDP header, 24 octets
+ * readable), or it has none. */
+static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip)
+{
+	struct key k;
+	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
+	__u16 sp = bpf_ntohs(*(__u16 *)(ip + 20)), dp = bpf_ntohs(*(__u16 *)(ip + 22));
+	int j;
+
+	if (!p->n_sdf)
+		return 1;
+	k.proto = ip[9];
+	k.tos = ip[1];
+	if (p->uplink) {
+		k.ue_a = src, k.ue_p = sp, k.re_a = dst, k.re_p = dp;
+	} else {
+		k.ue_a = dst, k.ue_p = dp, k.re_a = src, k.re_p = sp;
+	}
+	/* A bounded loop (not unrolled: 4 PDRs × 4 filters would be long). */
+	for (j = 0; j < MAX_SDF; j++) {
+		if (j >= p->n_sdf)
+			break;
+		if (sdf_match(&p->sdf[j], &k))
+			return 1;
+	}
+	return 0;
+}
+
+/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip`, or
+ * NULL. */
+static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u32 qfi,
+					    const __u8 *ip)
+{
+	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
+	int i;
+#pragma unroll
+	for (i = 0; i < MAX_PDRS; i++) {
+		struct pdr *p = &s->pdrs[i];
+		if (i >= s->n_pdrs)
+			break;
+		if (p->qfis && !(has_qfi && (p->qfis >> (qfi & 63)) & 1))
+			continue;
+		if (p->flags & PDR_UE) {
+			__u32 a = (p->flags & PDR_UE_DST) ? dst : src;
+			if (a != p->ue)
+				continue;
+		}
+		if (!sdf_any(p, ip))
+			continue;
+		return p;
+	}
+	return 0;
+}
+
+/* The FAR's verdict before anything is changed: a drop reason, or -1 to forward. As
+ * upf_dataplane's steps::forward orders it: target, routed hop (TTL), gate. */
+static __always_inline int verdict(const struct pdr *p, const __u8 *ip)
+{
+	if (p->action == ACT_DROP)
+		return R_FAR_DROP;
+	if (p->action == ACT_NO_TARGET)
+		return R_NO_FORWARDING_TARGET;
+	if (ip[8] <= 1)
+		return R_TTL_EXPIRED;
+	if (p->flags & PDR_GATE_SHUT)
+		return R_GATE_CLOSED;
+	return -1;
+}
+
+/* One routed hop: TTL - 1, checksum updated as upf_wire::checksum::update_u16 does (RFC 1624
+ * eqn. 3). */
+static __always_inline void route_hop(__u8 *ip)
+{
+	__u16 *w = (__u16 *)(ip + 8);
+	__u16 *csum = (__u16 *)(ip + 10);
+	__u16 old = bpf_ntohs(*w);
+	__u16 new = old - 0x100;
+	__u32 s = (__u16)~bpf_ntohs(*csum) + (__u32)(__u16)~old + new;
+	ip[8] -= 1;
+	*csum = bpf_htons((__u16)~fold(s));
+}
+
+static __always_inline void count_urrs(const struct session *s, const struct pdr *p, __u32 octets)
+{
+	int k;
+#pragma unroll
+	for (k = 0; k < MAX_PDR_URRS; k++) {
+		__u32 i;
+		struct usage *u;
+		if (k >= p->n_urrs)
+			break;
+		i = s->slot * URR_SLOTS + (p->urr[k] & (URR_SLOTS - 1));
+		u = bpf_map_lookup_elem(&urrs, &i);
+		if (!u)
+			continue;
+		if (p->uplink) {
+			u->ul_bytes += octets;
+			u->ul_packets += 1;
+		} else {
+			u->dl_bytes += octets;
+			u->dl_packets += 1;
+		}
+	}
+}
+
+static __always_inline void write_eth(struct ethhdr *eth, const struct pdr *p)
+{
+	__builtin_memcpy(eth->h_dest, p->eth, 6);
+	__builtin_memcpy(eth->h_source, p->eth + 6, 6);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+}
+
+static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *d = data + sizeof(struct ethhdr);
+	__u32 total, hdr, qfi = 0, len;
+	int has_qfi = 0, why;
+	struct session *s;
+	struct pdr *p;
+	__u32 teid;
+	__u8 *ip;
+
+	if ((void *)(d + 36 + 24) > end)
+		return punt();
+	total = bpf_ntohs(*(__u16 *)(d + 2));
+	/* upf_dataplane::fast::gpdu_v4, and UDP to our GTP-U port at our address. */
+	if (total > frame || (bpf_ntohs(*(__u16 *)(d + 6)) & 0x3fff) != 0 ||
+	    bpf_ntohs(*(__u16 *)(d + 24)) + 20 != total ||
+	    bpf_ntohs(*(__u16 *)(d + 30)) + 36 != total || d[29] != 0xff ||
+	    sum20((const __u16 *)d) != 0xffff)
+		return punt();
+	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
+		return punt();
+	if (d[28] == 0x30) {
+		hdr = 36;
+	} else if (d[28] == 0x34 && total >= 44 && (void *)(d + 44 + 24) <= end &&
+		   d[39] == 0x85 && d[40] == 1 && d[43] == 0 && d[41] >> 4 <= 1) {
+		hdr = 44;
+		has_qfi = 1;
+		qfi = d[42] & 0x3f;
+	} else {
+		return punt();
+	}
+	teid = bpf_ntohl(*(__u32 *)(d + 32));
+	s = bpf_map_lookup_elem(&uplink, &teid);
+	if (!s)
+		return punt();
+	ip = d + hdr;
+	if ((void *)(ip + 24) > end)
+		return punt();
+	len = inner_len(ip, total - hdr);
+	if (!len)
+		return punt();
+	p = classify(s, has_qfi, qfi, ip);
+	if (!p)
+		return drop(R_NO_MATCHING_PDR);
+	why = verdict(p, ip);
+	if (why >= 0)
+		return drop(why);
+	if (p->action != ACT_N6)
+		return punt(); /* the adaptor compiles no other uplink target */
+	route_hop(ip);
+	count_urrs(s, p, len);
+	/* Padding after the inner packet goes, then the outer headers (the last 14 octets of
+	 * them become the new Ethernet header). */
+	if (frame > hdr + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - hdr - len)))
+		return drop(R_ENCAP_FAILED);
+	if (bpf_xdp_adjust_head(ctx, (int)hdr))
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + sizeof(struct ethhdr) > end)
+		return drop(R_ENCAP_FAILED);
+	write_eth(data, p);
+	count(S_FORWARDED);
+	return XDP_TX;
+}
+
+static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr);
+	__u32 len, hdr, ue, zero = 0, *id;
+	struct session *s;
+	struct pdr *p;
+	__u16 *o;
+	__u8 *h;
+	int why;
+
+	if ((void *)(ip + 24) > end)
+		return punt();
+	len = inner_len(ip, frame);
+	if (!len)
+		return punt();
+	ue = *(__u32 *)(ip + 16);
+	s = bpf_map_lookup_elem(&downlink, &ue);
+	if (!s)
+		return punt();
+	p = classify(s, 0, 0, ip);
+	if (!p)
+		return drop(R_NO_MATCHING_PDR);
+	why = verdict(p, ip);
+	if (why >= 0)
+		return drop(why);
+	if (p->action != ACT_ENCAP)
+		return punt(); /* the adaptor compiles no other downlink target */
+	route_hop(ip);
+	count_urrs(s, p, len);
+	hdr = (p->flags & PDR_PSC) ? 44 : 36;
+	{
+		__u8 ecn = ip[1] & 3;
+		if (frame > len && bpf_xdp_adjust_tail(ctx, -(int)(frame - len)))
+			return drop(R_ENCAP_FAILED);
+		if (bpf_xdp_adjust_head(ctx, -(int)hdr))
+			return drop(R_ENCAP_FAILED);
+		data = (void *)(long)ctx->data;
+		end = (void *)(long)ctx->data_end;
+		h = data + sizeof(struct ethhdr);
+		if ((void *)(h + 44) > end)
+			return drop(R_ENCAP_FAILED);
+		write_eth(data, p);
+		id = bpf_map_lookup_elem(&ident, &zero);
+		if (!id)
+			return drop(R_ENCAP_FAILED);
+		*id += 1;
+		/* IPv4 (upf_wire::encap::encapsulate_gtpu_v4: no DF, ECN copied, RFC 6040). */
+		h[0] = 0x45;
+		h[1] = p->tos | ecn;
+		*(__u16 *)(h + 2) = bpf_htons(hdr + len);
+		*(__u16 *)(h + 4) = bpf_htons((__u16)*id);
+		*(__u16 *)(h + 6) = 0;
+		h[8] = outer_ttl;
+		h[9] = 17;
+		*(__u16 *)(h + 10) = 0;
+		*(__u32 *)(h + 12) = n3_addr;
+		*(__u32 *)(h + 16) = p->peer;
+		/* UDP, checksum 0. */
+		*(__u16 *)(h + 20) = bpf_htons(GTPU_PORT);
+		*(__u16 *)(h + 22) = bpf_htons(GTPU_PORT);
+		*(__u16 *)(h + 24) = bpf_htons(hdr - 20 + len);
+		*(__u16 *)(h + 26) = 0;
+		/* GTP-U G-PDU; with the container: sequence and N-PDU 0, next extension 0x85, a
+		 * one-word DL PDU Session Information. */
+		h[29] = 0xff;
+		*(__u16 *)(h + 30) = bpf_htons(hdr - 36 + len);
+		*(__u32 *)(h + 32) = p->teid;
+		if (hdr == 44) {
+			h[28] = 0x34;
+			*(__u32 *)(h + 36) = bpf_htonl(0x85);
+			h[40] = 1;
+			h[41] = 0;
+			h[42] = p->psc_octet;
+			h[43] = 0;
+		} else {
+			h[28] = 0x30;
+		}
+		o = (__u16 *)h;
+		o[5] = ~sum20(o);
+	}
+	count(S_FORWARDED);
+	return XDP_TX;
+}
+
+SEC("xdp")
+int xdp_engine(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u8 *ip = data + sizeof(*eth);
+	__u32 frame;
+
+	if ((void *)(ip + 24) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return punt();
+	frame = (__u32)(end - (void *)ip);
+	if (ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr)
+		return uplink_gpdu(ctx, frame);
+	return downlink_ip(ctx, frame);
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,831 @@
+//! The adaptor: a session of `upf-rules` compiled into what `bpf/engine.bpf.c` holds per TEID
+//! and per UE address, or the reason it is punted (left to the user-space engine). What
+//! `compile` accepts, the program does exactly as `upf_dataplane::Pipeline` does; every rule
+//! form it has not been held to is punted.
+
+use std::net::{IpAddr, Ipv4Addr};
+use upf_rules::sdf::{Action as SdfAction, Address, Direction, Endpoint};
+use upf_rules::{
+    ApplyAction, Far, Gate, Interface, MeasurementInfo, MeasurementMethod, OuterHeaderCreation,
+    OuterHeaderRemoval, Pdr, PdrId, ReportingTriggers, Seid, Session, UrrId,
+};
+
+/// PDRs one TEID or one UE address leads to (the program's loop bound).
+pub const MAX_PDRS: usize = 4;
+/// URRs one PDR counts in.
+pub const MAX_PDR_URRS: usize = 2;
+/// SDF filters of one PDR.
+pub const MAX_SDF: usize = 4;
+/// URRs of one session (its counter slots).
+pub const URR_SLOTS: usize = 4;
+/// Local TEIDs of one session.
+pub const MAX_TEIDS: usize = 2;
+/// UE IPv4 addresses of one session.
+pub const MAX_UES: usize = 2;
+
+/// Why a session is left to the user-space engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Punt {
+    #[error("IPv6 ({0})")]
+    Ipv6(&'static str),
+    #[error("framed routes")]
+    FramedRoutes,
+    #[error("application ID")]
+    ApplicationId,
+    #[error("network instance")]
+    NetworkInstance,
+    #[error("a PDR of a form the engine does not run ({0})")]
+    PdrForm(&'static str),
+    #[error("buffering or notifying the CP")]
+    Buffering,
+    #[error("duplication")]
+    Duplication,
+    #[error("apply action {0:?}")]
+    ApplyAction(ApplyAction),
+    #[error("a forwarding target the engine does not run ({0})")]
+    Target(&'static str),
+    #[error("QoS the engine does not enforce ({0})")]
+    Qos(&'static str),
+    #[error("a URR the engine does not count ({0})")]
+    Urr(&'static str),
+    #[error("user plane inactivity timer")]
+    InactivityTimer,
+    #[error("more {0} than the maps hold")]
+    TooMany(&'static str),
+    #[error("rules that refer to missing rules")]
+    Dangling,
+}
+
+/// The Ethernet addresses of an egress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NextHop {
+    pub dst: [u8; 6],
+    pub src: [u8; 6],
+}
+
+/// What compiling needs besides the session: the egress next hops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hops {
+    /// Towards the gNBs (N3).
+    pub n3: NextHop,
+    /// Towards the data network (N6).
+    pub n6: NextHop,
+}
+
+/// What a matched PDR's FAR does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `far_drop`: no FAR, or a FAR without FORW.
+    Drop,
+    /// `no_forwarding_target`: FORW to the access side without a tunnel yet.
+    NoTarget,
+    /// Uplink: outer headers stripped, the inner packet routed to N6.
+    ToN6,
+    /// Downlink: into the GTP-U/UDP/IPv4 tunnel `teid` to `peer` on N3; `tos` is the outer
+    /// DSCP << 2 (Transport Level Marking); `psc`, the container's QFI octet if it has one.
+    Encap {
+        peer: Ipv4Addr,
+        teid: u32,
+        tos: u8,
+        psc: Option<u8>,
+    },
+}
+
+/// One PDR as the program holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CPdr {
+    pub id: PdrId,
+    /// Bit q: QFI q matches; 0: any.
+    pub qfis: u64,
+    /// The UE address to match, and whether it is the destination (else the source).
+    pub ue: Option<(Ipv4Addr, bool)>,
+    /// The PDR's packets come from the UE (gates and URRs count uplink).
+    pub uplink: bool,
+    /// A QER's gate is closed in the PDR's direction.
+    pub gate_shut: bool,
+    pub action: Action,
+    pub urrs: Vec<UrrId>,
+    pub hop: NextHop,
+    /// SDF filters (none: any packet).
+    pub sdf: Vec<CSdf>,
+}
+
+/// An address of an SDF filter's side for IPv4 packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CAddr {
+    /// `addr & mask == net` (mask 0: any).
+    Net { net: Ipv4Addr, mask: u32 },
+    /// No IPv4 address (an IPv6 prefix).
+    None,
+}
+
+/// One side of an SDF filter: address (negated or not) and port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CSide {
+    pub addr: CAddr,
+    pub negated: bool,
+    pub ports: (u16, u16),
+}
+
+/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for the IPv4 TCP and UDP
+/// packets the program classifies, with the PDR's UE address resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CSdf {
+    /// Deny, an SPI or a flow label: matches none of them.
+    pub never: bool,
+    pub proto: Option<u8>,
+    /// (value & mask, mask) of the ToS octet.
+    pub tos: (u8, u8),
+    /// The UE's side and the remote side.
+    pub ue: CSide,
+    pub remote: CSide,
+}
+
+/// A session as the program holds it: its PDRs in precedence order under each key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    pub seid: Seid,
+    /// Local TEID → the PDRs of that TEID.
+    pub uplink: Vec<(u32, Vec<CPdr>)>,
+    /// UE address → the session's PDRs without an F-TEID (the same list for each address).
+    pub downlink: Vec<(Ipv4Addr, Vec<CPdr>)>,
+    /// The session's URRs (at most [`URR_SLOTS`]).
+    pub urrs: Vec<UrrId>,
+}
+
+/// Compiles `s` for the XDP engine, or says why it is punted.
+pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
+    if s.inactivity_timer_s.is_some() {
+        return Err(Punt::InactivityTimer);
+    }
+    if s.urrs.len() > URR_SLOTS {
+        return Err(Punt::TooMany("URRs"));
+    }
+    for u in &s.urrs {
+        urr_form(u)?;
+    }
+    // TS 29.244 §5.2.1: the lowest precedence value wins; equal ones keep rule order (the
+    // session's PDRs are sorted by ID), as the reference sorts them (stably).
+    let mut pdrs: Vec<&Pdr> = s.pdrs.iter().collect();
+    pdrs.sort_by_key(|p| p.precedence);
+    let mut uplink: Vec<(u32, Vec<CPdr>)> = Vec::new();
+    let mut ip = Vec::new();
+    let mut ues: Vec<Ipv4Addr> = Vec::new();
+    for p in pdrs {
+        let (c, ue) = compile_pdr(s, p, hops)?;
+        if let Some(a) = ue.filter(|a| !ues.contains(a)) {
+            ues.push(a);
+        }
+        match p.pdi.local_f_teid {
+            Some(ft) => match uplink.iter_mut().find(|(t, _)| *t == ft.teid.0) {
+                Some((_, v)) => v.push(c),
+                None => uplink.push((ft.teid.0, vec![c])),
+            },
+            None => ip.push(c),
+        }
+    }
+    if uplink.len() > MAX_TEIDS {
+        return Err(Punt::TooMany("TEIDs"));
+    }
+    if ues.len() > MAX_UES {
+        return Err(Punt::TooMany("UE addresses"));
+    }
+    if ip.len() > MAX_PDRS || uplink.iter().any(|(_, v)| v.len() > MAX_PDRS) {
+        return Err(Punt::TooMany("PDRs"));
+    }
+    Ok(Compiled {
+        seid: s.seid,
+        uplink,
+        downlink: ues.into_iter().map(|a| (a, ip.clone())).collect(),
+        urrs: s.urrs.iter().map(|u| u.id).collect(),
+    })
+}
+
+/// A URR the program counts exactly: volume only, nothing that fires on a packet (the
+/// reference's `UrrState::count` then never reports), nothing measured on drops.
+fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
+    if u.method != MeasurementMethod::VOLUM {
+        return Err(Punt::Urr("measurement other than volume"));
+    }
+    if !(u.triggers & !ReportingTriggers::PERIO).is_empty() {
+        return Err(Punt::Urr("reporting triggers other than periodic"));
+    }
+    if u.info != MeasurementInfo::empty() {
+        return Err(Punt::Urr("measurement information"));
+    }
+    if u.volume_threshold.is_some()
+        || u.volume_quota.is_some()
+        || u.time_threshold_s.is_some()
+        || u.time_quota_s.is_some()
+        || u.quota_holding_time_s.is_some()
+        || u.inactivity_detection_time_s.is_some()
+        || u.extra.is_some()
+    {
+        return Err(Punt::Urr("thresholds, quotas or times"));
+    }
+    Ok(())
+}
+
+/// One PDR and the UE address the session is found by through it.
+fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Addr>), Punt> {
+    let pdi = &p.pdi;
+    if !pdi.framed_routes.is_empty() {
+        return Err(Punt::FramedRoutes);
+    }
+    if pdi.sdf_filters.len() > MAX_SDF {
+        return Err(Punt::TooMany("SDF filters"));
+    }
+    if pdi.network_instance().is_some() {
+        return Err(Punt::NetworkInstance);
+    }
+    if pdi.extra.get().is_some_and(|e| e.application_id.is_some()) {
+        return Err(Punt::ApplicationId);
+    }
+    let ue = match pdi.ue_ip {
+        None => None,
+        Some(u) if u.ipv6.is_some() => return Err(Punt::Ipv6("UE prefix")),
+        Some(u) => match u.ipv4 {
+            Some(a) => Some((a, u.is_destination)),
+            None => return Err(Punt::PdrForm("UE IP address without an address")),
+        },
+    };
+    let uplink = pdi.packets_leave_ue();
+    let ue_addr = ue.map(|(a, _)| a);
+    let sdf = pdi
+        .sdf_filters
+        .iter()
+        .map(|f| compile_sdf(f, ue_addr))
+        .collect::<Result<Vec<_>, _>>()?;
+    let gtp = pdi.local_f_teid.is_some();
+    // A TEID leads to packets from the UE; an address on N6 to packets towards it.
+    if gtp != uplink {
+        return Err(Punt::PdrForm(if gtp {
+            "an F-TEID for packets towards the UE"
+        } else {
+            "packets from the UE without an F-TEID"
+        }));
+    }
+    let strips = match p.outer_header_removal {
+        None => false,
+        Some(OuterHeaderRemoval::GtpuUdpIp { .. }) if gtp => true,
+        Some(_) => return Err(Punt::PdrForm("outer header removal")),
+    };
+    let mut qfis = 0u64;
+    for q in &pdi.qfis {
+        qfis |= 1u64 << (q.0 & 63);
+    }
+    if p.urrs.len() > MAX_PDR_URRS {
+        return Err(Punt::TooMany("URRs of a PDR"));
+    }
+    if p.urrs.iter().any(|&u| s.urr(u).is_none()) {
+        return Err(Punt::Dangling);
+    }
+    // QERs: gates in the PDR's direction, the first QFI and any RQI (the reference's marks).
+    let mut gate_shut = false;
+    let mut qfi = None;
+    let mut rqi = false;
+    for &q in &p.qers {
+        let q = s.qer(q).ok_or(Punt::Dangling)?;
+        if q.mbr.is_some() {
+            return Err(Punt::Qos("MBR"));
+        }
+        if q.gbr.is_some() {
+            return Err(Punt::Qos("GBR"));
+        }
+        if q.packet_rate.is_some() {
+            return Err(Punt::Qos("packet rate"));
+        }
+        if q.correlation_id.is_some() || q.aggregate.is_some() {
+            return Err(Punt::Qos("shared rates"));
+        }
+        if q.ppi.is_some() {
+            return Err(Punt::Qos("paging policy indicator"));
+        }
+        let gate = if uplink {
+            q.gate_uplink
+        } else {
+            q.gate_downlink
+        };
+        gate_shut |= gate == Gate::Closed;
+        qfi = qfi.or(q.qfi);
+        rqi |= q.rqi;
+    }
+    let far = match p.far {
+        None => None,
+        Some(id) => Some(s.far(id).ok_or(Punt::Dangling)?),
+    };
+    let (action, hop) = match far {
+        None => (Action::Drop, NextHop::default()),
+        Some(f) => far_action(f, uplink, strips, qfi.map(|q| (q.0, rqi)), hops)?,
+    };
+    let c = CPdr {
+        id: p.id,
+        qfis,
+        ue,
+        uplink,
+        gate_shut,
+        action,
+        urrs: p.urrs.to_vec(),
+        hop,
+        sdf,
+    };
+    Ok((c, ue.map(|(a, _)| a)))
+}
+
+/// An SDF filter for IPv4 TCP/UDP packets of a PDR whose UE address is `ue` (the packet's,
+/// when the PDI names one: it has been checked before the filters).
+fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, Punt> {
+    let any = CSide {
+        addr: CAddr::Net {
+            net: Ipv4Addr::UNSPECIFIED,
+            mask: 0,
+        },
+        negated: false,
+        ports: (0, u16::MAX),
+    };
+    let mut c = CSdf {
+        // Only ESP packets have an SPI and only IPv6 ones a flow label.
+        never: f.spi.is_some() || f.flow_label.is_some(),
+        proto: None,
+        tos: f.tos.map_or((0, 0), |(v, m)| (v & m, m)),
+        ue: any,
+        remote: any,
+    };
+    let Some(fd) = &f.flow else {
+        return Ok(c);
+    };
+    c.never |= fd.action == SdfAction::Deny;
+    c.proto = fd.protocol;
+    // Which end is the UE's: `FlowDescription::matches`.
+    let is_ue = |e: &Endpoint| match e.address {
+        Address::Assigned => true,
+        Address::Prefix(net, len) => !e.negated && ue.is_some_and(|a| in_prefix(net, len, a)),
+        Address::Any => false,
+    };
+    let ue_is_to = if is_ue(&fd.to) {
+        true
+    } else if is_ue(&fd.from) {
+        false
+    } else {
+        fd.direction == Direction::Out
+    };
+    let (ue_side, remote) = if ue_is_to {
+        (&fd.to, &fd.from)
+    } else {
+        (&fd.from, &fd.to)
+    };
+    c.ue = side(ue_side, ue)?;
+    c.remote = side(remote, ue)?;
+    Ok(c)
+}
+
+fn side(e: &Endpoint, ue: Option<Ipv4Addr>) -> Result<CSide, Punt> {
+    // `assigned` without a UE address in the PDI cannot be checked: any (as the reference).
+    let addr = match (e.address, ue) {
+        (Address::Any, _) | (Address::Assigned, None) => CAddr::Net {
+            net: Ipv4Addr::UNSPECIFIED,
+            mask: 0,
+        },
+        (Address::Assigned, Some(a)) => CAddr::Net {
+            net: a,
+            mask: u32::MAX,
+        },
+        (Address::Prefix(IpAddr::V4(n), len), _) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            CAddr::Net {
+                net: Ipv4Addr::from(u32::from(n) & mask),
+                mask,
+            }
+        }
+        (Address::Prefix(IpAddr::V6(_), _), _) => CAddr::None,
+    };
+    let ports = match e.ports.as_slice() {
+        [] => (0, u16::MAX),
+        [r] => (r.first, r.last),
+        _ => return Err(Punt::TooMany("port ranges of an SDF filter")),
+    };
+    Ok(CSide {
+        addr,
+        negated: e.negated,
+        ports,
+    })
+}
+
+fn in_prefix(net: IpAddr, len: u8, a: Ipv4Addr) -> bool {
+    let IpAddr::V4(n) = net else { return false };
+    let mask = u32::MAX
+        .checked_shl(32 - u32::from(len.min(32)))
+        .unwrap_or(0);
+    u32::from(n) & mask == u32::from(a) & mask
+}
+
+/// What FAR `f` does with a PDR's packets: uplink ones (stripped if `strips`) may go to N6,
+/// downlink ones into a tunnel to the access side, marked with `mark` (QFI, RQI).
+fn far_action(
+    f: &Far,
+    uplink: bool,
+    strips: bool,
+    mark: Option<(u8, bool)>,
+    hops: &Hops,
+) -> Result<(Action, NextHop), Punt> {
+    let a = f.action;
+    if a.intersects(ApplyAction::BUFF | ApplyAction::NOCP) {
+        return Err(Punt::Buffering);
+    }
+    if a.contains(ApplyAction::DUPL) {
+        return Err(Punt::Duplication);
+    }
+    if !(a & !(ApplyAction::DROP | ApplyAction::FORW)).is_empty() {
+        return Err(Punt::ApplyAction(a));
+    }
+    if !a.contains(ApplyAction::FORW) {
+        return Ok((Action::Drop, NextHop::default()));
+    }
+    let Some(fw) = &f.forwarding else {
+        return Ok((Action::NoTarget, NextHop::default()));
+    };
+    if let Some(e) = fw.extra.get() {
+        if e.network_instance.is_some() {
+            return Err(Punt::NetworkInstance);
+        }
+        if e.forwarding_policy.is_some() || e.redirect.is_some() {
+            return Err(Punt::Target("forwarding policy or redirect"));
+        }
+    }
+    match (fw.destination, fw.outer_header_creation, uplink) {
+        (Interface::Core | Interface::SgiLan, None, true) if strips => {
+            if fw.transport_level_marking.is_some() {
+                return Err(Punt::Target("transport level marking on N6"));
+            }
+            Ok((Action::ToN6, hops.n6))
+        }
+        (Interface::Access, None, _) => Ok((Action::NoTarget, NextHop::default())),
+        (Interface::Access, Some(OuterHeaderCreation::Gtpu { teid, peer }), false) => {
+            if fw.tunnels_on_n9() {
+                return Err(Punt::Target("N9"));
+            }
+            let IpAddr::V4(peer) = peer else {
+                return Err(Punt::Ipv6("tunnel"));
+            };
+            let tos = fw.transport_level_marking.map_or(0, |(tos, _)| tos & 0xfc);
+            let psc = mark.map(|(q, rqi)| (u8::from(rqi) << 6) | (q & 0x3f));
+            Ok((
+                Action::Encap {
+                    peer,
+                    teid: teid.0,
+                    tos,
+                    psc,
+                },
+                hops.n3,
+            ))
+        }
+        _ => Err(Punt::Target(
+            "other than uplink to N6 or downlink to a GTP-U tunnel",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upf_rules::*;
+
+    const UE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const GNB: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
+    const HOPS: Hops = Hops {
+        n3: NextHop {
+            dst: [2, 0, 0, 0, 0, 3],
+            src: [2, 0, 0, 0, 0, 1],
+        },
+        n6: NextHop {
+            dst: [2, 0, 0, 0, 0, 6],
+            src: [2, 0, 0, 0, 0, 1],
+        },
+    };
+
+    fn pdi(uplink: bool, teid: u32) -> Pdi {
+        let mut pdi = Pdi::any(if uplink {
+            Interface::Access
+        } else {
+            Interface::Core
+        });
+        pdi.local_f_teid = uplink.then_some(LocalFTeid {
+            teid: Teid(teid),
+            ipv4: Some(Ipv4Addr::new(192, 0, 2, 1)),
+            ipv6: None,
+        });
+        pdi.ue_ip = Some(UeIp {
+            ipv4: Some(UE),
+            ipv6: None,
+            is_destination: !uplink,
+        });
+        pdi
+    }
+
+    fn far(id: u32, tunnel: Option<(u32, Ipv4Addr)>) -> Far {
+        let mut fw = Forwarding::to(if tunnel.is_some() {
+            Interface::Access
+        } else {
+            Interface::Core
+        });
+        fw.outer_header_creation = tunnel.map(|(teid, peer)| OuterHeaderCreation::Gtpu {
+            teid: Teid(teid),
+            peer: IpAddr::V4(peer),
+        });
+        Far {
+            id: FarId(id),
+            action: ApplyAction::FORW,
+            forwarding: Some(fw),
+            duplicating: Box::default(),
+            bar: None,
+        }
+    }
+
+    /// Uplink PDR 1 (TEID 7, OHR) → FAR 1 to N6; downlink PDR 2 → FAR 2 into the gNB's
+    /// tunnel; QER 1 (QFI 9) and URR 1 on both.
+    fn session() -> Session {
+        let mut s = Session::new(Seid(1), Seid(2), "192.0.2.9".parse().unwrap());
+        for (id, uplink) in [(1u16, true), (2, false)] {
+            s.insert_pdr(Pdr {
+                id: PdrId(id),
+                precedence: Precedence(100),
+                pdi: pdi(uplink, 7),
+                outer_header_removal: uplink.then_some(OuterHeaderRemoval::GtpuUdpIp {
+                    delete_pdu_session_container: false,
+                }),
+                far: Some(FarId(u32::from(id))),
+                qers: [QerId(1)].into_iter().collect(),
+                urrs: [UrrId(1)].into_iter().collect(),
+            })
+            .unwrap();
+        }
+        s.insert_far(far(1, None)).unwrap();
+        s.insert_far(far(2, Some((0x55, GNB)))).unwrap();
+        let mut q = Qer::open(QerId(1));
+        q.qfi = Some(Qfi(9));
+        s.insert_qer(q).unwrap();
+        let mut u = Urr::new(UrrId(1));
+        u.method = MeasurementMethod::VOLUM;
+        s.insert_urr(u).unwrap();
+        s
+    }
+
+    #[test]
+    fn plain_session_compiles_to_a_teid_and_a_ue_address() {
+        let c = compile(&session(), &HOPS).unwrap();
+        assert_eq!(c.uplink.len(), 1);
+        let (teid, ul) = &c.uplink[0];
+        assert_eq!(*teid, 7);
+        assert_eq!(ul[0].action, Action::ToN6);
+        assert_eq!(ul[0].hop, HOPS.n6);
+        assert_eq!(ul[0].ue, Some((UE, false)));
+        assert!(ul[0].uplink);
+        assert_eq!(c.downlink.len(), 1);
+        let (ue, dl) = &c.downlink[0];
+        assert_eq!(*ue, UE);
+        assert_eq!(
+            dl[0].action,
+            Action::Encap {
+                peer: GNB,
+                teid: 0x55,
+                tos: 0,
+                psc: Some(9)
+            }
+        );
+        assert_eq!(dl[0].hop, HOPS.n3);
+        assert_eq!(c.urrs, vec![UrrId(1)]);
+    }
+
+    #[test]
+    fn marks_gates_and_precedence_are_compiled() {
+        let mut s = session();
+        let q = s.qer_mut(QerId(1)).unwrap();
+        q.rqi = true;
+        q.gate_downlink = Gate::Closed;
+        s.far_mut(FarId(2))
+            .unwrap()
+            .forwarding
+            .as_mut()
+            .unwrap()
+            .transport_level_marking = Some((0xb9, 0xff));
+        let mut p3 = s.pdr(PdrId(1)).unwrap().clone();
+        p3.id = PdrId(3);
+        p3.precedence = Precedence(50);
+        p3.pdi.qfis = [Qfi(5)].into_iter().collect();
+        p3.far = None;
+        s.insert_pdr(p3).unwrap();
+        let c = compile(&s, &HOPS).unwrap();
+        let ul = &c.uplink[0].1;
+        assert_eq!(ul.iter().map(|p| p.id.0).collect::<Vec<_>>(), [3, 1]);
+        assert_eq!(ul[0].qfis, 1 << 5);
+        assert_eq!(ul[0].action, Action::Drop);
+        assert!(!ul[1].gate_shut, "the uplink gate is open");
+        let dl = &c.downlink[0].1[0];
+        assert!(dl.gate_shut);
+        assert_eq!(
+            dl.action,
+            Action::Encap {
+                peer: GNB,
+                teid: 0x55,
+                tos: 0xb8,
+                psc: Some(0x40 | 9)
+            }
+        );
+    }
+
+    #[test]
+    fn sdf_filters_are_seen_from_the_ue() {
+        let mut s = session();
+        let flow = |t: &str| SdfFilter {
+            flow: Some(FlowDescription::parse(t).unwrap()),
+            ..SdfFilter::default()
+        };
+        s.pdr_mut(PdrId(2)).unwrap().pdi.sdf_filters = vec![
+            flow("permit out 17 from 198.51.100.0/24 53 to assigned"),
+            flow("permit out ip from any to !10.0.0.0/8 1000-2000"),
+            flow("deny out ip from any to any"),
+            SdfFilter {
+                tos: Some((0xb9, 0xfc)),
+                ..SdfFilter::default()
+            },
+        ]
+        .into();
+        let c = compile(&s, &HOPS).unwrap();
+        let f = &c.downlink[0].1[0].sdf;
+        let any = CAddr::Net {
+            net: Ipv4Addr::UNSPECIFIED,
+            mask: 0,
+        };
+        assert_eq!(f[0].proto, Some(17));
+        assert_eq!(
+            f[0].ue,
+            CSide {
+                addr: CAddr::Net {
+                    net: UE,
+                    mask: u32::MAX
+                },
+                negated: false,
+                ports: (0, u16::MAX)
+            }
+        );
+        assert_eq!(
+            f[0].remote,
+            CSide {
+                addr: CAddr::Net {
+                    net: Ipv4Addr::new(198, 51, 100, 0),
+                    mask: 0xffff_ff00
+                },
+                negated: false,
+                ports: (53, 53)
+            }
+        );
+        // Neither end is the UE's: `out` makes the `to` end the UE's.
+        assert_eq!(
+            f[1].ue.addr,
+            CAddr::Net {
+                net: Ipv4Addr::new(10, 0, 0, 0),
+                mask: 0xff00_0000
+            }
+        );
+        assert!(f[1].ue.negated);
+        assert_eq!(f[1].ue.ports, (1000, 2000));
+        assert_eq!(f[1].remote.addr, any);
+        assert!(f[2].never);
+        assert_eq!(f[3].tos, (0xb8, 0xfc));
+    }
+
+    #[test]
+    fn forwarding_to_access_without_a_tunnel_has_no_target() {
+        let mut s = session();
+        s.far_mut(FarId(2))
+            .unwrap()
+            .forwarding
+            .as_mut()
+            .unwrap()
+            .outer_header_creation = None;
+        let c = compile(&s, &HOPS).unwrap();
+        assert_eq!(c.downlink[0].1[0].action, Action::NoTarget);
+        s.far_mut(FarId(2)).unwrap().action = ApplyAction::DROP;
+        let c = compile(&s, &HOPS).unwrap();
+        assert_eq!(c.downlink[0].1[0].action, Action::Drop);
+    }
+
+    #[test]
+    fn what_the_program_does_not_run_is_punted() {
+        type Change = fn(&mut Session);
+        let cases: &[(Change, Punt)] = &[
+            (
+                |s| s.far_mut(FarId(2)).unwrap().action = ApplyAction::BUFF | ApplyAction::NOCP,
+                Punt::Buffering,
+            ),
+            (
+                |s| s.far_mut(FarId(2)).unwrap().action = ApplyAction::FORW | ApplyAction::DUPL,
+                Punt::Duplication,
+            ),
+            (
+                |s| {
+                    s.qer_mut(QerId(1)).unwrap().mbr = Some(Bitrate {
+                        uplink_kbps: 1,
+                        downlink_kbps: 1,
+                    })
+                },
+                Punt::Qos("MBR"),
+            ),
+            (
+                |s| {
+                    s.pdr_mut(PdrId(2)).unwrap().pdi.ue_ip = Some(UeIp {
+                        ipv4: None,
+                        ipv6: Some(("2001:db8::".parse().unwrap(), 64)),
+                        is_destination: true,
+                    })
+                },
+                Punt::Ipv6("UE prefix"),
+            ),
+            (
+                |s| {
+                    s.pdr_mut(PdrId(2)).unwrap().pdi.framed_routes =
+                        vec![FramedRoute::parse("10.9.0.0/16").unwrap()].into()
+                },
+                Punt::FramedRoutes,
+            ),
+            (
+                |s| {
+                    s.pdr_mut(PdrId(1)).unwrap().pdi.sdf_filters =
+                        vec![SdfFilter::default(); 5].into()
+                },
+                Punt::TooMany("SDF filters"),
+            ),
+            (
+                |s| {
+                    s.far_mut(FarId(2))
+                        .unwrap()
+                        .forwarding
+                        .as_mut()
+                        .unwrap()
+                        .outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+                        teid: Teid(1),
+                        peer: "2001:db8::1".parse().unwrap(),
+                    })
+                },
+                Punt::Ipv6("tunnel"),
+            ),
+            (
+                |s| s.urr_mut(UrrId(1)).unwrap().triggers = ReportingTriggers::START,
+                Punt::Urr("reporting triggers other than periodic"),
+            ),
+            (
+                |s| {
+                    s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(VolumeLimit {
+                        total: Some(1),
+                        uplink: None,
+                        downlink: None,
+                    })
+                },
+                Punt::Urr("thresholds, quotas or times"),
+            ),
+            (
+                |s| s.pdr_mut(PdrId(1)).unwrap().outer_header_removal = None,
+                Punt::Target("other than uplink to N6 or downlink to a GTP-U tunnel"),
+            ),
+            (
+                |s| {
+                    s.pdr_mut(PdrId(1))
+                        .unwrap()
+                        .pdi
+                        .extra_mut()
+                        .network_instance = Some("internet".into())
+                },
+                Punt::NetworkInstance,
+            ),
+            (|s| s.inactivity_timer_s = Some(10), Punt::InactivityTimer),
+            (
+                |s| {
+                    for id in 3..=6 {
+                        let mut p = s.pdr(PdrId(2)).unwrap().clone();
+                        p.id = PdrId(id);
+                        s.insert_pdr(p).unwrap();
+                    }
+                },
+                Punt::TooMany("PDRs"),
+            ),
+            (
+                |s| {
+                    for id in 3..=4 {
+                        let mut p = s.pdr(PdrId(1)).unwrap().clone();
+                        p.id = PdrId(id);
+                        p.pdi.local_f_teid.as_mut().unwrap().teid = Teid(u32::from(id));
+                        s.insert_pdr(p).unwrap();
+                    }
+                },
+                Punt::TooMany("TEIDs"),
+            ),
+        ];
+        for (i, (change, why)) in cases.iter().enumerate() {
+            let mut s = session();
+            change(&mut s);
+            assert_eq!(compile(&s, &HOPS), Err(*why), "case {i}");
+        }
+    }
+}

@@ -1,0 +1,479 @@
+//! The engine: the program loaded with aya, its maps filled from compiled sessions, its
+//! per-CPU counters summed on read.
+
+use crate::compile::{
+    compile, Action, CAddr, CPdr, CSide, Compiled, Hops, Punt, MAX_PDRS, MAX_SDF, MAX_TEIDS,
+    MAX_UES,
+};
+use crate::{Reason, URR_SLOTS};
+use aya::maps::{HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues};
+use aya::programs::Xdp;
+use aya::{Ebpf, EbpfLoader};
+use std::collections::HashMap;
+use std::io;
+use std::net::Ipv4Addr;
+use upf_io::bpf;
+use upf_rules::{Seid, Session, UrrId, Volume};
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
+
+const PROGRAM: &str = "xdp_engine";
+/// `struct pdr` and `struct session` of bpf/engine.bpf.c.
+const PDR_LEN: usize = 160;
+const SDF_LEN: usize = 28;
+const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
+type SessionValue = [u8; SESSION_LEN];
+/// `struct usage`: uplink octets and packets, downlink octets and packets.
+type UsageValue = [u64; 4];
+/// Counter indices of `stats` after the drop reasons.
+#[allow(clippy::cast_possible_truncation)] // 6 reasons
+const S_PUNTED: u32 = Reason::ALL.len() as u32;
+const S_FORWARDED: u32 = S_PUNTED + 1;
+
+/// What the engine is loaded with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Sessions the maps hold; one more is refused ([`InstallError::Full`]).
+    pub sessions: u32,
+    /// Our N3 GTP-U address: uplink G-PDUs are taken at it, tunnels leave from it.
+    pub n3: Ipv4Addr,
+    /// TTL of the outer headers written (`PipelineConfig::outer_ttl`).
+    pub outer_ttl: u8,
+    pub hops: Hops,
+}
+
+/// Why a session was not installed (nothing changed).
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("punted: {0}")]
+    Punt(#[from] Punt),
+    #[error("the XDP engine holds its {0} sessions")]
+    Full(u32),
+    #[error("{0} belongs to another session")]
+    Conflict(String),
+    #[error(transparent)]
+    Map(#[from] io::Error),
+}
+
+/// The program's counters, summed over the CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stats {
+    pub dropped: Vec<(Reason, u64)>,
+    pub punted: u64,
+    pub forwarded: u64,
+}
+
+/// Where a session is in the maps.
+#[derive(Debug)]
+struct Held {
+    slot: u32,
+    teids: Vec<u32>,
+    ues: Vec<Ipv4Addr>,
+    /// URR counter slots: which URR each counts.
+    urrs: [Option<UrrId>; URR_SLOTS],
+}
+
+/// The XDP engine: its program and maps, and the sessions it holds.
+#[derive(Debug)]
+pub struct Engine {
+    ebpf: Ebpf,
+    cfg: Config,
+    held: HashMap<Seid, Held>,
+    teids: HashMap<u32, Seid>,
+    ues: HashMap<Ipv4Addr, Seid>,
+    free_slots: Vec<u32>,
+    next_slot: u32,
+    cpus: usize,
+}
+
+fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> io::Error + '_ {
+    move |e| bpf::error(what, &e)
+}
+
+impl Engine {
+    /// Loads the program with maps for `cfg.sessions` sessions (root: CAP_BPF).
+    pub fn load(cfg: Config) -> io::Result<Self> {
+        let n = cfg.sessions.max(1);
+        let entries = |per: usize| {
+            u32::try_from(per)
+                .ok()
+                .and_then(|p| n.checked_mul(p))
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too many sessions"))
+        };
+        let n3 = u32::from_ne_bytes(cfg.n3.octets());
+        let ttl = u32::from(cfg.outer_ttl);
+        let mut ebpf = EbpfLoader::new()
+            .override_global("n3_addr", &n3, true)
+            .override_global("outer_ttl", &ttl, true)
+            .map_max_entries("uplink", entries(MAX_TEIDS)?)
+            .map_max_entries("downlink", entries(MAX_UES)?)
+            .map_max_entries("urrs", entries(URR_SLOTS)?)
+            .load(OBJECT)
+            .map_err(|e| bpf::error("loading the XDP engine", &e))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| io::Error::other("XDP engine object without its program"))?
+            .try_into()
+            .map_err(|e| bpf::error(PROGRAM, &e))?;
+        prog.load()
+            .map_err(|e| bpf::error("BPF_PROG_LOAD (XDP engine)", &e))?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        Ok(Self {
+            ebpf,
+            cfg,
+            held: HashMap::new(),
+            teids: HashMap::new(),
+            ues: HashMap::new(),
+            free_slots: Vec::new(),
+            next_slot: 0,
+            cpus,
+        })
+    }
+
+    /// The loaded program (to attach, or to run with `upf_io::bpf::run`).
+    pub fn program(&self) -> io::Result<&Xdp> {
+        self.ebpf
+            .program(PROGRAM)
+            .ok_or_else(|| io::Error::other("no program"))?
+            .try_into()
+            .map_err(|e| bpf::error(PROGRAM, &e))
+    }
+
+    /// Sessions held.
+    pub fn sessions(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
+    /// over). On error nothing changed.
+    pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
+        let c = compile(s, &self.cfg.hops)?;
+        for (t, _) in &c.uplink {
+            if self.teids.get(t).is_some_and(|o| *o != c.seid) {
+                return Err(InstallError::Conflict(format!("TEID {t:#x}")));
+            }
+        }
+        for (a, _) in &c.downlink {
+            if self.ues.get(a).is_some_and(|o| *o != c.seid) {
+                return Err(InstallError::Conflict(format!("UE address {a}")));
+            }
+        }
+        let old = self
+            .held
+            .get(&c.seid)
+            .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
+        if old.is_none() && self.held.len() >= self.cfg.sessions as usize {
+            return Err(InstallError::Full(self.cfg.sessions));
+        }
+        let slot = match &old {
+            Some(h) => h.0,
+            None => self.free_slots.last().copied().unwrap_or(self.next_slot),
+        };
+        // URR slots: kept for the URRs that stay, free ones (zeroed) for new ones.
+        let mut urrs: [Option<UrrId>; URR_SLOTS] = [None; URR_SLOTS];
+        let mut fresh = Vec::new();
+        for &id in &c.urrs {
+            if let Some(i) = old
+                .as_ref()
+                .and_then(|h| h.1.iter().position(|u| *u == Some(id)))
+            {
+                urrs[i] = Some(id);
+            }
+        }
+        for &id in &c.urrs {
+            if !urrs.contains(&Some(id)) {
+                let i = urrs
+                    .iter()
+                    .position(Option::is_none)
+                    .ok_or(Punt::TooMany("URRs"))?;
+                urrs[i] = Some(id);
+                fresh.push(i);
+            }
+        }
+        let cpus = self.cpus;
+        {
+            let mut m: PerCpuArray<&mut MapData, UsageValue> =
+                PerCpuArray::try_from(self.map("urrs")?).map_err(map_err("urrs map"))?;
+            for &i in &fresh {
+                let zero = PerCpuValues::try_from(vec![[0u64; 4]; cpus])?;
+                m.set(urr_index(slot, i), zero, 0)
+                    .map_err(map_err("zeroing URR counters"))?;
+            }
+        }
+        let old_keys = old.map(|h| (h.2, h.3));
+        self.write(&c, slot, &urrs, old_keys.as_ref())?;
+        if let Some((teids, ues)) = &old_keys {
+            // Keys the new rules do not have.
+            let mut ul = self.hash::<u32>("uplink")?;
+            for t in teids
+                .iter()
+                .filter(|t| !c.uplink.iter().any(|(n, _)| n == *t))
+            {
+                ul.remove(t).map_err(map_err("uplink map"))?;
+            }
+            let mut dl = self.hash("downlink")?;
+            for a in ues
+                .iter()
+                .filter(|a| !c.downlink.iter().any(|(n, _)| n == *a))
+            {
+                dl.remove(&ue_key(*a)).map_err(map_err("downlink map"))?;
+            }
+            for t in teids {
+                self.teids.remove(t);
+            }
+            for a in ues {
+                self.ues.remove(a);
+            }
+        } else if self.free_slots.pop().is_none() {
+            self.next_slot += 1;
+        }
+        let held = Held {
+            slot,
+            teids: c.uplink.iter().map(|(t, _)| *t).collect(),
+            ues: c.downlink.iter().map(|(a, _)| *a).collect(),
+            urrs,
+        };
+        for &t in &held.teids {
+            self.teids.insert(t, c.seid);
+        }
+        for &a in &held.ues {
+            self.ues.insert(a, c.seid);
+        }
+        self.held.insert(c.seid, held);
+        Ok(())
+    }
+
+    /// Writes `c`'s keys; on an error removes those it added (`old`: the keys before).
+    fn write(
+        &mut self,
+        c: &Compiled,
+        slot: u32,
+        urrs: &[Option<UrrId>; URR_SLOTS],
+        old: Option<&(Vec<u32>, Vec<Ipv4Addr>)>,
+    ) -> io::Result<()> {
+        let mut added_ul = Vec::new();
+        let mut added_dl = Vec::new();
+        let r = (|| {
+            let mut ul = self.hash::<u32>("uplink")?;
+            for (t, pdrs) in &c.uplink {
+                ul.insert(t, encode(slot, pdrs, urrs), 0)
+                    .map_err(map_err("uplink map"))?;
+                if !old.is_some_and(|o| o.0.contains(t)) {
+                    added_ul.push(*t);
+                }
+            }
+            let mut dl = self.hash("downlink")?;
+            for (a, pdrs) in &c.downlink {
+                dl.insert(ue_key(*a), encode(slot, pdrs, urrs), 0)
+                    .map_err(map_err("downlink map"))?;
+                if !old.is_some_and(|o| o.1.contains(a)) {
+                    added_dl.push(ue_key(*a));
+                }
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            if let Ok(mut ul) = self.hash::<u32>("uplink") {
+                for t in &added_ul {
+                    let _ = ul.remove(t);
+                }
+            }
+            if let Ok(mut dl) = self.hash("downlink") {
+                for k in &added_dl {
+                    let _ = dl.remove(k);
+                }
+            }
+        }
+        r
+    }
+
+    /// Removes a session; returns the final usage of its URRs.
+    pub fn remove(&mut self, seid: Seid) -> io::Result<Vec<(UrrId, Volume)>> {
+        let usage = self.usage(seid)?;
+        let Some(h) = self.held.remove(&seid) else {
+            return Ok(usage);
+        };
+        let mut ul = self.hash::<u32>("uplink")?;
+        for t in &h.teids {
+            ul.remove(t).map_err(map_err("uplink map"))?;
+        }
+        let mut dl = self.hash("downlink")?;
+        for a in &h.ues {
+            dl.remove(&ue_key(*a)).map_err(map_err("downlink map"))?;
+        }
+        for t in &h.teids {
+            self.teids.remove(t);
+        }
+        for a in &h.ues {
+            self.ues.remove(a);
+        }
+        self.free_slots.push(h.slot);
+        Ok(usage)
+    }
+
+    /// The usage each URR of a session has counted (per-CPU counters summed); empty for a
+    /// session not held.
+    pub fn usage(&self, seid: Seid) -> io::Result<Vec<(UrrId, Volume)>> {
+        let Some(h) = self.held.get(&seid) else {
+            return Ok(Vec::new());
+        };
+        let map = self
+            .ebpf
+            .map("urrs")
+            .ok_or_else(|| io::Error::other("no urrs map"))?;
+        let m: PerCpuArray<&MapData, UsageValue> =
+            PerCpuArray::try_from(map).map_err(map_err("urrs map"))?;
+        let mut v = Vec::new();
+        for (i, id) in h.urrs.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let per_cpu = m
+                .get(&urr_index(h.slot, i), 0)
+                .map_err(map_err("reading URR counters"))?;
+            let mut vol = Volume::default();
+            for c in per_cpu.iter() {
+                vol.uplink_bytes += c[0];
+                vol.uplink_packets += c[1];
+                vol.downlink_bytes += c[2];
+                vol.downlink_packets += c[3];
+            }
+            vol.total_bytes = vol.uplink_bytes + vol.downlink_bytes;
+            vol.total_packets = vol.uplink_packets + vol.downlink_packets;
+            v.push((*id, vol));
+        }
+        Ok(v)
+    }
+
+    /// The program's drop, punt and forward counters.
+    pub fn stats(&self) -> io::Result<Stats> {
+        let map = self
+            .ebpf
+            .map("stats")
+            .ok_or_else(|| io::Error::other("no stats map"))?;
+        let m: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(map_err("stats map"))?;
+        let sum = |i: u32| -> io::Result<u64> {
+            Ok(m.get(&i, 0).map_err(map_err("reading stats"))?.iter().sum())
+        };
+        let mut dropped = Vec::new();
+        for (i, r) in (0u32..).zip(Reason::ALL) {
+            dropped.push((r, sum(i)?));
+        }
+        Ok(Stats {
+            dropped,
+            punted: sum(S_PUNTED)?,
+            forwarded: sum(S_FORWARDED)?,
+        })
+    }
+
+    fn map(&mut self, name: &str) -> io::Result<&mut aya::maps::Map> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or_else(|| io::Error::other(format!("XDP engine object without its {name} map")))
+    }
+
+    fn hash<K: aya::Pod>(
+        &mut self,
+        name: &str,
+    ) -> io::Result<BpfHash<&mut MapData, K, SessionValue>> {
+        BpfHash::try_from(self.map(name)?).map_err(map_err("session map"))
+    }
+}
+
+#[allow(clippy::cast_possible_truncation)] // i < URR_SLOTS (4)
+fn urr_index(slot: u32, i: usize) -> u32 {
+    slot * URR_SLOTS as u32 + i as u32
+}
+
+/// The downlink key: the address as it is in a header.
+fn ue_key(a: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(a.octets())
+}
+
+/// `struct session` for `pdrs` (at most MAX_PDRS, as `compile` ensures).
+#[allow(clippy::cast_possible_truncation)] // counts and indices below MAX_PDRS, URR_SLOTS
+fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> SessionValue {
+    let mut v = [0u8; SESSION_LEN];
+    v[0..4].copy_from_slice(&slot.to_ne_bytes());
+    let n = pdrs.len().min(MAX_PDRS);
+    v[4..8].copy_from_slice(&(n as u32).to_ne_bytes());
+    for (k, p) in pdrs.iter().take(MAX_PDRS).enumerate() {
+        let b = &mut v[8 + k * PDR_LEN..8 + (k + 1) * PDR_LEN];
+        b[0..8].copy_from_slice(&p.qfis.to_ne_bytes());
+        let mut flags = 0u8;
+        if let Some((a, dst)) = p.ue {
+            b[8..12].copy_from_slice(&a.octets());
+            flags |= 1 | if dst { 2 } else { 0 };
+        }
+        if p.gate_shut {
+            flags |= 4;
+        }
+        b[21] = match p.action {
+            Action::Drop => 0,
+            Action::NoTarget => 1,
+            Action::ToN6 => 2,
+            Action::Encap {
+                peer,
+                teid,
+                tos,
+                psc,
+            } => {
+                b[12..16].copy_from_slice(&peer.octets());
+                b[16..20].copy_from_slice(&teid.to_be_bytes());
+                b[22] = tos;
+                if let Some(o) = psc {
+                    flags |= 8;
+                    b[23] = o;
+                }
+                3
+            }
+        };
+        b[20] = flags;
+        let ids: Vec<u8> = p
+            .urrs
+            .iter()
+            .filter_map(|id| urrs.iter().position(|u| *u == Some(*id)))
+            .map(|i| i as u8)
+            .collect();
+        b[24] = ids.len() as u8;
+        b[25] = u8::from(p.uplink);
+        for (j, i) in ids.iter().take(2).enumerate() {
+            b[26 + j] = *i;
+        }
+        b[28..34].copy_from_slice(&p.hop.dst);
+        b[34..40].copy_from_slice(&p.hop.src);
+        for (j, f) in p.sdf.iter().take(MAX_SDF).enumerate() {
+            let o = &mut b[40 + j * SDF_LEN..40 + (j + 1) * SDF_LEN];
+            let mut flags = 0u8;
+            flags |= side(o, 0, 16, &f.ue, 4, 8);
+            flags |= side(o, 8, 20, &f.remote, 16, 32);
+            if f.never {
+                flags |= 1;
+            }
+            if let Some(proto) = f.proto {
+                flags |= 2;
+                o[25] = proto;
+            }
+            o[24] = flags;
+            o[26] = f.tos.0;
+            o[27] = f.tos.1;
+        }
+        b[40 + MAX_SDF * SDF_LEN] = p.sdf.len().min(MAX_SDF) as u8;
+    }
+    v
+}
+
+/// One side of `struct sdf` `o`: net and mask at `a`, port range at `p`; returns its flags
+/// (`none`, `neg`).
+fn side(o: &mut [u8], a: usize, p: usize, s: &CSide, none: u8, neg: u8) -> u8 {
+    let mut flags = if s.negated { neg } else { 0 };
+    match s.addr {
+        CAddr::Net { net, mask } => {
+            o[a..a + 4].copy_from_slice(&net.octets());
+            o[a + 4..a + 8].copy_from_slice(&mask.to_be_bytes());
+        }
+        CAddr::None => flags |= none,
+    }
+    o[p..p + 2].copy_from_slice(&s.ports.0.to_ne_bytes());
+    o[p + 2..p + 4].copy_from_slice(&s.ports.1.to_ne_bytes());
+    flags
+}

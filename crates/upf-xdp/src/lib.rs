@@ -1,0 +1,75 @@
+//! `upf-xdp`: the XDP engine of the UPF (issue #27), first slice. Sessions of `upf-rules` are
+//! compiled by [`compile`] into the maps of `bpf/engine.bpf.c`, an XDP program that runs the
+//! common IPv4 case in the kernel exactly as the user-space `upf_dataplane::Pipeline` does;
+//! a session it does not run is punted ([`Punt`]), and so is every packet it does not claim
+//! (XDP_PASS, counted; the AF_XDP hand-off comes in a later slice).
+//!
+//! What the program claims (held to the `Pipeline` by `tests/differential.rs`):
+//! - uplink: Ethernet, IPv4 without options (checksum right, not a fragment) to the N3
+//!   address, UDP to port 2152, a G-PDU without options or with exactly one one-word PDU
+//!   Session Container (its QFI read), lengths consistent; the inner packet IPv4 without
+//!   options, TCP or UDP, not a later fragment; a TEID the engine holds;
+//! - downlink: Ethernet, the same inner form to a UE address the engine holds;
+//! - the PDRs of the TEID (or of the session, by UE address) in precedence order, matched
+//!   by QFI, UE address and up to 4 SDF filters each (protocol, ToS, addresses with masks
+//!   and negation, one port range a side; SPI and flow label match none of these packets);
+//! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
+//!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
+//!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
+//! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); URR volume and packet
+//!   counts per direction; `no_matching_pdr`;
+//! - egress by XDP_TX with the next hop's Ethernet addresses ([`Hops`]).
+//!
+//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`].
+//!
+//! Not here yet (punted): inner packets other than TCP/UDP (ICMP: ping goes to user space),
+//! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
+//! with more than one port range a side, IPv6, framed routes, MBR/GBR/packet rates, URR
+//! thresholds and quotas, buffering, duplication, network instances, N9. Not in the program
+//! yet: the uplink ACL (the runtime must not use this engine while one is loaded), the
+//! AF_XDP punt, the FIB lookup.
+
+mod compile;
+mod engine;
+
+pub use compile::{
+    compile, Action, CAddr, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
+    MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, URR_SLOTS,
+};
+pub use engine::{Config, Engine, InstallError, Stats};
+
+/// Why the program dropped a packet: the names are `upf_dataplane::DropReason`'s for the same
+/// reasons (a test holds them equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    NoMatchingPdr,
+    FarDrop,
+    NoForwardingTarget,
+    GateClosed,
+    TtlExpired,
+    EncapFailed,
+}
+
+impl Reason {
+    /// In the order of the program's counter indices (`R_*` in bpf/engine.bpf.c).
+    pub const ALL: [Reason; 6] = [
+        Reason::NoMatchingPdr,
+        Reason::FarDrop,
+        Reason::NoForwardingTarget,
+        Reason::GateClosed,
+        Reason::TtlExpired,
+        Reason::EncapFailed,
+    ];
+
+    /// Name for metrics and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::NoMatchingPdr => "no_matching_pdr",
+            Reason::FarDrop => "far_drop",
+            Reason::NoForwardingTarget => "no_forwarding_target",
+            Reason::GateClosed => "gate_closed",
+            Reason::TtlExpired => "ttl_expired",
+            Reason::EncapFailed => "encap_failed",
+        }
+    }
+}

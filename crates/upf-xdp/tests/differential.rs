@@ -1,0 +1,572 @@
+//! The XDP program held to the reference (root): random sessions within the slice, random
+//! frames (valid uplink and downlink ones of the session, mutated, truncated, garbage), each
+//! through BPF_PROG_TEST_RUN and through a `upf_dataplane::Pipeline` holding the same session.
+//! For every frame the program does not punt: the same verdict, the same drop reason, the same
+//! output from the IP header on (the outer IPv4 identification, a per-CPU counter in the
+//! program and a per-worker one in the pipeline, is compared zeroed, with both checksums
+//! checked right), the next hop's Ethernet header; punted frames come back unchanged, and a
+//! valid frame of the session is never punted. At the end of each session, the same URR
+//! volumes and packet counts.
+#![allow(clippy::cast_possible_truncation)] // test frames are small
+
+use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use upf_dataplane::{Output, Packet, Pipeline, PipelineConfig, Port};
+use upf_rules::*;
+use upf_wire::checksum::checksum;
+use upf_xdp::{Config, Engine, Hops, NextHop};
+
+const N3: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const HOPS: Hops = Hops {
+    n3: NextHop {
+        dst: [2, 0, 0, 0, 3, 3],
+        src: [2, 0, 0, 0, 3, 1],
+    },
+    n6: NextHop {
+        dst: [2, 0, 0, 0, 6, 6],
+        src: [2, 0, 0, 0, 6, 1],
+    },
+};
+/// What the cases covered: frames punted, forwarded up and down, dropped by reason.
+static TALLY: Mutex<Tally> = Mutex::new(Tally {
+    punted: 0,
+    up: 0,
+    down: 0,
+    drops: Vec::new(),
+    usage: 0,
+});
+
+#[derive(Debug)]
+struct Tally {
+    punted: u64,
+    up: u64,
+    down: u64,
+    drops: Vec<(&'static str, u64)>,
+    /// Cases whose URRs counted something.
+    usage: u64,
+}
+
+fn tally(f: impl FnOnce(&mut Tally)) {
+    f(&mut TALLY.lock().unwrap())
+}
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+
+/// xorshift64*: the frames and rules of one case from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[self.below(v.len() as u64) as usize]
+    }
+}
+
+/// The remote ends and ports frames use, so that filters hit and miss.
+const REMOTES: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(198, 51, 100, 7),
+    Ipv4Addr::new(203, 0, 113, 9),
+];
+const PORTS: [u16; 5] = [53, 80, 443, 2000, 2152];
+
+/// A random SDF filter: a Flow Description over the UE's and the remote addresses and ports
+/// (sometimes deny, negated, IPv6, a ToS, an SPI or a flow label).
+fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
+    let endpoint = |r: &mut Rng| {
+        let neg = if r.chance(8) { "!" } else { "" };
+        let addr = match r.below(6) {
+            0 | 1 => "any".to_string(),
+            2 => "assigned".to_string(),
+            3 if r.chance(4) => "2001:db8::/32".to_string(),
+            _ => {
+                let a = if r.chance(2) { ue } else { r.pick(&REMOTES) };
+                format!("{a}/{}", r.pick(&[0u8, 8, 16, 24, 31, 32]))
+            }
+        };
+        let ports = match r.below(3) {
+            0 => String::new(),
+            1 => format!(" {}", r.pick(&PORTS)),
+            _ => {
+                let (a, b) = (r.pick(&PORTS), r.pick(&PORTS));
+                format!(" {}-{}", a.min(b), a.max(b))
+            }
+        };
+        format!("{neg}{addr}{ports}")
+    };
+    let text = format!(
+        "{} {} {} from {} to {}",
+        if r.chance(8) { "deny" } else { "permit" },
+        if r.chance(2) { "out" } else { "in" },
+        r.pick(&["ip", "ip", "6", "17", "1"]),
+        endpoint(r),
+        endpoint(r)
+    );
+    SdfFilter {
+        flow: (!r.chance(6)).then(|| FlowDescription::parse(&text).unwrap()),
+        tos: r
+            .chance(6)
+            .then(|| (r.next() as u8, r.pick(&[0xfc, 0xff, 0xe0]))),
+        spi: r.chance(16).then_some(1),
+        flow_label: r.chance(16).then_some(1),
+        filter_id: None,
+    }
+}
+
+/// A random session within the slice: UE `ue`, local TEIDs `teids`.
+fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
+    let mut s = Session::new(Seid(seid), Seid(1), "192.0.2.9".parse().unwrap());
+    let n_qers = r.below(3) as u32;
+    for id in 1..=n_qers {
+        let mut q = Qer::open(QerId(id));
+        if r.chance(4) {
+            q.gate_uplink = Gate::Closed;
+        }
+        if r.chance(4) {
+            q.gate_downlink = Gate::Closed;
+        }
+        q.qfi = r.chance(2).then(|| Qfi(1 + r.below(9) as u8));
+        q.rqi = r.chance(3);
+        s.insert_qer(q).unwrap();
+    }
+    let n_urrs = r.below(3) as u32;
+    for id in 1..=n_urrs {
+        let mut u = Urr::new(UrrId(id));
+        u.method = MeasurementMethod::VOLUM;
+        if r.chance(2) {
+            u.triggers = ReportingTriggers::PERIO;
+            u.measurement_period_s = Some(60);
+        }
+        s.insert_urr(u).unwrap();
+    }
+    let mut far_id = 0u32;
+    let n_ul = 1 + r.below(3) as u16;
+    let n_dl = 1 + r.below(3) as u16;
+    for k in 0..n_ul + n_dl {
+        let uplink = k < n_ul;
+        let mut pdi = Pdi::any(if uplink {
+            Interface::Access
+        } else {
+            Interface::Core
+        });
+        if uplink {
+            pdi.local_f_teid = Some(LocalFTeid {
+                teid: Teid(r.pick(teids)),
+                ipv4: Some(N3),
+                ipv6: None,
+            });
+            for _ in 0..r.below(3) {
+                let q = Qfi(1 + r.below(4) as u8);
+                if !pdi.qfis.contains(&q) {
+                    pdi.qfis.push(q);
+                }
+            }
+        }
+        if r.chance(2) {
+            pdi.sdf_filters = (0..1 + r.below(4))
+                .map(|_| sdf(r, ue))
+                .collect::<Vec<_>>()
+                .into();
+        }
+        // The first downlink PDR names the UE, so that the session is found by it.
+        if k == n_ul || r.chance(2) {
+            pdi.ue_ip = Some(UeIp {
+                ipv4: Some(ue),
+                ipv6: None,
+                is_destination: !uplink,
+            });
+        }
+        let far = match r.below(6) {
+            0 => None,
+            1 => Some((ApplyAction::DROP, None)),
+            2 => Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Access)))),
+            _ if uplink => Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Core)))),
+            _ => {
+                let mut fw = Forwarding::to(Interface::Access);
+                fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+                    teid: Teid(r.next() as u32),
+                    peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100 + r.below(3) as u8)),
+                });
+                if r.chance(3) {
+                    fw.transport_level_marking = Some((r.next() as u8, 0xff));
+                }
+                Some((ApplyAction::FORW, Some(fw)))
+            }
+        };
+        let far = far.map(|(action, forwarding)| {
+            far_id += 1;
+            s.insert_far(Far {
+                id: FarId(far_id),
+                action,
+                forwarding,
+                duplicating: Box::default(),
+                bar: None,
+            })
+            .unwrap();
+            FarId(far_id)
+        });
+        let qers = (1..=n_qers).filter(|_| r.chance(2)).map(QerId).collect();
+        let urrs = (1..=n_urrs)
+            .filter(|_| r.chance(3) || n_urrs == 1)
+            .map(UrrId)
+            .collect();
+        s.insert_pdr(Pdr {
+            id: PdrId(k + 1),
+            precedence: Precedence(r.below(4) as u32),
+            pdi,
+            outer_header_removal: uplink.then_some(OuterHeaderRemoval::GtpuUdpIp {
+                delete_pdu_session_container: false,
+            }),
+            far,
+            qers,
+            urrs,
+        })
+        .unwrap();
+    }
+    s
+}
+
+/// IPv4 (checksum right) + UDP or TCP header + `payload` octets.
+fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let tcp = r.chance(2);
+    let l4 = if tcp { 20 } else { 8 };
+    let total = 20
+        + l4
+        + if r.chance(10) {
+            1300 + r.below(100)
+        } else {
+            r.below(80)
+        } as usize;
+    let mut v = vec![0u8; total];
+    for b in &mut v[20..] {
+        *b = r.next() as u8;
+    }
+    v[0] = 0x45;
+    v[1] = r.next() as u8;
+    v[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    v[4..6].copy_from_slice(&(r.next() as u16).to_be_bytes());
+    v[6] = if r.chance(8) { 0x20 } else { 0x40 }; // MF, or DF
+    v[8] = r.pick(&[0, 1, 2, 64, 255]);
+    v[9] = if tcp { 6 } else { 17 };
+    v[12..16].copy_from_slice(&src.octets());
+    v[16..20].copy_from_slice(&dst.octets());
+    for at in [20, 22] {
+        if !r.chance(8) {
+            v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+        }
+    }
+    if r.chance(3) {
+        v[1] = r.pick(&[0xb8, 0xb9, 0x00, 0x20]);
+    }
+    let c = checksum(&v[..20]);
+    v[10..12].copy_from_slice(&c.to_be_bytes());
+    if !tcp {
+        v[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
+    }
+    v
+}
+
+fn eth(frame: &mut Vec<u8>) {
+    frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00]);
+}
+
+/// A G-PDU to N3 for `teid` carrying `ip` (PSC with `qfi` if given; `pad` octets after the
+/// inner packet inside the G-PDU).
+fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u8> {
+    let ext = if qfi.is_some() { 8 } else { 0 };
+    let total = 36 + ext + ip.len() + pad;
+    let mut f = Vec::new();
+    eth(&mut f);
+    let mut h = vec![0u8; 36 + ext];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    h[8] = 64;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&[192, 0, 2, 100]);
+    h[16..20].copy_from_slice(&N3.octets());
+    h[20..22].copy_from_slice(&(r.next() as u16).to_be_bytes());
+    h[22..24].copy_from_slice(&2152u16.to_be_bytes());
+    h[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
+    h[28] = if qfi.is_some() { 0x34 } else { 0x30 };
+    h[29] = 0xff;
+    h[30..32].copy_from_slice(&((total - 36) as u16).to_be_bytes());
+    h[32..36].copy_from_slice(&teid.to_be_bytes());
+    if let Some(q) = qfi {
+        h[39] = 0x85;
+        h[40] = 1;
+        h[41] = if r.chance(4) { 0x00 } else { 0x10 }; // DL or UL PDU Session Information
+        h[42] = q;
+    }
+    let c = checksum(&h[..20]);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&h);
+    f.extend_from_slice(ip);
+    f.extend(std::iter::repeat_n(0u8, pad));
+    f
+}
+
+/// A frame and whether it is a valid one the program claims (must not be punted).
+fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
+    let other = Ipv4Addr::from(r.next() as u32);
+    let (mut f, mut claimed) = match r.below(5) {
+        0 | 1 => {
+            let teid = if r.chance(8) {
+                r.next() as u32
+            } else {
+                r.pick(teids)
+            };
+            let src = if r.chance(4) { other } else { ue };
+            let remote = r.pick(&REMOTES);
+            let ip = inner(r, src, remote);
+            let qfi = r.chance(4).then(|| r.below(6) as u8);
+            let pad = if r.chance(6) {
+                1 + r.below(8) as usize
+            } else {
+                0
+            };
+            let claimed = teids.contains(&teid) && ip[6] & 0x1f == 0;
+            (gpdu(r, teid, qfi, &ip, pad), claimed)
+        }
+        2 | 3 => {
+            let dst = if r.chance(8) { other } else { ue };
+            let remote = r.pick(&REMOTES);
+            let ip = inner(r, remote, dst);
+            let mut f = Vec::new();
+            eth(&mut f);
+            f.extend_from_slice(&ip);
+            (f, dst == ue)
+        }
+        _ => {
+            let mut f = Vec::new();
+            eth(&mut f);
+            f.extend((0..r.below(100)).map(|_| r.next() as u8));
+            (f, false)
+        }
+    };
+    // Ethernet padding to the 60-octet minimum, or more.
+    if f.len() < 60 || r.chance(8) {
+        let n = 60usize.saturating_sub(f.len()) + r.below(4) as usize;
+        f.extend(std::iter::repeat_n(0u8, n));
+    }
+    if r.chance(4) {
+        let i = r.below(f.len() as u64) as usize;
+        f[i] ^= 1 + r.below(255) as u8;
+        claimed = false;
+    }
+    if r.chance(10) {
+        // BPF_PROG_RUN takes no frame shorter than an Ethernet header.
+        f.truncate(14 + r.below(f.len() as u64 - 14) as usize);
+        claimed = false;
+    }
+    (f, claimed)
+}
+
+/// The IP packet in a frame, without Ethernet padding (upf_io's af_xdp `ip_trim`).
+fn ip_of(f: &[u8]) -> &[u8] {
+    let ip = &f[14..];
+    if ip.len() >= 20 && ip[0] >> 4 == 4 {
+        let len = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        return ip.get(..len).unwrap_or(ip);
+    }
+    ip
+}
+
+fn stat_diff(a: &upf_xdp::Stats, b: &upf_xdp::Stats) -> Vec<&'static str> {
+    a.dropped
+        .iter()
+        .zip(&b.dropped)
+        .filter(|(x, y)| x.1 != y.1)
+        .map(|(x, _)| x.0.name())
+        .collect()
+}
+
+/// One case: a session from `seed` and its frames through both engines.
+fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
+    let mut engine = engine();
+    let mut r = Rng(seed | 1);
+    let ue = Ipv4Addr::new(10, 0, r.below(4) as u8, 1 + r.below(250) as u8);
+    let teids: Vec<u32> = (0..1 + r.below(2))
+        .map(|_| 1 + r.below(1000) as u32)
+        .collect();
+    let s = session(&mut r, seed, ue, &teids);
+    // The TEIDs the PDRs took (the others are unknown: punted).
+    let teids: Vec<u32> = teids
+        .into_iter()
+        .filter(|t| {
+            s.pdrs
+                .iter()
+                .any(|p| p.pdi.local_f_teid.is_some_and(|f| f.teid.0 == *t))
+        })
+        .collect();
+    let now = Instant::now();
+    let mut pipeline = Pipeline::new(
+        now,
+        PipelineConfig {
+            n3: upf_dataplane::LocalAddrs {
+                v4: Some(N3),
+                v6: None,
+            },
+            ..Default::default()
+        },
+    );
+    pipeline
+        .install(now, Arc::new(s.clone()), InstallFlags::default())
+        .map_err(|e| TestCaseError::fail(format!("reference refuses: {e:?}")))?;
+    engine
+        .install(&s)
+        .map_err(|e| TestCaseError::fail(format!("engine refuses {s:#?}: {e}")))?;
+    let prog = engine.program().unwrap();
+    let mut out = Output::default();
+    let mut buf = vec![0u8; 4096];
+    let mut handled = 0;
+    for n in 0..frames {
+        let (f, claimed) = frame(&mut r, ue, &teids);
+        let before = engine.stats().unwrap();
+        let res = upf_io::bpf::run(prog, &f, &mut buf, 1, None).unwrap();
+        let after = engine.stats().unwrap();
+        let got = &buf[..res.out_len];
+        let ctx = || format!("frame {n} {f:02x?}\nsession {s:#?}");
+        if res.retval == XDP_PASS {
+            prop_assert_eq!(after.punted, before.punted + 1);
+            prop_assert_eq!(got, &f[..], "a punted frame is unchanged");
+            prop_assert!(
+                !claimed,
+                "a valid frame of the session was punted: {}",
+                ctx()
+            );
+            tally(|t| t.punted += 1);
+            continue;
+        }
+        handled += 1;
+        let ip = ip_of(&f);
+        let port = if ip.len() >= 20 && ip[0] == 0x45 && ip[9] == 17 && ip[16..20] == N3.octets() {
+            Port::N3
+        } else {
+            Port::N6
+        };
+        let dropped_before = pipeline.counters().dropped;
+        let mut rx = vec![Packet::from_bytes(port, ip).unwrap()];
+        pipeline.process(now, &mut rx, &mut out);
+        let reference_drops: Vec<&str> = upf_dataplane::DropReason::ALL
+            .iter()
+            .filter(|d| pipeline.counters().dropped[**d as usize] != dropped_before[**d as usize])
+            .map(|d| d.name())
+            .collect();
+        match res.retval {
+            XDP_DROP => {
+                prop_assert_eq!(out.tx.len(), 0, "the reference forwards: {}", ctx());
+                prop_assert_eq!(
+                    stat_diff(&before, &after),
+                    reference_drops.clone(),
+                    "{}",
+                    ctx()
+                );
+                tally(
+                    |t| match t.drops.iter_mut().find(|d| d.0 == reference_drops[0]) {
+                        Some(d) => d.1 += 1,
+                        None => t.drops.push((reference_drops[0], 1)),
+                    },
+                );
+            }
+            XDP_TX => {
+                prop_assert_eq!(after.forwarded, before.forwarded + 1);
+                prop_assert_eq!(
+                    out.tx.len(),
+                    1,
+                    "the reference drops {:?}: {}",
+                    reference_drops,
+                    ctx()
+                );
+                let p = out.tx.pop().unwrap();
+                let (hop, egress) = if port == Port::N3 {
+                    (HOPS.n6, Port::N6)
+                } else {
+                    (HOPS.n3, Port::N3)
+                };
+                prop_assert_eq!(p.port(), egress);
+                prop_assert_eq!(&got[..6], &hop.dst[..]);
+                prop_assert_eq!(&got[6..12], &hop.src[..]);
+                prop_assert_eq!(&got[12..14], &[8u8, 0][..]);
+                let mut mine = got[14..].to_vec();
+                let mut theirs = p.data().to_vec();
+                if egress == Port::N3 {
+                    for h in [&mut mine, &mut theirs] {
+                        prop_assert_eq!(checksum(&h[..20]), 0, "outer checksum: {}", ctx());
+                        h[4..6].fill(0);
+                        h[10..12].fill(0);
+                    }
+                }
+                prop_assert_eq!(mine, theirs, "{}", ctx());
+                tally(|t| {
+                    if egress == Port::N6 {
+                        t.up += 1
+                    } else {
+                        t.down += 1
+                    }
+                });
+            }
+            v => prop_assert!(false, "XDP verdict {}", v),
+        }
+        out.free.clear();
+    }
+    let ids: Vec<UrrId> = s.urrs.iter().map(|u| u.id).collect();
+    let theirs: Vec<(UrrId, Volume)> = pipeline
+        .query_usage(now, s.seid, &ids)
+        .unwrap()
+        .into_iter()
+        .map(|u| (u.urr, u.volume))
+        .collect();
+    let mine = engine.remove(s.seid).unwrap();
+    prop_assert_eq!(&mine, &theirs, "URR usage after {} handled frames", handled);
+    if mine.iter().any(|(_, v)| v.total_packets > 0) {
+        tally(|t| t.usage += 1);
+    }
+    Ok(())
+}
+
+fn engine() -> Engine {
+    Engine::load(Config {
+        sessions: 16,
+        n3: N3,
+        outer_ttl: 64,
+        hops: HOPS,
+    })
+    .expect("loading the XDP engine (root)")
+}
+
+#[test]
+#[ignore = "needs root"]
+fn xdp_program_does_what_the_pipeline_does() {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 300,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner.run(&any::<u64>(), |seed| check(seed, 40)).unwrap();
+    let t = TALLY.lock().unwrap();
+    eprintln!("{t:?}");
+    // The cases reached every verdict the program claims.
+    assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0);
+    for r in upf_xdp::Reason::ALL {
+        let seen = t.drops.iter().any(|d| d.0 == r.name());
+        assert!(
+            seen || r == upf_xdp::Reason::EncapFailed,
+            "no {} drop",
+            r.name()
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! The engine loaded in the kernel (root): the verifier takes the program, a full map refuses
+//! a session, a replaced session keeps the counts of the URRs it keeps, the drop reasons are
+//! named as the reference names them.
+#![allow(clippy::cast_possible_truncation)] // test frames are small
+
+use std::net::{IpAddr, Ipv4Addr};
+use upf_rules::*;
+use upf_xdp::{Config, Engine, Hops, InstallError, NextHop, Reason};
+
+fn config(sessions: u32) -> Config {
+    Config {
+        sessions,
+        n3: Ipv4Addr::new(192, 0, 2, 1),
+        outer_ttl: 64,
+        hops: Hops {
+            n3: NextHop::default(),
+            n6: NextHop::default(),
+        },
+    }
+}
+
+/// A session with an uplink PDR (TEID `n`) to N6 and a downlink PDR (UE 10.0.x.y) to a gNB.
+fn session(n: u32) -> Session {
+    let ue = Ipv4Addr::from(0x0a00_0000 + n);
+    let mut s = Session::new(Seid(u64::from(n)), Seid(1), "192.0.2.9".parse().unwrap());
+    let mut ul = Pdi::any(Interface::Access);
+    ul.local_f_teid = Some(LocalFTeid {
+        teid: Teid(n),
+        ipv4: None,
+        ipv6: None,
+    });
+    ul.ue_ip = Some(UeIp {
+        ipv4: Some(ue),
+        ipv6: None,
+        is_destination: false,
+    });
+    let mut dl = Pdi::any(Interface::Core);
+    dl.ue_ip = Some(UeIp {
+        ipv4: Some(ue),
+        ipv6: None,
+        is_destination: true,
+    });
+    for (id, pdi, ohr) in [(1u16, ul, true), (2, dl, false)] {
+        s.insert_pdr(Pdr {
+            id: PdrId(id),
+            precedence: Precedence(1),
+            pdi,
+            outer_header_removal: ohr.then_some(OuterHeaderRemoval::GtpuUdpIp {
+                delete_pdu_session_container: false,
+            }),
+            far: Some(FarId(u32::from(id))),
+            qers: Default::default(),
+            urrs: Default::default(),
+        })
+        .unwrap();
+    }
+    let mut to_gnb = Forwarding::to(Interface::Access);
+    to_gnb.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+        teid: Teid(7),
+        peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100)),
+    });
+    for (id, fw) in [(1, Forwarding::to(Interface::Core)), (2, to_gnb)] {
+        s.insert_far(Far {
+            id: FarId(id),
+            action: ApplyAction::FORW,
+            forwarding: Some(fw),
+            duplicating: Box::default(),
+            bar: None,
+        })
+        .unwrap();
+    }
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_program_loads_and_a_full_map_refuses() {
+    let mut e = Engine::load(config(2)).expect("the verifier takes the program");
+    e.install(&session(1)).unwrap();
+    e.install(&session(2)).unwrap();
+    e.install(&session(2)).expect("a replacement needs no room");
+    assert!(matches!(e.install(&session(3)), Err(InstallError::Full(2))));
+    let mut other = session(3);
+    other.seid = Seid(1);
+    other.pdrs[1].pdi.ue_ip.as_mut().unwrap().ipv4 = Some(Ipv4Addr::new(10, 0, 0, 2));
+    assert!(
+        matches!(e.install(&other), Err(InstallError::Conflict(_))),
+        "the UE address of session 2"
+    );
+    e.remove(Seid(1)).unwrap();
+    e.install(&session(3)).expect("room again");
+    assert_eq!(e.sessions(), 2);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn maps_for_a_million_sessions_are_created() {
+    // The session maps allocate as sessions come; the URR counters are preallocated.
+    let e = Engine::load(config(1_000_000)).expect("maps for 1M sessions");
+    assert_eq!(e.sessions(), 0);
+}
+
+/// Ethernet + IPv4/UDP (28 + `payload` octets, TTL 64) from `src` to `dst`.
+fn ip_frame(src: Ipv4Addr, dst: Ipv4Addr, payload: usize) -> Vec<u8> {
+    let total = 28 + payload;
+    let mut f = vec![0u8; 14];
+    f[12] = 8;
+    let mut ip = vec![0u8; total];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    ip[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    let c = upf_wire::checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f
+}
+
+/// `ip_frame`'s IP packet in a G-PDU for `teid` to our N3 address.
+fn gpdu_frame(teid: u32, inner: &[u8]) -> Vec<u8> {
+    let total = 36 + inner.len();
+    let mut f = ip_frame(Ipv4Addr::new(192, 0, 2, 100), config(1).n3, total - 28);
+    let h = &mut f[14..];
+    h[20..22].copy_from_slice(&2152u16.to_be_bytes());
+    h[22..24].copy_from_slice(&2152u16.to_be_bytes());
+    h[28] = 0x30;
+    h[29] = 0xff;
+    h[30..32].copy_from_slice(&(inner.len() as u16).to_be_bytes());
+    h[32..36].copy_from_slice(&teid.to_be_bytes());
+    h[36..].copy_from_slice(inner);
+    f
+}
+
+fn run(e: &Engine, frame: &[u8]) -> u32 {
+    let mut out = vec![0u8; 2048];
+    upf_io::bpf::run(e.program().unwrap(), frame, &mut out, 1, None)
+        .unwrap()
+        .retval
+}
+
+fn with_urrs(n: u32, ul: &[u32], dl: &[u32]) -> Session {
+    let mut s = session(n);
+    for &id in ul.iter().chain(dl) {
+        if s.urr(UrrId(id)).is_none() {
+            let mut u = Urr::new(UrrId(id));
+            u.method = MeasurementMethod::VOLUM;
+            s.insert_urr(u).unwrap();
+        }
+    }
+    s.pdr_mut(PdrId(1)).unwrap().urrs = ul.iter().map(|&u| UrrId(u)).collect();
+    s.pdr_mut(PdrId(2)).unwrap().urrs = dl.iter().map(|&u| UrrId(u)).collect();
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_replaced_session_keeps_the_counts_of_the_urrs_it_keeps() {
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    let down = ip_frame(dn, ue, 72); // 100 octets of IP
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 22)[14..]); // 50
+    e.install(&with_urrs(1, &[1], &[1])).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    let vol = |e: &Engine| -> Vec<(u32, u64, u64)> {
+        e.usage(Seid(1))
+            .unwrap()
+            .into_iter()
+            .map(|(id, v)| (id.0, v.uplink_bytes, v.downlink_bytes))
+            .collect()
+    };
+    assert_eq!(vol(&e), [(1, 50, 0)]);
+    // URR 1 stays, URR 2 comes: counted from zero.
+    e.install(&with_urrs(1, &[1], &[1, 2])).unwrap();
+    assert_eq!(run(&e, &down), XDP_TX);
+    assert_eq!(vol(&e), [(1, 50, 100), (2, 0, 100)]);
+    // URR 1 goes, URR 3 takes its counters' slot: from zero, not URR 1's counts.
+    e.install(&with_urrs(1, &[3], &[2])).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    let mut v = vol(&e);
+    v.sort();
+    assert_eq!(v, [(2, 0, 100), (3, 50, 0)]);
+    assert_eq!(e.remove(Seid(1)).unwrap().len(), 2, "the final usage");
+    assert_eq!(run(&e, &up), 2, "XDP_PASS: the TEID is gone");
+    let st = e.stats().unwrap();
+    assert_eq!((st.forwarded, st.punted), (3, 1));
+}
+
+#[test]
+fn drop_reasons_are_named_as_the_reference_names_them() {
+    let names: Vec<&str> = upf_dataplane::DropReason::ALL
+        .iter()
+        .map(|r| r.name())
+        .collect();
+    for r in Reason::ALL {
+        assert!(names.contains(&r.name()), "{}", r.name());
+    }
+}
