@@ -54,6 +54,10 @@ pub enum AttachMode {
     Native,
     /// On the generic path after the skb is built (`XDP_FLAGS_SKB_MODE`).
     Generic,
+    /// Loaded, not attached: another XDP program attached to the interface (the XDP engine
+    /// of `upf-xdp`) tail-calls it ([`XdpInterface::program_fd`]) for the packets it leaves to
+    /// the user-space engine, which then go where they would go without that program.
+    TailCalled,
 }
 
 /// Options of an AF_XDP interface.
@@ -200,7 +204,7 @@ pub fn interface_addresses(ifname: &str) -> io::Result<Vec<IpAddr>> {
 /// it) and its XSKMAP.
 struct Attached {
     map: Mutex<XskMap<MapData>>,
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     native: bool,
     filter: Filter,
 }
@@ -247,6 +251,7 @@ impl XdpInterface {
         let native = match cfg.attach {
             AttachMode::Native => attach(XdpMode::Driver).map(|()| true),
             AttachMode::Generic => attach(XdpMode::Skb).map(|()| false),
+            AttachMode::TailCalled => Ok(false),
             AttachMode::Auto => match attach(XdpMode::Driver) {
                 Ok(()) => Ok(true),
                 Err((Some(libc::EOPNOTSUPP) | Some(libc::EINVAL), _)) => {
@@ -265,7 +270,7 @@ impl XdpInterface {
             cfg,
             attached: Arc::new(Attached {
                 map: Mutex::new(map),
-                _ebpf: ebpf,
+                ebpf,
                 native,
                 filter,
             }),
@@ -286,9 +291,25 @@ impl XdpInterface {
         &self.attached.filter
     }
 
-    /// Whether the program runs in the driver (else on the generic path).
+    /// Whether the program runs in the driver (else on the generic path, or tail-called).
     pub fn native(&self) -> bool {
         self.attached.native
+    }
+
+    /// A descriptor of the steering program, for the program array of the XDP program that
+    /// tail-calls it ([`AttachMode::TailCalled`]). The program lives while this interface or
+    /// one of its sockets does (the caller's array entry goes when it is closed).
+    pub fn program_fd(&self) -> io::Result<aya::programs::ProgramFd> {
+        let prog: &aya::programs::Xdp = self
+            .attached
+            .ebpf
+            .program(prog::PROGRAM)
+            .ok_or_else(|| io::Error::other("XDP object without its program"))?
+            .try_into()
+            .map_err(|e| crate::bpf::error(prog::PROGRAM, &e))?;
+        prog.fd()
+            .map_err(|e| crate::bpf::error(prog::PROGRAM, &e))?
+            .try_clone()
     }
 
     /// A socket on `queue`, registered in the program's map.
