@@ -1,6 +1,10 @@
 /* The XDP engine (issue #27), first slice: the common IPv4 case of a session, run in the
- * kernel as upf_dataplane::Pipeline runs it; whatever this program does not claim gets XDP_PASS
- * (counted as punted) and is left unchanged. The adaptor (src/compile.rs) decides which
+ * kernel as upf_dataplane::Pipeline runs it. Whatever this program does not claim is punted
+ * unchanged (counted): tail-called into upf-io's AF_XDP steering program of the arriving
+ * interface (`punt_to`), so it goes where it would go without the engine; XDP_PASS when there
+ * is none. Forwarded packets leave by the DEVMAP `egress` (XDP_TX on the arriving interface)
+ * with Ethernet addresses from bpf_fib_lookup; a packet the FIB gives no next hop on its port
+ * is punted unchanged, counted by the FIB's answer. The adaptor (src/compile.rs) decides which
  * sessions may be here and fills the maps; src/lib.rs says what is claimed.
  *
  * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) + UDP to port 2152 at
@@ -42,11 +46,27 @@
 #define R_ENCAP_FAILED 5
 #define S_PUNTED 6
 #define S_FORWARDED 7
-#define N_STATS 8
+/* Punts for want of a next hop: S_FIB - 1 + BPF_FIB_LKUP_RET_* (1..9), then the port's
+ * interface not attached or the route leaving by another one, then the lookup's error. In the
+ * order of src/lib.rs's `Unrouted`. */
+#define S_FIB 8
+#define S_OTHER_INTERFACE (S_FIB + 9)
+#define S_FIB_ERROR (S_FIB + 10)
+#define N_STATS (S_FIB + 11)
+
+/* The engine's ports: index of `punt_to`, `egress`, `egress_ifindex`. */
+#define PORT_N3 0
+#define PORT_N6 1
+#define N_PORTS 2
+#define MAX_INTERFACES 16
+#define AF_INET 2
 
 /* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
 const volatile __u32 n3_addr = 0;
 const volatile __u32 outer_ttl = 64;
+/* Set for BPF_PROG_TEST_RUN, which cannot redirect: every forwarded packet gets the PDR's
+ * fixed Ethernet addresses (`eth`) and XDP_TX, no FIB lookup. */
+const volatile __u32 fixed_hops = 0;
 
 /* An SDF filter (TS 29.244 §8.2.5) as upf_rules::SdfFilter::matches decides it for an IPv4
  * TCP/UDP packet, with the PDR's UE address resolved: the UE's side and the remote side, each
@@ -125,6 +145,37 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
+
+/* Punts: the AF_XDP steering program of each port, tail-called for what is not claimed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, N_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} punt_to SEC(".maps");
+
+/* The port of each interface the engine is attached to: ifindex → PORT_*. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_INTERFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} ingress_port SEC(".maps");
+
+/* Egress: each port's interface, to redirect to and (`egress_ifindex`) to look up. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, N_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} egress SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, N_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} egress_ifindex SEC(".maps");
 
 /* The IPv4 identification of the headers this CPU writes. */
 struct {
@@ -321,11 +372,69 @@ static __always_inline void count_urrs(const struct session *s, const struct pdr
 	}
 }
 
-static __always_inline void write_eth(struct ethhdr *eth, const struct pdr *p)
+static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs)
 {
-	__builtin_memcpy(eth->h_dest, p->eth, 6);
-	__builtin_memcpy(eth->h_source, p->eth + 6, 6);
+	__builtin_memcpy(eth->h_dest, addrs, 6);
+	__builtin_memcpy(eth->h_source, addrs + 6, 6);
 	eth->h_proto = bpf_htons(ETH_P_IP);
+}
+
+/* The next hop of an IPv4 packet (src, dst, proto, tos, ports as in a header, its total
+ * length) leaving by `port`: 0 with the Ethernet destination and source in `addrs`, else the
+ * stats index of why there is none (the packet is punted unchanged). An output lookup on the
+ * port's interface: the kernel's routes and neighbours, as the user-space engine sends. */
+static __always_inline int next_hop(struct xdp_md *ctx, const struct pdr *p, __u32 port,
+				    __u32 src, __u32 dst, __u8 proto, __u8 tos, __u16 sport,
+				    __u16 dport, __u32 tot_len, __u8 *addrs)
+{
+	struct bpf_fib_lookup f = {};
+	__u32 *ifi;
+	long rc;
+
+	if (fixed_hops) {
+		__builtin_memcpy(addrs, p->eth, 12);
+		return 0;
+	}
+	ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
+	if (!ifi || !*ifi)
+		return S_OTHER_INTERFACE;
+	f.family = AF_INET;
+	f.l4_protocol = proto;
+	f.sport = sport;
+	f.dport = dport;
+	f.tot_len = (__u16)tot_len;
+	f.tos = tos;
+	f.ipv4_src = src;
+	f.ipv4_dst = dst;
+	f.ifindex = *ifi;
+	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc < 0)
+		return S_FIB_ERROR;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
+	if (f.ifindex != *ifi)
+		return S_OTHER_INTERFACE;
+	__builtin_memcpy(addrs, f.dmac, 6);
+	__builtin_memcpy(addrs + 6, f.smac, 6);
+	return 0;
+}
+
+/* Sends the rewritten frame out of `port`: XDP_TX when that is the arriving interface (or
+ * with fixed hops), else redirected through `egress`. */
+static __always_inline int leave(struct xdp_md *ctx, __u32 port)
+{
+	__u32 *ifi;
+	long rc = XDP_TX;
+
+	if (!fixed_hops) {
+		ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
+		if (!ifi || *ifi != ctx->ingress_ifindex)
+			rc = bpf_redirect_map(&egress, port, 0);
+		if (rc != XDP_TX && rc != XDP_REDIRECT)
+			return drop(R_ENCAP_FAILED);
+	}
+	count(S_FORWARDED);
+	return (int)rc;
 }
 
 static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
@@ -338,7 +447,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	struct session *s;
 	struct pdr *p;
 	__u32 teid;
-	__u8 *ip;
+	__u8 *ip, addrs[12];
 
 	if ((void *)(d + 36 + 24) > end)
 		return punt();
@@ -379,6 +488,12 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		return drop(why);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other uplink target */
+	why = next_hop(ctx, p, PORT_N6, *(__u32 *)(ip + 12), *(__u32 *)(ip + 16), ip[9], ip[1],
+		       *(__u16 *)(ip + 20), *(__u16 *)(ip + 22), len, addrs);
+	if (why) {
+		count(why);
+		return punt();
+	}
 	route_hop(ip);
 	count_urrs(s, p, len);
 	/* Padding after the inner packet goes, then the outer headers (the last 14 octets of
@@ -391,9 +506,8 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	end = (void *)(long)ctx->data_end;
 	if (data + sizeof(struct ethhdr) > end)
 		return drop(R_ENCAP_FAILED);
-	write_eth(data, p);
-	count(S_FORWARDED);
-	return XDP_TX;
+	write_eth(data, addrs);
+	return leave(ctx, PORT_N6);
 }
 
 static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
@@ -405,7 +519,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	struct session *s;
 	struct pdr *p;
 	__u16 *o;
-	__u8 *h;
+	__u8 *h, addrs[12];
 	int why;
 
 	if ((void *)(ip + 24) > end)
@@ -425,9 +539,15 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		return drop(why);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
+	hdr = (p->flags & PDR_PSC) ? 44 : 36;
+	why = next_hop(ctx, p, PORT_N3, n3_addr, p->peer, 17, p->tos | (ip[1] & 3),
+		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
+	if (why) {
+		count(why);
+		return punt();
+	}
 	route_hop(ip);
 	count_urrs(s, p, len);
-	hdr = (p->flags & PDR_PSC) ? 44 : 36;
 	{
 		__u8 ecn = ip[1] & 3;
 		if (frame > len && bpf_xdp_adjust_tail(ctx, -(int)(frame - len)))
@@ -439,7 +559,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		h = data + sizeof(struct ethhdr);
 		if ((void *)(h + 44) > end)
 			return drop(R_ENCAP_FAILED);
-		write_eth(data, p);
+		write_eth(data, addrs);
 		id = bpf_map_lookup_elem(&ident, &zero);
 		if (!id)
 			return drop(R_ENCAP_FAILED);
@@ -478,12 +598,10 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		o = (__u16 *)h;
 		o[5] = ~sum20(o);
 	}
-	count(S_FORWARDED);
-	return XDP_TX;
+	return leave(ctx, PORT_N3);
 }
 
-SEC("xdp")
-int xdp_engine(struct xdp_md *ctx)
+static __always_inline int run(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -497,6 +615,23 @@ int xdp_engine(struct xdp_md *ctx)
 	if (ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr)
 		return uplink_gpdu(ctx, frame);
 	return downlink_ip(ctx, frame);
+}
+
+SEC("xdp")
+int xdp_engine(struct xdp_md *ctx)
+{
+	int rc = run(ctx);
+	__u32 ifi, *port;
+
+	/* A punt (the only XDP_PASS above): on to the steering program of the arriving port,
+	 * the frame as it came; XDP_PASS if there is none. */
+	if (rc == XDP_PASS) {
+		ifi = ctx->ingress_ifindex;
+		port = bpf_map_lookup_elem(&ingress_port, &ifi);
+		if (port)
+			bpf_tail_call(ctx, &punt_to, *port);
+	}
+	return rc;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -2,17 +2,21 @@
 //! per-CPU counters summed on read.
 
 use crate::compile::{
-    compile, Action, CAddr, CPdr, CSide, Compiled, Hops, Punt, MAX_PDRS, MAX_SDF, MAX_TEIDS,
-    MAX_UES,
+    compile, Action, CAddr, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS, MAX_SDF,
+    MAX_TEIDS, MAX_UES,
 };
-use crate::{Reason, URR_SLOTS};
-use aya::maps::{HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues};
-use aya::programs::Xdp;
+use crate::{Reason, Unrouted, URR_SLOTS};
+use aya::maps::{
+    Array, DevMap, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues, ProgramArray,
+};
+use aya::programs::{ProgramFd, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::HashMap;
 use std::io;
 use std::net::Ipv4Addr;
 use upf_io::bpf;
+use upf_io::link::Link;
+use upf_io::Port;
 use upf_rules::{Seid, Session, UrrId, Volume};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
@@ -29,6 +33,8 @@ type UsageValue = [u64; 4];
 #[allow(clippy::cast_possible_truncation)] // 6 reasons
 const S_PUNTED: u32 = Reason::ALL.len() as u32;
 const S_FORWARDED: u32 = S_PUNTED + 1;
+/// The first of the `Unrouted` counters.
+const S_UNROUTED: u32 = S_FORWARDED + 1;
 
 /// What the engine is loaded with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +45,12 @@ pub struct Config {
     pub n3: Ipv4Addr,
     /// TTL of the outer headers written (`PipelineConfig::outer_ttl`).
     pub outer_ttl: u8,
-    pub hops: Hops,
+    /// `None`: forwarded packets leave by the DEVMAP to their port's interface with the
+    /// Ethernet addresses of `bpf_fib_lookup`. `Some`: every forwarded packet gets XDP_TX with
+    /// these fixed addresses, for BPF_PROG_TEST_RUN, which cannot redirect to a device (the
+    /// differential test compares output bytes with the reference's independently of the
+    /// host's routes).
+    pub hops: Option<Hops>,
 }
 
 /// Why a session was not installed (nothing changed).
@@ -59,7 +70,10 @@ pub enum InstallError {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Stats {
     pub dropped: Vec<(Reason, u64)>,
+    /// All punts, those of `unrouted` included.
     pub punted: u64,
+    /// Punted for want of a next hop, by the FIB's answer.
+    pub unrouted: Vec<(Unrouted, u64)>,
     pub forwarded: u64,
 }
 
@@ -102,9 +116,11 @@ impl Engine {
         };
         let n3 = u32::from_ne_bytes(cfg.n3.octets());
         let ttl = u32::from(cfg.outer_ttl);
+        let fixed = u32::from(cfg.hops.is_some());
         let mut ebpf = EbpfLoader::new()
             .override_global("n3_addr", &n3, true)
             .override_global("outer_ttl", &ttl, true)
+            .override_global("fixed_hops", &fixed, true)
             .map_max_entries("uplink", entries(MAX_TEIDS)?)
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
@@ -139,6 +155,69 @@ impl Engine {
             .map_err(|e| bpf::error(PROGRAM, &e))
     }
 
+    /// Attaches the program to `ifname` (in the caller's network namespace) as the interface
+    /// of `port` (N3 or N6): packets arriving there are run, downlink (N3) or uplink (N6)
+    /// packets leave by it. `steering`: the AF_XDP steering program of that interface
+    /// (`upf_io::af_xdp::XdpInterface::program_fd`, opened with `AttachMode::TailCalled`),
+    /// which gets every punted packet unchanged; `None`: punts get XDP_PASS. The program stays
+    /// attached while the engine lives.
+    pub fn attach(
+        &mut self,
+        port: Port,
+        ifname: &str,
+        steering: Option<&ProgramFd>,
+        mode: XdpMode,
+    ) -> io::Result<()> {
+        let slot: u32 = match port {
+            Port::N3 => 0,
+            Port::N6 => 1,
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("the XDP engine has no {other:?} port"),
+                ))
+            }
+        };
+        let ifindex = Link::by_name(ifname)?.ifindex;
+        {
+            let mut m: ProgramArray<&mut MapData> =
+                ProgramArray::try_from(self.map("punt_to")?).map_err(map_err("punt_to map"))?;
+            match steering {
+                Some(fd) => m.set(slot, fd, 0).map_err(map_err("punt_to map"))?,
+                None => match m.clear_index(&slot).map_err(map_err("punt_to map")) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                },
+            }
+        }
+        {
+            let mut m: DevMap<&mut MapData> =
+                DevMap::try_from(self.map("egress")?).map_err(map_err("egress map"))?;
+            m.set(slot, ifindex, None, 0)
+                .map_err(|e| bpf::error("egress map", &e))?;
+        }
+        {
+            let mut m: Array<&mut MapData, u32> =
+                Array::try_from(self.map("egress_ifindex")?).map_err(map_err("egress_ifindex"))?;
+            m.set(slot, ifindex, 0).map_err(map_err("egress_ifindex"))?;
+        }
+        {
+            let mut m: BpfHash<&mut MapData, u32, u32> =
+                BpfHash::try_from(self.map("ingress_port")?).map_err(map_err("ingress_port"))?;
+            m.insert(ifindex, slot, 0)
+                .map_err(map_err("ingress_port"))?;
+        }
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| io::Error::other("no program"))?
+            .try_into()
+            .map_err(|e| bpf::error(PROGRAM, &e))?;
+        prog.attach_to_if_index(ifindex, mode)
+            .map_err(|e| bpf::error(&format!("attach the XDP engine to {ifname}"), &e))?;
+        Ok(())
+    }
+
     /// Sessions held.
     pub fn sessions(&self) -> usize {
         self.held.len()
@@ -147,7 +226,8 @@ impl Engine {
     /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
     /// over). On error nothing changed.
     pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
-        let c = compile(s, &self.cfg.hops)?;
+        let none = NextHop::default();
+        let c = compile(s, &self.cfg.hops.unwrap_or(Hops { n3: none, n6: none }))?;
         for (t, _) in &c.uplink {
             if self.teids.get(t).is_some_and(|o| *o != c.seid) {
                 return Err(InstallError::Conflict(format!("TEID {t:#x}")));
@@ -358,9 +438,14 @@ impl Engine {
         for (i, r) in (0u32..).zip(Reason::ALL) {
             dropped.push((r, sum(i)?));
         }
+        let mut unrouted = Vec::new();
+        for (i, u) in (S_UNROUTED..).zip(Unrouted::ALL) {
+            unrouted.push((u, sum(i)?));
+        }
         Ok(Stats {
             dropped,
             punted: sum(S_PUNTED)?,
+            unrouted,
             forwarded: sum(S_FORWARDED)?,
         })
     }

@@ -1,8 +1,10 @@
 //! `upf-xdp`: the XDP engine of the UPF (issue #27), first slice. Sessions of `upf-rules` are
 //! compiled by [`compile`] into the maps of `bpf/engine.bpf.c`, an XDP program that runs the
 //! common IPv4 case in the kernel exactly as the user-space `upf_dataplane::Pipeline` does;
-//! a session it does not run is punted ([`Punt`]), and so is every packet it does not claim
-//! (XDP_PASS, counted; the AF_XDP hand-off comes in a later slice).
+//! a session it does not run is punted ([`Punt`]), and so is every packet it does not claim:
+//! counted, and tail-called unchanged into upf-io's AF_XDP steering program of the arriving
+//! interface ([`Engine::attach`]), so it reaches the user-space engine as it would without
+//! this one (XDP_PASS when no steering program is given).
 //!
 //! What the program claims (held to the `Pipeline` by `tests/differential.rs`):
 //! - uplink: Ethernet, IPv4 without options (checksum right, not a fragment) to the N3
@@ -18,7 +20,10 @@
 //!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
 //! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); URR volume and packet
 //!   counts per direction; `no_matching_pdr`;
-//! - egress by XDP_TX with the next hop's Ethernet addresses ([`Hops`]).
+//! - egress: redirected (DEVMAP; XDP_TX on the arriving interface) to the port's interface,
+//!   N6 uplink, N3 downlink, with the Ethernet addresses of `bpf_fib_lookup`; without a
+//!   next hop there (no neighbour yet, no route, forwarding off, ...) punted unchanged,
+//!   counted by [`Unrouted`]. With fixed [`Hops`] (for BPF_PROG_TEST_RUN): XDP_TX with them.
 //!
 //! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`].
 //!
@@ -26,8 +31,7 @@
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
 //! with more than one port range a side, IPv6, framed routes, MBR/GBR/packet rates, URR
 //! thresholds and quotas, buffering, duplication, network instances, N9. Not in the program
-//! yet: the uplink ACL (the runtime must not use this engine while one is loaded), the
-//! AF_XDP punt, the FIB lookup.
+//! yet: the uplink ACL (the runtime must not use this engine while one is loaded).
 
 mod compile;
 mod engine;
@@ -37,6 +41,58 @@ pub use compile::{
     MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, URR_SLOTS,
 };
 pub use engine::{Config, Engine, InstallError, Stats};
+
+/// Why a packet the program would forward was punted unchanged instead: the answer of
+/// `bpf_fib_lookup` for its port (`BPF_FIB_LKUP_RET_*`), the port's interface not attached
+/// or the route leaving by another interface, or an error of the lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unrouted {
+    Blackhole,
+    Unreachable,
+    Prohibit,
+    NotForwarded,
+    ForwardingDisabled,
+    UnsupportedLwt,
+    NoNeighbour,
+    FragmentationNeeded,
+    NoSourceAddress,
+    OtherInterface,
+    FibError,
+}
+
+impl Unrouted {
+    /// In the order of the program's counters (`S_FIB` on in bpf/engine.bpf.c).
+    pub const ALL: [Unrouted; 11] = [
+        Unrouted::Blackhole,
+        Unrouted::Unreachable,
+        Unrouted::Prohibit,
+        Unrouted::NotForwarded,
+        Unrouted::ForwardingDisabled,
+        Unrouted::UnsupportedLwt,
+        Unrouted::NoNeighbour,
+        Unrouted::FragmentationNeeded,
+        Unrouted::NoSourceAddress,
+        Unrouted::OtherInterface,
+        Unrouted::FibError,
+    ];
+
+    /// Name for metrics and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unrouted::Blackhole => "blackhole",
+            Unrouted::Unreachable => "unreachable",
+            Unrouted::Prohibit => "prohibit",
+            Unrouted::NotForwarded => "not_forwarded",
+            Unrouted::ForwardingDisabled => "forwarding_disabled",
+            Unrouted::UnsupportedLwt => "unsupported_lwt",
+            Unrouted::NoNeighbour => "no_neighbour",
+            Unrouted::FragmentationNeeded => "fragmentation_needed",
+            Unrouted::NoSourceAddress => "no_source_address",
+            Unrouted::OtherInterface => "other_interface",
+            Unrouted::FibError => "fib_error",
+        }
+    }
+}
 
 /// Why the program dropped a packet: the names are `upf_dataplane::DropReason`'s for the same
 /// reasons (a test holds them equal).

@@ -543,7 +543,7 @@ fn engine() -> Engine {
         sessions: 16,
         n3: N3,
         outer_ttl: 64,
-        hops: HOPS,
+        hops: Some(HOPS),
     })
     .expect("loading the XDP engine (root)")
 }

@@ -12,10 +12,10 @@ fn config(sessions: u32) -> Config {
         sessions,
         n3: Ipv4Addr::new(192, 0, 2, 1),
         outer_ttl: 64,
-        hops: Hops {
+        hops: Some(Hops {
             n3: NextHop::default(),
             n6: NextHop::default(),
-        },
+        }),
     }
 }
 
