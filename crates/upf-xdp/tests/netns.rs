@@ -1,0 +1,365 @@
+//! The engine's two exits on real interfaces (root): a namespace `upf` with veths `n3` and
+//! `n6`, their peers in a namespace `peer` (where scapy sends and captures), the engine
+//! attached natively to both with a session installed and upf-io's AF_XDP steering program of
+//! N3 tail-called for punts. Native XDP redirect into a veth needs its peer's NAPI: GRO is
+//! turned on at the peers for that.
+//!
+//! (a) an uplink G-PDU into N3 leaves N6 decapsulated, Ethernet addresses from the
+//! neighbour table; (b) a downlink packet into N6 leaves N3 encapsulated; (c) a G-PDU of an
+//! unknown TEID reaches the AF_XDP socket of its queue unchanged; (d) a G-PDU whose next hop
+//! has no neighbour entry is punted the same way, counted as `no_neighbour`.
+
+use aya::programs::XdpMode;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+use upf_io::af_xdp::{AttachMode, XdpConfig, XdpInterface};
+use upf_io::{PacketIo, Pool, Port};
+use upf_netns::Netns;
+use upf_rules::*;
+use upf_xdp::{Config, Engine, Unrouted};
+
+const N3: [u8; 4] = [10, 61, 3, 1];
+const GNB: [u8; 4] = [10, 61, 3, 2];
+const DN: [u8; 4] = [10, 61, 6, 2];
+/// On N6's subnet, with no neighbour entry.
+const DN_UNKNOWN: [u8; 4] = [10, 61, 6, 9];
+const UE: [u8; 4] = [10, 45, 0, 1];
+const TEID_UP: u32 = 0x100;
+const TEID_DOWN: u32 = 0x200;
+
+fn csum(b: &[u8]) -> u16 {
+    let mut s: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !u16::try_from(s).unwrap_or(0xffff)
+}
+
+fn ipv4(src: [u8; 4], dst: [u8; 4], ttl: u8, payload: &[u8]) -> Vec<u8> {
+    let total = u16::try_from(20 + payload.len()).unwrap();
+    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, ttl, 17, 0, 0];
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(8 + payload.len()).unwrap();
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&len.to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// A G-PDU without options.
+fn gpdu(teid: u32, inner: &[u8]) -> Vec<u8> {
+    let mut g = vec![0x30, 0xff];
+    g.extend_from_slice(&u16::try_from(inner.len()).unwrap().to_be_bytes());
+    g.extend_from_slice(&teid.to_be_bytes());
+    g.extend_from_slice(inner);
+    g
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], ip: &[u8]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[8, 0]);
+    f.extend_from_slice(ip);
+    f
+}
+
+fn uplink_inner(dst: [u8; 4]) -> Vec<u8> {
+    ipv4(UE, dst, 64, &udp(4000, 5000, b"uplink payload"))
+}
+
+fn gpdu_frame(to: [u8; 6], from: [u8; 6], teid: u32, inner: &[u8]) -> Vec<u8> {
+    eth(
+        to,
+        from,
+        &ipv4(GNB, N3, 64, &udp(2152, 2152, &gpdu(teid, inner))),
+    )
+}
+
+fn mac(ns: &Netns, dev: &str) -> [u8; 6] {
+    let out = ns.ip(&["-br", "link", "show", dev]).unwrap();
+    let f = out.split_whitespace().nth(2).unwrap_or("");
+    upf_io::link::parse_mac(f).unwrap_or_else(|| panic!("MAC in {out:?}"))
+}
+
+/// Sends `frame` into `send_if` of `ns` and returns the UDP frames captured on `capture_if`
+/// (at most `want`, within 3 s), with scapy.
+fn send_and_capture(
+    ns: &Netns,
+    send_if: &str,
+    capture_if: &str,
+    want: usize,
+    frame: &[u8],
+) -> Vec<Vec<u8>> {
+    const SCRIPT: &str = r#"
+import sys, threading
+from scapy.all import AsyncSniffer, sendp, conf, Raw, UDP, raw
+conf.verb = 0
+send_if, capture_if, want, frame = sys.argv[1], sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+if want == 0:
+    sendp(Raw(load=frame), iface=send_if)
+    sys.exit(0)
+ready = threading.Event()
+s = AsyncSniffer(iface=capture_if, lfilter=lambda p: UDP in p, count=want,
+                 started_callback=ready.set)
+s.start()
+ready.wait(3)
+sendp(Raw(load=frame), iface=send_if)
+s.join(timeout=3)
+results = s.stop() if s.running else s.results
+for p in results or []:
+    print(raw(p).hex())
+"#;
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    let out = ns
+        .command("python3")
+        .args(["-c", SCRIPT, send_if, capture_if, &want.to_string(), &hex])
+        .output()
+        .expect("python3 with scapy");
+    assert!(
+        out.status.success(),
+        "scapy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            (0..l.len() / 2)
+                .map(|i| u8::from_str_radix(&l[2 * i..2 * i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Uplink TEID `TEID_UP` to N6, downlink to UE into a tunnel to the gNB (`TEID_DOWN`).
+fn session() -> Session {
+    let ue = Ipv4Addr::from(UE);
+    let mut s = Session::new(Seid(1), Seid(1), "192.0.2.9".parse().unwrap());
+    let mut ul = Pdi::any(Interface::Access);
+    ul.local_f_teid = Some(LocalFTeid {
+        teid: Teid(TEID_UP),
+        ipv4: None,
+        ipv6: None,
+    });
+    ul.ue_ip = Some(UeIp {
+        ipv4: Some(ue),
+        ipv6: None,
+        is_destination: false,
+    });
+    let mut dl = Pdi::any(Interface::Core);
+    dl.ue_ip = Some(UeIp {
+        ipv4: Some(ue),
+        ipv6: None,
+        is_destination: true,
+    });
+    for (id, pdi, ohr) in [(1u16, ul, true), (2, dl, false)] {
+        s.insert_pdr(Pdr {
+            id: PdrId(id),
+            precedence: Precedence(1),
+            pdi,
+            outer_header_removal: ohr.then_some(OuterHeaderRemoval::GtpuUdpIp {
+                delete_pdu_session_container: false,
+            }),
+            far: Some(FarId(u32::from(id))),
+            qers: Default::default(),
+            urrs: Default::default(),
+        })
+        .unwrap();
+    }
+    let mut to_gnb = Forwarding::to(Interface::Access);
+    to_gnb.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+        teid: Teid(TEID_DOWN),
+        peer: IpAddr::V4(Ipv4Addr::from(GNB)),
+    });
+    for (id, fw) in [(1, Forwarding::to(Interface::Core)), (2, to_gnb)] {
+        s.insert_far(Far {
+            id: FarId(id),
+            action: ApplyAction::FORW,
+            forwarding: Some(fw),
+            duplicating: Box::default(),
+            bar: None,
+        })
+        .unwrap();
+    }
+    s
+}
+
+/// The IP packets the socket receives within 3 s, until `want` came.
+fn xsk_receive(io: &mut upf_io::af_xdp::XskIo, pool: &mut Pool, want: usize) -> Vec<Vec<u8>> {
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut got = Vec::new();
+    while got.len() < want && Instant::now() < end {
+        let fd = io.fd().expect("socket fd");
+        let _ = upf_io::wait_readable(&[fd], Duration::from_millis(20));
+        io.rx_batch(pool, &mut got, 16).unwrap();
+    }
+    got.iter().map(|p| p.data().to_vec()).collect()
+}
+
+fn unrouted(e: &Engine, u: Unrouted) -> u64 {
+    e.stats()
+        .unwrap()
+        .unrouted
+        .iter()
+        .find(|(r, _)| *r == u)
+        .map_or(0, |(_, n)| *n)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn exits_on_veths() {
+    assert!(upf_netns::is_root(), "needs root (BPF, namespaces)");
+    let upf = Netns::unique("xdpx-upf").unwrap();
+    let peer = Netns::unique("xdpx-peer").unwrap();
+    for (dev, a, p) in [
+        ("n3", "10.61.3.1/24", "10.61.3.2/24"),
+        ("n6", "10.61.6.1/24", "10.61.6.2/24"),
+    ] {
+        let pdev = format!("{dev}p");
+        upf_netns::veth_pair((upf.name(), dev, a), (peer.name(), &pdev, p)).unwrap();
+        // GRO creates the peer's NAPI, which native XDP redirect into a veth needs.
+        let st = peer
+            .command("ethtool")
+            .args(["-K", &pdev, "gro", "on"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ethtool -K {pdev} gro on");
+    }
+    // bpf_fib_lookup answers only for interfaces that forward.
+    upf.sysctl("net/ipv4/ip_forward", "1").unwrap();
+    let (n3_mac, n6_mac) = (mac(&upf, "n3"), mac(&upf, "n6"));
+    let (gnb_mac, dn_mac) = (mac(&peer, "n3p"), mac(&peer, "n6p"));
+    for (addr, lladdr, dev) in [(GNB, gnb_mac, "n3"), (DN, dn_mac, "n6")] {
+        let a = Ipv4Addr::from(addr).to_string();
+        let l = lladdr.map(|b| format!("{b:02x}")).join(":");
+        upf.ip(&[
+            "neigh",
+            "replace",
+            &a,
+            "lladdr",
+            &l,
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+    }
+
+    let mut engine = Engine::load(Config {
+        sessions: 4,
+        n3: Ipv4Addr::from(N3),
+        outer_ttl: 64,
+        hops: None,
+    })
+    .unwrap();
+    engine.install(&session()).unwrap();
+    let (steer, mut io) = upf
+        .run(|| {
+            let iface = XdpInterface::open(
+                "n3",
+                XdpConfig {
+                    local: vec![IpAddr::V4(Ipv4Addr::from(N3))],
+                    attach: AttachMode::TailCalled,
+                    frames: 256,
+                    ..XdpConfig::new(Port::N3, 1)
+                },
+            )?;
+            let io = iface.socket(0)?;
+            let fd = iface.program_fd()?;
+            engine.attach(Port::N3, "n3", Some(&fd), XdpMode::Driver)?;
+            engine.attach(Port::N6, "n6", None, XdpMode::Driver)?;
+            Ok::<_, std::io::Error>((iface, io))
+        })
+        .unwrap()
+        .unwrap();
+    let mut pool = Pool::new(64);
+
+    // (a) uplink: decapsulated, TTL - 1, Ethernet from the neighbour table.
+    let inner = uplink_inner(DN);
+    let got = send_and_capture(
+        &peer,
+        "n3p",
+        "n6p",
+        1,
+        &gpdu_frame(n3_mac, gnb_mac, TEID_UP, &inner),
+    );
+    assert_eq!(got.len(), 1, "the uplink packet left N6");
+    let mut want = inner.clone();
+    want[8] -= 1;
+    want[10..12].copy_from_slice(&[0, 0]);
+    let c = csum(&want[..20]);
+    want[10..12].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(got[0], eth(dn_mac, n6_mac, &want));
+
+    // (b) downlink: into the tunnel to the gNB.
+    let dl = ipv4(DN, UE, 64, &udp(5000, 4000, b"downlink payload"));
+    let got = send_and_capture(&peer, "n6p", "n3p", 1, &eth(n6_mac, dn_mac, &dl));
+    assert_eq!(got.len(), 1, "the downlink packet left N3");
+    let f = &got[0];
+    assert_eq!(
+        &f[..12],
+        &[gnb_mac, n3_mac].concat()[..],
+        "Ethernet addresses"
+    );
+    let ip = &f[14..];
+    assert_eq!(
+        (&ip[12..16], &ip[16..20]),
+        (&N3[..], &GNB[..]),
+        "outer addresses"
+    );
+    assert_eq!(&ip[20..24], &[8, 104, 8, 104], "UDP 2152 → 2152");
+    assert_eq!(&ip[32..36], &TEID_DOWN.to_be_bytes(), "the gNB's TEID");
+    let mut inner_dl = dl.clone();
+    inner_dl[8] -= 1;
+    inner_dl[10..12].copy_from_slice(&[0, 0]);
+    let c = csum(&inner_dl[..20]);
+    inner_dl[10..12].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(&ip[36..], &inner_dl[..], "the inner packet, TTL - 1");
+    let forwarded = engine.stats().unwrap().forwarded;
+    assert_eq!(forwarded, 2);
+
+    // (c) an unknown TEID: the steering program's socket gets it unchanged.
+    let punts = engine.stats().unwrap().punted;
+    let unknown = gpdu_frame(n3_mac, gnb_mac, 0x999, &uplink_inner(DN));
+    send_and_capture(&peer, "n3p", "n6p", 0, &unknown);
+    let got = xsk_receive(&mut io, &mut pool, 1);
+    assert_eq!(
+        got,
+        vec![unknown[14..].to_vec()],
+        "punted unchanged to AF_XDP"
+    );
+    assert_eq!(engine.stats().unwrap().punted, punts + 1);
+
+    // (d) no neighbour for the next hop: punted unchanged, counted.
+    let before = unrouted(&engine, Unrouted::NoNeighbour);
+    let frame = gpdu_frame(n3_mac, gnb_mac, TEID_UP, &uplink_inner(DN_UNKNOWN));
+    send_and_capture(&peer, "n3p", "n6p", 0, &frame);
+    let got = xsk_receive(&mut io, &mut pool, 1);
+    assert_eq!(
+        got,
+        vec![frame[14..].to_vec()],
+        "punted unchanged to AF_XDP"
+    );
+    assert_eq!(unrouted(&engine, Unrouted::NoNeighbour), before + 1);
+    let s = engine.stats().unwrap();
+    assert_eq!((s.punted, s.forwarded), (punts + 2, 2));
+
+    drop(io);
+    drop(steer);
+    drop(engine);
+}
