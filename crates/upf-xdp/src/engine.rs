@@ -160,7 +160,9 @@ impl Engine {
     /// packets leave by it. `steering`: the AF_XDP steering program of that interface
     /// (`upf_io::af_xdp::XdpInterface::program_fd`, opened with `AttachMode::TailCalled`),
     /// which gets every punted packet unchanged; `None`: punts get XDP_PASS. The program stays
-    /// attached while the engine lives.
+    /// attached while the engine lives. `bpf_fib_lookup` answers only for an interface that
+    /// forwards (`net.ipv4.conf.IF.forwarding`): else every packet out of it is punted
+    /// (`Unrouted::ForwardingDisabled`).
     pub fn attach(
         &mut self,
         port: Port,
