@@ -7,7 +7,8 @@
 //! (a) an uplink G-PDU into N3 leaves N6 decapsulated, Ethernet addresses from the
 //! neighbour table; (b) a downlink packet into N6 leaves N3 encapsulated; (c) a G-PDU of an
 //! unknown TEID reaches the AF_XDP socket of its queue unchanged; (d) a G-PDU whose next hop
-//! has no neighbour entry is punted the same way, counted as `no_neighbour`.
+//! has no neighbour entry is punted the same way, counted as `no_neighbour`; (e) so is one
+//! whose egress interface does not forward (`forwarding_disabled`).
 
 use aya::programs::XdpMode;
 use std::net::{IpAddr, Ipv4Addr};
@@ -225,6 +226,12 @@ fn exits_on_veths() {
     assert!(upf_netns::is_root(), "needs root (BPF, namespaces)");
     let upf = Netns::unique("xdpx-upf").unwrap();
     let peer = Netns::unique("xdpx-peer").unwrap();
+    // No IPv6 neighbour discovery or MLD: the punt counts are the test's packets only.
+    for ns in [&upf, &peer] {
+        ns.sysctl("net/ipv6/conf/default/disable_ipv6", "1")
+            .unwrap();
+        ns.sysctl("net/ipv6/conf/all/disable_ipv6", "1").unwrap();
+    }
     for (dev, a, p) in [
         ("n3", "10.61.3.1/24", "10.61.3.2/24"),
         ("n6", "10.61.6.1/24", "10.61.6.2/24"),
@@ -358,6 +365,18 @@ fn exits_on_veths() {
     assert_eq!(unrouted(&engine, Unrouted::NoNeighbour), before + 1);
     let s = engine.stats().unwrap();
     assert_eq!((s.punted, s.forwarded), (punts + 2, 2));
+
+    // (e) N6 not forwarding: the FIB answers nothing for it, the packet is punted.
+    upf.sysctl("net/ipv4/conf/n6/forwarding", "0").unwrap();
+    let frame = gpdu_frame(n3_mac, gnb_mac, TEID_UP, &uplink_inner(DN));
+    send_and_capture(&peer, "n3p", "n6p", 0, &frame);
+    let got = xsk_receive(&mut io, &mut pool, 1);
+    assert_eq!(
+        got,
+        vec![frame[14..].to_vec()],
+        "punted unchanged to AF_XDP"
+    );
+    assert_eq!(unrouted(&engine, Unrouted::ForwardingDisabled), 1);
 
     drop(io);
     drop(steer);
