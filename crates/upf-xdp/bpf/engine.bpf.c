@@ -5,8 +5,8 @@
  *
  * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) + UDP to port 2152 at
  * our N3 address + a G-PDU without options, or with exactly one one-word PDU Session Container
- * (its QFI read), lengths consistent; the inner packet IPv4 without options, TCP or UDP, not a
- * later fragment. Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
+ * (its QFI read), lengths consistent; the inner packet IPv4 without options, not a later
+ * fragment, at least 24 octets (any protocol). Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
  * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
@@ -49,14 +49,15 @@ const volatile __u32 n3_addr = 0;
 const volatile __u32 outer_ttl = 64;
 
 /* An SDF filter (TS 29.244 §8.2.5) as upf_rules::SdfFilter::matches decides it for an IPv4
- * TCP/UDP packet, with the PDR's UE address resolved: the UE's side and the remote side, each
+ * packet, with the PDR's UE address resolved: the UE's side and the remote side, each
  * an address (net/mask; SDF_*_NONE: matches no IPv4 address; negated) and a port range. */
-#define SDF_NEVER 1	/* deny, SPI or flow label: matches no packet here */
+#define SDF_NEVER 1	/* deny or flow label: matches no IPv4 packet */
 #define SDF_PROTO 2	/* the protocol must be `proto` */
 #define SDF_UE_NONE 4
 #define SDF_UE_NEG 8
 #define SDF_RE_NONE 16
 #define SDF_RE_NEG 32
+#define SDF_SPI 64	/* the packet must be ESP with this `spi` */
 
 struct sdf {
 	__u32 ue_net, ue_mask; /* as in a header */
@@ -65,6 +66,7 @@ struct sdf {
 	__u8 flags;
 	__u8 proto;
 	__u8 tos, tos_mask;
+	__u32 spi; /* as in a header */
 };
 
 struct pdr {
@@ -171,13 +173,25 @@ static __always_inline __u16 sum20(const __u16 *h)
 	return fold(s);
 }
 
-/* An IPv4 header without options, TCP or UDP, not a later fragment, whose total length
- * (returned) is at least 24 and fits `avail`; 0 otherwise (upf_dataplane::fast::flow_v4). */
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_ESP_ 50
+
+/* Protocols whose first 4 octets are the ports (upf_wire::flow::ports): TCP, UDP, SCTP,
+ * UDP-Lite. */
+static __always_inline int has_ports(__u8 proto)
+{
+	return proto == 6 || proto == 17 || proto == 132 || proto == 136;
+}
+
+/* An IPv4 header without options, not a later fragment, whose total length (returned) is at
+ * least 24 and fits `avail`; 0 otherwise. Any protocol: its ports as upf_wire's FiveTuple
+ * reads them (flow_of). Shorter packets are punted: a port protocol's would be malformed,
+ * and the rest are too rare to be worth a second bounds check. */
 static __always_inline __u32 inner_len(const __u8 *ip, __u32 avail)
 {
 	__u32 total;
 
-	if (ip[0] != 0x45 || (ip[9] != 6 && ip[9] != 17))
+	if (ip[0] != 0x45)
 		return 0;
 	if ((bpf_ntohs(*(__u16 *)(ip + 6)) & 0x1fff) != 0)
 		return 0;
@@ -195,18 +209,50 @@ static __always_inline int side(__u32 a, __u16 port, __u32 net, __u32 mask, __u1
 }
 
 /* The packet (ports in host order, tos its IPv4 ToS octet) seen from the UE: `ue_a`/`ue_p`
- * its UE side. */
+ * its UE side; `spi` an ESP packet's (`has_spi`). */
 struct key {
 	__u32 ue_a, re_a;
+	__u32 spi;
 	__u16 ue_p, re_p;
-	__u8 proto, tos;
+	__u8 proto, tos, has_spi;
 };
+
+/* What classification reads from the packet `ip` (an IPv4 header of `len` >= 24 octets, 24
+ * of them checked readable, not a later fragment), as upf_dataplane::parse::flow_of: the
+ * ports of a port protocol, an ICMP echo's identifier as both ports, 0 otherwise; an ESP
+ * packet's SPI. Ports source first, as in the packet (`sdf_any` sees them from the UE). */
+struct flow {
+	__u32 spi;
+	__u16 sp, dp;
+	__u8 has_spi;
+};
+
+static __always_inline void flow_of(const __u8 *ip, const void *end, __u32 len, struct flow *f)
+{
+	f->sp = 0, f->dp = 0, f->spi = 0, f->has_spi = 0;
+	if (has_ports(ip[9])) {
+		f->sp = bpf_ntohs(*(__u16 *)(ip + 20));
+		f->dp = bpf_ntohs(*(__u16 *)(ip + 22));
+	} else if (ip[9] == IPPROTO_ICMP_) {
+		/* An ICMP header is 8 octets; echo request (8) or reply (0). `len` fits the
+		 * frame, so the second check never fails (it is the verifier's). */
+		if (len >= 28 && (void *)(ip + 28) <= end && (ip[20] == 0 || ip[20] == 8)) {
+			f->sp = bpf_ntohs(*(__u16 *)(ip + 24));
+			f->dp = f->sp;
+		}
+	} else if (ip[9] == IPPROTO_ESP_) {
+		f->spi = *(__u32 *)(ip + 20);
+		f->has_spi = 1;
+	}
+}
 
 static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
 {
 	if (f->flags & SDF_NEVER)
 		return 0;
 	if ((k->tos & f->tos_mask) != f->tos)
+		return 0;
+	if ((f->flags & SDF_SPI) && !(k->has_spi && k->spi == f->spi))
 		return 0;
 	if ((f->flags & SDF_PROTO) && k->proto != f->proto)
 		return 0;
@@ -216,19 +262,21 @@ static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
 		    f->flags & SDF_RE_NONE, !!(f->flags & SDF_RE_NEG));
 }
 
-/* Some SDF filter of `p` matches the packet `ip` (an IPv4 TCP/UDP header, 24 octets
- * readable), or it has none. */
-static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip)
+/* Some SDF filter of `p` matches the packet `ip` (an IPv4 header, 24 octets readable; `fl`
+ * its flow), or it has none. */
+static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const struct flow *fl)
 {
 	struct key k;
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
-	__u16 sp = bpf_ntohs(*(__u16 *)(ip + 20)), dp = bpf_ntohs(*(__u16 *)(ip + 22));
+	__u16 sp = fl->sp, dp = fl->dp;
 	int j;
 
 	if (!p->n_sdf)
 		return 1;
 	k.proto = ip[9];
 	k.tos = ip[1];
+	k.spi = fl->spi;
+	k.has_spi = fl->has_spi;
 	if (p->uplink) {
 		k.ue_a = src, k.ue_p = sp, k.re_a = dst, k.re_p = dp;
 	} else {
@@ -244,13 +292,16 @@ static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip)
 	return 0;
 }
 
-/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip`, or
- * NULL. */
+/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip` (of `len`
+ * octets, as `inner_len` passed it), or NULL. */
 static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u32 qfi,
-					    const __u8 *ip)
+					    const __u8 *ip, const void *end, __u32 len)
 {
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
+	struct flow fl;
 	int i;
+
+	flow_of(ip, end, len, &fl);
 #pragma unroll
 	for (i = 0; i < MAX_PDRS; i++) {
 		struct pdr *p = &s->pdrs[i];
@@ -263,7 +314,7 @@ static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u3
 			if (a != p->ue)
 				continue;
 		}
-		if (!sdf_any(p, ip))
+		if (!sdf_any(p, ip, &fl))
 			continue;
 		return p;
 	}
@@ -371,7 +422,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	len = inner_len(ip, total - hdr);
 	if (!len)
 		return punt();
-	p = classify(s, has_qfi, qfi, ip);
+	p = classify(s, has_qfi, qfi, ip, end, len);
 	if (!p)
 		return drop(R_NO_MATCHING_PDR);
 	why = verdict(p, ip);
@@ -417,7 +468,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	s = bpf_map_lookup_elem(&downlink, &ue);
 	if (!s)
 		return punt();
-	p = classify(s, 0, 0, ip);
+	p = classify(s, 0, 0, ip, end, len);
 	if (!p)
 		return drop(R_NO_MATCHING_PDR);
 	why = verdict(p, ip);

@@ -127,13 +127,15 @@ pub struct CSide {
     pub ports: (u16, u16),
 }
 
-/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for the IPv4 TCP and UDP
-/// packets the program classifies, with the PDR's UE address resolved.
+/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for the IPv4 packets the
+/// program classifies, with the PDR's UE address resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CSdf {
-    /// Deny, an SPI or a flow label: matches none of them.
+    /// Deny or a flow label: matches none of them.
     pub never: bool,
     pub proto: Option<u8>,
+    /// The SPI an ESP packet must have (no other packet has one).
+    pub spi: Option<u32>,
     /// (value & mask, mask) of the ToS octet.
     pub tos: (u8, u8),
     /// The UE's side and the remote side.
@@ -332,7 +334,7 @@ fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Ad
     Ok((c, ue.map(|(a, _)| a)))
 }
 
-/// An SDF filter for IPv4 TCP/UDP packets of a PDR whose UE address is `ue` (the packet's,
+/// An SDF filter for IPv4 packets of a PDR whose UE address is `ue` (the packet's,
 /// when the PDI names one: it has been checked before the filters).
 fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, Punt> {
     let any = CSide {
@@ -344,9 +346,10 @@ fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, P
         ports: (0, u16::MAX),
     };
     let mut c = CSdf {
-        // Only ESP packets have an SPI and only IPv6 ones a flow label.
-        never: f.spi.is_some() || f.flow_label.is_some(),
+        // Only IPv6 packets have a flow label.
+        never: f.flow_label.is_some(),
         proto: None,
+        spi: f.spi,
         tos: f.tos.map_or((0, 0), |(v, m)| (v & m, m)),
         ue: any,
         remote: any,
@@ -648,6 +651,7 @@ mod tests {
             flow("deny out ip from any to any"),
             SdfFilter {
                 tos: Some((0xb9, 0xfc)),
+                spi: Some(7),
                 ..SdfFilter::default()
             },
         ]
@@ -694,6 +698,15 @@ mod tests {
         assert_eq!(f[1].remote.addr, any);
         assert!(f[2].never);
         assert_eq!(f[3].tos, (0xb8, 0xfc));
+        // An SPI matches ESP packets; a flow label, no IPv4 packet.
+        assert_eq!((f[3].spi, f[3].never), (Some(7), false));
+        s.pdr_mut(PdrId(2)).unwrap().pdi.sdf_filters = vec![SdfFilter {
+            flow_label: Some(1),
+            ..SdfFilter::default()
+        }]
+        .into();
+        let c = compile(&s, &HOPS).unwrap();
+        assert!(c.downlink[0].1[0].sdf[0].never);
     }
 
     #[test]

@@ -19,8 +19,8 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/en
 
 const PROGRAM: &str = "xdp_engine";
 /// `struct pdr` and `struct session` of bpf/engine.bpf.c.
-const PDR_LEN: usize = 160;
-const SDF_LEN: usize = 28;
+const PDR_LEN: usize = 176;
+const SDF_LEN: usize = 32;
 const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type SessionValue = [u8; SESSION_LEN];
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
@@ -453,9 +453,13 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
                 flags |= 2;
                 o[25] = proto;
             }
-            o[24] = flags;
             o[26] = f.tos.0;
             o[27] = f.tos.1;
+            if let Some(spi) = f.spi {
+                flags |= 64;
+                o[28..32].copy_from_slice(&spi.to_be_bytes());
+            }
+            o[24] = flags;
         }
         b[40 + MAX_SDF * SDF_LEN] = p.sdf.len().min(MAX_SDF) as u8;
     }

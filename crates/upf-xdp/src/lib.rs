@@ -8,11 +8,13 @@
 //! - uplink: Ethernet, IPv4 without options (checksum right, not a fragment) to the N3
 //!   address, UDP to port 2152, a G-PDU without options or with exactly one one-word PDU
 //!   Session Container (its QFI read), lengths consistent; the inner packet IPv4 without
-//!   options, TCP or UDP, not a later fragment; a TEID the engine holds;
+//!   options, not a later fragment, at least 24 octets, of any protocol (ports: TCP, UDP,
+//!   SCTP and UDP-Lite's; an ICMP echo's identifier as both; none, 0, for the rest, and a
+//!   port-range filter then matches only if its range holds 0); a TEID the engine holds;
 //! - downlink: Ethernet, the same inner form to a UE address the engine holds;
 //! - the PDRs of the TEID (or of the session, by UE address) in precedence order, matched
 //!   by QFI, UE address and up to 4 SDF filters each (protocol, ToS, addresses with masks
-//!   and negation, one port range a side; SPI and flow label match none of these packets);
+//!   and negation, one port range a side, an ESP packet's SPI; a flow label matches none);
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
 //!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
 //!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
@@ -22,7 +24,7 @@
 //!
 //! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`].
 //!
-//! Not here yet (punted): inner packets other than TCP/UDP (ICMP: ping goes to user space),
+//! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
 //! with more than one port range a side, IPv6, framed routes, MBR/GBR/packet rates, URR
 //! thresholds and quotas, buffering, duplication, network instances, N9. Not in the program

@@ -36,6 +36,7 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     down: 0,
     drops: Vec::new(),
     usage: 0,
+    other_protocols: 0,
 });
 
 #[derive(Debug)]
@@ -46,6 +47,8 @@ struct Tally {
     drops: Vec<(&'static str, u64)>,
     /// Cases whose URRs counted something.
     usage: u64,
+    /// Frames handled (not punted) whose inner packet is neither TCP nor UDP.
+    other_protocols: u64,
 }
 
 fn tally(f: impl FnOnce(&mut Tally)) {
@@ -82,7 +85,7 @@ const REMOTES: [Ipv4Addr; 2] = [
     Ipv4Addr::new(198, 51, 100, 7),
     Ipv4Addr::new(203, 0, 113, 9),
 ];
-const PORTS: [u16; 5] = [53, 80, 443, 2000, 2152];
+const PORTS: [u16; 6] = [0, 53, 80, 443, 2000, 2152];
 
 /// A random SDF filter: a Flow Description over the UE's and the remote addresses and ports
 /// (sometimes deny, negated, IPv6, a ToS, an SPI or a flow label).
@@ -112,7 +115,7 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
         "{} {} {} from {} to {}",
         if r.chance(8) { "deny" } else { "permit" },
         if r.chance(2) { "out" } else { "in" },
-        r.pick(&["ip", "ip", "6", "17", "1"]),
+        r.pick(&["ip", "ip", "6", "17", "1", "50", "132"]),
         endpoint(r),
         endpoint(r)
     );
@@ -121,7 +124,7 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
         tos: r
             .chance(6)
             .then(|| (r.next() as u8, r.pick(&[0xfc, 0xff, 0xe0]))),
-        spi: r.chance(16).then_some(1),
+        spi: r.chance(12).then(|| r.pick(&[1, 2])),
         flow_label: r.chance(16).then_some(1),
         filter_id: None,
     }
@@ -240,10 +243,22 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
     s
 }
 
-/// IPv4 (checksum right) + UDP or TCP header + `payload` octets.
+/// IPv4 (checksum right) + a TCP, UDP, SCTP or UDP-Lite header (ports from [`PORTS`]), an
+/// ICMP one (echo or not, identifier from [`PORTS`]), an ESP SPI (1 or 2), or some other
+/// protocol + random octets.
 fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
-    let tcp = r.chance(2);
-    let l4 = if tcp { 20 } else { 8 };
+    let proto = match r.below(10) {
+        0..=2 => 6,
+        3..=5 => 17,
+        6 | 7 => 1,
+        _ => r.pick(&[50, 132, 136, 47]),
+    };
+    let l4 = match proto {
+        6 => 20,
+        47 => 0,
+        50 => 4,
+        _ => 8,
+    };
     let total = 20
         + l4
         + if r.chance(10) {
@@ -261,12 +276,24 @@ fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     v[4..6].copy_from_slice(&(r.next() as u16).to_be_bytes());
     v[6] = if r.chance(8) { 0x20 } else { 0x40 }; // MF, or DF
     v[8] = r.pick(&[0, 1, 2, 64, 255]);
-    v[9] = if tcp { 6 } else { 17 };
+    v[9] = proto;
     v[12..16].copy_from_slice(&src.octets());
     v[16..20].copy_from_slice(&dst.octets());
-    for at in [20, 22] {
-        if !r.chance(8) {
-            v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+    match proto {
+        1 => {
+            v[20] = r.pick(&[0, 8, 8, 3, 11]); // echo reply, request; unreachable, time exceeded
+            if !r.chance(8) {
+                v[24..26].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+            }
+        }
+        50 => v[20..24].copy_from_slice(&r.pick(&[1u32, 2]).to_be_bytes()),
+        47 => {}
+        _ => {
+            for at in [20, 22] {
+                if !r.chance(8) {
+                    v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+                }
+            }
         }
     }
     if r.chance(3) {
@@ -274,7 +301,7 @@ fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     }
     let c = checksum(&v[..20]);
     v[10..12].copy_from_slice(&c.to_be_bytes());
-    if !tcp {
+    if proto == 17 {
         v[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
     }
     v
@@ -338,7 +365,7 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
             } else {
                 0
             };
-            let claimed = teids.contains(&teid) && ip[6] & 0x1f == 0;
+            let claimed = teids.contains(&teid) && ip[6] & 0x1f == 0 && ip.len() >= 24;
             (gpdu(r, teid, qfi, &ip, pad), claimed)
         }
         2 | 3 => {
@@ -348,7 +375,8 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
             let mut f = Vec::new();
             eth(&mut f);
             f.extend_from_slice(&ip);
-            (f, dst == ue)
+            let claimed = dst == ue && ip.len() >= 24;
+            (f, claimed)
         }
         _ => {
             let mut f = Vec::new();
@@ -458,6 +486,14 @@ fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
         } else {
             Port::N6
         };
+        let inner_at = match port {
+            Port::N3 if ip.get(28) == Some(&0x34) => 44,
+            Port::N3 => 36,
+            _ => 0,
+        };
+        if ip.get(inner_at + 9).is_some_and(|p| *p != 6 && *p != 17) {
+            tally(|t| t.other_protocols += 1);
+        }
         let dropped_before = pipeline.counters().dropped;
         let mut rx = vec![Packet::from_bytes(port, ip).unwrap()];
         pipeline.process(now, &mut rx, &mut out);
@@ -560,7 +596,7 @@ fn xdp_program_does_what_the_pipeline_does() {
     let t = TALLY.lock().unwrap();
     eprintln!("{t:?}");
     // The cases reached every verdict the program claims.
-    assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0);
+    assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0 && t.other_protocols > 0);
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());
         assert!(
