@@ -10,7 +10,7 @@
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
  * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
- * with the QERs' QFI and RQI when they have one). QER gates; URR volume and packet counts. */
+ * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -21,6 +21,8 @@
 #define MAX_PDR_URRS 2
 #define MAX_SDF 4
 #define URR_SLOTS 4
+#define MAX_PDR_MBRS 4 /* MBR buckets one PDR draws from */
+#define QOS_BUCKETS 8  /* MBR buckets of one session (a QER's, one a direction) */
 
 /* What a matched PDR's FAR does (the adaptor compiles it). */
 #define ACT_DROP 0	/* far_drop: no FAR, or no FORW */
@@ -40,9 +42,10 @@
 #define R_GATE_CLOSED 3
 #define R_TTL_EXPIRED 4
 #define R_ENCAP_FAILED 5
-#define S_PUNTED 6
-#define S_FORWARDED 7
-#define N_STATS 8
+#define R_MBR_EXCEEDED 6
+#define S_PUNTED 7
+#define S_FORWARDED 8
+#define N_STATS 9
 
 /* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
 const volatile __u32 n3_addr = 0;
@@ -84,6 +87,8 @@ struct pdr {
 	__u8 eth[12];		/* egress Ethernet: destination, source */
 	struct sdf sdf[MAX_SDF];
 	__u8 n_sdf; /* 0: no SDF filter (any packet) */
+	__u8 n_mbrs;
+	__u8 mbr[MAX_PDR_MBRS]; /* indices in the session's `struct qos` buckets */
 };
 
 struct session {
@@ -94,6 +99,28 @@ struct session {
 
 struct usage {
 	__u64 ul_bytes, ul_packets, dl_bytes, dl_packets;
+};
+
+/* A QER's MBR in one direction: upf_dataplane::meter::TokenBucket, kept as its backlog in
+ * ticks of 2^-24 ns (the time its spent tokens take to come back); `cost` the ticks of one
+ * bit, `depth` of a full bucket (rate × averaging window), both computed by the adaptor. */
+#define TICK_FRAC 24
+struct bucket {
+	__u64 cost, depth, backlog, last;
+};
+
+/* A session's MBR buckets under one lock: a packet asks all of its PDR's buckets and takes
+ * from all or none at once, whichever CPUs its session's packets come on. */
+struct qos {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	struct bucket b[QOS_BUCKETS];
+};
+
+/* The clock of the buckets: `ns` when `fixed` (tests: the reference's virtual `now`), else
+ * bpf_ktime_get_ns(). */
+struct clock {
+	__u64 fixed, ns;
 };
 
 /* Uplink: local TEID (host order) → that TEID's PDRs. Sizes are set at load. */
@@ -120,6 +147,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct usage);
 } urrs SEC(".maps");
+
+/* Session slot → its MBR buckets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qos);
+} qos SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct clock);
+} clock SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -372,6 +414,89 @@ static __always_inline void count_urrs(const struct session *s, const struct pdr
 	}
 }
 
+static __always_inline __u64 sat_add(__u64 a, __u64 b)
+{
+	__u64 s = a + b;
+	return s < a ? ~0ULL : s;
+}
+
+static __always_inline __u64 sat_mul(__u64 a, __u64 b)
+{
+	__u64 most;
+
+	if (!a)
+		return 0;
+	most = ~0ULL / a;
+	/* Opaque to clang, which would otherwise turn the test into a 128-bit multiply (a
+	 * libcall BPF does not have). */
+	asm volatile("" : "+r"(most));
+	if (b > most)
+		return ~0ULL;
+	return a * b;
+}
+
+/* TokenBucket::conforms: drains the backlog by the time since `last` (never back in time),
+ * then whether `bits` fit. */
+static __always_inline int conforms(struct bucket *b, __u64 now, __u64 bits)
+{
+	__u64 passed = now > b->last ? now - b->last : 0;
+	__u64 ticks;
+
+	if (passed > (~0ULL >> TICK_FRAC))
+		passed = ~0ULL >> TICK_FRAC;
+	ticks = passed << TICK_FRAC;
+	b->backlog = b->backlog > ticks ? b->backlog - ticks : 0;
+	if (now > b->last)
+		b->last = now;
+	return sat_add(b->backlog, sat_mul(bits, b->cost)) <= b->depth;
+}
+
+/* TokenBucket::take: the backlog is at most the depth. */
+static __always_inline void take(struct bucket *b, __u64 bits)
+{
+	__u64 v = sat_add(b->backlog, sat_mul(bits, b->cost));
+	b->backlog = v < b->depth ? v : b->depth;
+}
+
+/* The MBRs of `p`'s QERs in its direction (steps::forward): every bucket conforms before any
+ * is taken, so a packet one drops takes nothing from the others. 0: mbr_exceeded. */
+static __always_inline int police(const struct session *s, const struct pdr *p, __u32 octets)
+{
+	__u32 zero = 0, slot = s->slot;
+	__u64 now, bits = (__u64)octets * 8;
+	struct clock *c;
+	struct qos *q;
+	int k, ok = 1;
+
+	if (!p->n_mbrs)
+		return 1;
+	c = bpf_map_lookup_elem(&clock, &zero);
+	now = c && c->fixed ? c->ns : bpf_ktime_get_ns();
+	q = bpf_map_lookup_elem(&qos, &slot);
+	if (!q)
+		return 0; /* the adaptor wrote the slot's buckets before the session */
+	bpf_spin_lock(&q->lock);
+#pragma unroll
+	for (k = 0; k < MAX_PDR_MBRS; k++) {
+		if (k >= p->n_mbrs)
+			break;
+		if (!conforms(&q->b[p->mbr[k] & (QOS_BUCKETS - 1)], now, bits)) {
+			ok = 0;
+			break;
+		}
+	}
+	if (ok) {
+#pragma unroll
+		for (k = 0; k < MAX_PDR_MBRS; k++) {
+			if (k >= p->n_mbrs)
+				break;
+			take(&q->b[p->mbr[k] & (QOS_BUCKETS - 1)], bits);
+		}
+	}
+	bpf_spin_unlock(&q->lock);
+	return ok;
+}
+
 static __always_inline void write_eth(struct ethhdr *eth, const struct pdr *p)
 {
 	__builtin_memcpy(eth->h_dest, p->eth, 6);
@@ -428,6 +553,8 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
+	if (!police(s, p, len))
+		return drop(R_MBR_EXCEEDED);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other uplink target */
 	route_hop(ip);
@@ -474,6 +601,8 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
+	if (!police(s, p, len))
+		return drop(R_MBR_EXCEEDED);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
 	route_hop(ip);

@@ -2,11 +2,11 @@
 //! per-CPU counters summed on read.
 
 use crate::compile::{
-    compile, Action, CAddr, CPdr, CSide, Compiled, Hops, Punt, MAX_PDRS, MAX_SDF, MAX_TEIDS,
-    MAX_UES,
+    compile, Action, CAddr, CBucket, CPdr, CSide, Compiled, Hops, Punt, MAX_PDRS, MAX_PDR_MBRS,
+    MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
 use crate::{Reason, URR_SLOTS};
-use aya::maps::{HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues};
+use aya::maps::{Array, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};
 use std::collections::HashMap;
@@ -25,6 +25,12 @@ const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type SessionValue = [u8; SESSION_LEN];
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
 type UsageValue = [u64; 4];
+/// `struct qos`: the spin lock and its padding, then per bucket cost, depth, backlog, last.
+type QosValue = [u64; 1 + 4 * QOS_BUCKETS];
+/// `struct clock`: fixed, ns.
+type ClockValue = [u64; 2];
+/// BPF_F_LOCK: map reads and writes of `struct qos` under its spin lock.
+const BPF_F_LOCK: u64 = 4;
 /// Counter indices of `stats` after the drop reasons.
 #[allow(clippy::cast_possible_truncation)] // 6 reasons
 const S_PUNTED: u32 = Reason::ALL.len() as u32;
@@ -71,6 +77,8 @@ struct Held {
     ues: Vec<Ipv4Addr>,
     /// URR counter slots: which URR each counts.
     urrs: [Option<UrrId>; URR_SLOTS],
+    /// The MBR buckets, in `struct qos` order.
+    buckets: Vec<CBucket>,
 }
 
 /// The XDP engine: its program and maps, and the sessions it holds.
@@ -108,6 +116,7 @@ impl Engine {
             .map_max_entries("uplink", entries(MAX_TEIDS)?)
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
+            .map_max_entries("qos", n)
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the XDP engine", &e))?;
         let prog: &mut Xdp = ebpf
@@ -162,6 +171,10 @@ impl Engine {
             .held
             .get(&c.seid)
             .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
+        let old_buckets = self
+            .held
+            .get(&c.seid)
+            .map_or_else(Vec::new, |h| h.buckets.clone());
         if old.is_none() && self.held.len() >= self.cfg.sessions as usize {
             return Err(InstallError::Full(self.cfg.sessions));
         }
@@ -200,6 +213,8 @@ impl Engine {
                     .map_err(map_err("zeroing URR counters"))?;
             }
         }
+        // The buckets before the rules that use them; a QER that stays keeps its tokens.
+        self.write_qos(slot, &c.buckets, &old_buckets)?;
         let old_keys = old.map(|h| (h.2, h.3));
         self.write(&c, slot, &urrs, old_keys.as_ref())?;
         if let Some((teids, ues)) = &old_keys {
@@ -232,6 +247,7 @@ impl Engine {
             teids: c.uplink.iter().map(|(t, _)| *t).collect(),
             ues: c.downlink.iter().map(|(a, _)| *a).collect(),
             urrs,
+            buckets: c.buckets.clone(),
         };
         for &t in &held.teids {
             self.teids.insert(t, c.seid);
@@ -241,6 +257,45 @@ impl Engine {
         }
         self.held.insert(c.seid, held);
         Ok(())
+    }
+
+    /// Writes slot `slot`'s MBR buckets `new`: full, or with the tokens left in the bucket of
+    /// the same QER and direction in `old` (the slot's buckets before). The read and the write
+    /// each hold the bucket's lock; tokens the program takes between them are not carried.
+    fn write_qos(&mut self, slot: u32, new: &[CBucket], old: &[CBucket]) -> io::Result<()> {
+        let mut m: Array<&mut MapData, QosValue> =
+            Array::try_from(self.map("qos")?).map_err(map_err("qos map"))?;
+        let before = if old.is_empty() {
+            [0u64; 1 + 4 * QOS_BUCKETS]
+        } else {
+            m.get(&slot, BPF_F_LOCK)
+                .map_err(map_err("reading MBR buckets"))?
+        };
+        let mut v = [0u64; 1 + 4 * QOS_BUCKETS];
+        for (i, b) in new.iter().take(QOS_BUCKETS).enumerate() {
+            let o = 1 + 4 * i;
+            v[o] = b.cost;
+            v[o + 1] = b.depth;
+            if let Some(k) = old
+                .iter()
+                .position(|x| x.qer == b.qer && x.uplink == b.uplink)
+            {
+                let p = 1 + 4 * k;
+                v[o + 2] = b.carry(&old[k], before[p + 2]);
+                v[o + 3] = before[p + 3];
+            }
+        }
+        m.set(slot, v, BPF_F_LOCK)
+            .map_err(map_err("writing MBR buckets"))
+    }
+
+    /// Fixes the clock of the MBR buckets at `ns` (tests: the reference's virtual clock, in
+    /// nanoseconds since its epoch); `None`, the kernel's monotonic clock (as loaded).
+    pub fn fix_clock(&mut self, ns: Option<u64>) -> io::Result<()> {
+        let mut m: Array<&mut MapData, ClockValue> =
+            Array::try_from(self.map("clock")?).map_err(map_err("clock map"))?;
+        let v = ns.map_or([0, 0], |ns| [1, ns]);
+        m.set(0, v, 0).map_err(map_err("writing the clock"))
     }
 
     /// Writes `c`'s keys; on an error removes those it added (`old`: the keys before).
@@ -462,6 +517,11 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
             o[24] = flags;
         }
         b[40 + MAX_SDF * SDF_LEN] = p.sdf.len().min(MAX_SDF) as u8;
+        let m = 41 + MAX_SDF * SDF_LEN;
+        b[m] = p.mbrs.len().min(MAX_PDR_MBRS) as u8;
+        for (j, i) in p.mbrs.iter().take(MAX_PDR_MBRS).enumerate() {
+            b[m + 1 + j] = *i;
+        }
     }
     v
 }

@@ -18,25 +18,29 @@
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
 //!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
 //!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
-//! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); URR volume and packet
-//!   counts per direction; `no_matching_pdr`;
+//! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); QER MBRs per direction
+//!   (`mbr_exceeded`) as the reference's token buckets (depth rate × averaging window, 2 s by
+//!   default, at least 12,000 bits; every bucket of the PDR's QERs must conform before any is
+//!   taken), shared by the session's PDRs that name the QER (a session AMBR is such a QER),
+//!   one spin lock a session so that CPUs share them exactly; URR volume and packet counts per
+//!   direction; `no_matching_pdr`;
 //! - egress by XDP_TX with the next hop's Ethernet addresses ([`Hops`]).
 //!
 //! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`].
 //!
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
-//! with more than one port range a side, IPv6, framed routes, MBR/GBR/packet rates, URR
-//! thresholds and quotas, buffering, duplication, network instances, N9. Not in the program
-//! yet: the uplink ACL (the runtime must not use this engine while one is loaded), the
+//! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
+//! Correlation IDs (rates shared between sessions), URR thresholds and quotas, buffering,
+//! duplication, network instances, N9. Not in the program yet: the uplink ACL (the runtime must not use this engine while one is loaded), the
 //! AF_XDP punt, the FIB lookup.
 
 mod compile;
 mod engine;
 
 pub use compile::{
-    compile, Action, CAddr, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
-    MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, URR_SLOTS,
+    compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
+    MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
 pub use engine::{Config, Engine, InstallError, Stats};
 
@@ -50,17 +54,19 @@ pub enum Reason {
     GateClosed,
     TtlExpired,
     EncapFailed,
+    MbrExceeded,
 }
 
 impl Reason {
     /// In the order of the program's counter indices (`R_*` in bpf/engine.bpf.c).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::NoMatchingPdr,
         Reason::FarDrop,
         Reason::NoForwardingTarget,
         Reason::GateClosed,
         Reason::TtlExpired,
         Reason::EncapFailed,
+        Reason::MbrExceeded,
     ];
 
     /// Name for metrics and logs.
@@ -72,6 +78,7 @@ impl Reason {
             Reason::GateClosed => "gate_closed",
             Reason::TtlExpired => "ttl_expired",
             Reason::EncapFailed => "encap_failed",
+            Reason::MbrExceeded => "mbr_exceeded",
         }
     }
 }

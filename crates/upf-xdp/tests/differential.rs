@@ -6,13 +6,15 @@
 //! program and a per-worker one in the pipeline, is compared zeroed, with both checksums
 //! checked right), the next hop's Ethernet header; punted frames come back unchanged, and a
 //! valid frame of the session is never punted. At the end of each session, the same URR
-//! volumes and packet counts.
+//! volumes and packet counts. Frames come at advancing virtual times, the program's clock
+//! fixed to the pipeline's `now` for each, so that QER MBRs (some sessions made for them) pass
+//! and drop the same frames.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use upf_dataplane::{Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_rules::*;
 use upf_wire::checksum::checksum;
@@ -130,16 +132,27 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
     }
 }
 
-/// A random session within the slice: UE `ue`, local TEIDs `teids`.
-fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
+/// A random session within the slice: UE `ue`, local TEIDs `teids`. `policing`: QERs with
+/// MBRs, open gates and forwarding FARs, so that the frames test the rates.
+fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) -> Session {
     let mut s = Session::new(Seid(seid), Seid(1), "192.0.2.9".parse().unwrap());
-    let n_qers = r.below(3) as u32;
+    let n_qers = if policing { 1 + r.below(3) } else { r.below(4) } as u32;
     for id in 1..=n_qers {
         let mut q = Qer::open(QerId(id));
-        if r.chance(4) {
+        // Rates a few frames exceed (1 kbit/s: a bucket of 12,000 bits refilled by one a
+        // millisecond; 8 kbit/s: 16,000 bits in 2 s) and ones they do not; 0: none that way.
+        if policing || r.chance(2) {
+            let kbps = [0, 1, 1, 8, 8, 64, 1000, 100_000];
+            q.mbr = Some(Bitrate {
+                uplink_kbps: r.pick(&kbps),
+                downlink_kbps: r.pick(&kbps),
+            });
+            q.averaging_window_ms = r.chance(3).then(|| r.pick(&[1, 100, 2000]));
+        }
+        if !policing && r.chance(4) {
             q.gate_uplink = Gate::Closed;
         }
-        if r.chance(4) {
+        if !policing && r.chance(4) {
             q.gate_downlink = Gate::Closed;
         }
         q.qfi = r.chance(2).then(|| Qfi(1 + r.below(9) as u8));
@@ -179,7 +192,7 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
                 }
             }
         }
-        if r.chance(2) {
+        if !policing && r.chance(2) {
             pdi.sdf_filters = (0..1 + r.below(4))
                 .map(|_| sdf(r, ue))
                 .collect::<Vec<_>>()
@@ -193,7 +206,7 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
                 is_destination: !uplink,
             });
         }
-        let far = match r.below(6) {
+        let far = match if policing { 3 } else { r.below(6) } {
             0 => None,
             1 => Some((ApplyAction::DROP, None)),
             2 => Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Access)))),
@@ -423,14 +436,14 @@ fn stat_diff(a: &upf_xdp::Stats, b: &upf_xdp::Stats) -> Vec<&'static str> {
 }
 
 /// One case: a session from `seed` and its frames through both engines.
-fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
+fn check(seed: u64, frames: usize, policing: bool) -> Result<(), TestCaseError> {
     let mut engine = engine();
     let mut r = Rng(seed | 1);
     let ue = Ipv4Addr::new(10, 0, r.below(4) as u8, 1 + r.below(250) as u8);
     let teids: Vec<u32> = (0..1 + r.below(2))
         .map(|_| 1 + r.below(1000) as u32)
         .collect();
-    let s = session(&mut r, seed, ue, &teids);
+    let s = session(&mut r, seed, ue, &teids, policing);
     // The TEIDs the PDRs took (the others are unknown: punted).
     let teids: Vec<u32> = teids
         .into_iter()
@@ -440,7 +453,8 @@ fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
                 .any(|p| p.pdi.local_f_teid.is_some_and(|f| f.teid.0 == *t))
         })
         .collect();
-    let now = Instant::now();
+    let epoch = Instant::now();
+    let mut now = epoch;
     let mut pipeline = Pipeline::new(
         now,
         PipelineConfig {
@@ -457,11 +471,21 @@ fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
     engine
         .install(&s)
         .map_err(|e| TestCaseError::fail(format!("engine refuses {s:#?}: {e}")))?;
-    let prog = engine.program().unwrap();
     let mut out = Output::default();
     let mut buf = vec![0u8; 4096];
     let mut handled = 0;
     for n in 0..frames {
+        // Virtual time: bursts, then pauses that refill the MBR buckets a little or fully.
+        let steps: &[u64] = if policing {
+            &[0, 0, 0, 100, 1000, 10_000, 300_000]
+        } else {
+            &[0, 0, 0, 0, 100, 10_000, 300_000, 3_000_000]
+        };
+        now += Duration::from_micros(r.pick(steps));
+        engine
+            .fix_clock(Some(now.duration_since(epoch).as_nanos() as u64))
+            .unwrap();
+        let prog = engine.program().unwrap();
         let (f, claimed) = frame(&mut r, ue, &teids);
         let before = engine.stats().unwrap();
         let res = upf_io::bpf::run(prog, &f, &mut buf, 1, None).unwrap();
@@ -592,7 +616,18 @@ fn xdp_program_does_what_the_pipeline_does() {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    runner.run(&any::<u64>(), |seed| check(seed, 40)).unwrap();
+    runner
+        .run(&any::<u64>(), |seed| check(seed, 40, false))
+        .unwrap();
+    // Sessions made for MBRs and AMBRs (a QER on several PDRs), with longer runs of frames.
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 60,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&any::<u64>(), |seed| check(seed, 200, true))
+        .unwrap();
     let t = TALLY.lock().unwrap();
     eprintln!("{t:?}");
     // The cases reached every verdict the program claims.

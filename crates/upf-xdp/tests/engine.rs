@@ -1,6 +1,6 @@
 //! The engine loaded in the kernel (root): the verifier takes the program, a full map refuses
-//! a session, a replaced session keeps the counts of the URRs it keeps, the drop reasons are
-//! named as the reference names them.
+//! a session, a replaced session keeps the counts of the URRs and the tokens of the MBRs it
+//! keeps, the drop reasons are named as the reference names them.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -199,4 +199,50 @@ fn drop_reasons_are_named_as_the_reference_names_them() {
     for r in Reason::ALL {
         assert!(names.contains(&r.name()), "{}", r.name());
     }
+}
+
+/// Session `n` with QER `qer` on its uplink PDR: `kbps` uplink MBR.
+fn with_mbr(n: u32, qer: u32, kbps: u64) -> Session {
+    let mut s = session(n);
+    let mut q = Qer::open(QerId(qer));
+    q.mbr = Some(Bitrate {
+        uplink_kbps: kbps,
+        downlink_kbps: 0,
+    });
+    s.insert_qer(q).unwrap();
+    s.pdr_mut(PdrId(1)).unwrap().qers = [QerId(qer)].into_iter().collect();
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_replaced_session_keeps_the_tokens_of_the_qers_it_keeps() {
+    const XDP_DROP: u32 = 1;
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    e.fix_clock(Some(0)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    // 1,000 octets: 8,000 bits of a 1 kbit/s bucket's 12,000.
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 972)[14..]);
+    e.install(&with_mbr(1, 1, 1)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_DROP, "4,000 bits left");
+    // The same QER at 2 kbit/s (a 12,000-bit bucket too): its 4,000 bits stay.
+    e.install(&with_mbr(1, 1, 2)).unwrap();
+    assert_eq!(run(&e, &up), XDP_DROP);
+    // 2 s at 2 kbit/s refill 4,000 bits: 8,000 fit.
+    e.fix_clock(Some(2_000_000_000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    // Another QER: a full bucket.
+    e.install(&with_mbr(1, 2, 2)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_DROP);
+    let st = e.stats().unwrap();
+    let mbr = st
+        .dropped
+        .iter()
+        .find(|d| d.0 == Reason::MbrExceeded)
+        .unwrap();
+    assert_eq!(mbr.1, 3);
 }
