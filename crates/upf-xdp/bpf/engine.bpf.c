@@ -10,7 +10,7 @@
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
  * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
- * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts. */
+ * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -34,6 +34,7 @@
 #define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
 #define PDR_GATE_SHUT 4	 /* a QER's gate is closed in the PDR's direction */
 #define PDR_PSC 8	 /* the tunnel header has a PDU Session Container (psc_octet) */
+#define PDR_QUOTA 16	 /* a URR of the PDR has a volume quota */
 
 /* Counter indices of `stats`; the drops in the order of src/lib.rs's `Reason`. */
 #define R_NO_MATCHING_PDR 0
@@ -43,9 +44,10 @@
 #define R_TTL_EXPIRED 4
 #define R_ENCAP_FAILED 5
 #define R_MBR_EXCEEDED 6
-#define S_PUNTED 7
-#define S_FORWARDED 8
-#define N_STATS 9
+#define R_QUOTA_EXHAUSTED 7
+#define S_PUNTED 8
+#define S_FORWARDED 9
+#define N_STATS 10
 
 /* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
 const volatile __u32 n3_addr = 0;
@@ -109,12 +111,28 @@ struct bucket {
 	__u64 cost, depth, backlog, last;
 };
 
-/* A session's MBR buckets under one lock: a packet asks all of its PDR's buckets and takes
- * from all or none at once, whichever CPUs its session's packets come on. */
+/* A URR's Volume Quota (upf_dataplane::usage::UrrState): the octets used since the grant,
+ * total, uplink, downlink, against the limits `has` names (Q_*); exhausted once one is
+ * reached. */
+#define Q_TOTAL 1
+#define Q_UL 2
+#define Q_DL 4
+struct quota {
+	__u64 limit[3];
+	__u64 used[3];
+	__u32 has;
+	__u32 exhausted;
+};
+
+/* A session's MBR buckets and URR quotas under one lock: a packet asks all of its PDR's
+ * buckets and quotas, and takes from all or none, at once, whichever CPUs its session's
+ * packets come on (per-CPU counts could not decide a shared quota: two CPUs would each
+ * pass a packet where one crossing is allowed). */
 struct qos {
 	struct bpf_spin_lock lock;
 	__u32 pad;
 	struct bucket b[QOS_BUCKETS];
+	struct quota q[URR_SLOTS];
 };
 
 /* The clock of the buckets: `ns` when `fixed` (tests: the reference's virtual `now`), else
@@ -458,43 +476,73 @@ static __always_inline void take(struct bucket *b, __u64 bits)
 	b->backlog = v < b->depth ? v : b->depth;
 }
 
-/* The MBRs of `p`'s QERs in its direction (steps::forward): every bucket conforms before any
- * is taken, so a packet one drops takes nothing from the others. 0: mbr_exceeded. */
+/* UrrState::count for the quota: the packet that reaches it passes, the next ones not. */
+static __always_inline void use_quota(struct quota *u, __u32 octets, int uplink)
+{
+	if (!u->has)
+		return;
+	u->used[0] += octets;
+	u->used[uplink ? 1 : 2] += octets;
+	if (((u->has & Q_TOTAL) && u->used[0] >= u->limit[0]) ||
+	    ((u->has & Q_UL) && u->used[1] >= u->limit[1]) ||
+	    ((u->has & Q_DL) && u->used[2] >= u->limit[2]))
+		u->exhausted = 1;
+}
+
+/* The MBRs of `p`'s QERs in its direction and the quotas of its URRs, in steps::forward's
+ * order: every bucket conforms (else mbr_exceeded), no quota is exhausted (else
+ * quota_exhausted), and only then is anything taken, so a packet dropped takes nothing.
+ * Returns the drop reason, or -1 to forward. */
 static __always_inline int police(const struct session *s, const struct pdr *p, __u32 octets)
 {
 	__u32 zero = 0, slot = s->slot;
 	__u64 now, bits = (__u64)octets * 8;
 	struct clock *c;
 	struct qos *q;
-	int k, ok = 1;
+	int k, why = -1;
 
-	if (!p->n_mbrs)
-		return 1;
+	if (!p->n_mbrs && !(p->flags & PDR_QUOTA))
+		return -1;
 	c = bpf_map_lookup_elem(&clock, &zero);
 	now = c && c->fixed ? c->ns : bpf_ktime_get_ns();
 	q = bpf_map_lookup_elem(&qos, &slot);
 	if (!q)
-		return 0; /* the adaptor wrote the slot's buckets before the session */
+		return R_MBR_EXCEEDED; /* the adaptor wrote the slot before the session */
 	bpf_spin_lock(&q->lock);
 #pragma unroll
 	for (k = 0; k < MAX_PDR_MBRS; k++) {
 		if (k >= p->n_mbrs)
 			break;
 		if (!conforms(&q->b[p->mbr[k] & (QOS_BUCKETS - 1)], now, bits)) {
-			ok = 0;
+			why = R_MBR_EXCEEDED;
 			break;
 		}
 	}
-	if (ok) {
+	if (why < 0 && (p->flags & PDR_QUOTA)) {
+#pragma unroll
+		for (k = 0; k < MAX_PDR_URRS; k++) {
+			if (k >= p->n_urrs)
+				break;
+			if (q->q[p->urr[k] & (URR_SLOTS - 1)].exhausted)
+				why = R_QUOTA_EXHAUSTED;
+		}
+	}
+	if (why < 0) {
 #pragma unroll
 		for (k = 0; k < MAX_PDR_MBRS; k++) {
 			if (k >= p->n_mbrs)
 				break;
 			take(&q->b[p->mbr[k] & (QOS_BUCKETS - 1)], bits);
 		}
+#pragma unroll
+		for (k = 0; k < MAX_PDR_URRS; k++) {
+			if (k >= p->n_urrs)
+				break;
+			use_quota(&q->q[p->urr[k] & (URR_SLOTS - 1)], octets, p->uplink);
+		}
 	}
 	bpf_spin_unlock(&q->lock);
-	return ok;
+	return why;
 }
 
 static __always_inline void write_eth(struct ethhdr *eth, const struct pdr *p)
@@ -553,8 +601,9 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
-	if (!police(s, p, len))
-		return drop(R_MBR_EXCEEDED);
+	why = police(s, p, len);
+	if (why >= 0)
+		return drop(why);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other uplink target */
 	route_hop(ip);
@@ -601,8 +650,9 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
-	if (!police(s, p, len))
-		return drop(R_MBR_EXCEEDED);
+	why = police(s, p, len);
+	if (why >= 0)
+		return drop(why);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
 	route_hop(ip);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use upf_rules::sdf::{Action as SdfAction, Address, Direction, Endpoint};
 use upf_rules::{
     ApplyAction, Far, Gate, Interface, MeasurementInfo, MeasurementMethod, OuterHeaderCreation,
-    OuterHeaderRemoval, Pdr, PdrId, QerId, ReportingTriggers, Seid, Session, UrrId,
+    OuterHeaderRemoval, Pdr, PdrId, QerId, ReportingTriggers, Seid, Session, UrrId, VolumeLimit,
 };
 
 /// PDRs one TEID or one UE address leads to (the program's loop bound).
@@ -115,6 +115,8 @@ pub struct CPdr {
     pub sdf: Vec<CSdf>,
     /// The MBR buckets its packets must conform to (indices in [`Compiled::buckets`]).
     pub mbrs: Vec<u8>,
+    /// A URR of the PDR has a Volume Quota.
+    pub quota: bool,
 }
 
 /// A QER's MBR in one direction as `upf_dataplane::meter::TokenBucket::new` sets it up (that
@@ -211,6 +213,8 @@ pub struct Compiled {
     pub urrs: Vec<UrrId>,
     /// The MBR buckets of its QERs (at most [`QOS_BUCKETS`]).
     pub buckets: Vec<CBucket>,
+    /// The Volume Quotas of its URRs.
+    pub quotas: Vec<(UrrId, VolumeLimit)>,
 }
 
 /// Compiles `s` for the XDP engine, or says why it is punted.
@@ -260,11 +264,17 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
         downlink: ues.into_iter().map(|a| (a, ip.clone())).collect(),
         urrs: s.urrs.iter().map(|u| u.id).collect(),
         buckets,
+        quotas: s
+            .urrs
+            .iter()
+            .filter_map(|u| Some((u.id, u.volume_quota?)))
+            .collect(),
     })
 }
 
 /// A URR the program counts exactly: volume only, nothing that fires on a packet (the
-/// reference's `UrrState::count` then never reports), nothing measured on drops.
+/// reference's `UrrState::count` then never reports), nothing measured on drops; a Volume
+/// Quota is enforced (without VOLQU it is not reported).
 fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
     if u.method != MeasurementMethod::VOLUM {
         return Err(Punt::Urr("measurement other than volume"));
@@ -276,14 +286,13 @@ fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
         return Err(Punt::Urr("measurement information"));
     }
     if u.volume_threshold.is_some()
-        || u.volume_quota.is_some()
         || u.time_threshold_s.is_some()
         || u.time_quota_s.is_some()
         || u.quota_holding_time_s.is_some()
         || u.inactivity_detection_time_s.is_some()
         || u.extra.is_some()
     {
-        return Err(Punt::Urr("thresholds, quotas or times"));
+        return Err(Punt::Urr("thresholds, time quotas or times"));
     }
     Ok(())
 }
@@ -351,6 +360,10 @@ fn compile_pdr(
     if p.urrs.iter().any(|&u| s.urr(u).is_none()) {
         return Err(Punt::Dangling);
     }
+    let quota = p
+        .urrs
+        .iter()
+        .any(|&u| s.urr(u).is_some_and(|u| u.volume_quota.is_some()));
     // QERs: gates and MBRs in the PDR's direction, the first QFI and any RQI (the
     // reference's marks).
     let mut gate_shut = false;
@@ -431,6 +444,7 @@ fn compile_pdr(
         hop,
         sdf,
         mbrs,
+        quota,
     };
     Ok((c, ue.map(|(a, _)| a)))
 }
@@ -871,6 +885,25 @@ mod tests {
     }
 
     #[test]
+    fn volume_quotas_are_enforced_on_the_pdrs_that_count_in_them() {
+        let mut s = session();
+        let q = VolumeLimit {
+            total: None,
+            uplink: Some(1000),
+            downlink: Some(0),
+        };
+        s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(q);
+        let mut u2 = Urr::new(UrrId(2));
+        u2.method = MeasurementMethod::VOLUM;
+        s.insert_urr(u2).unwrap();
+        s.pdr_mut(PdrId(2)).unwrap().urrs = [UrrId(2)].into_iter().collect();
+        let c = compile(&s, &HOPS).unwrap();
+        assert_eq!(c.quotas, vec![(UrrId(1), q)]);
+        assert!(c.uplink[0].1[0].quota);
+        assert!(!c.downlink[0].1[0].quota, "URR 2 has none");
+    }
+
+    #[test]
     fn forwarding_to_access_without_a_tunnel_has_no_target() {
         let mut s = session();
         s.far_mut(FarId(2))
@@ -951,13 +984,21 @@ mod tests {
             ),
             (
                 |s| {
-                    s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(VolumeLimit {
+                    s.urr_mut(UrrId(1)).unwrap().volume_threshold = Some(VolumeLimit {
                         total: Some(1),
                         uplink: None,
                         downlink: None,
                     })
                 },
-                Punt::Urr("thresholds, quotas or times"),
+                Punt::Urr("thresholds, time quotas or times"),
+            ),
+            (
+                |s| {
+                    let u = s.urr_mut(UrrId(1)).unwrap();
+                    u.volume_quota = Some(VolumeLimit::default());
+                    u.triggers = ReportingTriggers::VOLQU;
+                },
+                Punt::Urr("reporting triggers other than periodic"),
             ),
             (
                 |s| s.pdr_mut(PdrId(1)).unwrap().outer_header_removal = None,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::Ipv4Addr;
 use upf_io::bpf;
-use upf_rules::{Seid, Session, UrrId, Volume};
+use upf_rules::{Seid, Session, UrrId, Volume, VolumeLimit};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
 
@@ -25,8 +25,13 @@ const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type SessionValue = [u8; SESSION_LEN];
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
 type UsageValue = [u64; 4];
-/// `struct qos`: the spin lock and its padding, then per bucket cost, depth, backlog, last.
-type QosValue = [u64; 1 + 4 * QOS_BUCKETS];
+/// `struct qos`: the spin lock and its padding, then per bucket cost, depth, backlog, last,
+/// then per URR slot `struct quota` (limits, used, has | exhausted << 32).
+const QUOTAS_AT: usize = 1 + 4 * QOS_BUCKETS;
+const QUOTA_LEN: usize = 7;
+type QosValue = [u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS];
+/// A URR's Volume Quota.
+type Quota = (UrrId, VolumeLimit);
 /// `struct clock`: fixed, ns.
 type ClockValue = [u64; 2];
 /// BPF_F_LOCK: map reads and writes of `struct qos` under its spin lock.
@@ -79,6 +84,8 @@ struct Held {
     urrs: [Option<UrrId>; URR_SLOTS],
     /// The MBR buckets, in `struct qos` order.
     buckets: Vec<CBucket>,
+    /// The Volume Quotas of its URRs.
+    quotas: Vec<Quota>,
 }
 
 /// The XDP engine: its program and maps, and the sessions it holds.
@@ -171,10 +178,10 @@ impl Engine {
             .held
             .get(&c.seid)
             .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
-        let old_buckets = self
+        let (old_buckets, old_quotas) = self
             .held
             .get(&c.seid)
-            .map_or_else(Vec::new, |h| h.buckets.clone());
+            .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
         if old.is_none() && self.held.len() >= self.cfg.sessions as usize {
             return Err(InstallError::Full(self.cfg.sessions));
         }
@@ -213,8 +220,16 @@ impl Engine {
                     .map_err(map_err("zeroing URR counters"))?;
             }
         }
-        // The buckets before the rules that use them; a QER that stays keeps its tokens.
-        self.write_qos(slot, &c.buckets, &old_buckets)?;
+        // The buckets and quotas before the rules that use them; a QER that stays keeps its
+        // tokens, a URR whose quota stays the same keeps its use of it.
+        let kept = old.is_some();
+        self.write_qos(
+            slot,
+            kept,
+            (&c.buckets, &old_buckets),
+            &urrs,
+            (&c.quotas, &old_quotas),
+        )?;
         let old_keys = old.map(|h| (h.2, h.3));
         self.write(&c, slot, &urrs, old_keys.as_ref())?;
         if let Some((teids, ues)) = &old_keys {
@@ -248,6 +263,7 @@ impl Engine {
             ues: c.downlink.iter().map(|(a, _)| *a).collect(),
             urrs,
             buckets: c.buckets.clone(),
+            quotas: c.quotas.clone(),
         };
         for &t in &held.teids {
             self.teids.insert(t, c.seid);
@@ -259,19 +275,55 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes slot `slot`'s MBR buckets `new`: full, or with the tokens left in the bucket of
-    /// the same QER and direction in `old` (the slot's buckets before). The read and the write
-    /// each hold the bucket's lock; tokens the program takes between them are not carried.
-    fn write_qos(&mut self, slot: u32, new: &[CBucket], old: &[CBucket]) -> io::Result<()> {
+    /// Writes slot `slot`'s MBR buckets `buckets.0`: full, or with the tokens left in the
+    /// bucket of the same QER and direction in `buckets.1` (the slot's buckets before, `kept`:
+    /// the slot was the session's); and the quotas `quotas.0` of the URRs in `urrs`' slots,
+    /// unused or, unchanged from `quotas.1`, with their use so far (UrrState::update: a
+    /// changed quota is a new grant). The read and the write each hold the value's lock;
+    /// what the program counts between them is not carried.
+    fn write_qos(
+        &mut self,
+        slot: u32,
+        kept: bool,
+        buckets: (&[CBucket], &[CBucket]),
+        urrs: &[Option<UrrId>; URR_SLOTS],
+        quotas: (&[Quota], &[Quota]),
+    ) -> io::Result<()> {
+        let (new, old) = buckets;
         let mut m: Array<&mut MapData, QosValue> =
             Array::try_from(self.map("qos")?).map_err(map_err("qos map"))?;
-        let before = if old.is_empty() {
-            [0u64; 1 + 4 * QOS_BUCKETS]
-        } else {
+        let before = if kept {
             m.get(&slot, BPF_F_LOCK)
                 .map_err(map_err("reading MBR buckets"))?
+        } else {
+            [0u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS]
         };
-        let mut v = [0u64; 1 + 4 * QOS_BUCKETS];
+        let mut v = [0u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS];
+        for (i, id) in urrs.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let Some((_, q)) = quotas.0.iter().find(|(u, _)| u == id) else {
+                continue;
+            };
+            let o = QUOTAS_AT + QUOTA_LEN * i;
+            let mut has = 0u64;
+            for (k, limit) in [q.total, q.uplink, q.downlink].into_iter().enumerate() {
+                if let Some(l) = limit {
+                    v[o + k] = l;
+                    has |= 1 << k;
+                }
+            }
+            // The URR kept its slot (`install`): its use is there.
+            if kept && quotas.1.iter().any(|(u, old)| u == id && old == q) {
+                v[o + 3..o + 6].copy_from_slice(&before[o + 3..o + 6]);
+            }
+            let used = Volume {
+                total_bytes: v[o + 3],
+                uplink_bytes: v[o + 4],
+                downlink_bytes: v[o + 5],
+                ..Volume::default()
+            };
+            v[o + 6] = has | u64::from(q.reached_by(&used)) << 32;
+        }
         for (i, b) in new.iter().take(QOS_BUCKETS).enumerate() {
             let o = 1 + 4 * i;
             v[o] = b.cost;
@@ -461,6 +513,9 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
         }
         if p.gate_shut {
             flags |= 4;
+        }
+        if p.quota {
+            flags |= 16;
         }
         b[21] = match p.action {
             Action::Drop => 0,

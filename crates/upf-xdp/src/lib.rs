@@ -23,17 +23,21 @@
 //!   default, at least 12,000 bits; every bucket of the PDR's QERs must conform before any is
 //!   taken), shared by the session's PDRs that name the QER (a session AMBR is such a QER),
 //!   one spin lock a session so that CPUs share them exactly; URR volume and packet counts per
-//!   direction; `no_matching_pdr`;
+//!   direction; URR Volume Quotas (total, uplink, downlink octets since the grant: the packet
+//!   that reaches one passes, the next ones are `quota_exhausted`; a changed quota is a new
+//!   grant), under the same lock; `no_matching_pdr`;
 //! - egress by XDP_TX with the next hop's Ethernet addresses ([`Hops`]).
 //!
-//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`].
+//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`]; a quota
+//! is enforced, not reported (a URR asking for its report, VOLQU, is punted).
 //!
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
 //! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
-//! Correlation IDs (rates shared between sessions), URR thresholds and quotas, buffering,
-//! duplication, network instances, N9. Not in the program yet: the uplink ACL (the runtime must not use this engine while one is loaded), the
-//! AF_XDP punt, the FIB lookup.
+//! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
+//! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
+//! duplication, network instances, N9, times. Not in the program yet: the uplink ACL (the
+//! runtime must not use this engine while one is loaded), the AF_XDP punt, the FIB lookup.
 
 mod compile;
 mod engine;
@@ -55,11 +59,12 @@ pub enum Reason {
     TtlExpired,
     EncapFailed,
     MbrExceeded,
+    QuotaExhausted,
 }
 
 impl Reason {
     /// In the order of the program's counter indices (`R_*` in bpf/engine.bpf.c).
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::NoMatchingPdr,
         Reason::FarDrop,
         Reason::NoForwardingTarget,
@@ -67,6 +72,7 @@ impl Reason {
         Reason::TtlExpired,
         Reason::EncapFailed,
         Reason::MbrExceeded,
+        Reason::QuotaExhausted,
     ];
 
     /// Name for metrics and logs.
@@ -79,6 +85,7 @@ impl Reason {
             Reason::TtlExpired => "ttl_expired",
             Reason::EncapFailed => "encap_failed",
             Reason::MbrExceeded => "mbr_exceeded",
+            Reason::QuotaExhausted => "quota_exhausted",
         }
     }
 }

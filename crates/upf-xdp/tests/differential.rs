@@ -133,7 +133,7 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
 }
 
 /// A random session within the slice: UE `ue`, local TEIDs `teids`. `policing`: QERs with
-/// MBRs, open gates and forwarding FARs, so that the frames test the rates.
+/// MBRs, more quotas, open gates and forwarding FARs, so that the frames test them.
 fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) -> Session {
     let mut s = Session::new(Seid(seid), Seid(1), "192.0.2.9".parse().unwrap());
     let n_qers = if policing { 1 + r.below(3) } else { r.below(4) } as u32;
@@ -159,13 +159,22 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
         q.rqi = r.chance(3);
         s.insert_qer(q).unwrap();
     }
-    let n_urrs = r.below(3) as u32;
+    let n_urrs = if policing { 1 + r.below(2) } else { r.below(3) } as u32;
     for id in 1..=n_urrs {
         let mut u = Urr::new(UrrId(id));
         u.method = MeasurementMethod::VOLUM;
         if r.chance(2) {
             u.triggers = ReportingTriggers::PERIO;
             u.measurement_period_s = Some(60);
+        }
+        // Volume Quotas a few frames reach (0: spent from the start).
+        if r.chance(if policing { 2 } else { 4 }) {
+            let mut limit = || r.chance(2).then(|| r.pick(&[0, 200, 1000, 3000, 20_000]));
+            u.volume_quota = Some(VolumeLimit {
+                total: limit(),
+                uplink: limit(),
+                downlink: limit(),
+            });
         }
         s.insert_urr(u).unwrap();
     }

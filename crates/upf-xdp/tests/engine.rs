@@ -246,3 +246,44 @@ fn a_replaced_session_keeps_the_tokens_of_the_qers_it_keeps() {
         .unwrap();
     assert_eq!(mbr.1, 3);
 }
+
+/// Session `n` whose uplink PDR counts in URR 1 with an uplink Volume Quota of `octets`.
+fn with_quota(n: u32, octets: u64) -> Session {
+    let mut s = with_urrs(n, &[1], &[]);
+    s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(VolumeLimit {
+        total: None,
+        uplink: Some(octets),
+        downlink: None,
+    });
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_passes_the_packet_that_reaches_it_and_a_new_grant_counts_anew() {
+    const XDP_DROP: u32 = 1;
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 572)[14..]); // 600 octets of IP
+    e.install(&with_quota(1, 1000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_TX, "1,200 octets: it reaches the quota");
+    assert_eq!(run(&e, &up), XDP_DROP);
+    // The same quota: still spent. A changed one: a new grant.
+    e.install(&with_quota(1, 1000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_DROP);
+    e.install(&with_quota(1, 600)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_DROP);
+    let st = e.stats().unwrap();
+    let spent = st
+        .dropped
+        .iter()
+        .find(|d| d.0 == Reason::QuotaExhausted)
+        .unwrap();
+    assert_eq!(spent.1, 3);
+    // The URR counted what passed.
+    assert_eq!(e.usage(Seid(1)).unwrap()[0].1.uplink_bytes, 1800);
+}
