@@ -9,12 +9,12 @@
  *
  * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) + UDP to port 2152 at
  * our N3 address + a G-PDU without options, or with exactly one one-word PDU Session Container
- * (its QFI read), lengths consistent; the inner packet IPv4 without options, TCP or UDP, not a
- * later fragment. Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
+ * (its QFI read), lengths consistent; the inner packet IPv4 without options, not a later
+ * fragment, at least 24 octets (any protocol). Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
  * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
- * with the QERs' QFI and RQI when they have one). QER gates; URR volume and packet counts. */
+ * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -25,6 +25,8 @@
 #define MAX_PDR_URRS 2
 #define MAX_SDF 4
 #define URR_SLOTS 4
+#define MAX_PDR_MBRS 4 /* MBR buckets one PDR draws from */
+#define QOS_BUCKETS 8  /* MBR buckets of one session (a QER's, one a direction) */
 
 /* What a matched PDR's FAR does (the adaptor compiles it). */
 #define ACT_DROP 0	/* far_drop: no FAR, or no FORW */
@@ -36,6 +38,7 @@
 #define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
 #define PDR_GATE_SHUT 4	 /* a QER's gate is closed in the PDR's direction */
 #define PDR_PSC 8	 /* the tunnel header has a PDU Session Container (psc_octet) */
+#define PDR_QUOTA 16	 /* a URR of the PDR has a volume quota */
 
 /* Counter indices of `stats`; the drops in the order of src/lib.rs's `Reason`. */
 #define R_NO_MATCHING_PDR 0
@@ -44,12 +47,14 @@
 #define R_GATE_CLOSED 3
 #define R_TTL_EXPIRED 4
 #define R_ENCAP_FAILED 5
-#define S_PUNTED 6
-#define S_FORWARDED 7
+#define R_MBR_EXCEEDED 6
+#define R_QUOTA_EXHAUSTED 7
+#define S_PUNTED 8
+#define S_FORWARDED 9
 /* Punts for want of a next hop: S_FIB - 1 + BPF_FIB_LKUP_RET_* (1..9), then the port's
  * interface not attached or the route leaving by another one, then the lookup's error. In the
  * order of src/lib.rs's `Unrouted`. */
-#define S_FIB 8
+#define S_FIB 10
 #define S_OTHER_INTERFACE (S_FIB + 9)
 #define S_FIB_ERROR (S_FIB + 10)
 #define N_STATS (S_FIB + 11)
@@ -69,14 +74,15 @@ const volatile __u32 outer_ttl = 64;
 const volatile __u32 fixed_hops = 0;
 
 /* An SDF filter (TS 29.244 §8.2.5) as upf_rules::SdfFilter::matches decides it for an IPv4
- * TCP/UDP packet, with the PDR's UE address resolved: the UE's side and the remote side, each
+ * packet, with the PDR's UE address resolved: the UE's side and the remote side, each
  * an address (net/mask; SDF_*_NONE: matches no IPv4 address; negated) and a port range. */
-#define SDF_NEVER 1	/* deny, SPI or flow label: matches no packet here */
+#define SDF_NEVER 1	/* deny or flow label: matches no IPv4 packet */
 #define SDF_PROTO 2	/* the protocol must be `proto` */
 #define SDF_UE_NONE 4
 #define SDF_UE_NEG 8
 #define SDF_RE_NONE 16
 #define SDF_RE_NEG 32
+#define SDF_SPI 64	/* the packet must be ESP with this `spi` */
 
 struct sdf {
 	__u32 ue_net, ue_mask; /* as in a header */
@@ -85,6 +91,7 @@ struct sdf {
 	__u8 flags;
 	__u8 proto;
 	__u8 tos, tos_mask;
+	__u32 spi; /* as in a header */
 };
 
 struct pdr {
@@ -102,6 +109,8 @@ struct pdr {
 	__u8 eth[12];		/* egress Ethernet: destination, source */
 	struct sdf sdf[MAX_SDF];
 	__u8 n_sdf; /* 0: no SDF filter (any packet) */
+	__u8 n_mbrs;
+	__u8 mbr[MAX_PDR_MBRS]; /* indices in the session's `struct qos` buckets */
 };
 
 struct session {
@@ -112,6 +121,44 @@ struct session {
 
 struct usage {
 	__u64 ul_bytes, ul_packets, dl_bytes, dl_packets;
+};
+
+/* A QER's MBR in one direction: upf_dataplane::meter::TokenBucket, kept as its backlog in
+ * ticks of 2^-24 ns (the time its spent tokens take to come back); `cost` the ticks of one
+ * bit, `depth` of a full bucket (rate × averaging window), both computed by the adaptor. */
+#define TICK_FRAC 24
+struct bucket {
+	__u64 cost, depth, backlog, last;
+};
+
+/* A URR's Volume Quota (upf_dataplane::usage::UrrState): the octets used since the grant,
+ * total, uplink, downlink, against the limits `has` names (Q_*); exhausted once one is
+ * reached. */
+#define Q_TOTAL 1
+#define Q_UL 2
+#define Q_DL 4
+struct quota {
+	__u64 limit[3];
+	__u64 used[3];
+	__u32 has;
+	__u32 exhausted;
+};
+
+/* A session's MBR buckets and URR quotas under one lock: a packet asks all of its PDR's
+ * buckets and quotas, and takes from all or none, at once, whichever CPUs its session's
+ * packets come on (per-CPU counts could not decide a shared quota: two CPUs would each
+ * pass a packet where one crossing is allowed). */
+struct qos {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	struct bucket b[QOS_BUCKETS];
+	struct quota q[URR_SLOTS];
+};
+
+/* The clock of the buckets: `ns` when `fixed` (tests: the reference's virtual `now`), else
+ * bpf_ktime_get_ns(). */
+struct clock {
+	__u64 fixed, ns;
 };
 
 /* Uplink: local TEID (host order) → that TEID's PDRs. Sizes are set at load. */
@@ -138,6 +185,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct usage);
 } urrs SEC(".maps");
+
+/* Session slot → its MBR buckets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qos);
+} qos SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct clock);
+} clock SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -222,13 +284,25 @@ static __always_inline __u16 sum20(const __u16 *h)
 	return fold(s);
 }
 
-/* An IPv4 header without options, TCP or UDP, not a later fragment, whose total length
- * (returned) is at least 24 and fits `avail`; 0 otherwise (upf_dataplane::fast::flow_v4). */
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_ESP_ 50
+
+/* Protocols whose first 4 octets are the ports (upf_wire::flow::ports): TCP, UDP, SCTP,
+ * UDP-Lite. */
+static __always_inline int has_ports(__u8 proto)
+{
+	return proto == 6 || proto == 17 || proto == 132 || proto == 136;
+}
+
+/* An IPv4 header without options, not a later fragment, whose total length (returned) is at
+ * least 24 and fits `avail`; 0 otherwise. Any protocol: its ports as upf_wire's FiveTuple
+ * reads them (flow_of). Shorter packets are punted: a port protocol's would be malformed,
+ * and the rest are too rare to be worth a second bounds check. */
 static __always_inline __u32 inner_len(const __u8 *ip, __u32 avail)
 {
 	__u32 total;
 
-	if (ip[0] != 0x45 || (ip[9] != 6 && ip[9] != 17))
+	if (ip[0] != 0x45)
 		return 0;
 	if ((bpf_ntohs(*(__u16 *)(ip + 6)) & 0x1fff) != 0)
 		return 0;
@@ -246,18 +320,50 @@ static __always_inline int side(__u32 a, __u16 port, __u32 net, __u32 mask, __u1
 }
 
 /* The packet (ports in host order, tos its IPv4 ToS octet) seen from the UE: `ue_a`/`ue_p`
- * its UE side. */
+ * its UE side; `spi` an ESP packet's (`has_spi`). */
 struct key {
 	__u32 ue_a, re_a;
+	__u32 spi;
 	__u16 ue_p, re_p;
-	__u8 proto, tos;
+	__u8 proto, tos, has_spi;
 };
+
+/* What classification reads from the packet `ip` (an IPv4 header of `len` >= 24 octets, 24
+ * of them checked readable, not a later fragment), as upf_dataplane::parse::flow_of: the
+ * ports of a port protocol, an ICMP echo's identifier as both ports, 0 otherwise; an ESP
+ * packet's SPI. Ports source first, as in the packet (`sdf_any` sees them from the UE). */
+struct flow {
+	__u32 spi;
+	__u16 sp, dp;
+	__u8 has_spi;
+};
+
+static __always_inline void flow_of(const __u8 *ip, const void *end, __u32 len, struct flow *f)
+{
+	f->sp = 0, f->dp = 0, f->spi = 0, f->has_spi = 0;
+	if (has_ports(ip[9])) {
+		f->sp = bpf_ntohs(*(__u16 *)(ip + 20));
+		f->dp = bpf_ntohs(*(__u16 *)(ip + 22));
+	} else if (ip[9] == IPPROTO_ICMP_) {
+		/* An ICMP header is 8 octets; echo request (8) or reply (0). `len` fits the
+		 * frame, so the second check never fails (it is the verifier's). */
+		if (len >= 28 && (void *)(ip + 28) <= end && (ip[20] == 0 || ip[20] == 8)) {
+			f->sp = bpf_ntohs(*(__u16 *)(ip + 24));
+			f->dp = f->sp;
+		}
+	} else if (ip[9] == IPPROTO_ESP_) {
+		f->spi = *(__u32 *)(ip + 20);
+		f->has_spi = 1;
+	}
+}
 
 static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
 {
 	if (f->flags & SDF_NEVER)
 		return 0;
 	if ((k->tos & f->tos_mask) != f->tos)
+		return 0;
+	if ((f->flags & SDF_SPI) && !(k->has_spi && k->spi == f->spi))
 		return 0;
 	if ((f->flags & SDF_PROTO) && k->proto != f->proto)
 		return 0;
@@ -267,19 +373,21 @@ static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
 		    f->flags & SDF_RE_NONE, !!(f->flags & SDF_RE_NEG));
 }
 
-/* Some SDF filter of `p` matches the packet `ip` (an IPv4 TCP/UDP header, 24 octets
- * readable), or it has none. */
-static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip)
+/* Some SDF filter of `p` matches the packet `ip` (an IPv4 header, 24 octets readable; `fl`
+ * its flow), or it has none. */
+static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const struct flow *fl)
 {
 	struct key k;
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
-	__u16 sp = bpf_ntohs(*(__u16 *)(ip + 20)), dp = bpf_ntohs(*(__u16 *)(ip + 22));
+	__u16 sp = fl->sp, dp = fl->dp;
 	int j;
 
 	if (!p->n_sdf)
 		return 1;
 	k.proto = ip[9];
 	k.tos = ip[1];
+	k.spi = fl->spi;
+	k.has_spi = fl->has_spi;
 	if (p->uplink) {
 		k.ue_a = src, k.ue_p = sp, k.re_a = dst, k.re_p = dp;
 	} else {
@@ -295,13 +403,16 @@ static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip)
 	return 0;
 }
 
-/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip`, or
- * NULL. */
+/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip` (of `len`
+ * octets, as `inner_len` passed it), or NULL. */
 static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u32 qfi,
-					    const __u8 *ip)
+					    const __u8 *ip, const void *end, __u32 len)
 {
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
+	struct flow fl;
 	int i;
+
+	flow_of(ip, end, len, &fl);
 #pragma unroll
 	for (i = 0; i < MAX_PDRS; i++) {
 		struct pdr *p = &s->pdrs[i];
@@ -314,7 +425,7 @@ static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u3
 			if (a != p->ue)
 				continue;
 		}
-		if (!sdf_any(p, ip))
+		if (!sdf_any(p, ip, &fl))
 			continue;
 		return p;
 	}
@@ -370,6 +481,119 @@ static __always_inline void count_urrs(const struct session *s, const struct pdr
 			u->dl_packets += 1;
 		}
 	}
+}
+
+static __always_inline __u64 sat_add(__u64 a, __u64 b)
+{
+	__u64 s = a + b;
+	return s < a ? ~0ULL : s;
+}
+
+static __always_inline __u64 sat_mul(__u64 a, __u64 b)
+{
+	__u64 most;
+
+	if (!a)
+		return 0;
+	most = ~0ULL / a;
+	/* Opaque to clang, which would otherwise turn the test into a 128-bit multiply (a
+	 * libcall BPF does not have). */
+	asm volatile("" : "+r"(most));
+	if (b > most)
+		return ~0ULL;
+	return a * b;
+}
+
+/* TokenBucket::conforms: drains the backlog by the time since `last` (never back in time),
+ * then whether `bits` fit. */
+static __always_inline int conforms(struct bucket *b, __u64 now, __u64 bits)
+{
+	__u64 passed = now > b->last ? now - b->last : 0;
+	__u64 ticks;
+
+	if (passed > (~0ULL >> TICK_FRAC))
+		passed = ~0ULL >> TICK_FRAC;
+	ticks = passed << TICK_FRAC;
+	b->backlog = b->backlog > ticks ? b->backlog - ticks : 0;
+	if (now > b->last)
+		b->last = now;
+	return sat_add(b->backlog, sat_mul(bits, b->cost)) <= b->depth;
+}
+
+/* TokenBucket::take: the backlog is at most the depth. */
+static __always_inline void take(struct bucket *b, __u64 bits)
+{
+	__u64 v = sat_add(b->backlog, sat_mul(bits, b->cost));
+	b->backlog = v < b->depth ? v : b->depth;
+}
+
+/* UrrState::count for the quota: the packet that reaches it passes, the next ones not. */
+static __always_inline void use_quota(struct quota *u, __u32 octets, int uplink)
+{
+	if (!u->has)
+		return;
+	u->used[0] += octets;
+	u->used[uplink ? 1 : 2] += octets;
+	if (((u->has & Q_TOTAL) && u->used[0] >= u->limit[0]) ||
+	    ((u->has & Q_UL) && u->used[1] >= u->limit[1]) ||
+	    ((u->has & Q_DL) && u->used[2] >= u->limit[2]))
+		u->exhausted = 1;
+}
+
+/* The MBRs of `p`'s QERs in its direction and the quotas of its URRs, in steps::forward's
+ * order: every bucket conforms (else mbr_exceeded), no quota is exhausted (else
+ * quota_exhausted), and only then is anything taken, so a packet dropped takes nothing.
+ * Returns the drop reason, or -1 to forward. */
+static __always_inline int police(const struct session *s, const struct pdr *p, __u32 octets)
+{
+	__u32 zero = 0, slot = s->slot;
+	__u64 now, bits = (__u64)octets * 8;
+	struct clock *c;
+	struct qos *q;
+	int k, why = -1;
+
+	if (!p->n_mbrs && !(p->flags & PDR_QUOTA))
+		return -1;
+	c = bpf_map_lookup_elem(&clock, &zero);
+	now = c && c->fixed ? c->ns : bpf_ktime_get_ns();
+	q = bpf_map_lookup_elem(&qos, &slot);
+	if (!q)
+		return R_MBR_EXCEEDED; /* the adaptor wrote the slot before the session */
+	bpf_spin_lock(&q->lock);
+#pragma unroll
+	for (k = 0; k < MAX_PDR_MBRS; k++) {
+		if (k >= p->n_mbrs)
+			break;
+		if (!conforms(&q->b[p->mbr[k] & (QOS_BUCKETS - 1)], now, bits)) {
+			why = R_MBR_EXCEEDED;
+			break;
+		}
+	}
+	if (why < 0 && (p->flags & PDR_QUOTA)) {
+#pragma unroll
+		for (k = 0; k < MAX_PDR_URRS; k++) {
+			if (k >= p->n_urrs)
+				break;
+			if (q->q[p->urr[k] & (URR_SLOTS - 1)].exhausted)
+				why = R_QUOTA_EXHAUSTED;
+		}
+	}
+	if (why < 0) {
+#pragma unroll
+		for (k = 0; k < MAX_PDR_MBRS; k++) {
+			if (k >= p->n_mbrs)
+				break;
+			take(&q->b[p->mbr[k] & (QOS_BUCKETS - 1)], bits);
+		}
+#pragma unroll
+		for (k = 0; k < MAX_PDR_URRS; k++) {
+			if (k >= p->n_urrs)
+				break;
+			use_quota(&q->q[p->urr[k] & (URR_SLOTS - 1)], octets, p->uplink);
+		}
+	}
+	bpf_spin_unlock(&q->lock);
+	return why;
 }
 
 static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs)
@@ -480,10 +704,13 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	len = inner_len(ip, total - hdr);
 	if (!len)
 		return punt();
-	p = classify(s, has_qfi, qfi, ip);
+	p = classify(s, has_qfi, qfi, ip, end, len);
 	if (!p)
 		return drop(R_NO_MATCHING_PDR);
 	why = verdict(p, ip);
+	if (why >= 0)
+		return drop(why);
+	why = police(s, p, len);
 	if (why >= 0)
 		return drop(why);
 	if (p->action != ACT_N6)
@@ -531,10 +758,13 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	s = bpf_map_lookup_elem(&downlink, &ue);
 	if (!s)
 		return punt();
-	p = classify(s, 0, 0, ip);
+	p = classify(s, 0, 0, ip, end, len);
 	if (!p)
 		return drop(R_NO_MATCHING_PDR);
 	why = verdict(p, ip);
+	if (why >= 0)
+		return drop(why);
+	why = police(s, p, len);
 	if (why >= 0)
 		return drop(why);
 	if (p->action != ACT_ENCAP)

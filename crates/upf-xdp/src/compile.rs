@@ -4,10 +4,11 @@
 //! form it has not been held to is punted.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 use upf_rules::sdf::{Action as SdfAction, Address, Direction, Endpoint};
 use upf_rules::{
     ApplyAction, Far, Gate, Interface, MeasurementInfo, MeasurementMethod, OuterHeaderCreation,
-    OuterHeaderRemoval, Pdr, PdrId, ReportingTriggers, Seid, Session, UrrId,
+    OuterHeaderRemoval, Pdr, PdrId, QerId, ReportingTriggers, Seid, Session, UrrId, VolumeLimit,
 };
 
 /// PDRs one TEID or one UE address leads to (the program's loop bound).
@@ -18,6 +19,10 @@ pub const MAX_PDR_URRS: usize = 2;
 pub const MAX_SDF: usize = 4;
 /// URRs of one session (its counter slots).
 pub const URR_SLOTS: usize = 4;
+/// MBR buckets one PDR draws from.
+pub const MAX_PDR_MBRS: usize = 4;
+/// MBR buckets of one session (a QER's, one a direction).
+pub const QOS_BUCKETS: usize = 8;
 /// Local TEIDs of one session.
 pub const MAX_TEIDS: usize = 2;
 /// UE IPv4 addresses of one session.
@@ -108,6 +113,59 @@ pub struct CPdr {
     pub hop: NextHop,
     /// SDF filters (none: any packet).
     pub sdf: Vec<CSdf>,
+    /// The MBR buckets its packets must conform to (indices in [`Compiled::buckets`]).
+    pub mbrs: Vec<u8>,
+    /// A URR of the PDR has a Volume Quota.
+    pub quota: bool,
+}
+
+/// A QER's MBR in one direction as `upf_dataplane::meter::TokenBucket::new` sets it up (that
+/// crate is above this one: the arithmetic is repeated here, and the differential test holds
+/// the two equal): in ticks of 2^-24 ns, the time one bit takes and a full bucket's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CBucket {
+    pub qer: QerId,
+    pub uplink: bool,
+    pub cost: u64,
+    pub depth: u64,
+}
+
+/// Averaging window when the QER gives none (TS 23.501 §5.7.3.6), as the reference.
+const DEFAULT_WINDOW: Duration = Duration::from_millis(2000);
+const TICK_FRAC: u32 = 24;
+const NS_PER_S: u128 = 1_000_000_000;
+
+impl CBucket {
+    fn new(qer: QerId, uplink: bool, bits_per_s: u64, window: Duration) -> Self {
+        // Rounded up: the bucket never passes more than the rate.
+        let cost = u64::try_from((NS_PER_S << TICK_FRAC).div_ceil(u128::from(bits_per_s.max(1))))
+            .unwrap_or(u64::MAX);
+        // At least one full-size packet.
+        let bits =
+            (u128::from(bits_per_s).saturating_mul(window.as_nanos()) / NS_PER_S).max(12_000);
+        let depth = if bits_per_s == 0 {
+            0
+        } else {
+            u64::try_from(bits.saturating_mul(cost.into())).unwrap_or(u64::MAX)
+        };
+        Self {
+            qer,
+            uplink,
+            cost,
+            depth,
+        }
+    }
+
+    /// `old`'s fill (its backlog) carried to this rate, as `TokenBucket::set_rate_from` keeps
+    /// a modified QER's tokens.
+    pub fn carry(&self, old: &CBucket, backlog: u64) -> u64 {
+        let tokens = (old.depth - backlog.min(old.depth))
+            .checked_div(old.cost)
+            .unwrap_or(u64::MAX);
+        let depth_bits = self.depth.checked_div(self.cost).unwrap_or(u64::MAX);
+        self.depth
+            .saturating_sub(tokens.min(depth_bits).saturating_mul(self.cost))
+    }
 }
 
 /// An address of an SDF filter's side for IPv4 packets.
@@ -127,13 +185,15 @@ pub struct CSide {
     pub ports: (u16, u16),
 }
 
-/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for the IPv4 TCP and UDP
-/// packets the program classifies, with the PDR's UE address resolved.
+/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for the IPv4 packets the
+/// program classifies, with the PDR's UE address resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CSdf {
-    /// Deny, an SPI or a flow label: matches none of them.
+    /// Deny or a flow label: matches none of them.
     pub never: bool,
     pub proto: Option<u8>,
+    /// The SPI an ESP packet must have (no other packet has one).
+    pub spi: Option<u32>,
     /// (value & mask, mask) of the ToS octet.
     pub tos: (u8, u8),
     /// The UE's side and the remote side.
@@ -151,6 +211,10 @@ pub struct Compiled {
     pub downlink: Vec<(Ipv4Addr, Vec<CPdr>)>,
     /// The session's URRs (at most [`URR_SLOTS`]).
     pub urrs: Vec<UrrId>,
+    /// The MBR buckets of its QERs (at most [`QOS_BUCKETS`]).
+    pub buckets: Vec<CBucket>,
+    /// The Volume Quotas of its URRs.
+    pub quotas: Vec<(UrrId, VolumeLimit)>,
 }
 
 /// Compiles `s` for the XDP engine, or says why it is punted.
@@ -171,8 +235,9 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
     let mut uplink: Vec<(u32, Vec<CPdr>)> = Vec::new();
     let mut ip = Vec::new();
     let mut ues: Vec<Ipv4Addr> = Vec::new();
+    let mut buckets = Vec::new();
     for p in pdrs {
-        let (c, ue) = compile_pdr(s, p, hops)?;
+        let (c, ue) = compile_pdr(s, p, hops, &mut buckets)?;
         if let Some(a) = ue.filter(|a| !ues.contains(a)) {
             ues.push(a);
         }
@@ -198,11 +263,18 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
         uplink,
         downlink: ues.into_iter().map(|a| (a, ip.clone())).collect(),
         urrs: s.urrs.iter().map(|u| u.id).collect(),
+        buckets,
+        quotas: s
+            .urrs
+            .iter()
+            .filter_map(|u| Some((u.id, u.volume_quota?)))
+            .collect(),
     })
 }
 
 /// A URR the program counts exactly: volume only, nothing that fires on a packet (the
-/// reference's `UrrState::count` then never reports), nothing measured on drops.
+/// reference's `UrrState::count` then never reports), nothing measured on drops; a Volume
+/// Quota is enforced (without VOLQU it is not reported).
 fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
     if u.method != MeasurementMethod::VOLUM {
         return Err(Punt::Urr("measurement other than volume"));
@@ -214,20 +286,25 @@ fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
         return Err(Punt::Urr("measurement information"));
     }
     if u.volume_threshold.is_some()
-        || u.volume_quota.is_some()
         || u.time_threshold_s.is_some()
         || u.time_quota_s.is_some()
         || u.quota_holding_time_s.is_some()
         || u.inactivity_detection_time_s.is_some()
         || u.extra.is_some()
     {
-        return Err(Punt::Urr("thresholds, quotas or times"));
+        return Err(Punt::Urr("thresholds, time quotas or times"));
     }
     Ok(())
 }
 
-/// One PDR and the UE address the session is found by through it.
-fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Addr>), Punt> {
+/// One PDR and the UE address the session is found by through it; the MBR buckets of its
+/// QERs are added to the session's `buckets`.
+fn compile_pdr(
+    s: &Session,
+    p: &Pdr,
+    hops: &Hops,
+    buckets: &mut Vec<CBucket>,
+) -> Result<(CPdr, Option<Ipv4Addr>), Punt> {
     let pdi = &p.pdi;
     if !pdi.framed_routes.is_empty() {
         return Err(Punt::FramedRoutes);
@@ -277,17 +354,55 @@ fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Ad
     if p.urrs.len() > MAX_PDR_URRS {
         return Err(Punt::TooMany("URRs of a PDR"));
     }
+    if p.qers.len() > MAX_PDR_MBRS {
+        return Err(Punt::TooMany("QERs of a PDR"));
+    }
     if p.urrs.iter().any(|&u| s.urr(u).is_none()) {
         return Err(Punt::Dangling);
     }
-    // QERs: gates in the PDR's direction, the first QFI and any RQI (the reference's marks).
+    let quota = p
+        .urrs
+        .iter()
+        .any(|&u| s.urr(u).is_some_and(|u| u.volume_quota.is_some()));
+    // QERs: gates and MBRs in the PDR's direction, the first QFI and any RQI (the
+    // reference's marks).
     let mut gate_shut = false;
     let mut qfi = None;
     let mut rqi = false;
+    let mut mbrs = Vec::new();
     for &q in &p.qers {
         let q = s.qer(q).ok_or(Punt::Dangling)?;
-        if q.mbr.is_some() {
-            return Err(Punt::Qos("MBR"));
+        let kbps = q.mbr.map_or(0, |m| {
+            if uplink {
+                m.uplink_kbps
+            } else {
+                m.downlink_kbps
+            }
+        });
+        // No rate that way: no bucket (the reference's `QerState::new`).
+        if kbps > 0 {
+            let i = match buckets
+                .iter()
+                .position(|b| b.qer == q.id && b.uplink == uplink)
+            {
+                Some(i) => i,
+                None => {
+                    let window = q
+                        .averaging_window_ms
+                        .map_or(DEFAULT_WINDOW, |ms| Duration::from_millis(ms.into()));
+                    buckets.push(CBucket::new(
+                        q.id,
+                        uplink,
+                        kbps.saturating_mul(1000),
+                        window,
+                    ));
+                    buckets.len() - 1
+                }
+            };
+            match u8::try_from(i) {
+                Ok(i) if usize::from(i) < QOS_BUCKETS => mbrs.push(i),
+                _ => return Err(Punt::TooMany("MBR buckets")),
+            }
         }
         if q.gbr.is_some() {
             return Err(Punt::Qos("GBR"));
@@ -328,11 +443,13 @@ fn compile_pdr(s: &Session, p: &Pdr, hops: &Hops) -> Result<(CPdr, Option<Ipv4Ad
         urrs: p.urrs.to_vec(),
         hop,
         sdf,
+        mbrs,
+        quota,
     };
     Ok((c, ue.map(|(a, _)| a)))
 }
 
-/// An SDF filter for IPv4 TCP/UDP packets of a PDR whose UE address is `ue` (the packet's,
+/// An SDF filter for IPv4 packets of a PDR whose UE address is `ue` (the packet's,
 /// when the PDI names one: it has been checked before the filters).
 fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, Punt> {
     let any = CSide {
@@ -344,9 +461,10 @@ fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, P
         ports: (0, u16::MAX),
     };
     let mut c = CSdf {
-        // Only ESP packets have an SPI and only IPv6 ones a flow label.
-        never: f.spi.is_some() || f.flow_label.is_some(),
+        // Only IPv6 packets have a flow label.
+        never: f.flow_label.is_some(),
         proto: None,
+        spi: f.spi,
         tos: f.tos.map_or((0, 0), |(v, m)| (v & m, m)),
         ue: any,
         remote: any,
@@ -648,6 +766,7 @@ mod tests {
             flow("deny out ip from any to any"),
             SdfFilter {
                 tos: Some((0xb9, 0xfc)),
+                spi: Some(7),
                 ..SdfFilter::default()
             },
         ]
@@ -694,6 +813,94 @@ mod tests {
         assert_eq!(f[1].remote.addr, any);
         assert!(f[2].never);
         assert_eq!(f[3].tos, (0xb8, 0xfc));
+        // An SPI matches ESP packets; a flow label, no IPv4 packet.
+        assert_eq!((f[3].spi, f[3].never), (Some(7), false));
+        s.pdr_mut(PdrId(2)).unwrap().pdi.sdf_filters = vec![SdfFilter {
+            flow_label: Some(1),
+            ..SdfFilter::default()
+        }]
+        .into();
+        let c = compile(&s, &HOPS).unwrap();
+        assert!(c.downlink[0].1[0].sdf[0].never);
+    }
+
+    #[test]
+    fn mbrs_are_buckets_per_qer_and_direction_shared_by_the_pdrs() {
+        let mut s = session();
+        // QER 1 on both PDRs: 8 kbit/s up, none down; QER 2 (as a session AMBR) on both:
+        // 1 Mbit/s down, 100 ms window.
+        s.qer_mut(QerId(1)).unwrap().mbr = Some(Bitrate {
+            uplink_kbps: 8,
+            downlink_kbps: 0,
+        });
+        let mut ambr = Qer::open(QerId(2));
+        ambr.mbr = Some(Bitrate {
+            uplink_kbps: 0,
+            downlink_kbps: 1000,
+        });
+        ambr.averaging_window_ms = Some(100);
+        s.insert_qer(ambr).unwrap();
+        let mut p3 = s.pdr(PdrId(2)).unwrap().clone();
+        p3.id = PdrId(3);
+        p3.precedence = Precedence(200);
+        s.insert_pdr(p3).unwrap();
+        for id in [1, 2, 3] {
+            s.pdr_mut(PdrId(id)).unwrap().qers = [QerId(1), QerId(2)].into_iter().collect();
+        }
+        let c = compile(&s, &HOPS).unwrap();
+        let tick = 1u64 << 24;
+        assert_eq!(
+            c.buckets,
+            vec![
+                // 2 s of 8 kbit/s is 16,000 bits; a bit takes 125 µs.
+                CBucket {
+                    qer: QerId(1),
+                    uplink: true,
+                    cost: 125_000 * tick,
+                    depth: 16_000 * 125_000 * tick
+                },
+                // 100 ms of 1 Mbit/s is 100,000 bits.
+                CBucket {
+                    qer: QerId(2),
+                    uplink: false,
+                    cost: 1000 * tick,
+                    depth: 100_000 * 1000 * tick
+                },
+            ]
+        );
+        assert_eq!(c.uplink[0].1[0].mbrs, vec![0]);
+        let dl = &c.downlink[0].1;
+        assert_eq!((dl[0].mbrs.clone(), dl[1].mbrs.clone()), (vec![1], vec![1]));
+        // A tiny rate still holds one full-size packet (12,000 bits).
+        s.qer_mut(QerId(1)).unwrap().mbr = Some(Bitrate {
+            uplink_kbps: 1,
+            downlink_kbps: 0,
+        });
+        let b = compile(&s, &HOPS).unwrap().buckets[0];
+        assert_eq!(b.depth, 12_000 * b.cost);
+        // A modified rate keeps the tokens left: half of 16,000 bits at 8 kbit/s is half
+        // of the 12,000-bit bucket at 1 kbit/s, 4,000 bits short of full.
+        let old = c.buckets[0];
+        assert_eq!(b.carry(&old, old.depth / 2), 4000 * b.cost);
+    }
+
+    #[test]
+    fn volume_quotas_are_enforced_on_the_pdrs_that_count_in_them() {
+        let mut s = session();
+        let q = VolumeLimit {
+            total: None,
+            uplink: Some(1000),
+            downlink: Some(0),
+        };
+        s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(q);
+        let mut u2 = Urr::new(UrrId(2));
+        u2.method = MeasurementMethod::VOLUM;
+        s.insert_urr(u2).unwrap();
+        s.pdr_mut(PdrId(2)).unwrap().urrs = [UrrId(2)].into_iter().collect();
+        let c = compile(&s, &HOPS).unwrap();
+        assert_eq!(c.quotas, vec![(UrrId(1), q)]);
+        assert!(c.uplink[0].1[0].quota);
+        assert!(!c.downlink[0].1[0].quota, "URR 2 has none");
     }
 
     #[test]
@@ -726,12 +933,12 @@ mod tests {
             ),
             (
                 |s| {
-                    s.qer_mut(QerId(1)).unwrap().mbr = Some(Bitrate {
+                    s.qer_mut(QerId(1)).unwrap().gbr = Some(Bitrate {
                         uplink_kbps: 1,
                         downlink_kbps: 1,
                     })
                 },
-                Punt::Qos("MBR"),
+                Punt::Qos("GBR"),
             ),
             (
                 |s| {
@@ -777,13 +984,21 @@ mod tests {
             ),
             (
                 |s| {
-                    s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(VolumeLimit {
+                    s.urr_mut(UrrId(1)).unwrap().volume_threshold = Some(VolumeLimit {
                         total: Some(1),
                         uplink: None,
                         downlink: None,
                     })
                 },
-                Punt::Urr("thresholds, quotas or times"),
+                Punt::Urr("thresholds, time quotas or times"),
+            ),
+            (
+                |s| {
+                    let u = s.urr_mut(UrrId(1)).unwrap();
+                    u.volume_quota = Some(VolumeLimit::default());
+                    u.triggers = ReportingTriggers::VOLQU;
+                },
+                Punt::Urr("reporting triggers other than periodic"),
             ),
             (
                 |s| s.pdr_mut(PdrId(1)).unwrap().outer_header_removal = None,

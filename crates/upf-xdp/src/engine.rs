@@ -2,8 +2,8 @@
 //! per-CPU counters summed on read.
 
 use crate::compile::{
-    compile, Action, CAddr, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS, MAX_SDF,
-    MAX_TEIDS, MAX_UES,
+    compile, Action, CAddr, CBucket, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
+    MAX_PDR_MBRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
 use crate::{Reason, Unrouted, URR_SLOTS};
 use aya::maps::{
@@ -17,18 +17,29 @@ use std::net::Ipv4Addr;
 use upf_io::bpf;
 use upf_io::link::Link;
 use upf_io::Port;
-use upf_rules::{Seid, Session, UrrId, Volume};
+use upf_rules::{Seid, Session, UrrId, Volume, VolumeLimit};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
 
 const PROGRAM: &str = "xdp_engine";
 /// `struct pdr` and `struct session` of bpf/engine.bpf.c.
-const PDR_LEN: usize = 160;
-const SDF_LEN: usize = 28;
+const PDR_LEN: usize = 176;
+const SDF_LEN: usize = 32;
 const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type SessionValue = [u8; SESSION_LEN];
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
 type UsageValue = [u64; 4];
+/// `struct qos`: the spin lock and its padding, then per bucket cost, depth, backlog, last,
+/// then per URR slot `struct quota` (limits, used, has | exhausted << 32).
+const QUOTAS_AT: usize = 1 + 4 * QOS_BUCKETS;
+const QUOTA_LEN: usize = 7;
+type QosValue = [u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS];
+/// A URR's Volume Quota.
+type Quota = (UrrId, VolumeLimit);
+/// `struct clock`: fixed, ns.
+type ClockValue = [u64; 2];
+/// BPF_F_LOCK: map reads and writes of `struct qos` under its spin lock.
+const BPF_F_LOCK: u64 = 4;
 /// Counter indices of `stats` after the drop reasons.
 #[allow(clippy::cast_possible_truncation)] // 6 reasons
 const S_PUNTED: u32 = Reason::ALL.len() as u32;
@@ -85,6 +96,10 @@ struct Held {
     ues: Vec<Ipv4Addr>,
     /// URR counter slots: which URR each counts.
     urrs: [Option<UrrId>; URR_SLOTS],
+    /// The MBR buckets, in `struct qos` order.
+    buckets: Vec<CBucket>,
+    /// The Volume Quotas of its URRs.
+    quotas: Vec<Quota>,
 }
 
 /// The XDP engine: its program and maps, and the sessions it holds.
@@ -124,6 +139,7 @@ impl Engine {
             .map_max_entries("uplink", entries(MAX_TEIDS)?)
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
+            .map_max_entries("qos", n)
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the XDP engine", &e))?;
         let prog: &mut Xdp = ebpf
@@ -244,6 +260,10 @@ impl Engine {
             .held
             .get(&c.seid)
             .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
+        let (old_buckets, old_quotas) = self
+            .held
+            .get(&c.seid)
+            .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
         if old.is_none() && self.held.len() >= self.cfg.sessions as usize {
             return Err(InstallError::Full(self.cfg.sessions));
         }
@@ -282,6 +302,16 @@ impl Engine {
                     .map_err(map_err("zeroing URR counters"))?;
             }
         }
+        // The buckets and quotas before the rules that use them; a QER that stays keeps its
+        // tokens, a URR whose quota stays the same keeps its use of it.
+        let kept = old.is_some();
+        self.write_qos(
+            slot,
+            kept,
+            (&c.buckets, &old_buckets),
+            &urrs,
+            (&c.quotas, &old_quotas),
+        )?;
         let old_keys = old.map(|h| (h.2, h.3));
         self.write(&c, slot, &urrs, old_keys.as_ref())?;
         if let Some((teids, ues)) = &old_keys {
@@ -314,6 +344,8 @@ impl Engine {
             teids: c.uplink.iter().map(|(t, _)| *t).collect(),
             ues: c.downlink.iter().map(|(a, _)| *a).collect(),
             urrs,
+            buckets: c.buckets.clone(),
+            quotas: c.quotas.clone(),
         };
         for &t in &held.teids {
             self.teids.insert(t, c.seid);
@@ -323,6 +355,81 @@ impl Engine {
         }
         self.held.insert(c.seid, held);
         Ok(())
+    }
+
+    /// Writes slot `slot`'s MBR buckets `buckets.0`: full, or with the tokens left in the
+    /// bucket of the same QER and direction in `buckets.1` (the slot's buckets before, `kept`:
+    /// the slot was the session's); and the quotas `quotas.0` of the URRs in `urrs`' slots,
+    /// unused or, unchanged from `quotas.1`, with their use so far (UrrState::update: a
+    /// changed quota is a new grant). The read and the write each hold the value's lock;
+    /// what the program counts between them is not carried.
+    fn write_qos(
+        &mut self,
+        slot: u32,
+        kept: bool,
+        buckets: (&[CBucket], &[CBucket]),
+        urrs: &[Option<UrrId>; URR_SLOTS],
+        quotas: (&[Quota], &[Quota]),
+    ) -> io::Result<()> {
+        let (new, old) = buckets;
+        let mut m: Array<&mut MapData, QosValue> =
+            Array::try_from(self.map("qos")?).map_err(map_err("qos map"))?;
+        let before = if kept {
+            m.get(&slot, BPF_F_LOCK)
+                .map_err(map_err("reading MBR buckets"))?
+        } else {
+            [0u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS]
+        };
+        let mut v = [0u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS];
+        for (i, id) in urrs.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let Some((_, q)) = quotas.0.iter().find(|(u, _)| u == id) else {
+                continue;
+            };
+            let o = QUOTAS_AT + QUOTA_LEN * i;
+            let mut has = 0u64;
+            for (k, limit) in [q.total, q.uplink, q.downlink].into_iter().enumerate() {
+                if let Some(l) = limit {
+                    v[o + k] = l;
+                    has |= 1 << k;
+                }
+            }
+            // The URR kept its slot (`install`): its use is there.
+            if kept && quotas.1.iter().any(|(u, old)| u == id && old == q) {
+                v[o + 3..o + 6].copy_from_slice(&before[o + 3..o + 6]);
+            }
+            let used = Volume {
+                total_bytes: v[o + 3],
+                uplink_bytes: v[o + 4],
+                downlink_bytes: v[o + 5],
+                ..Volume::default()
+            };
+            v[o + 6] = has | u64::from(q.reached_by(&used)) << 32;
+        }
+        for (i, b) in new.iter().take(QOS_BUCKETS).enumerate() {
+            let o = 1 + 4 * i;
+            v[o] = b.cost;
+            v[o + 1] = b.depth;
+            if let Some(k) = old
+                .iter()
+                .position(|x| x.qer == b.qer && x.uplink == b.uplink)
+            {
+                let p = 1 + 4 * k;
+                v[o + 2] = b.carry(&old[k], before[p + 2]);
+                v[o + 3] = before[p + 3];
+            }
+        }
+        m.set(slot, v, BPF_F_LOCK)
+            .map_err(map_err("writing MBR buckets"))
+    }
+
+    /// Fixes the clock of the MBR buckets at `ns` (tests: the reference's virtual clock, in
+    /// nanoseconds since its epoch); `None`, the kernel's monotonic clock (as loaded).
+    pub fn fix_clock(&mut self, ns: Option<u64>) -> io::Result<()> {
+        let mut m: Array<&mut MapData, ClockValue> =
+            Array::try_from(self.map("clock")?).map_err(map_err("clock map"))?;
+        let v = ns.map_or([0, 0], |ns| [1, ns]);
+        m.set(0, v, 0).map_err(map_err("writing the clock"))
     }
 
     /// Writes `c`'s keys; on an error removes those it added (`old`: the keys before).
@@ -494,6 +601,9 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
         if p.gate_shut {
             flags |= 4;
         }
+        if p.quota {
+            flags |= 16;
+        }
         b[21] = match p.action {
             Action::Drop => 0,
             Action::NoTarget => 1,
@@ -540,11 +650,20 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
                 flags |= 2;
                 o[25] = proto;
             }
-            o[24] = flags;
             o[26] = f.tos.0;
             o[27] = f.tos.1;
+            if let Some(spi) = f.spi {
+                flags |= 64;
+                o[28..32].copy_from_slice(&spi.to_be_bytes());
+            }
+            o[24] = flags;
         }
         b[40 + MAX_SDF * SDF_LEN] = p.sdf.len().min(MAX_SDF) as u8;
+        let m = 41 + MAX_SDF * SDF_LEN;
+        b[m] = p.mbrs.len().min(MAX_PDR_MBRS) as u8;
+        for (j, i) in p.mbrs.iter().take(MAX_PDR_MBRS).enumerate() {
+            b[m + 1 + j] = *i;
+        }
     }
     v
 }

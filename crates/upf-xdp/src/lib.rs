@@ -10,35 +10,46 @@
 //! - uplink: Ethernet, IPv4 without options (checksum right, not a fragment) to the N3
 //!   address, UDP to port 2152, a G-PDU without options or with exactly one one-word PDU
 //!   Session Container (its QFI read), lengths consistent; the inner packet IPv4 without
-//!   options, TCP or UDP, not a later fragment; a TEID the engine holds;
+//!   options, not a later fragment, at least 24 octets, of any protocol (ports: TCP, UDP,
+//!   SCTP and UDP-Lite's; an ICMP echo's identifier as both; none, 0, for the rest, and a
+//!   port-range filter then matches only if its range holds 0); a TEID the engine holds;
 //! - downlink: Ethernet, the same inner form to a UE address the engine holds;
 //! - the PDRs of the TEID (or of the session, by UE address) in precedence order, matched
 //!   by QFI, UE address and up to 4 SDF filters each (protocol, ToS, addresses with masks
-//!   and negation, one port range a side; SPI and flow label match none of these packets);
+//!   and negation, one port range a side, an ESP packet's SPI; a flow label matches none);
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
 //!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
 //!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
-//! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); URR volume and packet
-//!   counts per direction; `no_matching_pdr`;
+//! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); QER MBRs per direction
+//!   (`mbr_exceeded`) as the reference's token buckets (depth rate × averaging window, 2 s by
+//!   default, at least 12,000 bits; every bucket of the PDR's QERs must conform before any is
+//!   taken), shared by the session's PDRs that name the QER (a session AMBR is such a QER),
+//!   one spin lock a session so that CPUs share them exactly; URR volume and packet counts per
+//!   direction; URR Volume Quotas (total, uplink, downlink octets since the grant: the packet
+//!   that reaches one passes, the next ones are `quota_exhausted`; a changed quota is a new
+//!   grant), under the same lock; `no_matching_pdr`;
 //! - egress: redirected (DEVMAP; XDP_TX on the arriving interface) to the port's interface,
 //!   N6 uplink, N3 downlink, with the Ethernet addresses of `bpf_fib_lookup`; without a
 //!   next hop there (no neighbour yet, no route, forwarding off, ...) punted unchanged,
 //!   counted by [`Unrouted`]. With fixed [`Hops`] (for BPF_PROG_TEST_RUN): XDP_TX with them.
 //!
-//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`].
+//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`]; a quota
+//! is enforced, not reported (a URR asking for its report, VOLQU, is punted).
 //!
-//! Not here yet (punted): inner packets other than TCP/UDP (ICMP: ping goes to user space),
+//! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
-//! with more than one port range a side, IPv6, framed routes, MBR/GBR/packet rates, URR
-//! thresholds and quotas, buffering, duplication, network instances, N9. Not in the program
-//! yet: the uplink ACL (the runtime must not use this engine while one is loaded).
+//! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
+//! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
+//! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
+//! duplication, network instances, N9, times. Not in the program yet: the uplink ACL (the
+//! runtime must not use this engine while one is loaded).
 
 mod compile;
 mod engine;
 
 pub use compile::{
-    compile, Action, CAddr, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
-    MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, URR_SLOTS,
+    compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
+    MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
 pub use engine::{Config, Engine, InstallError, Stats};
 
@@ -104,17 +115,21 @@ pub enum Reason {
     GateClosed,
     TtlExpired,
     EncapFailed,
+    MbrExceeded,
+    QuotaExhausted,
 }
 
 impl Reason {
     /// In the order of the program's counter indices (`R_*` in bpf/engine.bpf.c).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Reason::NoMatchingPdr,
         Reason::FarDrop,
         Reason::NoForwardingTarget,
         Reason::GateClosed,
         Reason::TtlExpired,
         Reason::EncapFailed,
+        Reason::MbrExceeded,
+        Reason::QuotaExhausted,
     ];
 
     /// Name for metrics and logs.
@@ -126,6 +141,8 @@ impl Reason {
             Reason::GateClosed => "gate_closed",
             Reason::TtlExpired => "ttl_expired",
             Reason::EncapFailed => "encap_failed",
+            Reason::MbrExceeded => "mbr_exceeded",
+            Reason::QuotaExhausted => "quota_exhausted",
         }
     }
 }

@@ -6,13 +6,15 @@
 //! program and a per-worker one in the pipeline, is compared zeroed, with both checksums
 //! checked right), the next hop's Ethernet header; punted frames come back unchanged, and a
 //! valid frame of the session is never punted. At the end of each session, the same URR
-//! volumes and packet counts.
+//! volumes and packet counts. Frames come at advancing virtual times, the program's clock
+//! fixed to the pipeline's `now` for each, so that QER MBRs (some sessions made for them) pass
+//! and drop the same frames.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use upf_dataplane::{Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_rules::*;
 use upf_wire::checksum::checksum;
@@ -36,6 +38,7 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     down: 0,
     drops: Vec::new(),
     usage: 0,
+    other_protocols: 0,
 });
 
 #[derive(Debug)]
@@ -46,6 +49,8 @@ struct Tally {
     drops: Vec<(&'static str, u64)>,
     /// Cases whose URRs counted something.
     usage: u64,
+    /// Frames handled (not punted) whose inner packet is neither TCP nor UDP.
+    other_protocols: u64,
 }
 
 fn tally(f: impl FnOnce(&mut Tally)) {
@@ -82,7 +87,7 @@ const REMOTES: [Ipv4Addr; 2] = [
     Ipv4Addr::new(198, 51, 100, 7),
     Ipv4Addr::new(203, 0, 113, 9),
 ];
-const PORTS: [u16; 5] = [53, 80, 443, 2000, 2152];
+const PORTS: [u16; 6] = [0, 53, 80, 443, 2000, 2152];
 
 /// A random SDF filter: a Flow Description over the UE's and the remote addresses and ports
 /// (sometimes deny, negated, IPv6, a ToS, an SPI or a flow label).
@@ -112,7 +117,7 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
         "{} {} {} from {} to {}",
         if r.chance(8) { "deny" } else { "permit" },
         if r.chance(2) { "out" } else { "in" },
-        r.pick(&["ip", "ip", "6", "17", "1"]),
+        r.pick(&["ip", "ip", "6", "17", "1", "50", "132"]),
         endpoint(r),
         endpoint(r)
     );
@@ -121,35 +126,55 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
         tos: r
             .chance(6)
             .then(|| (r.next() as u8, r.pick(&[0xfc, 0xff, 0xe0]))),
-        spi: r.chance(16).then_some(1),
+        spi: r.chance(12).then(|| r.pick(&[1, 2])),
         flow_label: r.chance(16).then_some(1),
         filter_id: None,
     }
 }
 
-/// A random session within the slice: UE `ue`, local TEIDs `teids`.
-fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
+/// A random session within the slice: UE `ue`, local TEIDs `teids`. `policing`: QERs with
+/// MBRs, more quotas, open gates and forwarding FARs, so that the frames test them.
+fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) -> Session {
     let mut s = Session::new(Seid(seid), Seid(1), "192.0.2.9".parse().unwrap());
-    let n_qers = r.below(3) as u32;
+    let n_qers = if policing { 1 + r.below(3) } else { r.below(4) } as u32;
     for id in 1..=n_qers {
         let mut q = Qer::open(QerId(id));
-        if r.chance(4) {
+        // Rates a few frames exceed (1 kbit/s: a bucket of 12,000 bits refilled by one a
+        // millisecond; 8 kbit/s: 16,000 bits in 2 s) and ones they do not; 0: none that way.
+        if policing || r.chance(2) {
+            let kbps = [0, 1, 1, 8, 8, 64, 1000, 100_000];
+            q.mbr = Some(Bitrate {
+                uplink_kbps: r.pick(&kbps),
+                downlink_kbps: r.pick(&kbps),
+            });
+            q.averaging_window_ms = r.chance(3).then(|| r.pick(&[1, 100, 2000]));
+        }
+        if !policing && r.chance(4) {
             q.gate_uplink = Gate::Closed;
         }
-        if r.chance(4) {
+        if !policing && r.chance(4) {
             q.gate_downlink = Gate::Closed;
         }
         q.qfi = r.chance(2).then(|| Qfi(1 + r.below(9) as u8));
         q.rqi = r.chance(3);
         s.insert_qer(q).unwrap();
     }
-    let n_urrs = r.below(3) as u32;
+    let n_urrs = if policing { 1 + r.below(2) } else { r.below(3) } as u32;
     for id in 1..=n_urrs {
         let mut u = Urr::new(UrrId(id));
         u.method = MeasurementMethod::VOLUM;
         if r.chance(2) {
             u.triggers = ReportingTriggers::PERIO;
             u.measurement_period_s = Some(60);
+        }
+        // Volume Quotas a few frames reach (0: spent from the start).
+        if r.chance(if policing { 2 } else { 4 }) {
+            let mut limit = || r.chance(2).then(|| r.pick(&[0, 200, 1000, 3000, 20_000]));
+            u.volume_quota = Some(VolumeLimit {
+                total: limit(),
+                uplink: limit(),
+                downlink: limit(),
+            });
         }
         s.insert_urr(u).unwrap();
     }
@@ -176,7 +201,7 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
                 }
             }
         }
-        if r.chance(2) {
+        if !policing && r.chance(2) {
             pdi.sdf_filters = (0..1 + r.below(4))
                 .map(|_| sdf(r, ue))
                 .collect::<Vec<_>>()
@@ -190,7 +215,7 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
                 is_destination: !uplink,
             });
         }
-        let far = match r.below(6) {
+        let far = match if policing { 3 } else { r.below(6) } {
             0 => None,
             1 => Some((ApplyAction::DROP, None)),
             2 => Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Access)))),
@@ -240,10 +265,22 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32]) -> Session {
     s
 }
 
-/// IPv4 (checksum right) + UDP or TCP header + `payload` octets.
+/// IPv4 (checksum right) + a TCP, UDP, SCTP or UDP-Lite header (ports from [`PORTS`]), an
+/// ICMP one (echo or not, identifier from [`PORTS`]), an ESP SPI (1 or 2), or some other
+/// protocol + random octets.
 fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
-    let tcp = r.chance(2);
-    let l4 = if tcp { 20 } else { 8 };
+    let proto = match r.below(10) {
+        0..=2 => 6,
+        3..=5 => 17,
+        6 | 7 => 1,
+        _ => r.pick(&[50, 132, 136, 47]),
+    };
+    let l4 = match proto {
+        6 => 20,
+        47 => 0,
+        50 => 4,
+        _ => 8,
+    };
     let total = 20
         + l4
         + if r.chance(10) {
@@ -261,12 +298,24 @@ fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     v[4..6].copy_from_slice(&(r.next() as u16).to_be_bytes());
     v[6] = if r.chance(8) { 0x20 } else { 0x40 }; // MF, or DF
     v[8] = r.pick(&[0, 1, 2, 64, 255]);
-    v[9] = if tcp { 6 } else { 17 };
+    v[9] = proto;
     v[12..16].copy_from_slice(&src.octets());
     v[16..20].copy_from_slice(&dst.octets());
-    for at in [20, 22] {
-        if !r.chance(8) {
-            v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+    match proto {
+        1 => {
+            v[20] = r.pick(&[0, 8, 8, 3, 11]); // echo reply, request; unreachable, time exceeded
+            if !r.chance(8) {
+                v[24..26].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+            }
+        }
+        50 => v[20..24].copy_from_slice(&r.pick(&[1u32, 2]).to_be_bytes()),
+        47 => {}
+        _ => {
+            for at in [20, 22] {
+                if !r.chance(8) {
+                    v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+                }
+            }
         }
     }
     if r.chance(3) {
@@ -274,7 +323,7 @@ fn inner(r: &mut Rng, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     }
     let c = checksum(&v[..20]);
     v[10..12].copy_from_slice(&c.to_be_bytes());
-    if !tcp {
+    if proto == 17 {
         v[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
     }
     v
@@ -338,7 +387,7 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
             } else {
                 0
             };
-            let claimed = teids.contains(&teid) && ip[6] & 0x1f == 0;
+            let claimed = teids.contains(&teid) && ip[6] & 0x1f == 0 && ip.len() >= 24;
             (gpdu(r, teid, qfi, &ip, pad), claimed)
         }
         2 | 3 => {
@@ -348,7 +397,8 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
             let mut f = Vec::new();
             eth(&mut f);
             f.extend_from_slice(&ip);
-            (f, dst == ue)
+            let claimed = dst == ue && ip.len() >= 24;
+            (f, claimed)
         }
         _ => {
             let mut f = Vec::new();
@@ -395,14 +445,14 @@ fn stat_diff(a: &upf_xdp::Stats, b: &upf_xdp::Stats) -> Vec<&'static str> {
 }
 
 /// One case: a session from `seed` and its frames through both engines.
-fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
+fn check(seed: u64, frames: usize, policing: bool) -> Result<(), TestCaseError> {
     let mut engine = engine();
     let mut r = Rng(seed | 1);
     let ue = Ipv4Addr::new(10, 0, r.below(4) as u8, 1 + r.below(250) as u8);
     let teids: Vec<u32> = (0..1 + r.below(2))
         .map(|_| 1 + r.below(1000) as u32)
         .collect();
-    let s = session(&mut r, seed, ue, &teids);
+    let s = session(&mut r, seed, ue, &teids, policing);
     // The TEIDs the PDRs took (the others are unknown: punted).
     let teids: Vec<u32> = teids
         .into_iter()
@@ -412,7 +462,8 @@ fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
                 .any(|p| p.pdi.local_f_teid.is_some_and(|f| f.teid.0 == *t))
         })
         .collect();
-    let now = Instant::now();
+    let epoch = Instant::now();
+    let mut now = epoch;
     let mut pipeline = Pipeline::new(
         now,
         PipelineConfig {
@@ -429,11 +480,21 @@ fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
     engine
         .install(&s)
         .map_err(|e| TestCaseError::fail(format!("engine refuses {s:#?}: {e}")))?;
-    let prog = engine.program().unwrap();
     let mut out = Output::default();
     let mut buf = vec![0u8; 4096];
     let mut handled = 0;
     for n in 0..frames {
+        // Virtual time: bursts, then pauses that refill the MBR buckets a little or fully.
+        let steps: &[u64] = if policing {
+            &[0, 0, 0, 100, 1000, 10_000, 300_000]
+        } else {
+            &[0, 0, 0, 0, 100, 10_000, 300_000, 3_000_000]
+        };
+        now += Duration::from_micros(r.pick(steps));
+        engine
+            .fix_clock(Some(now.duration_since(epoch).as_nanos() as u64))
+            .unwrap();
+        let prog = engine.program().unwrap();
         let (f, claimed) = frame(&mut r, ue, &teids);
         let before = engine.stats().unwrap();
         let res = upf_io::bpf::run(prog, &f, &mut buf, 1, None).unwrap();
@@ -458,6 +519,14 @@ fn check(seed: u64, frames: usize) -> Result<(), TestCaseError> {
         } else {
             Port::N6
         };
+        let inner_at = match port {
+            Port::N3 if ip.get(28) == Some(&0x34) => 44,
+            Port::N3 => 36,
+            _ => 0,
+        };
+        if ip.get(inner_at + 9).is_some_and(|p| *p != 6 && *p != 17) {
+            tally(|t| t.other_protocols += 1);
+        }
         let dropped_before = pipeline.counters().dropped;
         let mut rx = vec![Packet::from_bytes(port, ip).unwrap()];
         pipeline.process(now, &mut rx, &mut out);
@@ -556,11 +625,22 @@ fn xdp_program_does_what_the_pipeline_does() {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    runner.run(&any::<u64>(), |seed| check(seed, 40)).unwrap();
+    runner
+        .run(&any::<u64>(), |seed| check(seed, 40, false))
+        .unwrap();
+    // Sessions made for MBRs and AMBRs (a QER on several PDRs), with longer runs of frames.
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 60,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&any::<u64>(), |seed| check(seed, 200, true))
+        .unwrap();
     let t = TALLY.lock().unwrap();
     eprintln!("{t:?}");
     // The cases reached every verdict the program claims.
-    assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0);
+    assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0 && t.other_protocols > 0);
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());
         assert!(

@@ -1,6 +1,6 @@
 //! The engine loaded in the kernel (root): the verifier takes the program, a full map refuses
-//! a session, a replaced session keeps the counts of the URRs it keeps, the drop reasons are
-//! named as the reference names them.
+//! a session, a replaced session keeps the counts of the URRs and the tokens of the MBRs it
+//! keeps, the drop reasons are named as the reference names them.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -199,4 +199,91 @@ fn drop_reasons_are_named_as_the_reference_names_them() {
     for r in Reason::ALL {
         assert!(names.contains(&r.name()), "{}", r.name());
     }
+}
+
+/// Session `n` with QER `qer` on its uplink PDR: `kbps` uplink MBR.
+fn with_mbr(n: u32, qer: u32, kbps: u64) -> Session {
+    let mut s = session(n);
+    let mut q = Qer::open(QerId(qer));
+    q.mbr = Some(Bitrate {
+        uplink_kbps: kbps,
+        downlink_kbps: 0,
+    });
+    s.insert_qer(q).unwrap();
+    s.pdr_mut(PdrId(1)).unwrap().qers = [QerId(qer)].into_iter().collect();
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_replaced_session_keeps_the_tokens_of_the_qers_it_keeps() {
+    const XDP_DROP: u32 = 1;
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    e.fix_clock(Some(0)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    // 1,000 octets: 8,000 bits of a 1 kbit/s bucket's 12,000.
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 972)[14..]);
+    e.install(&with_mbr(1, 1, 1)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_DROP, "4,000 bits left");
+    // The same QER at 2 kbit/s (a 12,000-bit bucket too): its 4,000 bits stay.
+    e.install(&with_mbr(1, 1, 2)).unwrap();
+    assert_eq!(run(&e, &up), XDP_DROP);
+    // 2 s at 2 kbit/s refill 4,000 bits: 8,000 fit.
+    e.fix_clock(Some(2_000_000_000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    // Another QER: a full bucket.
+    e.install(&with_mbr(1, 2, 2)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_DROP);
+    let st = e.stats().unwrap();
+    let mbr = st
+        .dropped
+        .iter()
+        .find(|d| d.0 == Reason::MbrExceeded)
+        .unwrap();
+    assert_eq!(mbr.1, 3);
+}
+
+/// Session `n` whose uplink PDR counts in URR 1 with an uplink Volume Quota of `octets`.
+fn with_quota(n: u32, octets: u64) -> Session {
+    let mut s = with_urrs(n, &[1], &[]);
+    s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(VolumeLimit {
+        total: None,
+        uplink: Some(octets),
+        downlink: None,
+    });
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_passes_the_packet_that_reaches_it_and_a_new_grant_counts_anew() {
+    const XDP_DROP: u32 = 1;
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 572)[14..]); // 600 octets of IP
+    e.install(&with_quota(1, 1000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_TX, "1,200 octets: it reaches the quota");
+    assert_eq!(run(&e, &up), XDP_DROP);
+    // The same quota: still spent. A changed one: a new grant.
+    e.install(&with_quota(1, 1000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_DROP);
+    e.install(&with_quota(1, 600)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    assert_eq!(run(&e, &up), XDP_DROP);
+    let st = e.stats().unwrap();
+    let spent = st
+        .dropped
+        .iter()
+        .find(|d| d.0 == Reason::QuotaExhausted)
+        .unwrap();
+    assert_eq!(spent.1, 3);
+    // The URR counted what passed.
+    assert_eq!(e.usage(Seid(1)).unwrap()[0].1.uplink_bytes, 1800);
 }
