@@ -6,10 +6,73 @@
 //! on its own.
 
 use smallvec::SmallVec;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
-use upf_rules::budget::{bit_rate, Draw, SharedRate, SharedVolume};
-use upf_rules::{Qer, QerId, ReportingTriggers, Session, Urr, UrrId};
+use upf_rules::budget::{bit_rate, Aggregate, AggregateRates, Draw, SharedRate, SharedVolume};
+use upf_rules::{AggregateKey, Qer, QerId, ReportingTriggers, Session, Urr, UrrId};
+
+/// The aggregates of QER Correlation IDs ([`AggregateKey`]) of the pipelines made from one
+/// [`crate::PipelineConfig`], every worker's: one set of buckets per key while an installed
+/// session's QER holds it, whichever worker it is on. Locked only to install.
+#[derive(Debug, Default)]
+pub struct Aggregates {
+    map: Mutex<AggregateMap>,
+}
+
+#[derive(Debug, Default)]
+struct AggregateMap {
+    live: HashMap<AggregateKey, Weak<AggregateRates>>,
+    /// The size at which entries no session holds any more are swept out.
+    sweep_at: usize,
+}
+
+impl Aggregates {
+    /// The buckets of `q`'s aggregate, if it has one: those sessions hold, or new ones at
+    /// its MBR. An existing aggregate's rate is left to [`Aggregates::set_rates`], once the
+    /// install that names it can no longer fail.
+    pub(crate) fn get(&self, now: Instant, q: &Qer) -> Option<Aggregate> {
+        let (key, mbr) = (q.aggregate?, q.mbr?);
+        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(a) = m.live.get(&key).and_then(Weak::upgrade) {
+            return Some(Aggregate(a));
+        }
+        let a = Aggregate::new(
+            now,
+            q.correlation_id.unwrap_or(0),
+            mbr,
+            q.averaging_window(),
+        );
+        m.live.insert(key, Arc::downgrade(&a.0));
+        if m.live.len() > m.sweep_at {
+            m.live.retain(|_, w| w.strong_count() > 0);
+            m.sweep_at = (2 * m.live.len()).max(64);
+        }
+        Some(a)
+    }
+
+    /// The rates (bits a second, uplink and downlink) of `key`'s aggregate while a session
+    /// holds it.
+    pub fn rates(&self, key: AggregateKey) -> Option<(u64, u64)> {
+        let m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let a = m.live.get(&key)?.upgrade()?;
+        Some((a.uplink.rate().0, a.downlink.rate().0))
+    }
+
+    /// Sets the aggregates of `s`'s QERs to their MBRs: the last session installed with an
+    /// aggregate gives it its rate.
+    pub(crate) fn set_rates(&self, s: &Session) {
+        let m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        for q in &s.qers {
+            let (Some(key), Some(mbr)) = (q.aggregate, q.mbr) else {
+                continue;
+            };
+            if let Some(a) = m.live.get(&key).and_then(Weak::upgrade) {
+                Aggregate(a).set_rate(mbr, q.averaging_window());
+            }
+        }
+    }
+}
 
 /// The shared buckets of one session's QERs; made by whoever places the session on several
 /// workers and handed to each with the install.
@@ -120,6 +183,9 @@ impl QerBudget {
 pub(crate) struct Draws {
     pub bits: [SmallVec<[Draw; 2]>; 2],
     pub packets: [Option<Draw>; 2],
+    /// The Correlation ID's aggregate drawn on: held, so that [`Aggregates`] keeps it for
+    /// the next session that names it.
+    pub aggregate: Option<Aggregate>,
 }
 
 impl Draws {

@@ -34,6 +34,7 @@ impl Pipeline {
             budgets,
             outer_ttl: self.cfg.outer_ttl,
             instances: &self.cfg.network_instances,
+            aggregates: &self.cfg.aggregates,
             clock: self.clock(now),
             epoch: self.epoch,
         };
@@ -55,6 +56,8 @@ impl Pipeline {
                 ));
             }
         }
+        // Nothing fails from here on: the session's aggregates take its rates.
+        self.cfg.aggregates.set_rates(&new.rules);
         let mut installed = Installed::default();
         let slot = match old_slot {
             Some(slot) => {

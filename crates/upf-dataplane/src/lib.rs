@@ -85,6 +85,9 @@ pub struct PipelineConfig {
     /// The named network instances of the N6 interfaces: a rule's Network Instance is
     /// resolved to its id when a session is installed.
     pub network_instances: NetworkInstances,
+    /// The QER Correlation IDs' aggregates, shared by every pipeline made from this config
+    /// (its clones).
+    pub aggregates: std::sync::Arc<budgets::Aggregates>,
 }
 
 impl Default for PipelineConfig {
@@ -100,6 +103,7 @@ impl Default for PipelineConfig {
             uplink_acl: Default::default(),
             expected_sessions: 0,
             network_instances: NetworkInstances::default(),
+            aggregates: Default::default(),
         }
     }
 }

@@ -249,12 +249,14 @@ impl QerState {
             }
         }
         // The Correlation ID's aggregate, each way it has a rate.
-        if let Some(a) = &q.aggregate {
+        let at = env.epoch + Duration::from_nanos(env.clock);
+        if let Some(a) = env.aggregates.get(at, q) {
             for (k, r) in [(0, &a.0.downlink), (1, &a.0.uplink)] {
                 if r.rate().0 > 0 {
                     draws.bits[k].push(draw(r));
                 }
             }
+            draws.aggregate = Some(a);
         }
         let bucket = |kbps: u64| {
             (kbps > 0 && shared.is_none()).then(|| TokenBucket::new(now, kbps * 1000, window))
@@ -383,6 +385,8 @@ pub(crate) struct CompileEnv<'a> {
     pub outer_ttl: u8,
     /// The network instances rules' names resolve to.
     pub instances: &'a NetworkInstances,
+    /// The QER Correlation IDs' aggregates.
+    pub aggregates: &'a crate::budgets::Aggregates,
     /// `now` on the pipeline's clock (nanoseconds since `epoch`), for the meters.
     pub clock: u64,
     pub epoch: Instant,

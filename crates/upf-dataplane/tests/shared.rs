@@ -23,8 +23,8 @@ fn down() -> Vec<u8> {
     udp4(DN, UE, 53, 4000, SIZE - 28, 0)
 }
 
-/// A second worker's pipeline, configured as the rig's.
-fn worker(r: &Rig) -> Pipeline {
+/// A second worker's pipeline, configured as the rig's (its aggregates the same).
+fn worker(r: &mut Rig) -> Pipeline {
     let local = LocalAddrs {
         v4: Some(UPF),
         v6: Some(UPF6.parse().unwrap()),
@@ -34,6 +34,7 @@ fn worker(r: &Rig) -> Pipeline {
         PipelineConfig {
             n3: local,
             n9: local,
+            aggregates: r.dp().config().aggregates.clone(),
             ..Default::default()
         },
     )
@@ -183,7 +184,7 @@ fn qers_with_one_correlation_id_share_their_aggregate_across_workers() {
     let s2 = r.dp().session(Seid(second)).unwrap().clone();
     let now = r.now;
     r.dp().remove_session(now, Seid(second)).unwrap();
-    let mut b = worker(&r);
+    let mut b = worker(&mut r);
     b.install(now, s2, InstallFlags::default()).unwrap();
     assert!(r.dp().session(Seid(a)).is_some());
     assert_eq!(r.dp().cold_sessions() + b.cold_sessions(), 0);
@@ -305,7 +306,7 @@ fn a_query_restarts_the_shared_threshold() {
     r.dp()
         .install_shared(now, s.clone(), flags, Some(&budgets))
         .unwrap();
-    let mut b = worker(&r);
+    let mut b = worker(&mut r);
     b.install_shared(now, s, flags, Some(&budgets)).unwrap();
 
     let (_, fired) = alternate(&mut r, &mut b, 750);
@@ -363,4 +364,36 @@ fn downlink_limits_are_reached_once_over_the_workers() {
             assert_eq!(fired, [UsageTrigger::VOLQU]);
         }
     }
+}
+
+/// An install the data path refuses changes no aggregate's rate; one it takes gives the
+/// aggregate its QER's MBR (the last installed wins).
+#[test]
+fn a_refused_install_leaves_the_aggregate_rate_as_it_was() {
+    const UE2: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 13);
+    let mut r = Rig::new();
+    let a = correlated(&mut r, UE, 0xabcd, 7, 4_000);
+    let s = r.dp().session(Seid(a)).unwrap().clone();
+    let key = s.qers[0].aggregate.expect("an aggregate");
+    let rates = |r: &mut Rig| r.dp().config().aggregates.rates(key);
+    assert_eq!(rates(&mut r), Some((4_000_000, 4_000_000)));
+    // Another session with the aggregate at 1 Mbit/s, on a TEID the first one holds.
+    let mut clash = (*s).clone();
+    clash.seid = Seid(a + 1000);
+    clash.qers[0].mbr = Some(upf_rules::Bitrate {
+        uplink_kbps: 1_000,
+        downlink_kbps: 1_000,
+    });
+    let now = r.now;
+    assert!(r
+        .dp()
+        .install(now, Arc::new(clash), InstallFlags::default())
+        .is_err());
+    assert_eq!(rates(&mut r), Some((4_000_000, 4_000_000)), "unchanged");
+    correlated(&mut r, UE2, 0xabce, 7, 1_000);
+    assert_eq!(
+        rates(&mut r),
+        Some((1_000_000, 1_000_000)),
+        "the last installed"
+    );
 }

@@ -1,67 +1,54 @@
 //! QER Correlation IDs (TS 29.244 §5.2.2, §8.2.10): the QERs of one CP node's sessions that
 //! carry the same correlation id police one aggregate rate together (an APN/DNN-AMBR), on
-//! whichever workers the sessions live. The agent keeps one [`Aggregate`] per (CP node,
-//! correlation id) while a session uses it and puts it in those QERs before each install.
+//! whichever workers the sessions live. The agent names one aggregate ([`AggregateKey`]) per
+//! (CP node, correlation id) while a session uses it, and puts the name in those QERs
+//! before each install; the data path keeps the buckets, at the rate of the QER last
+//! installed (so a refused install changes no rate).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 use upf_pfcp::ie::NodeId;
-use upf_rules::budget::Aggregate;
-use upf_rules::Session;
+use upf_rules::{AggregateKey, Session};
 
-/// A [`upf_rules::budget::SharedRate`]'s `(units, per, depth)`.
-type Rate = (u64, Duration, u64);
-
-/// What [`Aggregates::attach`] did to one session, for [`Aggregates::settle`].
+/// What [`Aggregates::attach`] gave one session, for [`Aggregates::settle`].
 #[derive(Debug, Default)]
 pub(crate) struct Attached {
     /// The correlation ids the session's QERs now carry an aggregate for.
     ids: Vec<u32>,
-    /// The aggregates it gave a new rate, with their rates (uplink, downlink) before: put
-    /// back if the install fails, so that a refused request changes nothing.
-    rerated: Vec<(Aggregate, [Rate; 2])>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Aggregates {
-    /// Each aggregate and the number of installed sessions using it.
-    map: HashMap<(NodeId, u32), (Aggregate, usize)>,
+    /// Each aggregate's name and the number of installed sessions using it.
+    map: HashMap<(NodeId, u32), (AggregateKey, usize)>,
+    /// The next name: names are not reused, so a data path that still holds an old
+    /// aggregate's buckets never gives them to another.
+    next: u64,
 }
 
 impl Aggregates {
     /// Gives each QER of `s` with a Correlation ID and an MBR the aggregate of (`node`, id),
-    /// made at the QER's MBR if it is new, else set to it (the last installed wins).
-    /// [`Aggregates::settle`] counts its ids, or undoes it, once the install is decided.
-    pub fn attach(&mut self, now: Instant, node: &NodeId, s: &mut Session) -> Attached {
-        let mut rerated: Vec<(Aggregate, [Rate; 2])> = Vec::new();
+    /// named anew if no session uses it. [`Aggregates::settle`] counts its ids once the
+    /// install is decided.
+    pub fn attach(&mut self, node: &NodeId, s: &mut Session) -> Attached {
         for q in &mut s.qers {
-            let (Some(id), Some(mbr)) = (q.correlation_id, q.mbr) else {
+            let (Some(id), Some(_)) = (q.correlation_id, q.mbr) else {
                 q.aggregate = None;
                 continue;
             };
-            let window = q.averaging_window();
-            let (a, _) = self
-                .map
-                .entry((node.clone(), id))
-                .and_modify(|(a, _)| {
-                    if !rerated.iter().any(|(r, _)| r == a) {
-                        rerated.push((a.clone(), [a.0.uplink.rate(), a.0.downlink.rate()]));
-                    }
-                    a.set_rate(mbr, window);
-                })
-                .or_insert_with(|| (Aggregate::new(now, id, mbr, window), 0));
-            q.aggregate = Some(a.clone());
+            let next = &mut self.next;
+            let (key, _) = self.map.entry((node.clone(), id)).or_insert_with(|| {
+                *next += 1;
+                (AggregateKey(*next), 0)
+            });
+            q.aggregate = Some(*key);
         }
-        Attached {
-            ids: ids(Some(s)),
-            rerated,
-        }
+        Attached { ids: ids(Some(s)) }
     }
 
     /// A session of `node` was `before` (`None`: none) and its install of what `attached`
-    /// describes gave `installed` (`None`: it failed, the session is as it was, and so are
-    /// the rates `attach` changed): the counts of the ids it gained or lost, and the
-    /// aggregates no session uses any more released.
+    /// describes gave `installed` (`None`: it failed and the session is as it was): the
+    /// counts of the ids it gained or lost, and the aggregates no session uses any more
+    /// released.
     pub fn settle(
         &mut self,
         node: &NodeId,
@@ -69,12 +56,6 @@ impl Aggregates {
         before: Option<&Session>,
         installed: Option<&Session>,
     ) {
-        if installed.is_none() {
-            for (a, [up, down]) in &attached.rerated {
-                a.0.uplink.set_rate(up.0, up.1, up.2);
-                a.0.downlink.set_rate(down.0, down.1, down.2);
-            }
-        }
         self.count(node, &attached.ids, before, installed.or(before));
     }
 

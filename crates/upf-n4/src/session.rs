@@ -255,7 +255,7 @@ impl<D: Datapath> Agent<D> {
             )
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
-                let attached = self.aggregates.attach(now, &m.node_id, &mut s);
+                let attached = self.aggregates.attach(&m.node_id, &mut s);
                 let rules = Arc::new(s);
                 let installed = self.dp.install(now, rules.clone(), InstallFlags::default());
                 let after = installed.is_ok().then_some(&*rules);
@@ -632,7 +632,7 @@ impl<D: Datapath> Agent<D> {
         let result = result
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
-                let attached = self.aggregates.attach(now, &ctx.cp.node, &mut s);
+                let attached = self.aggregates.attach(&ctx.cp.node, &mut s);
                 let rules = Arc::new(s);
                 let installed = self.dp.install(
                     now,

@@ -8,7 +8,6 @@
 //! locks, and a session that lives on one worker never comes here.
 
 use crate::qer::Bitrate;
-use serde::{Serialize, Serializer};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -266,12 +265,6 @@ impl PartialEq for Aggregate {
 }
 
 impl Eq for Aggregate {}
-
-impl Serialize for Aggregate {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.correlation_id.serialize(s)
-    }
-}
 
 /// A volume several workers count into, for a URR's threshold or quota (octets): the
 /// running total, and whether the limit was reported, so that it is reported exactly once

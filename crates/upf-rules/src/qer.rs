@@ -1,6 +1,5 @@
 //! QoS Enforcement Rules (TS 29.244 §5.2.2, §7.5.2.5).
 
-use crate::budget::Aggregate;
 use crate::ids::{QerId, Qfi};
 use serde::Serialize;
 use std::time::Duration;
@@ -48,10 +47,16 @@ pub struct Qer {
     /// Averaging window for MBR/GBR (TS 23.501 §5.7.3.6), milliseconds; `None`: 2000 ms.
     pub averaging_window_ms: Option<u32>,
     /// The aggregate its `correlation_id` shares with the QERs of the same CP node's other
-    /// sessions, policed at its MBR besides the QER's own: set by the agent, which keeps
+    /// sessions, policed at its MBR besides the QER's own: set by the agent, which names
     /// one per (CP node, correlation id).
-    pub aggregate: Option<Aggregate>,
+    pub aggregate: Option<AggregateKey>,
 }
+
+/// The name of an aggregate rate: the QERs of one CP node's sessions that carry the same
+/// Correlation ID (TS 29.244 §5.2.2, an APN/DNN-AMBR), while any session uses it. Its
+/// rate is the MBR of the QER last installed with it; its buckets are each engine's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct AggregateKey(pub u64);
 
 impl Qer {
     /// An open gate with no limits.

@@ -277,6 +277,7 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
                 .min(MAX_PRESIZED_SESSIONS),
             network_instances: upf_dataplane::NetworkInstances::new(c.n6.instance_names())
                 .context("n6")?,
+            aggregates: Default::default(),
         },
     })
 }
