@@ -3,9 +3,10 @@
 //! keeps, the drop reasons are named as the reference names them.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use upf_rules::*;
 use upf_xdp::{Config, Engine, Hops, InstallError, NextHop, Reason};
+mod common;
 
 fn config(sessions: u32) -> Config {
     Config {
@@ -22,54 +23,8 @@ fn config(sessions: u32) -> Config {
 /// A session with an uplink PDR (TEID `n`) to N6 and a downlink PDR (UE 10.0.x.y) to a gNB.
 fn session(n: u32) -> Session {
     let ue = Ipv4Addr::from(0x0a00_0000 + n);
-    let mut s = Session::new(Seid(u64::from(n)), Seid(1), "192.0.2.9".parse().unwrap());
-    let mut ul = Pdi::any(Interface::Access);
-    ul.local_f_teid = Some(LocalFTeid {
-        teid: Teid(n),
-        ipv4: None,
-        ipv6: None,
-    });
-    ul.ue_ip = Some(UeIp {
-        ipv4: Some(ue),
-        ipv6: None,
-        is_destination: false,
-    });
-    let mut dl = Pdi::any(Interface::Core);
-    dl.ue_ip = Some(UeIp {
-        ipv4: Some(ue),
-        ipv6: None,
-        is_destination: true,
-    });
-    for (id, pdi, ohr) in [(1u16, ul, true), (2, dl, false)] {
-        s.insert_pdr(Pdr {
-            id: PdrId(id),
-            precedence: Precedence(1),
-            pdi,
-            outer_header_removal: ohr.then_some(OuterHeaderRemoval::GtpuUdpIp {
-                delete_pdu_session_container: false,
-            }),
-            far: Some(FarId(u32::from(id))),
-            qers: Default::default(),
-            urrs: Default::default(),
-        })
-        .unwrap();
-    }
-    let mut to_gnb = Forwarding::to(Interface::Access);
-    to_gnb.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
-        teid: Teid(7),
-        peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100)),
-    });
-    for (id, fw) in [(1, Forwarding::to(Interface::Core)), (2, to_gnb)] {
-        s.insert_far(Far {
-            id: FarId(id),
-            action: ApplyAction::FORW,
-            forwarding: Some(fw),
-            duplicating: Box::default(),
-            bar: None,
-        })
-        .unwrap();
-    }
-    s
+    let gnb = (7, Ipv4Addr::new(192, 0, 2, 100));
+    common::forwarding_session(u64::from(n), ue, n, gnb)
 }
 
 #[test]

@@ -18,6 +18,7 @@ use upf_io::{PacketIo, Pool, Port};
 use upf_netns::Netns;
 use upf_rules::*;
 use upf_xdp::{Config, Engine, Unrouted};
+mod common;
 
 const N3: [u8; 4] = [10, 61, 3, 1];
 const GNB: [u8; 4] = [10, 61, 3, 2];
@@ -148,55 +149,19 @@ for p in results or []:
 
 /// Uplink TEID `TEID_UP` to N6, downlink to UE into a tunnel to the gNB (`TEID_DOWN`).
 fn session() -> Session {
-    let ue = Ipv4Addr::from(UE);
-    let mut s = Session::new(Seid(1), Seid(1), "192.0.2.9".parse().unwrap());
-    let mut ul = Pdi::any(Interface::Access);
-    ul.local_f_teid = Some(LocalFTeid {
-        teid: Teid(TEID_UP),
-        ipv4: None,
-        ipv6: None,
-    });
-    ul.ue_ip = Some(UeIp {
-        ipv4: Some(ue),
-        ipv6: None,
-        is_destination: false,
-    });
-    let mut dl = Pdi::any(Interface::Core);
-    dl.ue_ip = Some(UeIp {
-        ipv4: Some(ue),
-        ipv6: None,
-        is_destination: true,
-    });
-    for (id, pdi, ohr) in [(1u16, ul, true), (2, dl, false)] {
-        s.insert_pdr(Pdr {
-            id: PdrId(id),
-            precedence: Precedence(1),
-            pdi,
-            outer_header_removal: ohr.then_some(OuterHeaderRemoval::GtpuUdpIp {
-                delete_pdu_session_container: false,
-            }),
-            far: Some(FarId(u32::from(id))),
-            qers: Default::default(),
-            urrs: Default::default(),
-        })
-        .unwrap();
-    }
-    let mut to_gnb = Forwarding::to(Interface::Access);
-    to_gnb.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
-        teid: Teid(TEID_DOWN),
-        peer: IpAddr::V4(Ipv4Addr::from(GNB)),
-    });
-    for (id, fw) in [(1, Forwarding::to(Interface::Core)), (2, to_gnb)] {
-        s.insert_far(Far {
-            id: FarId(id),
-            action: ApplyAction::FORW,
-            forwarding: Some(fw),
-            duplicating: Box::default(),
-            bar: None,
-        })
-        .unwrap();
-    }
-    s
+    let gnb = (TEID_DOWN, Ipv4Addr::from(GNB));
+    common::forwarding_session(1, Ipv4Addr::from(UE), TEID_UP, gnb)
+}
+
+/// Sends `frame` into N3 from the peer and checks that the AF_XDP socket gets it unchanged.
+fn assert_punted(peer: &Netns, io: &mut upf_io::af_xdp::XskIo, pool: &mut Pool, frame: &[u8]) {
+    send_and_capture(peer, "n3p", "n6p", 0, frame);
+    let got = xsk_receive(io, pool, 1);
+    assert_eq!(
+        got,
+        vec![frame[14..].to_vec()],
+        "punted unchanged to AF_XDP"
+    );
 }
 
 /// The IP packets the socket receives within 3 s, until `want` came.
@@ -343,25 +308,13 @@ fn exits_on_veths() {
     // (c) an unknown TEID: the steering program's socket gets it unchanged.
     let punts = engine.stats().unwrap().punted;
     let unknown = gpdu_frame(n3_mac, gnb_mac, 0x999, &uplink_inner(DN));
-    send_and_capture(&peer, "n3p", "n6p", 0, &unknown);
-    let got = xsk_receive(&mut io, &mut pool, 1);
-    assert_eq!(
-        got,
-        vec![unknown[14..].to_vec()],
-        "punted unchanged to AF_XDP"
-    );
+    assert_punted(&peer, &mut io, &mut pool, &unknown);
     assert_eq!(engine.stats().unwrap().punted, punts + 1);
 
     // (d) no neighbour for the next hop: punted unchanged, counted.
     let before = unrouted(&engine, Unrouted::NoNeighbour);
     let frame = gpdu_frame(n3_mac, gnb_mac, TEID_UP, &uplink_inner(DN_UNKNOWN));
-    send_and_capture(&peer, "n3p", "n6p", 0, &frame);
-    let got = xsk_receive(&mut io, &mut pool, 1);
-    assert_eq!(
-        got,
-        vec![frame[14..].to_vec()],
-        "punted unchanged to AF_XDP"
-    );
+    assert_punted(&peer, &mut io, &mut pool, &frame);
     assert_eq!(unrouted(&engine, Unrouted::NoNeighbour), before + 1);
     let s = engine.stats().unwrap();
     assert_eq!((s.punted, s.forwarded), (punts + 2, 2));
@@ -369,13 +322,7 @@ fn exits_on_veths() {
     // (e) N6 not forwarding: the FIB answers nothing for it, the packet is punted.
     upf.sysctl("net/ipv4/conf/n6/forwarding", "0").unwrap();
     let frame = gpdu_frame(n3_mac, gnb_mac, TEID_UP, &uplink_inner(DN));
-    send_and_capture(&peer, "n3p", "n6p", 0, &frame);
-    let got = xsk_receive(&mut io, &mut pool, 1);
-    assert_eq!(
-        got,
-        vec![frame[14..].to_vec()],
-        "punted unchanged to AF_XDP"
-    );
+    assert_punted(&peer, &mut io, &mut pool, &frame);
     assert_eq!(unrouted(&engine, Unrouted::ForwardingDisabled), 1);
 
     drop(io);
