@@ -16,6 +16,21 @@ use upf_runtime::{RuntimeConfig, Workers};
 use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
 use upf_wire::{checksum, ip_proto};
 
+/// `workers` workers on channels, receiving GTP-U on [`UPF`].
+fn config(workers: usize) -> RuntimeConfig {
+    RuntimeConfig {
+        workers,
+        pipeline: PipelineConfig {
+            n3: LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// A G-PDU from UE `i` whose inner IPv4 Identification carries `seq`.
 fn uplink(i: u32, seq: u16) -> Packet {
     uplink_flow(i, seq, 0)
@@ -67,17 +82,7 @@ fn gpdu(teid: u32, src: Ipv4Addr, seq: u16, sport: u16) -> Packet {
 fn per_ue_order_is_kept_across_workers() {
     const UES: u32 = 64;
     const PER_UE: u16 = 40;
-    let cfg = RuntimeConfig {
-        workers: 2,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let cfg = config(2);
     let mut w = Workers::start(&cfg).unwrap();
     for i in 0..UES {
         w.install(Instant::now(), session(i), InstallFlags::default())
@@ -129,16 +134,8 @@ fn per_ue_order_is_kept_across_workers() {
 #[test]
 fn a_peak_rate_ue_is_spread_per_flow_over_both_workers() {
     let cfg = RuntimeConfig {
-        workers: 2,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
         spread_ues: vec![IpAddr::V4(ue(0))],
-        ..Default::default()
+        ..config(2)
     };
     let mut w = Workers::start(&cfg).unwrap();
     w.install(Instant::now(), session(0), InstallFlags::default())
@@ -198,16 +195,8 @@ fn hand_off_to_owner(idle_poll: Option<Duration>) {
     const UES: u32 = 32;
     const PER_UE: u16 = 20;
     let cfg = RuntimeConfig {
-        workers: 2,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
         idle_poll,
-        ..Default::default()
+        ..config(2)
     };
     let mut n3_peers = Vec::new();
     let mut n6_peers = Vec::new();
@@ -300,17 +289,7 @@ fn released_buffer_goes_out_without_further_traffic() {
     use upf_io::mem;
     use upf_runtime::{PortQueue, WorkerQueues};
     const K: u16 = 10;
-    let cfg = RuntimeConfig {
-        workers: 1,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let cfg = config(1);
     let (n3, p3) = mem::pair(Port::N3);
     let (n6, p6) = mem::pair(Port::N6);
     let queues = vec![WorkerQueues {
@@ -362,18 +341,7 @@ fn released_buffer_goes_out_without_further_traffic() {
 
 /// Three workers on channels.
 fn three_workers() -> Workers {
-    let cfg = RuntimeConfig {
-        workers: 3,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Workers::start(&cfg).unwrap()
+    Workers::start(&config(3)).unwrap()
 }
 
 /// The first UE (as in [`ue`]) whose sessions and packets worker `worker` owns.
@@ -532,16 +500,8 @@ fn unsteered_queues_spread_a_peak_rate_ue_per_flow() {
     const FLOWS: u16 = 16;
     const PER_FLOW: u16 = 20;
     let cfg = RuntimeConfig {
-        workers: 2,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
         spread_ues: vec![IpAddr::V4(ue(0))],
-        ..Default::default()
+        ..config(2)
     };
     let mut n3_peers = Vec::new();
     let mut n6_peers = Vec::new();
@@ -752,16 +712,8 @@ fn next_event(w: &mut Workers) -> Option<DatapathEvent> {
 #[test]
 fn a_spread_ues_threshold_report_holds_every_workers_usage() {
     let cfg = RuntimeConfig {
-        workers: 2,
-        pipeline: PipelineConfig {
-            n3: LocalAddrs {
-                v4: Some(UPF),
-                v6: None,
-            },
-            ..Default::default()
-        },
         spread_ues: vec![IpAddr::V4(ue(0))],
-        ..Default::default()
+        ..config(2)
     };
     let mut w = Workers::start(&cfg).unwrap();
     let flow_on = |w: &Workers, worker: usize| {
