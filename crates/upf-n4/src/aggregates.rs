@@ -9,13 +9,6 @@ use std::collections::HashMap;
 use upf_pfcp::ie::NodeId;
 use upf_rules::{AggregateKey, Session};
 
-/// What [`Aggregates::attach`] gave one session, for [`Aggregates::settle`].
-#[derive(Debug, Default)]
-pub(crate) struct Attached {
-    /// The correlation ids the session's QERs now carry an aggregate for.
-    ids: Vec<u32>,
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct Aggregates {
     /// Each aggregate's name and the number of installed sessions using it.
@@ -27,9 +20,9 @@ pub(crate) struct Aggregates {
 
 impl Aggregates {
     /// Gives each QER of `s` with a Correlation ID and an MBR the aggregate of (`node`, id),
-    /// named anew if no session uses it. [`Aggregates::settle`] counts its ids once the
-    /// install is decided.
-    pub fn attach(&mut self, node: &NodeId, s: &mut Session) -> Attached {
+    /// named anew if no session uses it. Returns the ids, which [`Aggregates::settle`]
+    /// counts once the install is decided.
+    pub fn attach(&mut self, node: &NodeId, s: &mut Session) -> Vec<u32> {
         for q in &mut s.qers {
             let (Some(id), Some(_)) = (q.correlation_id, q.mbr) else {
                 q.aggregate = None;
@@ -42,21 +35,21 @@ impl Aggregates {
             });
             q.aggregate = Some(*key);
         }
-        Attached { ids: ids(Some(s)) }
+        ids(Some(s))
     }
 
-    /// A session of `node` was `before` (`None`: none) and its install of what `attached`
-    /// describes gave `installed` (`None`: it failed and the session is as it was): the
+    /// A session of `node` was `before` (`None`: none) and its install with the ids
+    /// `touched` gave `installed` (`None`: it failed and the session is as it was): the
     /// counts of the ids it gained or lost, and the aggregates no session uses any more
     /// released.
     pub fn settle(
         &mut self,
         node: &NodeId,
-        attached: Attached,
+        touched: &[u32],
         before: Option<&Session>,
         installed: Option<&Session>,
     ) {
-        self.count(node, &attached.ids, before, installed.or(before));
+        self.count(node, touched, before, installed.or(before));
     }
 
     /// A session of `node` that was `before` is gone: its aggregates no other session uses

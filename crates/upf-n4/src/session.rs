@@ -255,11 +255,11 @@ impl<D: Datapath> Agent<D> {
             )
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
-                let attached = self.aggregates.attach(&m.node_id, &mut s);
+                let touched = self.aggregates.attach(&m.node_id, &mut s);
                 let rules = Arc::new(s);
                 let installed = self.dp.install(now, rules.clone(), InstallFlags::default());
                 let after = installed.is_ok().then_some(&*rules);
-                self.aggregates.settle(&m.node_id, attached, None, after);
+                self.aggregates.settle(&m.node_id, &touched, None, after);
                 installed.map_err(|e| self.datapath_failed(&e))?;
                 Ok(rules)
             });
@@ -632,7 +632,7 @@ impl<D: Datapath> Agent<D> {
         let result = result
             .and_then(|()| s.validate().map_err(rule_error))
             .and_then(|()| {
-                let attached = self.aggregates.attach(&ctx.cp.node, &mut s);
+                let touched = self.aggregates.attach(&ctx.cp.node, &mut s);
                 let rules = Arc::new(s);
                 let installed = self.dp.install(
                     now,
@@ -644,7 +644,7 @@ impl<D: Datapath> Agent<D> {
                 );
                 let after = installed.is_ok().then_some(&*rules);
                 self.aggregates
-                    .settle(&ctx.cp.node, attached, Some(&ctx.rules), after);
+                    .settle(&ctx.cp.node, &touched, Some(&ctx.rules), after);
                 let installed = installed.map_err(|e| self.datapath_failed(&e))?;
                 Ok((rules, installed))
             });
