@@ -37,8 +37,6 @@ pub enum Punt {
     FramedRoutes,
     #[error("application ID")]
     ApplicationId,
-    #[error("network instance")]
-    NetworkInstance,
     #[error("a PDR of a form the engine does not run ({0})")]
     PdrForm(&'static str),
     #[error("buffering or notifying the CP")]
@@ -312,9 +310,6 @@ fn compile_pdr(
     if pdi.sdf_filters.len() > MAX_SDF {
         return Err(Punt::TooMany("SDF filters"));
     }
-    if pdi.network_instance().is_some() {
-        return Err(Punt::NetworkInstance);
-    }
     if pdi.extra.get().is_some_and(|e| e.application_id.is_some()) {
         return Err(Punt::ApplicationId);
     }
@@ -565,9 +560,6 @@ fn far_action(
         return Ok((Action::NoTarget, NextHop::default()));
     };
     if let Some(e) = fw.extra.get() {
-        if e.network_instance.is_some() {
-            return Err(Punt::NetworkInstance);
-        }
         if e.forwarding_policy.is_some() || e.redirect.is_some() {
             return Err(Punt::Target("forwarding policy or redirect"));
         }
@@ -1003,16 +995,6 @@ mod tests {
             (
                 |s| s.pdr_mut(PdrId(1)).unwrap().outer_header_removal = None,
                 Punt::Target("other than uplink to N6 or downlink to a GTP-U tunnel"),
-            ),
-            (
-                |s| {
-                    s.pdr_mut(PdrId(1))
-                        .unwrap()
-                        .pdi
-                        .extra_mut()
-                        .network_instance = Some("internet".into())
-                },
-                Punt::NetworkInstance,
             ),
             (|s| s.inactivity_timer_s = Some(10), Punt::InactivityTimer),
             (

@@ -241,9 +241,14 @@ impl Engine {
         self.held.len()
     }
 
-    /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
-    /// over). On error nothing changed.
-    pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
+    /// Whether [`Engine::install`] would take `s` (its rules, its keys, room in the maps),
+    /// without changing anything: only a map write can fail after this says yes.
+    pub fn check(&self, s: &Session) -> Result<(), InstallError> {
+        self.admit(s).map(drop)
+    }
+
+    /// `s` compiled, if the engine can take it.
+    fn admit(&self, s: &Session) -> Result<Compiled, InstallError> {
         let none = NextHop::default();
         let c = compile(s, &self.cfg.hops.unwrap_or(Hops { n3: none, n6: none }))?;
         for (t, _) in &c.uplink {
@@ -256,6 +261,21 @@ impl Engine {
                 return Err(InstallError::Conflict(format!("UE address {a}")));
             }
         }
+        if !self.held.contains_key(&c.seid) && self.held.len() >= self.cfg.sessions as usize {
+            return Err(InstallError::Full(self.cfg.sessions));
+        }
+        Ok(c)
+    }
+
+    /// Whether the engine holds the session `seid`.
+    pub fn holds(&self, seid: Seid) -> bool {
+        self.held.contains_key(&seid)
+    }
+
+    /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
+    /// over). On error nothing changed.
+    pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
+        let c = self.admit(s)?;
         let old = self
             .held
             .get(&c.seid)
@@ -264,9 +284,6 @@ impl Engine {
             .held
             .get(&c.seid)
             .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
-        if old.is_none() && self.held.len() >= self.cfg.sessions as usize {
-            return Err(InstallError::Full(self.cfg.sessions));
-        }
         let slot = match &old {
             Some(h) => h.0,
             None => self.free_slots.last().copied().unwrap_or(self.next_slot),

@@ -41,7 +41,8 @@
 //! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
 //! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
 //! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
-//! duplication, network instances, N9, times. Not in the program yet: the uplink ACL (the
+//! duplication, N9, times. Network Instances are not looked at: the engine runs with one N6
+//! (the daemon's config ensures it), which any instance the workers accept names. Not in the program yet: the uplink ACL (the
 //! runtime must not use this engine while one is loaded).
 
 mod compile;
