@@ -13,7 +13,7 @@ use std::time::Instant;
 use upf_packet::{Packet, HEADROOM};
 use upf_rules::{
     ApplyAction, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session,
-    UrrId, UsageReport, UsageTrigger,
+    UrrId, UsageReport, UsageTrigger, Volume,
 };
 
 impl Pipeline {
@@ -263,6 +263,50 @@ impl Pipeline {
             .collect();
         self.build_hot(slot);
         Ok(reports)
+    }
+
+    /// Adds to session `seid`'s URRs usage another engine measured for them (`usage`, per
+    /// URR, since their last report; its packets taken at `now`), as if this pipeline had
+    /// counted it: in their next reports, against their quotas and thresholds (which may
+    /// fire now: their reports are events).
+    pub fn carry_usage(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        usage: &[(UrrId, Volume)],
+    ) -> Result<(), DatapathError> {
+        let slot = *self
+            .by_seid
+            .get(&seid)
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        self.sync_slot(slot);
+        let s = self.slots[slot as usize]
+            .as_mut()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut fired = crate::usage::Fired::new();
+        for (i, u) in s.urrs.iter_mut().enumerate() {
+            let Some((_, v)) = usage
+                .iter()
+                .find(|(id, v)| *id == u.id && v.total_packets > 0)
+            else {
+                continue;
+            };
+            u.add_pending(
+                (v.uplink_bytes, v.uplink_packets),
+                (v.downlink_bytes, v.downlink_packets),
+                now,
+                now,
+            );
+            if let Some(t) = u.check() {
+                fired.push((i, t));
+            }
+        }
+        if !fired.is_empty() {
+            crate::usage::report_fired(&mut s.urrs, &fired, now, seid, &mut self.events);
+        }
+        self.build_hot(slot);
+        self.schedule(now, slot);
+        Ok(())
     }
 
     fn schedule(&mut self, now: Instant, slot: u32) {

@@ -15,7 +15,7 @@ use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
 use upf_rules::{
     Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
-    UsageReport,
+    UsageReport, Volume,
 };
 
 #[derive(Debug, Clone)]
@@ -59,6 +59,8 @@ enum Control {
     ),
     Remove(Seid, Reply<Vec<UsageReport>>),
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
+    /// Usage another engine measured for the session's URRs (`Pipeline::carry_usage`).
+    Carry(Seid, Vec<(UrrId, Volume)>, Reply<()>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -498,6 +500,9 @@ impl Worker {
             Control::Query(seid, urrs, r) => {
                 let _ = r.send(self.pipeline.query(now, seid, &urrs));
             }
+            Control::Carry(seid, usage, r) => {
+                let _ = r.send(self.pipeline.carry_usage(now, seid, &usage));
+            }
             Control::Session(seid, r) => {
                 let _ = r.send(self.pipeline.session(seid).cloned());
             }
@@ -757,6 +762,40 @@ impl Workers {
         t.set(seid, peers, &mut changes);
         for c in changes {
             self.send(PATH_OWNER, Input::Control(Control::Path(c)));
+        }
+    }
+
+    /// Adds usage another engine measured for session `seid`'s URRs since their last report
+    /// to what its first worker counted: in their next reports, against their quotas and
+    /// thresholds. (A session on several workers draws its shared URR limits only from
+    /// what the workers count.)
+    pub fn carry_usage(
+        &self,
+        seid: Seid,
+        usage: Vec<(UrrId, Volume)>,
+    ) -> Result<(), DatapathError> {
+        let i = *self
+            .placement
+            .get(&seid)
+            .and_then(|p| p.workers.first())
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        self.ask(i, |tx| Control::Carry(seid, usage, tx))
+    }
+
+    /// Returns once every worker of session `seid` has sent what its last control message
+    /// released (buffered packets of a FAR that stopped buffering): what another engine
+    /// forwards for the session from now on leaves after them.
+    pub fn barrier(&self, seid: Seid) {
+        let owners = self
+            .placement
+            .get(&seid)
+            .map(|p| p.workers.clone())
+            .unwrap_or_default();
+        for i in owners {
+            let (tx, rx) = mpsc::sync_channel(1);
+            if self.send(i, Input::Control(Control::Session(seid, tx))) {
+                let _ = rx.recv();
+            }
         }
     }
 
