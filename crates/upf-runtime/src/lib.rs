@@ -11,10 +11,12 @@
 //! reports are merged over them per URR ([`reports`]).
 #![forbid(unsafe_code)]
 
+mod engines;
 pub mod reports;
 pub mod steer;
 mod workers;
 
+pub use engines::{EngineMode, Engines, Runs};
 pub use workers::{
     BatchStats, PortQueue, RuntimeConfig, StartError, WorkerQueues, WorkerStats, Workers,
     BATCH_TIME_BUCKETS, IDLE_POLL, PATH_OWNER,

@@ -1,0 +1,364 @@
+//! The engines a session runs on: the user-space workers, which hold every session, and the
+//! in-kernel XDP engine (`upf_xdp`), which runs the sessions it can in front of them.
+//!
+//! Every session is installed on the workers; one the XDP engine can run is installed there
+//! as well, and its packets then never reach the workers, except those the program punts
+//! (no next hop yet, GTP-U signalling), which the workers handle with the same rules. So a
+//! session moves between engines by adding or removing its keys in the kernel's maps, and
+//! no packet finds it in neither. The XDP engine's URR counters are never reset: what it
+//! counted since a URR's last report (`reported`, the baseline) goes into the report the
+//! workers make, and into the workers' own measurement when the session leaves it
+//! (`Workers::carry_usage`), so that every packet is in exactly one report.
+
+use crate::workers::Workers;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::warn;
+use upf_rules::{
+    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
+    UsageReport, Volume,
+};
+use upf_xdp::{Engine, InstallError, Stats};
+
+/// Which engine runs the sessions (`engine` in upf.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineMode {
+    /// The user-space workers only: no XDP program.
+    #[default]
+    User,
+    /// The XDP engine runs every session it can; a full XDP engine refuses a session (cause
+    /// "No resources available").
+    Xdp,
+    /// As `Xdp`, but a session that finds the XDP engine full runs in user space.
+    Auto,
+}
+
+impl EngineMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Xdp => "xdp",
+            Self::Auto => "auto",
+        }
+    }
+}
+
+/// Where a session runs, and why not in the XDP engine when it could have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runs {
+    /// In the XDP engine (its punted packets in user space).
+    Xdp,
+    /// In user space; `Some(why)` when the XDP engine is on and did not take it.
+    User(Option<String>),
+}
+
+impl fmt::Display for Runs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Xdp => f.write_str("xdp"),
+            Self::User(_) => f.write_str("user"),
+        }
+    }
+}
+
+/// The XDP engine and the sessions it runs.
+#[derive(Debug)]
+struct Kernel {
+    engine: Engine,
+    /// Whether a full engine refuses a session ([`EngineMode::Xdp`]).
+    strict: bool,
+    /// Per session it runs: the usage of each URR already reported, of its never-reset
+    /// counters.
+    reported: HashMap<Seid, Vec<(UrrId, Volume)>>,
+    /// Why the sessions it does not run were not taken.
+    refused: HashMap<Seid, String>,
+}
+
+/// The data path of `upf run`: the workers, with the XDP engine in front when one is on.
+#[derive(Debug)]
+pub struct Engines {
+    workers: Workers,
+    kernel: Option<Kernel>,
+}
+
+impl Engines {
+    /// The workers alone ([`EngineMode::User`]).
+    pub fn user(workers: Workers) -> Self {
+        Self {
+            workers,
+            kernel: None,
+        }
+    }
+
+    /// The workers behind the loaded and attached XDP engine `engine`, in `mode` (`Xdp` or
+    /// `Auto`; `User` leaves the engine idle: every session runs in user space).
+    pub fn with_xdp(workers: Workers, engine: Engine, mode: EngineMode) -> Self {
+        Self {
+            workers,
+            kernel: (mode != EngineMode::User).then(|| Kernel {
+                engine,
+                strict: mode == EngineMode::Xdp,
+                reported: HashMap::new(),
+                refused: HashMap::new(),
+            }),
+        }
+    }
+
+    pub fn workers(&self) -> &Workers {
+        &self.workers
+    }
+
+    /// The XDP engine, when it is on.
+    pub fn xdp(&self) -> Option<&Engine> {
+        self.kernel.as_ref().map(|k| &k.engine)
+    }
+
+    /// The XDP engine's counters, when it is on.
+    pub fn xdp_stats(&self) -> Option<std::io::Result<Stats>> {
+        self.kernel.as_ref().map(|k| k.engine.stats())
+    }
+
+    /// Sessions the XDP engine runs (0 when it is off).
+    pub fn xdp_sessions(&self) -> usize {
+        self.kernel.as_ref().map_or(0, |k| k.reported.len())
+    }
+
+    /// Where session `seid` runs.
+    pub fn runs(&self, seid: Seid) -> Runs {
+        match &self.kernel {
+            None => Runs::User(None),
+            Some(k) if k.reported.contains_key(&seid) => Runs::Xdp,
+            Some(k) => Runs::User(k.refused.get(&seid).cloned()),
+        }
+    }
+}
+
+impl Kernel {
+    /// What the engine counted for session `seid`'s URRs `urrs` (all when empty) since
+    /// their last report; marked reported.
+    fn take_unreported(&mut self, seid: Seid, urrs: &[UrrId]) -> Vec<(UrrId, Volume)> {
+        let Some(base) = self.reported.get_mut(&seid) else {
+            return Vec::new();
+        };
+        let now = match self.engine.usage(seid) {
+            Ok(u) => u,
+            Err(e) => {
+                warn!(target: "upf::xdp", "usage of {seid}: {e}");
+                return Vec::new();
+            }
+        };
+        let mut delta = Vec::with_capacity(now.len());
+        for (urr, total) in now {
+            if !urrs.is_empty() && !urrs.contains(&urr) {
+                continue;
+            }
+            match base.iter_mut().find(|(u, _)| *u == urr) {
+                Some((_, before)) => {
+                    delta.push((urr, minus(&total, before)));
+                    *before = total;
+                }
+                None => {
+                    delta.push((urr, total));
+                    base.push((urr, total));
+                }
+            }
+        }
+        delta
+    }
+
+    /// Takes session `seid` off the engine; returns what it counted since the last reports.
+    fn take_off(&mut self, seid: Seid) -> Vec<(UrrId, Volume)> {
+        // Its keys go first, so that nothing is counted after the last reading.
+        let last = match self.engine.remove(seid) {
+            Ok(u) => u,
+            Err(e) => {
+                warn!(target: "upf::xdp", "removing {seid}: {e}");
+                Vec::new()
+            }
+        };
+        let base = self.reported.remove(&seid).unwrap_or_default();
+        last.into_iter()
+            .map(|(urr, total)| {
+                let before = base.iter().find(|(u, _)| *u == urr).map(|(_, v)| *v);
+                (urr, minus(&total, &before.unwrap_or_default()))
+            })
+            .collect()
+    }
+}
+
+/// `a - b` field by field (`b` an earlier reading of the same counters).
+fn minus(a: &Volume, b: &Volume) -> Volume {
+    Volume {
+        total_bytes: a.total_bytes.saturating_sub(b.total_bytes),
+        uplink_bytes: a.uplink_bytes.saturating_sub(b.uplink_bytes),
+        downlink_bytes: a.downlink_bytes.saturating_sub(b.downlink_bytes),
+        total_packets: a.total_packets.saturating_sub(b.total_packets),
+        uplink_packets: a.uplink_packets.saturating_sub(b.uplink_packets),
+        downlink_packets: a.downlink_packets.saturating_sub(b.downlink_packets),
+    }
+}
+
+/// Adds each URR's `usage` to the first of `reports` for that URR; returns what found none.
+fn add_to(reports: &mut [UsageReport], usage: Vec<(UrrId, Volume)>) -> Vec<(UrrId, Volume)> {
+    let mut left = Vec::new();
+    for (urr, v) in usage {
+        match reports.iter_mut().find(|r| r.urr == urr) {
+            Some(r) => r.volume.add(&v),
+            None if v.total_packets > 0 => left.push((urr, v)),
+            None => {}
+        }
+    }
+    left
+}
+
+/// Puts what the XDP engine counted into the workers' measurement of session `seid`.
+fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
+    let usage: Vec<_> = usage
+        .into_iter()
+        .filter(|(_, v)| v.total_packets > 0)
+        .collect();
+    if usage.is_empty() {
+        return;
+    }
+    if let Err(e) = workers.carry_usage(seid, usage) {
+        warn!(target: "upf::xdp", "{seid}: usage counted in the XDP engine lost: {e}");
+    }
+}
+
+/// One entry per URR, the volumes of its entries summed.
+fn merge(usage: Vec<(UrrId, Volume)>) -> Vec<(UrrId, Volume)> {
+    let mut out: Vec<(UrrId, Volume)> = Vec::new();
+    for (urr, v) in usage {
+        match out.iter_mut().find(|(u, _)| *u == urr) {
+            Some((_, t)) => t.add(&v),
+            None => out.push((urr, v)),
+        }
+    }
+    out
+}
+
+impl Datapath for Engines {
+    fn install(
+        &mut self,
+        now: Instant,
+        session: Arc<Session>,
+        flags: InstallFlags,
+    ) -> Result<Installed, DatapathError> {
+        let Some(k) = &mut self.kernel else {
+            return self.workers.install(now, session, flags);
+        };
+        let seid = session.seid;
+        let take = match k.engine.check(&session) {
+            Ok(()) => Ok(()),
+            Err(InstallError::Full(n)) if k.strict => {
+                let _ = n;
+                return Err(DatapathError::NoResources("the XDP engine's maps are full"));
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let was_on = k.reported.contains_key(&seid);
+        // What the engine counted so far belongs to the URRs as they were.
+        let before = k.take_unreported(seid, &[]);
+        let mut installed = match self.workers.install(now, session.clone(), flags) {
+            Ok(i) => i,
+            Err(e) => {
+                // Nothing changed; what was read goes with the next reports.
+                if let Some(base) = k.reported.get_mut(&seid) {
+                    for (urr, d) in &before {
+                        if let Some((_, v)) = base.iter_mut().find(|(u, _)| u == urr) {
+                            *v = minus(v, d);
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let kept: Vec<UrrId> = session.urrs.iter().map(|u| u.id).collect();
+        let (stays, gone): (Vec<_>, Vec<_>) =
+            before.into_iter().partition(|(u, _)| kept.contains(u));
+        for (urr, v) in add_to(&mut installed.removed_urr_usage, gone) {
+            warn!(target: "upf::xdp", "{seid}: usage of removed {urr:?} without a report: {v:?}");
+        }
+        let taken = match take {
+            Ok(()) => {
+                if !was_on {
+                    // Packets the workers held for it (a FAR that stopped buffering) leave
+                    // before the program forwards new ones.
+                    self.workers.barrier(seid);
+                }
+                match k.engine.install(&session) {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Err(why) => Err(why),
+        };
+        match taken {
+            Ok(()) => {
+                k.refused.remove(&seid);
+                let base = k.reported.entry(seid).or_default();
+                base.retain(|(u, _)| kept.contains(u));
+                // The engine's counters since the read above were not reported yet.
+                if !stays.is_empty() {
+                    carry(&self.workers, seid, stays);
+                }
+            }
+            Err(why) => {
+                let mut carried = stays;
+                if was_on {
+                    carried.extend(k.take_off(seid));
+                }
+                if !carried.is_empty() {
+                    carry(&self.workers, seid, merge(carried));
+                }
+                k.refused.insert(seid, why);
+            }
+        }
+        Ok(installed)
+    }
+
+    fn remove(&mut self, now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError> {
+        let Some(k) = &mut self.kernel else {
+            return self.workers.remove(now, seid);
+        };
+        k.refused.remove(&seid);
+        let last = if k.reported.contains_key(&seid) {
+            k.take_off(seid)
+        } else {
+            Vec::new()
+        };
+        let mut reports = self.workers.remove(now, seid)?;
+        add_to(&mut reports, last);
+        Ok(reports)
+    }
+
+    fn query_usage(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        urrs: &[UrrId],
+    ) -> Result<Vec<UsageReport>, DatapathError> {
+        let mut reports = self.workers.query_usage(now, seid, urrs)?;
+        if let Some(k) = &mut self.kernel {
+            let d = k.take_unreported(seid, urrs);
+            let left = add_to(&mut reports, d);
+            if !left.is_empty() {
+                carry(&self.workers, seid, left);
+            }
+        }
+        Ok(reports)
+    }
+
+    fn poll_event(&mut self) -> Option<DatapathEvent> {
+        let mut e = self.workers.poll_event()?;
+        if let (Some(k), DatapathEvent::Usage(r)) = (&mut self.kernel, &mut e) {
+            if k.reported.contains_key(&r.seid) {
+                let d = k.take_unreported(r.seid, &[r.urr]);
+                let _ = add_to(std::slice::from_mut(r), d);
+            }
+        }
+        Some(e)
+    }
+}

@@ -1,0 +1,235 @@
+//! The engines together (root: the XDP engine is loaded, its program run by
+//! BPF_PROG_TEST_RUN, the workers on channels): a session the XDP engine can run is placed
+//! there and one it cannot stays with the workers; what the kernel and the workers count
+//! for a URR is in its reports once, exactly, also across a move between engines; a full
+//! XDP engine refuses a session (`xdp`) or leaves it to the workers (`auto`).
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use upf_dataplane::Packet;
+use upf_rules::{
+    Datapath, DatapathError, InstallFlags, MeasurementMethod, ReportingTriggers, Seid, Session,
+    Urr, UrrId, UsageReport, VolumeLimit,
+};
+use upf_runtime::{EngineMode, Engines, Runs, Workers};
+use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
+use upf_wire::{checksum, ip_proto};
+use upf_xdp::{Config, Engine, Hops, NextHop};
+mod common;
+
+use common::{session, ue, UPF};
+
+/// XDP_PASS (a punt without a steering program) and XDP_TX (forwarded with fixed hops).
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+
+fn engines(sessions: u32, mode: EngineMode) -> Engines {
+    let workers = Workers::start(&upf_runtime::RuntimeConfig {
+        pipeline: upf_dataplane::PipelineConfig {
+            n3: upf_dataplane::LocalAddrs {
+                v4: Some(UPF),
+                v6: None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("workers");
+    let none = NextHop::default();
+    let engine = Engine::load(Config {
+        sessions,
+        n3: UPF,
+        outer_ttl: 64,
+        hops: Some(Hops { n3: none, n6: none }),
+    })
+    .expect("the XDP engine loads");
+    Engines::with_xdp(workers, engine, mode)
+}
+
+/// UE `i`'s uplink session with URR 1 (volume) on its PDR; `threshold`: a volume threshold
+/// report, which the XDP engine does not run.
+fn with_urr(i: u32, threshold: bool) -> Arc<Session> {
+    let mut s = (*session(i)).clone();
+    let mut u = Urr::new(UrrId(1));
+    u.method = MeasurementMethod::VOLUM;
+    if threshold {
+        u.triggers = ReportingTriggers::VOLTH;
+        u.volume_threshold = Some(VolumeLimit {
+            total: Some(1 << 30),
+            ..Default::default()
+        });
+    }
+    s.insert_urr(u).unwrap();
+    s.pdrs[0].urrs = [UrrId(1)].into_iter().collect();
+    Arc::new(s)
+}
+
+/// A G-PDU of UE `i` (28 octets inside) on its TEID.
+fn gpdu(i: u32) -> Packet {
+    let mut ip = vec![0u8; 28];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = ip_proto::UDP;
+    ip[12..16].copy_from_slice(&ue(i).octets());
+    ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
+    let c = checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip[24..26].copy_from_slice(&8u16.to_be_bytes());
+    let mut p = Packet::from_bytes(upf_dataplane::Port::N3, &ip).unwrap();
+    let (s, l) = (p.start(), p.len());
+    let e = EncapV4 {
+        src: Ipv4Addr::new(192, 0, 2, 100),
+        dst: UPF,
+        ident: 0,
+        dont_frag: false,
+        tunnel: GtpuTunnel {
+            teid: 100 + i,
+            src_port: 2152,
+            dst_port: 2152,
+            psc: None,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+        },
+    };
+    let start = encapsulate_gtpu_v4(p.buffer_mut(), s, l, &e).unwrap();
+    p.set_range(start, s + l);
+    p
+}
+
+/// Runs UE `i`'s G-PDU `n` times through the XDP program; the verdicts.
+fn through_kernel(e: &Engines, i: u32, n: usize) -> Vec<u32> {
+    let mut frame = vec![0u8; 12];
+    frame.extend([8, 0]);
+    frame.extend_from_slice(gpdu(i).data());
+    let prog = e.xdp().expect("the XDP engine").program().unwrap();
+    let mut out = vec![0u8; 2048];
+    (0..n)
+        .map(|_| {
+            upf_io::bpf::run(prog, &frame, &mut out, 1, None)
+                .unwrap()
+                .retval
+        })
+        .collect()
+}
+
+/// Sends UE `i`'s G-PDU `n` times through the workers (as punted packets come); waits for
+/// them to come out.
+fn through_workers(e: &Engines, i: u32, n: usize) {
+    let w = e.workers();
+    w.steer((0..n).map(|_| gpdu(i)).collect());
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got < n && Instant::now() < deadline {
+        got += w.collect(Duration::from_millis(100)).len();
+    }
+    assert_eq!(got, n, "the workers forwarded them");
+}
+
+fn uplink_packets(reports: &[UsageReport]) -> u64 {
+    reports.iter().map(|r| r.volume.uplink_packets).sum()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn usage_counted_by_both_engines_is_reported_once_also_across_a_move() {
+    let mut e = engines(4, EngineMode::Xdp);
+    let now = Instant::now();
+    let flags = InstallFlags::default();
+    e.install(now, with_urr(0, false), flags).unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 5), vec![XDP_TX; 5]);
+    through_workers(&e, 0, 3);
+    let q = e.query_usage(now, Seid(1), &[UrrId(1)]).unwrap();
+    assert_eq!(
+        uplink_packets(&q),
+        8,
+        "5 in the kernel, 3 in the workers: {q:?}"
+    );
+    let q = e.query_usage(now, Seid(1), &[]).unwrap();
+    assert_eq!(uplink_packets(&q), 0, "restarted: {q:?}");
+
+    // Counted in the kernel, then a threshold the engine does not run: the session moves to
+    // the workers, what the kernel counted with it.
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_TX; 2]);
+    e.install(now, with_urr(0, true), flags).unwrap();
+    assert!(
+        matches!(e.runs(Seid(1)), Runs::User(Some(_))),
+        "{:?}",
+        e.runs(Seid(1))
+    );
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_PASS], "punted now");
+    through_workers(&e, 0, 4);
+    // And back to the kernel.
+    e.install(now, with_urr(0, false), flags).unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 3), vec![XDP_TX; 3]);
+    let last = e.remove(now, Seid(1)).unwrap();
+    assert_eq!(
+        uplink_packets(&last),
+        2 + 4 + 3,
+        "every packet since the query, once: {last:?}"
+    );
+    assert_eq!(
+        through_kernel(&e, 0, 1),
+        vec![XDP_PASS],
+        "gone from the kernel"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_full_xdp_engine_refuses_in_xdp_mode_and_leaves_it_to_the_workers_in_auto() {
+    let now = Instant::now();
+    let flags = InstallFlags::default();
+    let mut e = engines(1, EngineMode::Xdp);
+    e.install(now, with_urr(0, false), flags).unwrap();
+    assert!(matches!(
+        e.install(now, with_urr(1, false), flags),
+        Err(DatapathError::NoResources(_))
+    ));
+    assert!(
+        e.workers().installed(Seid(2)).is_none(),
+        "a refused session is nowhere"
+    );
+    // A session the engine cannot run goes to the workers even when it is full.
+    e.install(now, with_urr(2, true), flags).unwrap();
+    assert!(matches!(e.runs(Seid(3)), Runs::User(Some(_))));
+
+    let mut e = engines(1, EngineMode::Auto);
+    e.install(now, with_urr(0, false), flags).unwrap();
+    e.install(now, with_urr(1, false), flags).unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    match e.runs(Seid(2)) {
+        Runs::User(Some(why)) => assert!(why.contains("holds its 1 sessions"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    through_workers(&e, 1, 2);
+    assert_eq!(through_kernel(&e, 1, 1), vec![XDP_PASS]);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_periodic_report_holds_what_the_kernel_counted() {
+    let mut e = engines(4, EngineMode::Xdp);
+    let mut s = (*with_urr(0, false)).clone();
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers = ReportingTriggers::PERIO;
+    u.measurement_period_s = Some(1);
+    e.install(Instant::now(), Arc::new(s), InstallFlags::default())
+        .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 4), vec![XDP_TX; 4]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let report = loop {
+        if let Some(upf_rules::DatapathEvent::Usage(r)) = e.poll_event() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no periodic report");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(report.volume.uplink_packets, 4, "{report:?}");
+    assert_eq!(report.volume.uplink_bytes, 4 * 28);
+}
