@@ -63,6 +63,10 @@ pub struct Layout {
     /// The kernel forwards in the upf namespace (when the UPF's N6 is a TUN, or for a
     /// baseline without the UPF); off when the UPF owns the interfaces.
     pub ip_forward: bool,
+    /// GRO on the gNB's and the DN's ends of N3 and N6 (ethtool): an XDP program in the upf
+    /// namespace that redirects into N3 or N6 needs the peer's NAPI, which a veth has only
+    /// with GRO or an XDP program of its own (a NIC has its own).
+    pub peer_gro: bool,
 }
 
 impl Layout {
@@ -76,6 +80,7 @@ impl Layout {
             ue_tun: None,
             veth_queues: 1,
             ip_forward: false,
+            peer_gro: false,
         }
     }
 
@@ -141,6 +146,20 @@ impl Topology {
                 (b.name(), b_dev, &cidr(b_addr)),
                 layout.veth_queues,
             )?;
+        }
+        if layout.peer_gro {
+            for (ns, dev) in [(&self.ue, N3_GNB), (&self.dn, N6_DN)] {
+                crate::ip(&[
+                    "netns",
+                    "exec",
+                    ns.name(),
+                    "ethtool",
+                    "-K",
+                    dev,
+                    "gro",
+                    "on",
+                ])?;
+            }
         }
         if let Some(tun) = &layout.ue_tun {
             let mtu = UE_TUN_MTU.to_string();

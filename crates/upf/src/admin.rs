@@ -24,7 +24,7 @@ use tower::ServiceExt;
 use upf_dataplane::{DropReason, Port};
 use upf_n4::Agent;
 use upf_rules::{Datapath, Seid};
-use upf_runtime::{WorkerStats, Workers};
+use upf_runtime::{Engines, Runs, WorkerStats};
 
 /// How long a client may take to send its request line and headers (slowloris).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -197,21 +197,34 @@ pub async fn serve(
 /// What the main loop knows, to answer with.
 #[allow(missing_debug_implementations)] // borrows the agent, which has no Debug
 pub struct State<'a> {
-    pub agent: &'a Agent<Observed<Workers>>,
+    pub agent: &'a Agent<Observed<Engines>>,
     pub uptime_s: u64,
     /// Admin connections refused (`admin.max_connections` being served).
     pub admin_refused: u64,
 }
 
 pub fn answer(query: Query, st: &State<'_>) -> Response {
-    let workers = || st.agent.datapath().inner().stats();
+    let engines = st.agent.datapath().inner();
+    let workers = || engines.workers().stats();
     match query {
-        Query::Metrics => Response {
-            status: 200,
-            content_type: "text/plain; version=0.0.4",
-            body: metrics::render(&workers(), &control(st)),
-        },
-        Query::Sessions => Response::json(&sessions(st.agent)),
+        Query::Metrics => {
+            let xdp = engines.xdp_stats().and_then(|r| match r {
+                Ok(stats) => Some(metrics::XdpView {
+                    sessions: engines.xdp_sessions(),
+                    stats,
+                }),
+                Err(e) => {
+                    tracing::warn!(target: "upf::xdp", "reading the XDP engine's counters: {e}");
+                    None
+                }
+            });
+            Response {
+                status: 200,
+                content_type: "text/plain; version=0.0.4",
+                body: metrics::render(&workers(), &control(st), xdp.as_ref()),
+            }
+        }
+        Query::Sessions => Response::json(&sessions(st.agent, |s| engines.runs(s))),
         Query::Session(seid) => match st.agent.session(Seid(seid)) {
             Some(s) => Response::json(&serde_json::to_value(s).unwrap_or(Value::Null)),
             None => Response::text(404, &format!("no session with SEID {seid:#x}")),
@@ -249,7 +262,8 @@ fn control(st: &State<'_>) -> ControlView {
     }
 }
 
-fn sessions<D: Datapath>(agent: &Agent<D>) -> Value {
+/// The sessions, each with the engine it runs on (`runs`).
+fn sessions<D: Datapath>(agent: &Agent<D>, runs: impl Fn(Seid) -> Runs) -> Value {
     let mut v: Vec<Value> = agent
         .sessions()
         .map(|s| {
@@ -274,6 +288,12 @@ fn sessions<D: Datapath>(agent: &Agent<D>) -> Value {
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
+            let r = runs(s.seid);
+            let engine = r.to_string();
+            let why = match r {
+                Runs::User(why) => why,
+                Runs::Xdp => None,
+            };
             json!({
                 "seid": format!("{:#x}", s.seid.0),
                 "cp_seid": format!("{:#x}", s.cp_seid.0),
@@ -282,6 +302,8 @@ fn sessions<D: Datapath>(agent: &Agent<D>) -> Value {
                 "ue_addresses": ues,
                 "teids": teids,
                 "pdrs": s.pdrs.len(), "fars": s.fars.len(), "qers": s.qers.len(), "urrs": s.urrs.len(),
+                "engine": engine,
+                "engine_why": why,
             })
         })
         .collect();

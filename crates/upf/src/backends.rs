@@ -2,11 +2,12 @@
 //! at start-up what each one is. A host that cannot do what the config asks gets an error
 //! naming the key and the reason, never a panic.
 
-use crate::config::{Backend, FileConfig, Interface};
+use crate::config::{Backend, Engine, FileConfig, Interface};
 use anyhow::{anyhow, bail, Context};
+use aya::programs::{ProgramFd, XdpMode};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use upf_io::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
-use upf_io::af_xdp::{XdpConfig, XdpInterface};
+use upf_io::af_xdp::{AttachMode, XdpConfig, XdpInterface};
 use upf_io::link::Link;
 use upf_io::netlink;
 use upf_io::pcap::{Capture, Direction};
@@ -20,6 +21,8 @@ use upf_runtime::{PortQueue, RuntimeConfig, WorkerQueues};
 #[derive(Debug)]
 pub struct Opened {
     pub queues: Vec<WorkerQueues>,
+    /// The XDP engine, loaded and attached in front of the af_xdp queues (`engine`).
+    pub xdp: Option<upf_xdp::Engine>,
     pub report: Vec<String>,
     pub cleanup: Cleanup,
 }
@@ -56,6 +59,17 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
     let mut report = Vec::new();
     let mut cleanup = Cleanup::default();
     let mut steered = true;
+    // With the XDP engine, each af_xdp interface's steering program is tail-called by it
+    // instead of attached: (port, interface, steering program).
+    let xdp_on = match (c.engine, c.xdp_engine_unfit()) {
+        (Engine::User, _) => false,
+        (_, None) => true,
+        (_, Some(why)) => {
+            report.push(format!("engine: user ({why})"));
+            false
+        }
+    };
+    let mut punt_to: Option<Vec<(Port, String, ProgramFd)>> = xdp_on.then(Vec::new);
 
     // N3 (and N9 when it has its own interface): GTP-U.
     let n3_addrs = c.n3_addresses();
@@ -108,6 +122,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     &c.workers.spread_ues,
                     &mut report,
                     &mut steered,
+                    punt_to.as_mut(),
                 )?;
                 cleanup.held.extend(held);
                 // The kernel sees GTP-U too (AF_PACKET gets copies): a socket holding the port
@@ -195,12 +210,17 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     &c.workers.spread_ues,
                     &mut report,
                     &mut steered,
+                    punt_to.as_mut(),
                 )?;
                 cleanup.held.extend(held);
             }
             b => bail!("{key}.backend: {b:?} cannot carry N6"),
         }
     }
+    let xdp = match punt_to {
+        Some(ports) => Some(xdp_engine(c, &ports, &mut report)?),
+        None => None,
+    };
     for (i, q) in queues.iter_mut().enumerate() {
         q.steered = steered;
         for pq in &q.queues {
@@ -212,6 +232,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
     }
     Ok(Opened {
         queues,
+        xdp,
         report,
         cleanup,
     })
@@ -233,6 +254,7 @@ fn ethernet(
     spread_ues: &[IpAddr],
     report: &mut Vec<String>,
     steered: &mut bool,
+    punt_to: Option<&mut Vec<(Port, String, ProgramFd)>>,
 ) -> anyhow::Result<Option<Box<dyn std::fmt::Debug + Send>>> {
     let n = queues.len();
     match backend {
@@ -265,6 +287,9 @@ fn ethernet(
             let mut cfg = XdpConfig::new(port, u32::try_from(n).unwrap_or(1));
             cfg.spread_ues = spread_ues.to_vec();
             cfg.local = iface.addresses.clone();
+            if punt_to.is_some() {
+                cfg.attach = AttachMode::TailCalled;
+            }
             let xi = XdpInterface::open(name, cfg)
                 .with_context(|| format!("{key}: af_xdp on {name:?}"))?;
             let nq = usize::try_from(xi.queues()).unwrap_or(1);
@@ -275,10 +300,21 @@ fn ethernet(
                      numrxqueues/numtxqueues {n} when it is created)"
                 );
             }
-            report.push(format!(
-                "{key}: XDP program on {name} ({}), {nq} queue(s)",
-                if xi.native() { "native" } else { "generic" }
-            ));
+            match punt_to {
+                Some(p) => {
+                    let fd = xi
+                        .program_fd()
+                        .with_context(|| format!("{key}: af_xdp on {name:?}"))?;
+                    p.push((port, name.to_string(), fd));
+                    report.push(format!(
+                        "{key}: AF_XDP steering of {name} behind the XDP engine, {nq} queue(s)"
+                    ));
+                }
+                None => report.push(format!(
+                    "{key}: XDP program on {name} ({}), {nq} queue(s)",
+                    if xi.native() { "native" } else { "generic" }
+                )),
+            }
             // Frames on a queue belong to its socket: the owner may be another worker.
             if n > 1 {
                 *steered = false;
@@ -293,6 +329,56 @@ fn ethernet(
         }
         _ => Ok(None),
     }
+}
+
+/// Loads the XDP engine with maps for `limits.sessions` and attaches it to the af_xdp
+/// interfaces `ports`, their steering programs getting what it punts. Forwarding is turned on
+/// on them: `bpf_fib_lookup` answers only for interfaces that forward.
+fn xdp_engine(
+    c: &FileConfig,
+    ports: &[(Port, String, ProgramFd)],
+    report: &mut Vec<String>,
+) -> anyhow::Result<upf_xdp::Engine> {
+    let n3 = c
+        .n3_addresses()
+        .into_iter()
+        .find_map(|a| match a {
+            IpAddr::V4(v) => Some(v),
+            IpAddr::V6(_) => None,
+        })
+        .ok_or_else(|| anyhow!("engine: the XDP engine needs an IPv4 N3 address"))?;
+    let sessions = u32::try_from(c.limits.sessions)
+        .map_err(|_| anyhow!("limits.sessions: above what the XDP engine's maps hold"))?;
+    let mut engine = upf_xdp::Engine::load(upf_xdp::Config {
+        sessions,
+        n3,
+        outer_ttl: 64,
+        hops: None,
+    })
+    .context("engine: loading the XDP engine")?;
+    for (port, name, fd) in ports {
+        let key = port.name();
+        let path = format!("/proc/sys/net/ipv4/conf/{name}/forwarding");
+        std::fs::write(&path, "1").with_context(|| format!("{key}: turning on {path}"))?;
+        let native = match engine.attach(*port, name, Some(fd), XdpMode::Driver) {
+            Ok(()) => true,
+            Err(_) => {
+                engine
+                    .attach(*port, name, Some(fd), XdpMode::Skb)
+                    .with_context(|| format!("{key}: attaching the XDP engine to {name}"))?;
+                false
+            }
+        };
+        report.push(format!(
+            "{key}: XDP engine on {name} ({}), forwarding on",
+            if native { "native" } else { "generic" }
+        ));
+    }
+    report.push(format!(
+        "engine: {} (the XDP engine, maps for {sessions} sessions; the workers run what it punts)",
+        c.engine.mode().name()
+    ));
+    Ok(engine)
 }
 
 fn push(

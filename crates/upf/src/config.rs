@@ -11,6 +11,8 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileConfig {
+    /// Which engine runs the sessions: user, xdp or auto.
+    pub engine: Engine,
     pub n4: N4,
     pub n3: Interface,
     pub n9: Option<Interface>,
@@ -61,6 +63,31 @@ impl Default for N4 {
             smf_t1_ms: 3000,
             smf_n1: 3,
             teid_reuse_after_s: 60,
+        }
+    }
+}
+
+/// Which engine runs the sessions (`upf_runtime::EngineMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// The user-space workers.
+    #[default]
+    User,
+    /// The XDP engine (N3 and N6 on af_xdp) runs every session it can, the workers the rest
+    /// and what it punts; a full XDP engine refuses a session.
+    Xdp,
+    /// As xdp when N3 and N6 are on af_xdp and no uplink ACL is loaded (else user, said at
+    /// start-up); a session that finds the XDP engine full runs in user space.
+    Auto,
+}
+
+impl Engine {
+    pub fn mode(self) -> upf_runtime::EngineMode {
+        match self {
+            Self::User => upf_runtime::EngineMode::User,
+            Self::Xdp => upf_runtime::EngineMode::Xdp,
+            Self::Auto => upf_runtime::EngineMode::Auto,
         }
     }
 }
@@ -426,6 +453,11 @@ impl FileConfig {
             }
         }
         self.validate_n6()?;
+        if self.engine == Engine::Xdp {
+            if let Some(why) = self.xdp_engine_unfit() {
+                bail!("engine: xdp: {why}");
+            }
+        }
         if self.workers.count == 0 || self.workers.count > 256 {
             bail!(
                 "workers.count: {} is not within 1..=256",
@@ -509,6 +541,31 @@ impl FileConfig {
 
     /// The N6 interfaces: each one's backend, and that two of them are never one device or
     /// one network instance.
+    /// Why the XDP engine cannot run here, if it cannot (an error for `engine = "xdp"`, the
+    /// start-up line of `auto`).
+    pub fn xdp_engine_unfit(&self) -> Option<String> {
+        if self.n3.gtpu_backend() != Backend::AfXdp {
+            return Some("the XDP engine needs n3.backend = \"af_xdp\"".into());
+        }
+        if self.n6.0.len() != 1 || self.n6.0[0].n6_backend() != Backend::AfXdp {
+            return Some("the XDP engine needs one N6, with backend = \"af_xdp\"".into());
+        }
+        if self
+            .n9
+            .as_ref()
+            .is_some_and(|n| n.gtpu_backend() != Backend::None)
+        {
+            return Some("the XDP engine has no N9 interface of its own yet".into());
+        }
+        if !self.n3_addresses().iter().any(IpAddr::is_ipv4) {
+            return Some("the XDP engine needs an IPv4 address in n3.addresses".into());
+        }
+        if !self.acl.uplink_rules.is_empty() || self.acl.uplink_file.is_some() {
+            return Some("the XDP engine has no uplink ACL yet: acl.uplink_rules and acl.uplink_file must be empty".into());
+        }
+        None
+    }
+
     fn validate_n6(&self) -> anyhow::Result<()> {
         if self.n6.0.is_empty() {
             bail!("n6: at least one (backend = \"none\" for a UPF without N6)");

@@ -10,7 +10,7 @@ use upf_rules::{
     Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
     UsageReport,
 };
-use upf_runtime::Workers;
+use upf_runtime::Engines;
 
 /// Installs and removals the data path did and refused, since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,9 +27,9 @@ pub trait Holds {
     fn holds(&self, seid: Seid) -> Option<&Session>;
 }
 
-impl Holds for Workers {
+impl Holds for Engines {
     fn holds(&self, seid: Seid) -> Option<&Session> {
-        self.installed(seid).map(|s| &**s)
+        self.workers().installed(seid).map(|s| &**s)
     }
 }
 

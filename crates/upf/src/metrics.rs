@@ -29,11 +29,19 @@ pub struct ControlView {
     pub uptime_s: u64,
 }
 
+/// The XDP engine's share of a scrape, when it is on.
+#[derive(Debug, Clone)]
+pub struct XdpView {
+    pub sessions: usize,
+    pub stats: upf_xdp::Stats,
+}
+
 /// One scrape: the snapshot as a prometheus-client collector, encoded in the registry's order.
 #[derive(Debug)]
 struct Scrape {
     workers: Vec<WorkerStats>,
     control: ControlView,
+    xdp: Option<XdpView>,
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -143,6 +151,48 @@ impl Scrape {
     }
 }
 
+impl Scrape {
+    /// The XDP engine's counters: its drops by the workers' reason names.
+    fn encode_xdp(&self, e: &mut DescriptorEncoder, x: &XdpView) -> fmt::Result {
+        let one = |v: u64| [(Labels::new(), v)];
+        family(
+            e,
+            Counter,
+            "upf_xdp_packets_dropped_total",
+            "Packets the XDP engine dropped, by reason (the names of upf_packets_dropped_total).",
+            (x.stats.dropped.iter()).map(|(r, n)| (vec![("reason", r.name().to_string())], *n)),
+        )?;
+        family(
+            e,
+            Counter,
+            "upf_xdp_packets_forwarded_total",
+            "Packets the XDP engine forwarded itself.",
+            one(x.stats.forwarded),
+        )?;
+        family(
+            e,
+            Counter,
+            "upf_xdp_packets_punted_total",
+            "Packets the XDP engine left to the workers, unchanged.",
+            one(x.stats.punted),
+        )?;
+        family(
+            e,
+            Counter,
+            "upf_xdp_packets_unrouted_total",
+            "Punted packets the XDP engine would have forwarded but found no next hop for, by the FIB's answer.",
+            (x.stats.unrouted.iter()).map(|(r, n)| (vec![("reason", r.name().to_string())], *n)),
+        )?;
+        family(
+            e,
+            Gauge,
+            "upf_xdp_sessions",
+            "Sessions the XDP engine runs.",
+            one(u64::try_from(x.sessions).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let (workers, c) = (&self.workers, &self.control);
@@ -201,6 +251,9 @@ impl Collector for Scrape {
                 })
             }),
         )?;
+        if let Some(x) = &self.xdp {
+            self.encode_xdp(&mut e, x)?;
+        }
         family(
             &mut e,
             Gauge,
@@ -464,11 +517,12 @@ impl Collector for Scrape {
 }
 
 /// The Prometheus text of one scrape.
-pub fn render(workers: &[WorkerStats], c: &ControlView) -> String {
+pub fn render(workers: &[WorkerStats], c: &ControlView, xdp: Option<&XdpView>) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape {
         workers: workers.to_vec(),
         control: c.clone(),
+        xdp: xdp.cloned(),
     }));
     let mut out = String::with_capacity(16 << 10);
     // Writing to a String does not fail.
@@ -521,7 +575,20 @@ mod tests {
                 admin_refused: 4,
                 uptime_s: 5,
             },
+            Some(&XdpView {
+                sessions: 9,
+                stats: upf_xdp::Stats {
+                    dropped: vec![(upf_xdp::Reason::MbrExceeded, 6)],
+                    punted: 8,
+                    unrouted: vec![(upf_xdp::Unrouted::NoNeighbour, 2)],
+                    forwarded: 11,
+                },
+            }),
         );
+        assert!(t.contains("upf_xdp_packets_dropped_total{reason=\"mbr_exceeded\"} 6\n"));
+        assert!(t.contains("upf_xdp_packets_unrouted_total{reason=\"no_neighbour\"} 2\n"));
+        assert!(t.contains("upf_xdp_packets_forwarded_total 11\n"));
+        assert!(t.contains("upf_xdp_sessions 9\n"));
         assert!(
             t.contains("upf_packets_received_total{worker=\"1\",port=\"n3\"} 7\n"),
             "{t}"

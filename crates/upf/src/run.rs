@@ -15,7 +15,7 @@ use tokio::net::UdpSocket;
 use tracing::{error, info, warn};
 use upf_n4::alloc::UePoolConfig;
 use upf_n4::{Agent, AllowedPeer, Config, Event, TunnelAddrs};
-use upf_runtime::{RuntimeConfig, Workers};
+use upf_runtime::{Engines, RuntimeConfig, Workers};
 
 /// Options of `upf run`. Flags override the file's keys.
 #[derive(Debug, clap::Args)]
@@ -324,17 +324,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
     }
     let workers = Workers::start_io(&rt_cfg, opened.queues)?;
+    let engines = match opened.xdp {
+        Some(x) => Engines::with_xdp(workers, x, c.engine.mode()),
+        None => Engines::user(workers),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("tokio")?;
-    let result = rt.block_on(serve(&c, agent_cfg, workers));
+    let result = rt.block_on(serve(&c, agent_cfg, engines));
     // Routes and devices set up for the run go away with it.
     drop(opened.cleanup);
     result
 }
 
-async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<()> {
+async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<()> {
     let addr = config::socket_addr(&c.n4.address, 8805).context("n4.address")?;
     let sock = UdpSocket::bind(addr)
         .await
@@ -344,7 +348,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<
     // the rest to the SMF's retransmission timer.
     upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
-    let mut agent = Agent::new(cfg, Observed::new(workers), started, ntp_now())?;
+    let mut agent = Agent::new(cfg, Observed::new(engines), started, ntp_now())?;
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
@@ -408,7 +412,7 @@ async fn serve(c: &FileConfig, cfg: Config, workers: Workers) -> anyhow::Result<
 /// Graceful stop: tell every associated SMF (Association Release), flush what is queued,
 /// report the final counters, then the workers stop when `agent` (and with it the data path)
 /// is dropped.
-async fn shutdown(agent: &mut Agent<Observed<Workers>>, sock: &UdpSocket) {
+async fn shutdown(agent: &mut Agent<Observed<Engines>>, sock: &UdpSocket) {
     let peers: Vec<SocketAddr> = agent.associations().map(|(_, a)| a).collect();
     info!(
         target: "upf",
@@ -434,7 +438,7 @@ async fn shutdown(agent: &mut Agent<Observed<Workers>>, sock: &UdpSocket) {
         }
     }
     let mut total = upf_dataplane::Counters::default();
-    for w in agent.datapath().inner().stats() {
+    for w in agent.datapath().inner().workers().stats() {
         total.add(&w.counters);
     }
     info!(
