@@ -59,6 +59,16 @@ pub enum Backend {
     AfXdp,
 }
 
+/// The UPF's engine (`engine` in its config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// The worker threads.
+    User,
+    /// The XDP engine in front of the workers (needs the af-xdp backend).
+    Xdp,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
@@ -86,6 +96,9 @@ pub struct Args {
     pub ceiling_seconds: Option<f64>,
     #[arg(long, value_enum, default_value = "af-xdp")]
     pub backend: Backend,
+    /// The UPF's engine.
+    #[arg(long, value_enum, default_value = "user")]
+    pub engine: Engine,
     /// UPF worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
@@ -312,8 +325,12 @@ impl Rig {
             Backend::AfXdp => "af_xdp",
         };
         let cores: Vec<String> = cores.iter().map(ToString::to_string).collect();
+        let engine = match a.engine {
+            Engine::User => "user",
+            Engine::Xdp => "xdp",
+        };
         format!(
-            "# Written by `upf-bench veth`.\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
+            "# Written by `upf-bench veth`.\nengine = \"{engine}\"\n\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
              [n3]\nbackend = \"{b}\"\ninterface = \"{N3_UPF}\"\naddresses = [\"{UPF_N3}\"]\n\n\
              [n6]\nbackend = \"{b}\"\ninterface = \"{N6_UPF}\"\n\n\
              [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n",
@@ -1034,6 +1051,7 @@ fn buffering_point(a: &Args, share: f64) -> anyhow::Result<serde_json::Value> {
         "profile": a.profile,
         "direction": a.direction,
         "backend": a.backend,
+        "engine": a.engine,
         "workers": a.workers,
         "busy_poll": a.busy_poll,
         "sessions": a.sessions,
@@ -1058,6 +1076,9 @@ fn buffering_point(a: &Args, share: f64) -> anyhow::Result<serde_json::Value> {
 pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     if a.sessions == 0 || a.workers == 0 || a.seconds <= 0.0 || a.trial_seconds <= 0.0 {
         bail!("--sessions, --workers, --seconds and --trial-seconds must be positive");
+    }
+    if a.engine == Engine::Xdp && a.backend != Backend::AfXdp {
+        bail!("--engine xdp: the XDP engine runs in front of the af-xdp backend");
     }
     if a.latency {
         if !a.search && a.rate == 0 {
@@ -1095,7 +1116,13 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
         // Downlink: the UPF marks the G-PDUs with the QFI of the PDR's QER.
         qfi: (a.direction == Direction::Downlink).then_some((QFI, QFI_HIGH)),
     };
-    let counter = Counter::attach_latency_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS, lat_cfg)?;
+    // The latency sink costs ~100 ns a packet in the same softirq as the forwarding it
+    // measures: only when latency is asked for.
+    let counter = if a.latency {
+        Counter::attach_latency_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS, lat_cfg)?
+    } else {
+        Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS)?
+    };
     rig.warm_neighbours();
     eprintln!(
         "upf-bench veth: {:?}, {} sessions, {} B, {} on {} worker(s) (CPUs {cores:?}), generator on CPU {}, {}",
@@ -1278,6 +1305,11 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     let load_after = crate::harness::loadavg();
 
     let upf_ns_pp = phase.per_packet(upf_ns);
+    // What forwarding a packet costs the box, the generator's own work aside: the UPF's
+    // threads and every CPU's softirq time (where the XDP engine, the veths' NAPI and the
+    // sink run), against the softirq time of Linux forwarding the same packets.
+    let whole_ns_pp = phase.per_packet(upf_ns + phase.softirq_ns);
+    let linux_ns_pp = baseline.as_ref().and_then(|p| p.per_packet(p.softirq_ns));
     eprintln!(
         "  UPF: {:.2} Mpps offered, {:.2} Mpps delivered (loss {:.2} %), UPF CPU {} ns/packet ({:.0} % of a core), softirq {:.0} ns/packet",
         phase.offered_mpps(),
@@ -1323,6 +1355,9 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
             / phase.gen.elapsed.as_secs_f64().max(1e-9) / 1e9,
         "loss": phase.loss(),
         "upf_cpu_ns_per_packet": upf_ns_pp,
+        "upf_ns_per_packet": whole_ns_pp,
+        "linux_ns_per_packet": linux_ns_pp,
+        "ratio_ns_to_linux": whole_ns_pp.zip(linux_ns_pp).map(|(u, l)| u / l),
         "upf_cpu_cores": upf_ns as f64 / phase.window.as_secs_f64() / 1e9,
         "upf_threads_cpu_ns": threads,
         "softirq_ns_per_packet": phase.per_packet(phase.softirq_ns),
@@ -1351,6 +1386,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
         "notes": [
             "counted at the receiver (an XDP program on the far veth); offered = frames the generator's program ran on",
             "UPF CPU = every thread of the upf process (schedstat) over the window / packets delivered; workers poll for 50 µs before sleeping, so below saturation it includes some idle polling",
+            "upf_ns_per_packet = (UPF CPU + softirq) / packets delivered: the XDP engine runs in softirq, not in the UPF's threads; linux_ns_per_packet = the baseline's softirq / packets delivered; both include the veth hop into the sink and its counting program",
             "veth NAPI runs on the sending CPU: receiving into the UPF's veth (XDP / skb building, AF_XDP copy) is paid on the generator's CPU, and the veth into the sink on the UPF's; softirq = all CPUs' softirq time from /proc/stat (10 ms ticks) / packets delivered",
             "baseline = Linux IP forwarding of the same inner packets (no GTP-U) through the upf namespace, UPF stopped, ip_forward=1, XDP_PASS on the ingress veth",
             "search: RFC 2544-style binary search over the generator's paced rate (100 µs bursts), from the generator's ceiling down; a trial = trial_seconds of traffic, then the sink drained; zero loss = delivered == frames the generator ran; the rates are the best passing trials' offered rates",
