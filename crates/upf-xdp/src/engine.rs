@@ -11,9 +11,10 @@ use aya::maps::{
 };
 use aya::programs::{ProgramFd, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
 use upf_io::bpf;
 use upf_io::link::Link;
 use upf_io::Port;
@@ -46,6 +47,13 @@ const S_PUNTED: u32 = Reason::ALL.len() as u32;
 const S_FORWARDED: u32 = S_PUNTED + 1;
 /// The first of the `Unrouted` counters.
 const S_UNROUTED: u32 = S_FORWARDED + 1;
+
+/// What each URR of a session counted.
+pub type Usage = Vec<(UrrId, Volume)>;
+
+/// How long the slot of a removed session stays unused: far longer than a program runs, so
+/// a packet found by the session's key just before its removal is never counted for another.
+pub const SLOT_QUARANTINE: Duration = Duration::from_millis(100);
 
 /// What the engine is loaded with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +119,8 @@ pub struct Engine {
     teids: HashMap<u32, Seid>,
     ues: HashMap<Ipv4Addr, Seid>,
     free_slots: Vec<u32>,
+    /// Slots of removed sessions, free once their quarantine is over.
+    retired: VecDeque<(Instant, u32)>,
     next_slot: u32,
     cpus: usize,
 }
@@ -157,6 +167,7 @@ impl Engine {
             teids: HashMap::new(),
             ues: HashMap::new(),
             free_slots: Vec::new(),
+            retired: VecDeque::new(),
             next_slot: 0,
             cpus,
         })
@@ -261,7 +272,7 @@ impl Engine {
                 return Err(InstallError::Conflict(format!("UE address {a}")));
             }
         }
-        if !self.held.contains_key(&c.seid) && self.held.len() >= self.cfg.sessions as usize {
+        if !self.held.contains_key(&c.seid) && !self.has_slot() {
             return Err(InstallError::Full(self.cfg.sessions));
         }
         Ok(c)
@@ -286,7 +297,7 @@ impl Engine {
             .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
         let slot = match &old {
             Some(h) => h.0,
-            None => self.free_slots.last().copied().unwrap_or(self.next_slot),
+            None => self.free_slot().unwrap_or(self.next_slot),
         };
         // URR slots: kept for the URRs that stay, free ones (zeroed) for new ones.
         let mut urrs: [Option<UrrId>; URR_SLOTS] = [None; URR_SLOTS];
@@ -493,19 +504,56 @@ impl Engine {
         r
     }
 
-    /// Removes a session; returns the final usage of its URRs.
+    /// Removes a session; returns the final usage of its URRs. Its keys go first, then its
+    /// counters are read: only a packet the program is processing at that moment (a few
+    /// microseconds) may still be counted after the read. Its slot is reused only after
+    /// [`SLOT_QUARANTINE`], so that such a packet is never counted for another session.
     pub fn remove(&mut self, seid: Seid) -> io::Result<Vec<(UrrId, Volume)>> {
-        let usage = self.usage(seid)?;
-        let Some(h) = self.held.remove(&seid) else {
-            return Ok(usage);
+        let Some(h) = self.unkey(seid) else {
+            return Ok(Vec::new());
         };
-        let mut ul = self.hash::<u32>("uplink")?;
-        for t in &h.teids {
-            ul.remove(t).map_err(map_err("uplink map"))?;
+        let usage = self.read_usage(&h);
+        self.retired.push_back((Instant::now(), h.slot));
+        usage
+    }
+
+    /// Removes sessions exactly: their keys, then a grace period (every program that found
+    /// one has returned: `membarrier(MEMBARRIER_CMD_GLOBAL)`, an RCU grace period, ~8 ms
+    /// here), then their counters. Their final usage, per session.
+    pub fn remove_many(&mut self, seids: &[Seid]) -> Vec<(Seid, io::Result<Usage>)> {
+        let gone: Vec<(Seid, Held)> = seids
+            .iter()
+            .filter_map(|&s| self.unkey(s).map(|h| (s, h)))
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
         }
-        let mut dl = self.hash("downlink")?;
-        for a in &h.ues {
-            dl.remove(&ue_key(*a)).map_err(map_err("downlink map"))?;
+        if rustix::thread::membarrier(rustix::thread::MembarrierCommand::Global).is_err() {
+            // Without it (nohz_full CPUs): programs run for microseconds.
+            std::thread::sleep(SLOT_QUARANTINE);
+        }
+        gone.into_iter()
+            .map(|(seid, h)| {
+                let u = self.read_usage(&h);
+                self.free_slots.push(h.slot);
+                (seid, u)
+            })
+            .collect()
+    }
+
+    /// Takes session `seid`'s keys out of the maps and the indices (best effort: a key the
+    /// kernel no longer has is gone already).
+    fn unkey(&mut self, seid: Seid) -> Option<Held> {
+        let h = self.held.remove(&seid)?;
+        if let Ok(mut ul) = self.hash::<u32>("uplink") {
+            for t in &h.teids {
+                let _ = ul.remove(t);
+            }
+        }
+        if let Ok(mut dl) = self.hash("downlink") {
+            for a in &h.ues {
+                let _ = dl.remove(&ue_key(*a));
+            }
         }
         for t in &h.teids {
             self.teids.remove(t);
@@ -513,16 +561,42 @@ impl Engine {
         for a in &h.ues {
             self.ues.remove(a);
         }
-        self.free_slots.push(h.slot);
-        Ok(usage)
+        Some(h)
+    }
+
+    /// Whether a new session finds a slot (removed sessions' slots in quarantine are full).
+    fn has_slot(&self) -> bool {
+        self.held.len() < self.cfg.sessions as usize
+            && (!self.free_slots.is_empty()
+                || self.next_slot < self.cfg.sessions
+                || self
+                    .retired
+                    .front()
+                    .is_some_and(|(at, _)| at.elapsed() >= SLOT_QUARANTINE))
+    }
+
+    /// A free slot: one never used, or one whose quarantine is over.
+    fn free_slot(&mut self) -> Option<u32> {
+        while let Some(&(at, slot)) = self.retired.front() {
+            if at.elapsed() < SLOT_QUARANTINE {
+                break;
+            }
+            self.retired.pop_front();
+            self.free_slots.push(slot);
+        }
+        self.free_slots.last().copied()
     }
 
     /// The usage each URR of a session has counted (per-CPU counters summed); empty for a
     /// session not held.
     pub fn usage(&self, seid: Seid) -> io::Result<Vec<(UrrId, Volume)>> {
-        let Some(h) = self.held.get(&seid) else {
-            return Ok(Vec::new());
-        };
+        match self.held.get(&seid) {
+            Some(h) => self.read_usage(h),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn read_usage(&self, h: &Held) -> io::Result<Vec<(UrrId, Volume)>> {
         let map = self
             .ebpf
             .map("urrs")

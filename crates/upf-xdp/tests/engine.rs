@@ -43,7 +43,15 @@ fn the_program_loads_and_a_full_map_refuses() {
         "the UE address of session 2"
     );
     e.remove(Seid(1)).unwrap();
+    assert!(
+        matches!(e.install(&session(3)), Err(InstallError::Full(2))),
+        "the removed session's slot is in quarantine"
+    );
+    std::thread::sleep(upf_xdp::SLOT_QUARANTINE);
     e.install(&session(3)).expect("room again");
+    e.remove_many(&[Seid(2)]);
+    e.install(&session(4))
+        .expect("an exact removal frees its slot at once");
     assert_eq!(e.sessions(), 2);
 }
 
