@@ -11,9 +11,10 @@
 //! (`Workers::carry_usage`), so that every packet is in exactly one report.
 
 use crate::workers::Workers;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 use tracing::warn;
 use upf_rules::{
@@ -67,8 +68,13 @@ impl fmt::Display for Runs {
 #[derive(Debug)]
 struct Kernel {
     engine: Engine,
-    /// Whether a full engine refuses a session ([`EngineMode::Xdp`]).
-    strict: bool,
+    /// `Xdp`: a full engine refuses a session; `Auto`: the workers take it; `User`: the
+    /// engine takes none (set at run time, [`Engines::set_mode`]).
+    mode: EngineMode,
+    /// Sessions still to move to the engine of `mode` (a swap under way).
+    moving: VecDeque<Seid>,
+    /// The swap under way, or the last one.
+    swap: Option<Swap>,
     /// Per session it runs: the usage of each URR already reported, of its never-reset
     /// counters.
     reported: HashMap<Seid, Vec<(UrrId, Volume)>>,
@@ -92,14 +98,16 @@ impl Engines {
         }
     }
 
-    /// The workers behind the loaded and attached XDP engine `engine`, in `mode` (`Xdp` or
-    /// `Auto`; `User` leaves the engine idle: every session runs in user space).
+    /// The workers behind the loaded and attached XDP engine `engine`, in `mode` (`User`
+    /// leaves the engine idle, every packet punted, until [`Engines::set_mode`]).
     pub fn with_xdp(workers: Workers, engine: Engine, mode: EngineMode) -> Self {
         Self {
             workers,
-            kernel: (mode != EngineMode::User).then(|| Kernel {
+            kernel: Some(Kernel {
                 engine,
-                strict: mode == EngineMode::Xdp,
+                mode,
+                moving: VecDeque::new(),
+                swap: None,
                 reported: HashMap::new(),
                 refused: HashMap::new(),
             }),
@@ -131,6 +139,124 @@ impl Engines {
             None => Runs::User(None),
             Some(k) if k.reported.contains_key(&seid) => Runs::Xdp,
             Some(k) => Runs::User(k.refused.get(&seid).cloned()),
+        }
+    }
+}
+
+/// A change of engine under way ([`Engines::set_mode`]), or the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swap {
+    pub to: EngineMode,
+    /// Sessions it had to look at, and those it moved.
+    pub sessions: usize,
+    pub moved: usize,
+    pub started: Instant,
+    /// When the last session was moved (None: under way).
+    pub took: Option<Duration>,
+}
+
+/// Where the sessions run, and the swap under way or the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineStatus {
+    /// None: no XDP engine loaded (`engine = "user"` at start).
+    pub mode: Option<EngineMode>,
+    pub on_xdp: usize,
+    pub on_user: usize,
+    pub swap: Option<Swap>,
+}
+
+impl Engines {
+    /// Moves every session to the engine of `mode` (`User`: out of the kernel; `Xdp` or
+    /// `Auto`: into it, each one it can run) without any PFCP exchange: URR usage carried
+    /// exactly as on any move (tokens not: a bucket starts full in the engine it enters).
+    /// The move is done by [`Engines::move_some`], a bounded number of sessions at a time,
+    /// so that the caller keeps answering PFCP meanwhile.
+    pub fn set_mode(&mut self, now: Instant, mode: EngineMode) -> Result<(), &'static str> {
+        let Some(k) = &mut self.kernel else {
+            return Err("no XDP engine is loaded: start with engine = \"xdp\" or \"auto\"");
+        };
+        k.mode = mode;
+        k.moving = match mode {
+            EngineMode::User => k.reported.keys().copied().collect(),
+            _ => (self.workers.seids().into_iter())
+                .filter(|s| !k.reported.contains_key(s))
+                .collect(),
+        };
+        k.swap = Some(Swap {
+            to: mode,
+            sessions: k.moving.len(),
+            moved: 0,
+            started: now,
+            took: None,
+        });
+        Ok(())
+    }
+
+    /// Whether a swap is under way.
+    pub fn moving(&self) -> bool {
+        self.kernel.as_ref().is_some_and(|k| !k.moving.is_empty())
+    }
+
+    /// Moves up to `n` sessions of the swap under way.
+    pub fn move_some(&mut self, n: usize) {
+        let Some(k) = &mut self.kernel else { return };
+        let n = n.min(k.moving.len());
+        let chunk: Vec<Seid> = k.moving.drain(..n).collect();
+        let moved = if k.mode == EngineMode::User {
+            // Out of the kernel exactly: all keys, one grace period, then the counters.
+            let out = k.take_off_many(&chunk);
+            let moved = out.len();
+            for (seid, left) in out {
+                k.refused.insert(seid, "engine set to user".into());
+                carry(&self.workers, seid, left);
+            }
+            moved
+        } else {
+            let mut moved = 0;
+            for seid in chunk {
+                let Some(s) = self.workers.installed(seid).cloned() else {
+                    continue;
+                };
+                if k.reported.contains_key(&seid) {
+                    continue;
+                }
+                // No barrier: a session the engine can run buffers nothing.
+                match k.engine.install(&s) {
+                    Ok(()) => {
+                        k.refused.remove(&seid);
+                        k.reported.insert(seid, Vec::new());
+                        moved += 1;
+                    }
+                    Err(e) => {
+                        k.refused.insert(seid, e.to_string());
+                    }
+                }
+            }
+            moved
+        };
+        if let Some(w) = &mut k.swap {
+            w.moved += moved;
+            if k.moving.is_empty() && w.took.is_none() {
+                w.took = Some(w.started.elapsed());
+            }
+        }
+    }
+
+    pub fn status(&self) -> EngineStatus {
+        let total = self.workers.session_count();
+        match &self.kernel {
+            None => EngineStatus {
+                mode: None,
+                on_xdp: 0,
+                on_user: total,
+                swap: None,
+            },
+            Some(k) => EngineStatus {
+                mode: Some(k.mode),
+                on_xdp: k.reported.len(),
+                on_user: total.saturating_sub(k.reported.len()),
+                swap: k.swap.clone(),
+            },
         }
     }
 }
@@ -168,17 +294,35 @@ impl Kernel {
         delta
     }
 
-    /// Takes session `seid` off the engine; returns what it counted since the last reports.
+    /// Takes session `seid` off the engine; returns what it counted since the last reports
+    /// (but for a packet being processed as it goes: `Engine::remove`).
     fn take_off(&mut self, seid: Seid) -> Vec<(UrrId, Volume)> {
-        // Its keys go first, so that nothing is counted after the last reading.
-        let last = match self.engine.remove(seid) {
-            Ok(u) => u,
-            Err(e) => {
-                warn!(target: "upf::xdp", "removing {seid}: {e}");
-                Vec::new()
-            }
-        };
+        let last = self.engine.remove(seid);
+        self.unreported(seid, last)
+    }
+
+    /// [`Kernel::take_off`] of several sessions, exactly (`Engine::remove_many`).
+    fn take_off_many(&mut self, seids: &[Seid]) -> Vec<(Seid, Vec<(UrrId, Volume)>)> {
+        let on: Vec<Seid> = (seids.iter().copied())
+            .filter(|s| self.reported.contains_key(s))
+            .collect();
+        let out = self.engine.remove_many(&on);
+        out.into_iter()
+            .map(|(seid, last)| (seid, self.unreported(seid, last)))
+            .collect()
+    }
+
+    /// The final counts `last` of a session taken off, less what was reported of them.
+    fn unreported(
+        &mut self,
+        seid: Seid,
+        last: std::io::Result<Vec<(UrrId, Volume)>>,
+    ) -> Vec<(UrrId, Volume)> {
         let base = self.reported.remove(&seid).unwrap_or_default();
+        let last = last.unwrap_or_else(|e| {
+            warn!(target: "upf::xdp", "final usage of {seid}: {e}");
+            Vec::new()
+        });
         last.into_iter()
             .map(|(urr, total)| {
                 let before = base.iter().find(|(u, _)| *u == urr).map(|(_, v)| *v);
@@ -251,9 +395,9 @@ impl Datapath for Engines {
         };
         let seid = session.seid;
         let take = match k.engine.check(&session) {
+            _ if k.mode == EngineMode::User => Err("engine set to user".to_string()),
             Ok(()) => Ok(()),
-            Err(InstallError::Full(n)) if k.strict => {
-                let _ = n;
+            Err(InstallError::Full(_)) if k.mode == EngineMode::Xdp => {
                 return Err(DatapathError::NoResources("the XDP engine's maps are full"));
             }
             Err(e) => Err(e.to_string()),

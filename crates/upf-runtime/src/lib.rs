@@ -16,7 +16,7 @@ pub mod reports;
 pub mod steer;
 mod workers;
 
-pub use engines::{EngineMode, Engines, Runs};
+pub use engines::{EngineMode, EngineStatus, Engines, Runs, Swap};
 pub use workers::{
     BatchStats, PortQueue, RuntimeConfig, StartError, WorkerQueues, WorkerStats, Workers,
     BATCH_TIME_BUCKETS, IDLE_POLL, PATH_OWNER,

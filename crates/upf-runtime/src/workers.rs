@@ -685,6 +685,16 @@ impl Workers {
     }
 
     /// The session `seid` as worker `i` holds it, asked of the worker (read-back for tests).
+    /// Sessions installed.
+    pub fn session_count(&self) -> usize {
+        self.placement.len()
+    }
+
+    /// The SEIDs of every installed session.
+    pub fn seids(&self) -> Vec<Seid> {
+        self.placement.keys().copied().collect()
+    }
+
     pub fn session_on(&self, i: usize, seid: Seid) -> Option<Arc<Session>> {
         let (tx, rx) = mpsc::sync_channel(1);
         if i >= self.inputs.len() || !self.send(i, Input::Control(Control::Session(seid, tx))) {

@@ -24,7 +24,7 @@ use tower::ServiceExt;
 use upf_dataplane::{DropReason, Port};
 use upf_n4::Agent;
 use upf_rules::{Datapath, Seid};
-use upf_runtime::{Engines, Runs, WorkerStats};
+use upf_runtime::{EngineMode, EngineStatus, Engines, Runs, WorkerStats};
 
 /// How long a client may take to send its request line and headers (slowloris).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -43,6 +43,11 @@ pub enum Query {
     Workers,
     Drops,
     Counters,
+    /// Where the sessions run, and the swap under way or the last one.
+    Engine,
+    /// Move every session to this engine (answered by the main loop, which holds the data
+    /// path mutably: [`set_engine`]).
+    SetEngine(EngineMode),
 }
 
 /// A query the main loop answers, and where the answer goes.
@@ -89,11 +94,11 @@ impl IntoResponse for Response {
     }
 }
 
-const ENDPOINTS: &str = "endpoints: /metrics /api/sessions /api/session/SEID /api/associations /api/workers /api/drops /api/counters";
+const ENDPOINTS: &str = "endpoints: /metrics /api/sessions /api/session/SEID /api/associations /api/workers /api/drops /api/counters /api/engine (POST /api/engine/xdp|auto|user)";
 
-/// The routes: each asks the main loop one [`Query`]. GET (and HEAD) only, 405 otherwise;
-/// a trailing slash and a query string are ignored; anything else is answered 404 with the
-/// list of endpoints.
+/// The routes: each asks the main loop one [`Query`]. GET (and HEAD), 405 otherwise, but for
+/// the one change, POST /api/engine/MODE; a trailing slash and a query string are ignored;
+/// anything else is answered 404 with the list of endpoints.
 fn router(to_main: mpsc::Sender<Request>) -> Router {
     let get = |q: Query| {
         on(
@@ -108,6 +113,22 @@ fn router(to_main: mpsc::Sender<Request>) -> Router {
         .route("/api/workers", get(Query::Workers))
         .route("/api/drops", get(Query::Drops))
         .route("/api/counters", get(Query::Counters))
+        .route("/api/engine", get(Query::Engine))
+        .route(
+            "/api/engine/{mode}",
+            on(
+                MethodFilter::POST,
+                |Main(tx): Main<mpsc::Sender<Request>>, Path(mode): Path<String>| async move {
+                    let mode = match mode.as_str() {
+                        "xdp" => EngineMode::Xdp,
+                        "auto" => EngineMode::Auto,
+                        "user" => EngineMode::User,
+                        _ => return Response::text(404, "engine: xdp, auto or user"),
+                    };
+                    ask(tx, Query::SetEngine(mode)).await
+                },
+            ),
+        )
         .route(
             "/api/session/{seid}",
             on(
@@ -120,7 +141,9 @@ fn router(to_main: mpsc::Sender<Request>) -> Router {
                 },
             ),
         )
-        .method_not_allowed_fallback(|| async { Response::text(405, "only GET") })
+        .method_not_allowed_fallback(|| async {
+            Response::text(405, "only GET (POST: /api/engine/MODE)")
+        })
         .fallback(|method: Method| async move {
             if method == Method::GET {
                 Response::text(404, ENDPOINTS)
@@ -240,7 +263,36 @@ pub fn answer(query: Query, st: &State<'_>) -> Response {
         )),
         Query::Drops => Response::json(&drops(&workers())),
         Query::Counters => Response::json(&counters(&workers(), &control(st))),
+        Query::Engine => Response::json(&engine_status(&engines.status())),
+        // The main loop answers it (set_engine); here only if it did not.
+        Query::SetEngine(_) => Response::text(500, "not answered by the main loop"),
     }
+}
+
+/// `POST /api/engine/MODE`: starts moving every session (the main loop moves them a few
+/// at a time, answering PFCP in between); answers with the status.
+pub fn set_engine(engines: &mut Engines, mode: EngineMode) -> Response {
+    match engines.set_mode(std::time::Instant::now(), mode) {
+        Ok(()) => Response::json(&engine_status(&engines.status())),
+        Err(why) => Response::text(409, why),
+    }
+}
+
+fn engine_status(s: &EngineStatus) -> Value {
+    let name = |m: EngineMode| m.name();
+    json!({
+        "engine": s.mode.map_or("user", name),
+        "xdp_loaded": s.mode.is_some(),
+        "sessions_on_xdp": s.on_xdp,
+        "sessions_on_user": s.on_user,
+        "swap": s.swap.as_ref().map(|w| json!({
+            "to": name(w.to),
+            "sessions": w.sessions,
+            "moved": w.moved,
+            "done": w.took.is_some(),
+            "took_ms": w.took.map(|d| d.as_secs_f64() * 1e3),
+        })),
+    })
 }
 
 fn parse_seid(s: &str) -> Option<u64> {
@@ -382,6 +434,15 @@ fn counters(ws: &[WorkerStats], c: &ControlView) -> Value {
 /// The body of a running UPF's answer to GET `path` on its admin endpoint (`upf show`, the
 /// demo); any status but 200 is an error that says what the endpoint answered.
 pub fn get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
+    request(admin, path, false)
+}
+
+/// `POST` to the admin endpoint (an empty body); the answer's body, or its text as an error.
+pub fn post(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
+    request(admin, path, true)
+}
+
+fn request(admin: SocketAddr, path: &str, post: bool) -> anyhow::Result<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .proxy(None)
         .http_status_as_error(false)
@@ -389,14 +450,15 @@ pub fn get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
         .timeout_global(Some(Duration::from_secs(10)))
         .build()
         .into();
-    let mut answer = agent
-        .get(format!("http://{admin}{path}"))
-        .call()
-        .with_context(|| {
-            format!(
-                "admin endpoint {admin} (is `upf run` running, with admin.address = \"{admin}\"?)"
-            )
-        })?;
+    let url = format!("http://{admin}{path}");
+    let answer = if post {
+        agent.post(&url).send_empty()
+    } else {
+        agent.get(&url).call()
+    };
+    let mut answer = answer.with_context(|| {
+        format!("admin endpoint {admin} (is `upf run` running, with admin.address = \"{admin}\"?)")
+    })?;
     // /api/sessions of a million sessions is larger than ureq's 10 MB default.
     let body = answer
         .body_mut()

@@ -58,6 +58,10 @@ impl<D> Observed<D> {
         &self.inner
     }
 
+    pub fn inner_mut(&mut self) -> &mut D {
+        &mut self.inner
+    }
+
     pub fn counts(&self) -> InstallCounts {
         self.counts
     }

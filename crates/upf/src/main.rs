@@ -46,6 +46,30 @@ enum Command {
     Run(Box<run::Args>),
     /// Ask a running UPF (its admin endpoint) for its state.
     Show(ShowArgs),
+    /// Move every session of a running UPF to another engine, while traffic flows:
+    /// `upf engine set xdp|auto|user` (it must have started with engine = "xdp" or "auto").
+    Engine(EngineArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct EngineArgs {
+    /// set
+    action: String,
+    /// xdp, auto or user
+    mode: String,
+    /// The UPF's admin address (admin.address in its config).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    admin: std::net::SocketAddr,
+}
+
+fn engine(a: &EngineArgs) -> anyhow::Result<String> {
+    if a.action != "set" {
+        bail!("engine {:?}: expected `engine set xdp|auto|user`", a.action);
+    }
+    if !matches!(a.mode.as_str(), "xdp" | "auto" | "user") {
+        bail!("engine set {:?}: expected xdp, auto or user", a.mode);
+    }
+    upf::admin::post(a.admin, &format!("/api/engine/{}", a.mode))
 }
 
 /// Whatever `upf demo` was given, in a build without it.
@@ -58,7 +82,7 @@ struct NoDemo {
 
 #[derive(Debug, clap::Args)]
 struct ShowArgs {
-    /// sessions | session SEID | associations | workers | drops | counters | metrics
+    /// sessions | session SEID | associations | workers | drops | counters | engine | metrics
     what: String,
     /// The SEID, for `show session` (decimal or 0x-hex).
     seid: Option<String>,
@@ -72,8 +96,8 @@ fn show(a: &ShowArgs) -> anyhow::Result<String> {
         ("session", Some(s)) => format!("/api/session/{s}"),
         ("session", None) => bail!("show session SEID"),
         ("metrics", _) => "/metrics".into(),
-        (w @ ("sessions" | "associations" | "workers" | "drops" | "counters"), _) => format!("/api/{w}"),
-        (w, _) => bail!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters or metrics"),
+        (w @ ("sessions" | "associations" | "workers" | "drops" | "counters" | "engine"), _) => format!("/api/{w}"),
+        (w, _) => bail!("show {w:?}: expected sessions, session SEID, associations, workers, drops, counters, engine or metrics"),
     };
     upf::admin::get(a.admin, &path)
 }
@@ -106,6 +130,16 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("upf show: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Engine(a) => match engine(&a) {
+            Ok(body) => {
+                print!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("upf engine: {e:#}");
                 ExitCode::FAILURE
             }
         },

@@ -384,8 +384,19 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
                 log_event(&e);
             }
         }
-        // Data-path events (usage reports, downlink data) are polled at least every 20 ms.
-        let tick = Instant::now() + Duration::from_millis(20);
+        // A change of engine under way: a bounded step of it between two PFCP messages.
+        let engines = agent.datapath_mut().inner_mut();
+        if engines.moving() {
+            engines.move_some(SWAP_STEP);
+        }
+        // Data-path events (usage reports, downlink data) are polled at least every 20 ms
+        // (at once while sessions are moving).
+        let tick = Instant::now()
+            + if agent.datapath().inner().moving() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(20)
+            };
         let deadline = agent.poll_timeout().map_or(tick, |t| t.min(tick));
         tokio::select! {
             r = sock.recv_from(&mut buf) => match r {
@@ -393,6 +404,11 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
                 Err(e) => warn!(target: "upf::n4", "receive: {e}"),
             },
             Some(req) = admin_rx.recv() => {
+                if let admin::Query::SetEngine(mode) = req.query {
+                    let engines = agent.datapath_mut().inner_mut();
+                    let _ = req.reply.send(admin::set_engine(engines, mode));
+                    continue;
+                }
                 let st = admin::State {
                     agent: &agent,
                     uptime_s: started.elapsed().as_secs(),
@@ -408,6 +424,10 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
     shutdown(&mut agent, &sock).await;
     Ok(())
 }
+
+/// Sessions moved to another engine between two looks at the N4 socket: ~10 ms of map
+/// updates, so that PFCP is answered during a swap of any size.
+const SWAP_STEP: usize = 1000;
 
 /// Graceful stop: tell every associated SMF (Association Release), flush what is queued,
 /// report the final counters, then the workers stop when `agent` (and with it the data path)

@@ -390,6 +390,35 @@ impl Harness {
         workers + self.metric(&xdp)
     }
 
+    /// `upf engine set MODE`, then waits until the swap is done; how long it took (ms).
+    fn swap_engine(&self, mode: &str) -> f64 {
+        let out = run_for(
+            in_ns(self.topo.upf().name(), env!("CARGO_BIN_EXE_upf")).args(["engine", "set", mode]),
+            Duration::from_secs(15),
+        );
+        assert!(
+            out.status.success(),
+            "upf engine set {mode}: {}",
+            text(&out.stderr)
+        );
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let e = self.show("engine");
+            if e["swap"]["done"] == true {
+                assert_eq!(e["engine"], mode, "{e}");
+                let left = if mode == "user" {
+                    "sessions_on_xdp"
+                } else {
+                    "sessions_on_user"
+                };
+                assert_eq!(e[left], 0, "every session moved: {e}");
+                return e["swap"]["took_ms"].as_f64().unwrap_or(0.0);
+            }
+            assert!(Instant::now() < until, "swap to {mode} not done: {e}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// With the XDP engine: every session runs there (`upf show sessions`).
     fn assert_on_xdp_engine(&self) {
         if self.b != Backends::XdpEngine {
@@ -1316,6 +1345,122 @@ fn two_dns(h: &mut Harness) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 9. Hot swap (XDP engine): every session moved between the engines ten times while
+//    numbered datagrams flow both ways; none lost or reordered, the URRs count them all
+
+fn hot_swap(h: &mut Harness) {
+    const UES: u32 = 1000;
+    const PER_UE: u32 = 6;
+    const SWAPS: usize = 10;
+    let specs: Vec<SessionSpec> = (0..UES).map(Harness::spec).collect();
+    h.connect(&specs);
+    h.wait_path(0);
+    let dn_addr = SocketAddr::new(IpAddr::V4(DN), 40_041);
+    let dn_sock = h.udp(h.topo.dn().name(), dn_addr);
+    // Every UE's downlink arrives at one socket on the UEs' TUN.
+    let ue_rx = h.udp(
+        h.topo.ue().name(),
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 40_042),
+    );
+    let ues: Vec<Ipv4Addr> = h.sessions.iter().map(|s| s.ue).collect();
+    let socks: Vec<UdpSocket> = in_netns(h.topo.ue().name(), || {
+        ues.iter()
+            .map(|&ue| UdpSocket::bind(SocketAddr::new(IpAddr::V4(ue), 40_040)))
+            .collect::<std::io::Result<Vec<_>>>()
+    })
+    .expect("netns")
+    .expect("UE sockets");
+    // Warm-up both ways (next hops), then every URR restarted.
+    let up = Receiver::start(dn_sock.try_clone().expect("clone"));
+    let down = Receiver::start(ue_rx);
+    for (i, s) in (0..).zip(&socks) {
+        send_one(s, dn_addr, &datagram(i, 1000, 64));
+        let to = SocketAddr::new(IpAddr::V4(ues[i as usize]), 40_042);
+        send_one(&dn_sock, to, &datagram(i, 1000, 64));
+        if i % 20 == 19 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    up.wait_for(UES as usize, Duration::from_secs(10));
+    down.wait_for(UES as usize, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    println!(
+        "e2e: warm-up: {}/{UES} up, {}/{UES} down",
+        up.take().len(),
+        down.take().len()
+    );
+    for s in h.sessions.clone() {
+        h.smf.query_usage(&s).expect("Query URR");
+    }
+    // Sequence 0 of every UE both ways, then 1, ...: 2,000 datagrams/s a way.
+    let sender = {
+        let dn = dn_sock.try_clone().expect("clone");
+        let ues = ues.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut k = 0u32;
+            for seq in 0..PER_UE {
+                for (i, s) in (0..).zip(&socks) {
+                    send_one(s, dn_addr, &datagram(i, seq, 100));
+                    let to = SocketAddr::new(IpAddr::V4(ues[i as usize]), 40_042);
+                    send_one(&dn, to, &datagram(i, seq, 100));
+                    k += 1;
+                    if k.is_multiple_of(20) {
+                        let due = start + Duration::from_millis(u64::from(k / 2));
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    }
+                }
+            }
+        })
+    };
+    let mut took = Vec::new();
+    for i in 0..SWAPS {
+        let to = if i % 2 == 0 { "user" } else { "xdp" };
+        took.push(h.swap_engine(to));
+    }
+    sender.join().expect("sender");
+    let total = (UES * PER_UE) as usize;
+    let n_up = up.wait_for(total, Duration::from_secs(15));
+    let n_down = down.wait_for(total, Duration::from_secs(15));
+    std::thread::sleep(Duration::from_millis(300));
+    let (up, down) = (up.finish(), down.finish());
+    println!(
+        "e2e: hot swap: {SWAPS} swaps of {UES} sessions (ms: {took:?}) under traffic: \
+         {n_up}/{total} up, {n_down}/{total} down"
+    );
+    for (dir, got) in [("uplink", &up), ("downlink", &down)] {
+        let mut per_ue: HashMap<u32, Vec<u32>> = HashMap::new();
+        for a in got.iter() {
+            per_ue.entry(a.stream).or_default().push(a.seq);
+        }
+        let want: Vec<u32> = (0..PER_UE).collect();
+        let bad: Vec<String> = (0..UES)
+            .filter(|i| per_ue.get(i) != Some(&want))
+            .map(|i| format!("UE {}: {:?}", ues[i as usize], per_ue.get(&i)))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{dir}: {} UEs lost or reordered datagrams, e.g. {:?}\n{}",
+            bad.len(),
+            &bad[..bad.len().min(5)],
+            h.state()
+        );
+    }
+    h.assert_on_xdp_engine();
+    // What the URRs counted (in both engines, across the moves) is what the sinks got.
+    let sessions = std::mem::take(&mut h.sessions);
+    let (mut ul, mut dl) = (0, 0);
+    for r in h.smf.delete_many(&sessions) {
+        let u = r.expect("deletion");
+        ul += u.uplink_packets;
+        dl += u.downlink_packets;
+    }
+    println!("e2e: hot swap: URRs counted {ul} up, {dl} down");
+    assert_eq!((ul, dl), (up.len() as u64, down.len() as u64));
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests, per backend set// ---------------------------------------------------------------------------------------
 // The tests, per backend set
 
 macro_rules! e2e_tests {
@@ -1382,6 +1527,7 @@ e2e_tests!(
         mbr,
         idle_buffering,
         many_sessions,
-        gtpu_echo
+        gtpu_echo,
+        hot_swap
     ]
 );
