@@ -397,7 +397,7 @@ impl Datapath for Engines {
         let take = match k.engine.check(&session) {
             _ if k.mode == EngineMode::User => Err("engine set to user".to_string()),
             Ok(()) => Ok(()),
-            Err(InstallError::Full(_)) if k.mode == EngineMode::Xdp => {
+            Err(InstallError::Full(_) | InstallError::Shapes(_)) if k.mode == EngineMode::Xdp => {
                 return Err(DatapathError::NoResources("the XDP engine's maps are full"));
             }
             Err(e) => Err(e.to_string()),

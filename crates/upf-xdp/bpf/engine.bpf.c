@@ -39,6 +39,7 @@
 #define PDR_GATE_SHUT 4	 /* a QER's gate is closed in the PDR's direction */
 #define PDR_PSC 8	 /* the tunnel header has a PDU Session Container (psc_octet) */
 #define PDR_QUOTA 16	 /* a URR of the PDR has a volume quota */
+#define PDR_NEVER 32	 /* under this key the PDR matches nothing (another UE address's) */
 
 /* Counter indices of `stats`; the drops in the order of src/lib.rs's `Reason`. */
 #define R_NO_MATCHING_PDR 0
@@ -83,6 +84,7 @@ const volatile __u32 fixed_hops = 0;
 #define SDF_RE_NONE 16
 #define SDF_RE_NEG 32
 #define SDF_SPI 64	/* the packet must be ESP with this `spi` */
+#define SDF_UE_ASSIGNED 128 /* the UE side's address is the session's UE address (/32) */
 
 struct sdf {
 	__u32 ue_net, ue_mask; /* as in a header */
@@ -94,11 +96,11 @@ struct sdf {
 	__u32 spi; /* as in a header */
 };
 
+/* A PDR as sessions of one policy share it (in a `shape`): what is each session's own (its UE
+ * address, its tunnels' far ends) is in its `struct session`. */
 struct pdr {
 	__u64 qfis; /* bit q: QFI q matches; 0: any */
-	__u32 ue;   /* UE address, as in a header */
-	__u32 peer; /* ACT_ENCAP: the tunnel's far end, as in a header */
-	__u32 teid; /* ACT_ENCAP: its TEID, network order */
+	__u32 unused[3];
 	__u8 flags;
 	__u8 action;
 	__u8 tos; /* ACT_ENCAP: outer DSCP << 2 (Transport Level Marking) */
@@ -113,10 +115,22 @@ struct pdr {
 	__u8 mbr[MAX_PDR_MBRS]; /* indices in the session's `struct qos` buckets */
 };
 
-struct session {
-	__u32 slot; /* its URR counters are at slot * URR_SLOTS */
+/* The PDRs of a key (a TEID, a UE address) in precedence order, shared by the sessions of
+ * one policy (interned by the adaptor): few, so they stay in cache however many sessions. */
+struct shape {
 	__u32 n_pdrs;
+	__u32 pad;
 	struct pdr pdrs[MAX_PDRS];
+};
+
+/* A session under one of its keys: 48 octets of its own, the rest in its shape. */
+struct session {
+	__u32 slot;  /* its URR counters are at slot * URR_SLOTS, its `struct qos` at slot */
+	__u32 shape; /* index in `shapes` */
+	__u32 ue;    /* its UE address (PDR_UE, SDF_UE_ASSIGNED), as in a header */
+	__u32 pad;
+	__u32 peer[MAX_PDRS]; /* ACT_ENCAP: each PDR's tunnel's far end, as in a header */
+	__u32 teid[MAX_PDRS]; /* ... and its TEID, network order */
 };
 
 struct usage {
@@ -160,6 +174,14 @@ struct qos {
 struct clock {
 	__u64 fixed, ns;
 };
+
+/* Shape index → the PDRs. Its size is set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct shape);
+} shapes SEC(".maps");
 
 /* Uplink: local TEID (host order) → that TEID's PDRs. Sizes are set at load. */
 struct {
@@ -323,6 +345,7 @@ static __always_inline int side(__u32 a, __u16 port, __u32 net, __u32 mask, __u1
  * its UE side; `spi` an ESP packet's (`has_spi`). */
 struct key {
 	__u32 ue_a, re_a;
+	__u32 assigned; /* the session's UE address (SDF_UE_ASSIGNED) */
 	__u32 spi;
 	__u16 ue_p, re_p;
 	__u8 proto, tos, has_spi;
@@ -367,15 +390,17 @@ static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
 		return 0;
 	if ((f->flags & SDF_PROTO) && k->proto != f->proto)
 		return 0;
-	return side(k->ue_a, k->ue_p, f->ue_net, f->ue_mask, f->ue_lo, f->ue_hi,
-		    f->flags & SDF_UE_NONE, !!(f->flags & SDF_UE_NEG)) &&
+	return side(k->ue_a, k->ue_p, (f->flags & SDF_UE_ASSIGNED) ? k->assigned : f->ue_net,
+		    f->ue_mask, f->ue_lo, f->ue_hi, f->flags & SDF_UE_NONE,
+		    !!(f->flags & SDF_UE_NEG)) &&
 	       side(k->re_a, k->re_p, f->re_net, f->re_mask, f->re_lo, f->re_hi,
 		    f->flags & SDF_RE_NONE, !!(f->flags & SDF_RE_NEG));
 }
 
 /* Some SDF filter of `p` matches the packet `ip` (an IPv4 header, 24 octets readable; `fl`
  * its flow), or it has none. */
-static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const struct flow *fl)
+static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const struct flow *fl,
+				   __u32 ue)
 {
 	struct key k;
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
@@ -388,6 +413,7 @@ static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const st
 	k.tos = ip[1];
 	k.spi = fl->spi;
 	k.has_spi = fl->has_spi;
+	k.assigned = ue;
 	if (p->uplink) {
 		k.ue_a = src, k.ue_p = sp, k.re_a = dst, k.re_p = dp;
 	} else {
@@ -403,10 +429,10 @@ static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const st
 	return 0;
 }
 
-/* The first of `s`'s PDRs matching (QFI, UE address, SDF filters) the packet `ip` (of `len`
- * octets, as `inner_len` passed it), or NULL. */
-static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u32 qfi,
-					    const __u8 *ip, const void *end, __u32 len)
+/* The index of the first of the PDRs `sh` (session `s`'s under the key) matching (QFI, UE
+ * address, SDF filters) the packet `ip` (of `len` octets, as `inner_len` passed it), or -1. */
+static __always_inline int classify(const struct session *s, const struct shape *sh, int has_qfi,
+				    __u32 qfi, const __u8 *ip, const void *end, __u32 len)
 {
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
 	struct flow fl;
@@ -415,21 +441,30 @@ static __always_inline struct pdr *classify(struct session *s, int has_qfi, __u3
 	flow_of(ip, end, len, &fl);
 #pragma unroll
 	for (i = 0; i < MAX_PDRS; i++) {
-		struct pdr *p = &s->pdrs[i];
-		if (i >= s->n_pdrs)
+		const struct pdr *p = &sh->pdrs[i];
+		if (i >= sh->n_pdrs)
 			break;
+		if (p->flags & PDR_NEVER)
+			continue;
 		if (p->qfis && !(has_qfi && (p->qfis >> (qfi & 63)) & 1))
 			continue;
 		if (p->flags & PDR_UE) {
 			__u32 a = (p->flags & PDR_UE_DST) ? dst : src;
-			if (a != p->ue)
+			if (a != s->ue)
 				continue;
 		}
-		if (!sdf_any(p, ip, &fl))
+		if (!sdf_any(p, ip, &fl, s->ue))
 			continue;
-		return p;
+		return i;
 	}
-	return 0;
+	return -1;
+}
+
+/* The shape of session `s` under a key. */
+static __always_inline const struct shape *shape_of(const struct session *s)
+{
+	__u32 i = s->shape;
+	return bpf_map_lookup_elem(&shapes, &i);
 }
 
 /* The FAR's verdict before anything is changed: a drop reason, or -1 to forward. As
@@ -667,9 +702,10 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *d = data + sizeof(struct ethhdr);
 	__u32 total, hdr, qfi = 0, len;
-	int has_qfi = 0, why;
+	int has_qfi = 0, why, i;
 	struct session *s;
-	struct pdr *p;
+	const struct shape *sh;
+	const struct pdr *p;
 	__u32 teid;
 	__u8 *ip, addrs[12];
 
@@ -704,9 +740,13 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	len = inner_len(ip, total - hdr);
 	if (!len)
 		return punt();
-	p = classify(s, has_qfi, qfi, ip, end, len);
-	if (!p)
+	sh = shape_of(s);
+	if (!sh)
+		return punt();
+	i = classify(s, sh, has_qfi, qfi, ip, end, len);
+	if (i < 0)
 		return drop(R_NO_MATCHING_PDR);
+	p = &sh->pdrs[i & (MAX_PDRS - 1)];
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
@@ -742,12 +782,13 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *ip = data + sizeof(struct ethhdr);
-	__u32 len, hdr, ue, zero = 0, *id;
+	__u32 len, hdr, ue, zero = 0, *id, peer, teid;
 	struct session *s;
-	struct pdr *p;
+	const struct shape *sh;
+	const struct pdr *p;
 	__u16 *o;
 	__u8 *h, addrs[12];
-	int why;
+	int why, i;
 
 	if ((void *)(ip + 24) > end)
 		return punt();
@@ -758,9 +799,15 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	s = bpf_map_lookup_elem(&downlink, &ue);
 	if (!s)
 		return punt();
-	p = classify(s, 0, 0, ip, end, len);
-	if (!p)
+	sh = shape_of(s);
+	if (!sh)
+		return punt();
+	i = classify(s, sh, 0, 0, ip, end, len);
+	if (i < 0)
 		return drop(R_NO_MATCHING_PDR);
+	p = &sh->pdrs[i & (MAX_PDRS - 1)];
+	peer = s->peer[i & (MAX_PDRS - 1)];
+	teid = s->teid[i & (MAX_PDRS - 1)];
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
@@ -770,7 +817,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
 	hdr = (p->flags & PDR_PSC) ? 44 : 36;
-	why = next_hop(ctx, p, PORT_N3, n3_addr, p->peer, 17, p->tos | (ip[1] & 3),
+	why = next_hop(ctx, p, PORT_N3, n3_addr, peer, 17, p->tos | (ip[1] & 3),
 		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
 	if (why) {
 		count(why);
@@ -804,7 +851,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		h[9] = 17;
 		*(__u16 *)(h + 10) = 0;
 		*(__u32 *)(h + 12) = n3_addr;
-		*(__u32 *)(h + 16) = p->peer;
+		*(__u32 *)(h + 16) = peer;
 		/* UDP, checksum 0. */
 		*(__u16 *)(h + 20) = bpf_htons(GTPU_PORT);
 		*(__u16 *)(h + 22) = bpf_htons(GTPU_PORT);
@@ -814,7 +861,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		 * one-word DL PDU Session Information. */
 		h[29] = 0xff;
 		*(__u16 *)(h + 30) = bpf_htons(hdr - 36 + len);
-		*(__u32 *)(h + 32) = p->teid;
+		*(__u32 *)(h + 32) = teid;
 		if (hdr == 44) {
 			h[28] = 0x34;
 			*(__u32 *)(h + 36) = bpf_htonl(0x85);

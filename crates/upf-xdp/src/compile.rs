@@ -171,6 +171,9 @@ impl CBucket {
 pub enum CAddr {
     /// `addr & mask == net` (mask 0: any).
     Net { net: Ipv4Addr, mask: u32 },
+    /// `assigned`: the PDR's UE address (the engine fills it in per session, so that
+    /// sessions of one policy share their PDRs).
+    Ue,
     /// No IPv4 address (an IPv6 prefix).
     None,
 }
@@ -489,6 +492,13 @@ fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, P
     };
     c.ue = side(ue_side, ue)?;
     c.remote = side(remote, ue)?;
+    // `assigned` as the remote end (rare): the address itself, in this session's PDRs only.
+    if let (CAddr::Ue, Some(a)) = (c.remote.addr, ue) {
+        c.remote.addr = CAddr::Net {
+            net: a,
+            mask: u32::MAX,
+        };
+    }
     Ok(c)
 }
 
@@ -499,10 +509,7 @@ fn side(e: &Endpoint, ue: Option<Ipv4Addr>) -> Result<CSide, Punt> {
             net: Ipv4Addr::UNSPECIFIED,
             mask: 0,
         },
-        (Address::Assigned, Some(a)) => CAddr::Net {
-            net: a,
-            mask: u32::MAX,
-        },
+        (Address::Assigned, Some(_)) => CAddr::Ue,
         (Address::Prefix(IpAddr::V4(n), len), _) => {
             let mask = u32::MAX
                 .checked_shl(32 - u32::from(len.min(32)))
@@ -773,10 +780,7 @@ mod tests {
         assert_eq!(
             f[0].ue,
             CSide {
-                addr: CAddr::Net {
-                    net: UE,
-                    mask: u32::MAX
-                },
+                addr: CAddr::Ue,
                 negated: false,
                 ports: (0, u16::MAX)
             }

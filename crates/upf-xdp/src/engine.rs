@@ -26,8 +26,13 @@ const PROGRAM: &str = "xdp_engine";
 /// `struct pdr` and `struct session` of bpf/engine.bpf.c.
 const PDR_LEN: usize = 176;
 const SDF_LEN: usize = 32;
-const SESSION_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
+/// `struct shape` and `struct session`.
+const SHAPE_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
+type ShapeValue = [u8; SHAPE_LEN];
+const SESSION_LEN: usize = 16 + 8 * MAX_PDRS;
 type SessionValue = [u8; SESSION_LEN];
+/// Distinct PDR lists (shapes) the engine holds at most, and per session it is sized for.
+const MAX_SHAPES: u32 = 16_384;
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
 type UsageValue = [u64; 4];
 /// `struct qos`: the spin lock and its padding, then per bucket cost, depth, backlog, last,
@@ -79,6 +84,8 @@ pub enum InstallError {
     Punt(#[from] Punt),
     #[error("the XDP engine holds its {0} sessions")]
     Full(u32),
+    #[error("the XDP engine holds its {0} distinct PDR lists")]
+    Shapes(u32),
     #[error("{0} belongs to another session")]
     Conflict(String),
     #[error(transparent)]
@@ -100,6 +107,8 @@ pub struct Stats {
 #[derive(Debug)]
 struct Held {
     slot: u32,
+    /// The shape of each key, uplink then downlink.
+    shapes: Vec<u32>,
     teids: Vec<u32>,
     ues: Vec<Ipv4Addr>,
     /// URR counter slots: which URR each counts.
@@ -118,10 +127,12 @@ pub struct Engine {
     held: HashMap<Seid, Held>,
     teids: HashMap<u32, Seid>,
     ues: HashMap<Ipv4Addr, Seid>,
-    free_slots: Vec<u32>,
-    /// Slots of removed sessions, free once their quarantine is over.
-    retired: VecDeque<(Instant, u32)>,
-    next_slot: u32,
+    /// Session slots (their URR counters and `struct qos`).
+    slots: Ids,
+    /// The interned shapes: content → (index, keys using it).
+    shapes: HashMap<ShapeValue, (u32, u32)>,
+    shape_of: HashMap<u32, ShapeValue>,
+    shape_ids: Ids,
     cpus: usize,
 }
 
@@ -150,6 +161,7 @@ impl Engine {
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
             .map_max_entries("qos", n)
+            .map_max_entries("shapes", shape_capacity(n))
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the XDP engine", &e))?;
         let prog: &mut Xdp = ebpf
@@ -166,9 +178,10 @@ impl Engine {
             held: HashMap::new(),
             teids: HashMap::new(),
             ues: HashMap::new(),
-            free_slots: Vec::new(),
-            retired: VecDeque::new(),
-            next_slot: 0,
+            slots: Ids::new(n),
+            shapes: HashMap::new(),
+            shape_of: HashMap::new(),
+            shape_ids: Ids::new(shape_capacity(n)),
             cpus,
         })
     }
@@ -258,8 +271,8 @@ impl Engine {
         self.admit(s).map(drop)
     }
 
-    /// `s` compiled, if the engine can take it.
-    fn admit(&self, s: &Session) -> Result<Compiled, InstallError> {
+    /// `s` compiled, its URR slots and its keys' shapes, if the engine can take it.
+    fn admit(&self, s: &Session) -> Result<Plan, InstallError> {
         let none = NextHop::default();
         let c = compile(s, &self.cfg.hops.unwrap_or(Hops { n3: none, n6: none }))?;
         for (t, _) in &c.uplink {
@@ -272,41 +285,15 @@ impl Engine {
                 return Err(InstallError::Conflict(format!("UE address {a}")));
             }
         }
-        if !self.held.contains_key(&c.seid) && !self.has_slot() {
+        if !self.held.contains_key(&c.seid) && !self.slots.has(1) {
             return Err(InstallError::Full(self.cfg.sessions));
         }
-        Ok(c)
-    }
-
-    /// Whether the engine holds the session `seid`.
-    pub fn holds(&self, seid: Seid) -> bool {
-        self.held.contains_key(&seid)
-    }
-
-    /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
-    /// over). On error nothing changed.
-    pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
-        let c = self.admit(s)?;
-        let old = self
-            .held
-            .get(&c.seid)
-            .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
-        let (old_buckets, old_quotas) = self
-            .held
-            .get(&c.seid)
-            .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
-        let slot = match &old {
-            Some(h) => h.0,
-            None => self.free_slot().unwrap_or(self.next_slot),
-        };
         // URR slots: kept for the URRs that stay, free ones (zeroed) for new ones.
+        let old = self.held.get(&c.seid).map(|h| h.urrs);
         let mut urrs: [Option<UrrId>; URR_SLOTS] = [None; URR_SLOTS];
         let mut fresh = Vec::new();
         for &id in &c.urrs {
-            if let Some(i) = old
-                .as_ref()
-                .and_then(|h| h.1.iter().position(|u| *u == Some(id)))
-            {
+            if let Some(i) = old.and_then(|o| o.iter().position(|u| *u == Some(id))) {
                 urrs[i] = Some(id);
             }
         }
@@ -320,6 +307,66 @@ impl Engine {
                 fresh.push(i);
             }
         }
+        let mut keys = Vec::new();
+        for (t, pdrs) in &c.uplink {
+            let ue = pdrs.iter().find_map(|p| p.ue.map(|u| u.0));
+            keys.push(keyed(Key::Teid(*t), ue, pdrs, &urrs)?);
+        }
+        for (a, pdrs) in &c.downlink {
+            keys.push(keyed(Key::Ue(*a), Some(*a), pdrs, &urrs)?);
+        }
+        let new: Vec<&ShapeValue> = keys
+            .iter()
+            .map(|k| &k.shape)
+            .filter(|sh| !self.shapes.contains_key(*sh))
+            .collect::<std::collections::HashSet<_>>()
+            .into_iter()
+            .collect();
+        if !self.shape_ids.has(new.len()) {
+            return Err(InstallError::Shapes(self.shape_ids.capacity));
+        }
+        Ok(Plan {
+            c,
+            urrs,
+            fresh,
+            keys,
+        })
+    }
+
+    /// Distinct PDR lists (shapes) held: sessions of one policy share theirs.
+    pub fn shapes(&self) -> usize {
+        self.shapes.len()
+    }
+
+    /// Whether the engine holds the session `seid`.
+    pub fn holds(&self, seid: Seid) -> bool {
+        self.held.contains_key(&seid)
+    }
+
+    /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
+    /// over). On error nothing changed.
+    pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
+        let Plan {
+            c,
+            urrs,
+            fresh,
+            keys,
+        } = self.admit(s)?;
+        let old = self
+            .held
+            .get(&c.seid)
+            .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
+        let (old_buckets, old_quotas) = self
+            .held
+            .get(&c.seid)
+            .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
+        let slot = match &old {
+            Some(h) => h.0,
+            None => self
+                .slots
+                .peek()
+                .ok_or(InstallError::Full(self.cfg.sessions))?,
+        };
         let cpus = self.cpus;
         {
             let mut m: PerCpuArray<&mut MapData, UsageValue> =
@@ -341,7 +388,25 @@ impl Engine {
             (&c.quotas, &old_quotas),
         )?;
         let old_keys = old.map(|h| (h.2, h.3));
-        self.write(&c, slot, &urrs, old_keys.as_ref())?;
+        let mut ids = Vec::with_capacity(keys.len());
+        for k in &keys {
+            match self.intern(&k.shape) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    ids.into_iter().for_each(|id| self.release(id));
+                    return Err(e.into());
+                }
+            }
+        }
+        if let Err(e) = self.write(&keys, &ids, slot, old_keys.as_ref()) {
+            ids.into_iter().for_each(|id| self.release(id));
+            return Err(e.into());
+        }
+        let old_shapes = self
+            .held
+            .get(&c.seid)
+            .map(|h| h.shapes.clone())
+            .unwrap_or_default();
         if let Some((teids, ues)) = &old_keys {
             // Keys the new rules do not have.
             let mut ul = self.hash::<u32>("uplink")?;
@@ -364,11 +429,13 @@ impl Engine {
             for a in ues {
                 self.ues.remove(a);
             }
-        } else if self.free_slots.pop().is_none() {
-            self.next_slot += 1;
+        } else {
+            self.slots.commit(slot);
         }
+        old_shapes.into_iter().for_each(|id| self.release(id));
         let held = Held {
             slot,
+            shapes: ids,
             teids: c.uplink.iter().map(|(t, _)| *t).collect(),
             ues: c.downlink.iter().map(|(a, _)| *a).collect(),
             urrs,
@@ -460,31 +527,36 @@ impl Engine {
         m.set(0, v, 0).map_err(map_err("writing the clock"))
     }
 
-    /// Writes `c`'s keys; on an error removes those it added (`old`: the keys before).
+    /// Writes the session values of `keys` (their shapes `ids`, slot `slot`); on an error
+    /// removes those it added (`old`: the keys before).
     fn write(
         &mut self,
-        c: &Compiled,
+        keys: &[KeyPlan],
+        ids: &[u32],
         slot: u32,
-        urrs: &[Option<UrrId>; URR_SLOTS],
         old: Option<&(Vec<u32>, Vec<Ipv4Addr>)>,
     ) -> io::Result<()> {
         let mut added_ul = Vec::new();
         let mut added_dl = Vec::new();
         let r = (|| {
-            let mut ul = self.hash::<u32>("uplink")?;
-            for (t, pdrs) in &c.uplink {
-                ul.insert(t, encode(slot, pdrs, urrs), 0)
-                    .map_err(map_err("uplink map"))?;
-                if !old.is_some_and(|o| o.0.contains(t)) {
-                    added_ul.push(*t);
-                }
-            }
-            let mut dl = self.hash("downlink")?;
-            for (a, pdrs) in &c.downlink {
-                dl.insert(ue_key(*a), encode(slot, pdrs, urrs), 0)
-                    .map_err(map_err("downlink map"))?;
-                if !old.is_some_and(|o| o.1.contains(a)) {
-                    added_dl.push(ue_key(*a));
+            for (k, &id) in keys.iter().zip(ids) {
+                let v = k.session(slot, id);
+                match k.key {
+                    Key::Teid(t) => {
+                        let mut ul = self.hash::<u32>("uplink")?;
+                        ul.insert(t, v, 0).map_err(map_err("uplink map"))?;
+                        if !old.is_some_and(|o| o.0.contains(&t)) {
+                            added_ul.push(t);
+                        }
+                    }
+                    Key::Ue(a) => {
+                        let mut dl = self.hash("downlink")?;
+                        dl.insert(ue_key(a), v, 0)
+                            .map_err(map_err("downlink map"))?;
+                        if !old.is_some_and(|o| o.1.contains(&a)) {
+                            added_dl.push(ue_key(a));
+                        }
+                    }
                 }
             }
             Ok(())
@@ -504,6 +576,45 @@ impl Engine {
         r
     }
 
+    /// The index of `shape` in the `shapes` map, written there if it is new; one more key
+    /// uses it.
+    fn intern(&mut self, shape: &ShapeValue) -> io::Result<u32> {
+        if let Some((id, refs)) = self.shapes.get_mut(shape) {
+            *refs += 1;
+            return Ok(*id);
+        }
+        let id = self
+            .shape_ids
+            .take()
+            .ok_or_else(|| io::Error::other("no free shape (checked before)"))?;
+        let mut m: Array<&mut MapData, ShapeValue> =
+            Array::try_from(self.map("shapes")?).map_err(map_err("shapes map"))?;
+        if let Err(e) = m.set(id, *shape, 0) {
+            self.shape_ids.give_back(id);
+            return Err(bpf::error("shapes map", &e));
+        }
+        self.shapes.insert(*shape, (id, 1));
+        self.shape_of.insert(id, *shape);
+        Ok(id)
+    }
+
+    /// One key less uses shape `id`; with none left its index is free (after a quarantine:
+    /// a packet may still be reading it).
+    fn release(&mut self, id: u32) {
+        let Some(k) = self.shape_of.get(&id).copied() else {
+            return;
+        };
+        let Some((_, refs)) = self.shapes.get_mut(&k) else {
+            return;
+        };
+        *refs -= 1;
+        if *refs == 0 {
+            self.shapes.remove(&k);
+            self.shape_of.remove(&id);
+            self.shape_ids.retire(id);
+        }
+    }
+
     /// Removes a session; returns the final usage of its URRs. Its keys go first, then its
     /// counters are read: only a packet the program is processing at that moment (a few
     /// microseconds) may still be counted after the read. Its slot is reused only after
@@ -513,7 +624,7 @@ impl Engine {
             return Ok(Vec::new());
         };
         let usage = self.read_usage(&h);
-        self.retired.push_back((Instant::now(), h.slot));
+        self.slots.retire(h.slot);
         usage
     }
 
@@ -535,7 +646,7 @@ impl Engine {
         gone.into_iter()
             .map(|(seid, h)| {
                 let u = self.read_usage(&h);
-                self.free_slots.push(h.slot);
+                self.slots.give_back(h.slot);
                 (seid, u)
             })
             .collect()
@@ -545,6 +656,9 @@ impl Engine {
     /// kernel no longer has is gone already).
     fn unkey(&mut self, seid: Seid) -> Option<Held> {
         let h = self.held.remove(&seid)?;
+        for &id in &h.shapes {
+            self.release(id);
+        }
         if let Ok(mut ul) = self.hash::<u32>("uplink") {
             for t in &h.teids {
                 let _ = ul.remove(t);
@@ -562,29 +676,6 @@ impl Engine {
             self.ues.remove(a);
         }
         Some(h)
-    }
-
-    /// Whether a new session finds a slot (removed sessions' slots in quarantine are full).
-    fn has_slot(&self) -> bool {
-        self.held.len() < self.cfg.sessions as usize
-            && (!self.free_slots.is_empty()
-                || self.next_slot < self.cfg.sessions
-                || self
-                    .retired
-                    .front()
-                    .is_some_and(|(at, _)| at.elapsed() >= SLOT_QUARANTINE))
-    }
-
-    /// A free slot: one never used, or one whose quarantine is over.
-    fn free_slot(&mut self) -> Option<u32> {
-        while let Some(&(at, slot)) = self.retired.front() {
-            if at.elapsed() < SLOT_QUARANTINE {
-                break;
-            }
-            self.retired.pop_front();
-            self.free_slots.push(slot);
-        }
-        self.free_slots.last().copied()
     }
 
     /// The usage each URR of a session has counted (per-CPU counters summed); empty for a
@@ -674,20 +765,30 @@ fn ue_key(a: Ipv4Addr) -> u32 {
     u32::from_ne_bytes(a.octets())
 }
 
-/// `struct session` for `pdrs` (at most MAX_PDRS, as `compile` ensures).
+/// `struct shape` for `pdrs` (at most MAX_PDRS, as `compile` ensures) under a key whose UE
+/// address is `ue`: a PDR of another UE address, matched as the destination, matches
+/// nothing there; what is each session's own is left out (`KeyPlan::session`).
 #[allow(clippy::cast_possible_truncation)] // counts and indices below MAX_PDRS, URR_SLOTS
-fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> SessionValue {
-    let mut v = [0u8; SESSION_LEN];
-    v[0..4].copy_from_slice(&slot.to_ne_bytes());
+fn encode_shape(
+    pdrs: &[CPdr],
+    ue: Option<Ipv4Addr>,
+    urrs: &[Option<UrrId>; URR_SLOTS],
+) -> Result<ShapeValue, Punt> {
+    let mut v = [0u8; SHAPE_LEN];
     let n = pdrs.len().min(MAX_PDRS);
-    v[4..8].copy_from_slice(&(n as u32).to_ne_bytes());
+    v[0..4].copy_from_slice(&(n as u32).to_ne_bytes());
     for (k, p) in pdrs.iter().take(MAX_PDRS).enumerate() {
         let b = &mut v[8 + k * PDR_LEN..8 + (k + 1) * PDR_LEN];
         b[0..8].copy_from_slice(&p.qfis.to_ne_bytes());
         let mut flags = 0u8;
         if let Some((a, dst)) = p.ue {
-            b[8..12].copy_from_slice(&a.octets());
             flags |= 1 | if dst { 2 } else { 0 };
+            if Some(a) != ue {
+                if !dst {
+                    return Err(Punt::PdrForm("PDRs of one key with different UE addresses"));
+                }
+                flags |= 32;
+            }
         }
         if p.gate_shut {
             flags |= 4;
@@ -699,14 +800,7 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
             Action::Drop => 0,
             Action::NoTarget => 1,
             Action::ToN6 => 2,
-            Action::Encap {
-                peer,
-                teid,
-                tos,
-                psc,
-            } => {
-                b[12..16].copy_from_slice(&peer.octets());
-                b[16..20].copy_from_slice(&teid.to_be_bytes());
+            Action::Encap { tos, psc, .. } => {
                 b[22] = tos;
                 if let Some(o) = psc {
                     flags |= 8;
@@ -733,6 +827,9 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
             let o = &mut b[40 + j * SDF_LEN..40 + (j + 1) * SDF_LEN];
             let mut flags = 0u8;
             flags |= side(o, 0, 16, &f.ue, 4, 8);
+            if f.ue.addr == CAddr::Ue {
+                flags |= 128;
+            }
             flags |= side(o, 8, 20, &f.remote, 16, 32);
             if f.never {
                 flags |= 1;
@@ -756,7 +853,7 @@ fn encode(slot: u32, pdrs: &[CPdr], urrs: &[Option<UrrId>; URR_SLOTS]) -> Sessio
             b[m + 1 + j] = *i;
         }
     }
-    v
+    Ok(v)
 }
 
 /// One side of `struct sdf` `o`: net and mask at `a`, port range at `p`; returns its flags
@@ -768,9 +865,151 @@ fn side(o: &mut [u8], a: usize, p: usize, s: &CSide, none: u8, neg: u8) -> u8 {
             o[a..a + 4].copy_from_slice(&net.octets());
             o[a + 4..a + 8].copy_from_slice(&mask.to_be_bytes());
         }
+        // `assigned`: the session's UE address, a /32 (SDF_UE_ASSIGNED).
+        CAddr::Ue => o[a + 4..a + 8].copy_from_slice(&u32::MAX.to_be_bytes()),
         CAddr::None => flags |= none,
     }
     o[p..p + 2].copy_from_slice(&s.ports.0.to_ne_bytes());
     o[p + 2..p + 4].copy_from_slice(&s.ports.1.to_ne_bytes());
     flags
+}
+
+/// A key of a session in the program's maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Teid(u32),
+    Ue(Ipv4Addr),
+}
+
+/// A key with what its value holds: the shape of its PDRs and the session's own part.
+#[derive(Debug)]
+struct KeyPlan {
+    key: Key,
+    shape: ShapeValue,
+    ue: Option<Ipv4Addr>,
+    /// Each PDR's tunnel (far end, TEID) when it forwards into one.
+    tunnels: [(Ipv4Addr, u32); MAX_PDRS],
+}
+
+impl KeyPlan {
+    /// `struct session`.
+    fn session(&self, slot: u32, shape: u32) -> SessionValue {
+        let mut v = [0u8; SESSION_LEN];
+        v[0..4].copy_from_slice(&slot.to_ne_bytes());
+        v[4..8].copy_from_slice(&shape.to_ne_bytes());
+        if let Some(a) = self.ue {
+            v[8..12].copy_from_slice(&a.octets());
+        }
+        for (i, (peer, teid)) in self.tunnels.iter().enumerate() {
+            v[16 + 4 * i..20 + 4 * i].copy_from_slice(&peer.octets());
+            let t = 16 + 4 * MAX_PDRS + 4 * i;
+            v[t..t + 4].copy_from_slice(&teid.to_be_bytes());
+        }
+        v
+    }
+}
+
+/// The plan of `key` (its UE address `ue`) with `pdrs`.
+fn keyed(
+    key: Key,
+    ue: Option<Ipv4Addr>,
+    pdrs: &[CPdr],
+    urrs: &[Option<UrrId>; URR_SLOTS],
+) -> Result<KeyPlan, Punt> {
+    let mut tunnels = [(Ipv4Addr::UNSPECIFIED, 0); MAX_PDRS];
+    for (t, p) in tunnels.iter_mut().zip(pdrs) {
+        if let Action::Encap { peer, teid, .. } = p.action {
+            *t = (peer, teid);
+        }
+    }
+    Ok(KeyPlan {
+        key,
+        shape: encode_shape(pdrs, ue, urrs)?,
+        ue,
+        tunnels,
+    })
+}
+
+/// What `install` does, decided by `admit`.
+#[derive(Debug)]
+struct Plan {
+    c: Compiled,
+    urrs: [Option<UrrId>; URR_SLOTS],
+    /// URR slots that are new (their counters zeroed).
+    fresh: Vec<usize>,
+    keys: Vec<KeyPlan>,
+}
+
+/// Shapes for `sessions`: two keys each at most, within [`MAX_SHAPES`].
+fn shape_capacity(sessions: u32) -> u32 {
+    sessions.saturating_mul(2).clamp(1, MAX_SHAPES)
+}
+
+/// Indices below a capacity: never used ones, free ones, and freed ones in quarantine.
+#[derive(Debug)]
+struct Ids {
+    capacity: u32,
+    next: u32,
+    free: Vec<u32>,
+    retired: VecDeque<(Instant, u32)>,
+}
+
+impl Ids {
+    fn new(capacity: u32) -> Self {
+        Self {
+            capacity,
+            next: 0,
+            free: Vec::new(),
+            retired: VecDeque::new(),
+        }
+    }
+
+    /// Whether `n` can be taken now.
+    fn has(&self, n: usize) -> bool {
+        let ready = (self.retired.iter())
+            .take_while(|(at, _)| at.elapsed() >= SLOT_QUARANTINE)
+            .count();
+        let never = (self.capacity - self.next) as usize;
+        self.free.len() + ready + never >= n
+    }
+
+    fn take(&mut self) -> Option<u32> {
+        let id = self.peek()?;
+        self.commit(id);
+        Some(id)
+    }
+
+    /// The index [`Ids::take`] would give, not taken yet ([`Ids::commit`]).
+    fn peek(&mut self) -> Option<u32> {
+        while let Some(&(at, id)) = self.retired.front() {
+            if at.elapsed() < SLOT_QUARANTINE {
+                break;
+            }
+            self.retired.pop_front();
+            self.free.push(id);
+        }
+        match self.free.last() {
+            Some(&id) => Some(id),
+            None => (self.next < self.capacity).then_some(self.next),
+        }
+    }
+
+    /// Takes `id`, which [`Ids::peek`] gave.
+    fn commit(&mut self, id: u32) {
+        if self.free.last() == Some(&id) {
+            self.free.pop();
+        } else if id == self.next {
+            self.next += 1;
+        }
+    }
+
+    /// Free at once (never in use).
+    fn give_back(&mut self, id: u32) {
+        self.free.push(id);
+    }
+
+    /// Free after the quarantine.
+    fn retire(&mut self, id: u32) {
+        self.retired.push_back((Instant::now(), id));
+    }
 }

@@ -250,3 +250,38 @@ fn a_quota_passes_the_packet_that_reaches_it_and_a_new_grant_counts_anew() {
     // The URR counted what passed.
     assert_eq!(e.usage(Seid(1)).unwrap()[0].1.uplink_bytes, 1800);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn sessions_of_one_policy_share_its_pdrs_and_keep_their_own_tunnels() {
+    let mut e = Engine::load(config(8)).unwrap();
+    let gnb = |n: u8| (0x700 + u32::from(n), Ipv4Addr::new(192, 0, 2, 100 + n));
+    let ue = |n: u8| Ipv4Addr::new(10, 0, 0, n);
+    for n in 1..=3u8 {
+        let s = common::forwarding_session(u64::from(n), ue(n), u32::from(n), gnb(n));
+        e.install(&s).unwrap();
+    }
+    assert_eq!(
+        e.shapes(),
+        2,
+        "one uplink and one downlink PDR list for the three"
+    );
+    for n in 1..=3u8 {
+        // Downlink: into this session's own tunnel.
+        let f = ip_frame(Ipv4Addr::new(198, 51, 100, 7), ue(n), 20);
+        let mut out = vec![0u8; 2048];
+        let r = upf_io::bpf::run(e.program().unwrap(), &f, &mut out, 1, None).unwrap();
+        assert_eq!(r.retval, 3, "XDP_TX");
+        let h = &out[14..r.out_len];
+        assert_eq!(&h[16..20], &gnb(n).1.octets(), "the tunnel's far end");
+        assert_eq!(&h[32..36], &gnb(n).0.to_be_bytes(), "its TEID");
+        // Uplink on its TEID, from its UE.
+        let up = gpdu_frame(
+            u32::from(n),
+            &ip_frame(ue(n), Ipv4Addr::new(198, 51, 100, 7), 20)[14..],
+        );
+        assert_eq!(run(&e, &up), 3);
+    }
+    e.remove_many(&[Seid(1), Seid(2), Seid(3)]);
+    assert_eq!(e.shapes(), 0);
+}
