@@ -192,6 +192,14 @@ impl Engines {
         Ok(())
     }
 
+    /// Upkeep of the XDP engine's maps (keys back into their direct entries): call it
+    /// every few tens of milliseconds.
+    pub fn tick(&mut self) {
+        if let Some(k) = &mut self.kernel {
+            k.engine.settle();
+        }
+    }
+
     /// Whether a swap is under way.
     pub fn moving(&self) -> bool {
         self.kernel.as_ref().is_some_and(|k| !k.moving.is_empty())

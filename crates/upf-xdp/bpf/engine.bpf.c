@@ -183,6 +183,32 @@ struct {
 	__type(value, struct shape);
 } shapes SEC(".maps");
 
+/* A key's session in a direct-mapped array (src/keys.rs): found by the key's low bits, one
+ * cache line; `used` 0: look in the hash map. */
+struct direct {
+	__u32 key;
+	__u32 used;
+	struct session s;
+	__u8 pad[8];
+};
+
+/* Set at load: the direct arrays' entries - 1 (a power of two - 1). */
+const volatile __u32 direct_mask = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct direct);
+} uplink_direct SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct direct);
+} downlink_direct SEC(".maps");
+
 /* Uplink: local TEID (host order) → that TEID's PDRs. Sizes are set at load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -731,7 +757,11 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		return punt();
 	}
 	teid = bpf_ntohl(*(__u32 *)(d + 32));
-	s = bpf_map_lookup_elem(&uplink, &teid);
+	{
+		__u32 i = teid & direct_mask;
+		struct direct *d = bpf_map_lookup_elem(&uplink_direct, &i);
+		s = d && d->used && d->key == teid ? &d->s : bpf_map_lookup_elem(&uplink, &teid);
+	}
 	if (!s)
 		return punt();
 	ip = d + hdr;
@@ -796,7 +826,11 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	if (!len)
 		return punt();
 	ue = *(__u32 *)(ip + 16);
-	s = bpf_map_lookup_elem(&downlink, &ue);
+	{
+		__u32 i = bpf_ntohl(ue) & direct_mask;
+		struct direct *d = bpf_map_lookup_elem(&downlink_direct, &i);
+		s = d && d->used && d->key == ue ? &d->s : bpf_map_lookup_elem(&downlink, &ue);
+	}
 	if (!s)
 		return punt();
 	sh = shape_of(s);

@@ -6,6 +6,7 @@ use crate::compile::{
     MAX_PDR_MBRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
 use crate::{Reason, Unrouted, URR_SLOTS};
+use crate::keys::{Keys, SessionValue, SESSION_LEN};
 use aya::maps::{
     Array, DevMap, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
@@ -29,8 +30,7 @@ const SDF_LEN: usize = 32;
 /// `struct shape` and `struct session`.
 const SHAPE_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type ShapeValue = [u8; SHAPE_LEN];
-const SESSION_LEN: usize = 16 + 8 * MAX_PDRS;
-type SessionValue = [u8; SESSION_LEN];
+const _: () = assert!(SESSION_LEN == 16 + 8 * MAX_PDRS);
 /// Distinct PDR lists (shapes) the engine holds at most, and per session it is sized for.
 const MAX_SHAPES: u32 = 16_384;
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
@@ -129,6 +129,9 @@ pub struct Engine {
     ues: HashMap<Ipv4Addr, Seid>,
     /// Session slots (their URR counters and `struct qos`).
     slots: Ids,
+    /// Where each key's session value is: uplink TEIDs, downlink UE addresses.
+    ul: Keys,
+    dl: Keys,
     /// The interned shapes: content → (index, keys using it).
     shapes: HashMap<ShapeValue, (u32, u32)>,
     shape_of: HashMap<u32, ShapeValue>,
@@ -153,15 +156,22 @@ impl Engine {
         let n3 = u32::from_ne_bytes(cfg.n3.octets());
         let ttl = u32::from(cfg.outer_ttl);
         let fixed = u32::from(cfg.hops.is_some());
+        // One entry a session in each direct array: a power of two, so that a key's low
+        // bits find it (1 Mi at most: 64 MiB an array).
+        let direct = n.next_power_of_two().clamp(16, 1 << 20);
+        let direct_mask = direct - 1;
         let mut ebpf = EbpfLoader::new()
             .override_global("n3_addr", &n3, true)
             .override_global("outer_ttl", &ttl, true)
             .override_global("fixed_hops", &fixed, true)
+            .override_global("direct_mask", &direct_mask, true)
             .map_max_entries("uplink", entries(MAX_TEIDS)?)
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
             .map_max_entries("qos", n)
             .map_max_entries("shapes", shape_capacity(n))
+            .map_max_entries("uplink_direct", direct)
+            .map_max_entries("downlink_direct", direct)
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the XDP engine", &e))?;
         let prog: &mut Xdp = ebpf
@@ -179,6 +189,8 @@ impl Engine {
             teids: HashMap::new(),
             ues: HashMap::new(),
             slots: Ids::new(n),
+            ul: Keys::new("uplink_direct", "uplink", false, direct),
+            dl: Keys::new("downlink_direct", "downlink", true, direct),
             shapes: HashMap::new(),
             shape_of: HashMap::new(),
             shape_ids: Ids::new(shape_capacity(n)),
@@ -333,6 +345,19 @@ impl Engine {
         })
     }
 
+    /// Keys whose value is in a hash map rather than in their direct entry (another key's,
+    /// or waiting for a changed value's quarantine).
+    pub fn hashed_keys(&self) -> usize {
+        self.ul.hashed() + self.dl.hashed()
+    }
+
+    /// Puts changed keys back into their direct entries once their quarantine is over
+    /// (also done by every install and removal).
+    pub fn settle(&mut self) {
+        self.ul.settle(&mut self.ebpf);
+        self.dl.settle(&mut self.ebpf);
+    }
+
     /// Distinct PDR lists (shapes) held: sessions of one policy share theirs.
     pub fn shapes(&self) -> usize {
         self.shapes.len()
@@ -346,6 +371,7 @@ impl Engine {
     /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
     /// over). On error nothing changed.
     pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
+        self.settle();
         let Plan {
             c,
             urrs,
@@ -409,19 +435,17 @@ impl Engine {
             .unwrap_or_default();
         if let Some((teids, ues)) = &old_keys {
             // Keys the new rules do not have.
-            let mut ul = self.hash::<u32>("uplink")?;
             for t in teids
                 .iter()
                 .filter(|t| !c.uplink.iter().any(|(n, _)| n == *t))
             {
-                ul.remove(t).map_err(map_err("uplink map"))?;
+                self.ul.remove(&mut self.ebpf, *t);
             }
-            let mut dl = self.hash("downlink")?;
             for a in ues
                 .iter()
                 .filter(|a| !c.downlink.iter().any(|(n, _)| n == *a))
             {
-                dl.remove(&ue_key(*a)).map_err(map_err("downlink map"))?;
+                self.dl.remove(&mut self.ebpf, ue_key(*a));
             }
             for t in teids {
                 self.teids.remove(t);
@@ -536,40 +560,27 @@ impl Engine {
         slot: u32,
         old: Option<&(Vec<u32>, Vec<Ipv4Addr>)>,
     ) -> io::Result<()> {
-        let mut added_ul = Vec::new();
-        let mut added_dl = Vec::new();
-        let r = (|| {
-            for (k, &id) in keys.iter().zip(ids) {
-                let v = k.session(slot, id);
-                match k.key {
-                    Key::Teid(t) => {
-                        let mut ul = self.hash::<u32>("uplink")?;
-                        ul.insert(t, v, 0).map_err(map_err("uplink map"))?;
-                        if !old.is_some_and(|o| o.0.contains(&t)) {
-                            added_ul.push(t);
-                        }
-                    }
-                    Key::Ue(a) => {
-                        let mut dl = self.hash("downlink")?;
-                        dl.insert(ue_key(a), v, 0)
-                            .map_err(map_err("downlink map"))?;
-                        if !old.is_some_and(|o| o.1.contains(&a)) {
-                            added_dl.push(ue_key(a));
-                        }
-                    }
-                }
+        let mut added = Vec::new();
+        let mut r = Ok(());
+        for (k, &id) in keys.iter().zip(ids) {
+            let v = k.session(slot, id);
+            let (table, key, new) = match k.key {
+                Key::Teid(t) => (&mut self.ul, t, !old.is_some_and(|o| o.0.contains(&t))),
+                Key::Ue(a) => (&mut self.dl, ue_key(a), !old.is_some_and(|o| o.1.contains(&a))),
+            };
+            r = table.set(&mut self.ebpf, key, v);
+            if r.is_err() {
+                break;
             }
-            Ok(())
-        })();
+            if new {
+                added.push(k.key);
+            }
+        }
         if r.is_err() {
-            if let Ok(mut ul) = self.hash::<u32>("uplink") {
-                for t in &added_ul {
-                    let _ = ul.remove(t);
-                }
-            }
-            if let Ok(mut dl) = self.hash("downlink") {
-                for k in &added_dl {
-                    let _ = dl.remove(k);
+            for k in added {
+                match k {
+                    Key::Teid(t) => self.ul.remove(&mut self.ebpf, t),
+                    Key::Ue(a) => self.dl.remove(&mut self.ebpf, ue_key(a)),
                 }
             }
         }
@@ -620,6 +631,7 @@ impl Engine {
     /// microseconds) may still be counted after the read. Its slot is reused only after
     /// [`SLOT_QUARANTINE`], so that such a packet is never counted for another session.
     pub fn remove(&mut self, seid: Seid) -> io::Result<Vec<(UrrId, Volume)>> {
+        self.settle();
         let Some(h) = self.unkey(seid) else {
             return Ok(Vec::new());
         };
@@ -659,15 +671,11 @@ impl Engine {
         for &id in &h.shapes {
             self.release(id);
         }
-        if let Ok(mut ul) = self.hash::<u32>("uplink") {
-            for t in &h.teids {
-                let _ = ul.remove(t);
-            }
+        for t in &h.teids {
+            self.ul.remove(&mut self.ebpf, *t);
         }
-        if let Ok(mut dl) = self.hash("downlink") {
-            for a in &h.ues {
-                let _ = dl.remove(&ue_key(*a));
-            }
+        for a in &h.ues {
+            self.dl.remove(&mut self.ebpf, ue_key(*a));
         }
         for t in &h.teids {
             self.teids.remove(t);
@@ -745,13 +753,6 @@ impl Engine {
         self.ebpf
             .map_mut(name)
             .ok_or_else(|| io::Error::other(format!("XDP engine object without its {name} map")))
-    }
-
-    fn hash<K: aya::Pod>(
-        &mut self,
-        name: &str,
-    ) -> io::Result<BpfHash<&mut MapData, K, SessionValue>> {
-        BpfHash::try_from(self.map(name)?).map_err(map_err("session map"))
     }
 }
 

@@ -47,12 +47,14 @@
 
 mod compile;
 mod engine;
+mod keys;
 
 pub use compile::{
     compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
     MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
 pub use engine::{Config, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE};
+pub use keys::ENTRY_QUARANTINE;
 
 /// Why a packet the program would forward was punted unchanged instead: the answer of
 /// `bpf_fib_lookup` for its port (`BPF_FIB_LKUP_RET_*`), the port's interface not attached

@@ -285,3 +285,46 @@ fn sessions_of_one_policy_share_its_pdrs_and_keep_their_own_tunnels() {
     e.remove_many(&[Seid(1), Seid(2), Seid(3)]);
     assert_eq!(e.shapes(), 0);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn keys_that_share_a_direct_entry_or_change_go_through_the_hash_map() {
+    // 8 sessions: direct arrays of 16 entries; TEIDs 1 and 17 (and UEs .1 and .17) share
+    // their entries.
+    let mut e = Engine::load(config(8)).unwrap();
+    let gnb = (7, Ipv4Addr::new(192, 0, 2, 100));
+    let ue = |n: u32| Ipv4Addr::new(10, 0, 0, n as u8);
+    let remote = Ipv4Addr::new(198, 51, 100, 7);
+    for n in [1u32, 17] {
+        e.install(&common::forwarding_session(u64::from(n), ue(n), n, gnb))
+            .unwrap();
+    }
+    assert_eq!(e.hashed_keys(), 2, "TEID 17 and UE .17 in the hash maps");
+    let forwards = |e: &Engine, n: u32| {
+        let up = gpdu_frame(n, &ip_frame(ue(n), remote, 20)[14..]);
+        let down = ip_frame(remote, ue(n), 20);
+        (run(e, &up), run(e, &down))
+    };
+    assert_eq!(forwards(&e, 1), (3, 3));
+    assert_eq!(forwards(&e, 17), (3, 3));
+    // A changed session: its keys through the hash maps, back in their entries later.
+    let mut s = common::forwarding_session(1, ue(1), 1, (8, Ipv4Addr::new(192, 0, 2, 101)));
+    e.install(&s).unwrap();
+    assert_eq!(e.hashed_keys(), 4);
+    let mut out = vec![0u8; 2048];
+    let dl = |e: &Engine, out: &mut Vec<u8>| {
+        let r = upf_io::bpf::run(e.program().unwrap(), &ip_frame(remote, ue(1), 20), out, 1, None)
+            .unwrap();
+        (r.retval, out[14 + 16..14 + 20].to_vec())
+    };
+    assert_eq!(dl(&e, &mut out), (3, vec![192, 0, 2, 101]), "the new tunnel at once");
+    std::thread::sleep(upf_xdp::ENTRY_QUARANTINE);
+    e.settle();
+    assert_eq!(e.hashed_keys(), 2, "session 1's keys back in their entries");
+    assert_eq!(dl(&e, &mut out), (3, vec![192, 0, 2, 101]));
+    // Removed: gone from both.
+    s.seid = Seid(1);
+    e.remove(Seid(1)).unwrap();
+    assert_eq!(forwards(&e, 1), (2, 2), "punted");
+    assert_eq!(forwards(&e, 17), (3, 3));
+}

@@ -416,7 +416,10 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
                 };
                 let _ = req.reply.send(admin::answer(req.query, &st));
             }
-            () = tokio::time::sleep_until(deadline.into()) => agent.handle_timeout(Instant::now()),
+            () = tokio::time::sleep_until(deadline.into()) => {
+                agent.handle_timeout(Instant::now());
+                agent.datapath_mut().inner_mut().tick();
+            }
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
         }
