@@ -1119,7 +1119,15 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     // The latency sink costs ~100 ns a packet in the same softirq as the forwarding it
     // measures: only when latency is asked for.
     let counter = if a.latency {
-        Counter::attach_latency_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS, lat_cfg)?
+        Counter::attach_in_with(
+            &s.sink_ns,
+            s.sink_dev,
+            &COUNTED_PORTS,
+            xdpgen::Measures {
+                latency: Some(lat_cfg),
+                gap: false,
+            },
+        )?
     } else {
         Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS)?
     };
