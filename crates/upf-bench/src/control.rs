@@ -51,7 +51,8 @@ const MBR_KBPS: u64 = 100_000_000;
 /// the next starts with a burst of a whole window, so chunks are large (an interruption is
 /// noticed between them).
 const CHUNK: usize = 100_000;
-const ADMIN: &str = "127.0.0.1:9464";
+/// The UPF's admin endpoint in its namespace (the rigs write it into its config).
+pub(crate) const ADMIN: &str = "127.0.0.1:9464";
 
 #[derive(clap::Args, Debug, Clone, Serialize)]
 pub struct Args {
@@ -325,6 +326,16 @@ impl Daemon {
 
 /// `GET path` on the admin endpoint of the UPF in namespace `ns`: the body (of a 200).
 pub(crate) fn admin_get(ns: &str, path: &str) -> anyhow::Result<String> {
+    admin_request(ns, path, false)
+}
+
+/// `POST path` (an empty body) on the admin endpoint of the UPF in namespace `ns`: the body
+/// (of a 200).
+pub(crate) fn admin_post(ns: &str, path: &str) -> anyhow::Result<String> {
+    admin_request(ns, path, true)
+}
+
+fn admin_request(ns: &str, path: &str, post: bool) -> anyhow::Result<String> {
     let url = format!("http://{ADMIN}{path}");
     // The connection is made from a thread inside the namespace, where ADMIN is the UPF's.
     in_netns(ns, || {
@@ -334,9 +345,12 @@ pub(crate) fn admin_get(ns: &str, path: &str) -> anyhow::Result<String> {
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .into();
-        agent
-            .get(&url)
-            .call()
+        let answer = if post {
+            agent.post(&url).send_empty()
+        } else {
+            agent.get(&url).call()
+        };
+        answer
             .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
             .with_context(|| format!("admin {url}"))
     })?

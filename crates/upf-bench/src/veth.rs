@@ -36,8 +36,11 @@ use upf_loadgen::smf::{HighPriority, Qos, Session, SessionSpec, Smf, SmfConfig, 
 use upf_loadgen::xdpgen::{self, Count, Counter, Fixed, GenStats, Generator, Template};
 use upf_loadgen::xdpgen::{LatencyConfig, Mark};
 use upf_netns::{in_netns, ip};
+// The admin endpoint, on the upf namespace's loopback (`upf show`, `upf engine set`).
+use crate::control::ADMIN;
 
 pub(crate) mod churn;
+mod swap;
 
 use upf_netns::topology::{Layout, Topology, DN, N3_GNB, N3_UPF, N6_DN, N6_UPF};
 pub(crate) use upf_netns::topology::{GNB, UPF_N3};
@@ -154,6 +157,14 @@ pub struct Args {
     /// With --buffering-share: rounds of each (alternated); the figures are medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Online engine swaps (needs --engine xdp and --rate): after the sessions and the
+    /// warm-up, --seconds of traffic at --rate without swaps, then --seconds (longer if the
+    /// swaps take it) during which the bench moves every session to the other engine this
+    /// many times (user, xdp, user, …: `upf engine set` on the UPF's admin endpoint, each
+    /// awaited until done); per window the frames lost and the longest gap between two
+    /// arrivals at the sink; one JSON line (no ceiling, baseline, search or latency).
+    #[arg(long)]
+    pub swaps: Option<u32>,
 }
 
 /// Where the rig's parts run: what `veth` and `control` both take.
@@ -333,7 +344,8 @@ impl Rig {
             "# Written by `upf-bench veth`.\nengine = \"{engine}\"\n\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
              [n3]\nbackend = \"{b}\"\ninterface = \"{N3_UPF}\"\naddresses = [\"{UPF_N3}\"]\n\n\
              [n6]\nbackend = \"{b}\"\ninterface = \"{N6_UPF}\"\n\n\
-             [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n",
+             [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n\n\
+             [admin]\naddress = \"{ADMIN}\"\n",
             a.workers,
             cores.join(", "),
             a.busy_poll
@@ -900,9 +912,11 @@ impl Drop for Autogroup {
 
 /// `upf-bench veth`: measures and prints one JSON line.
 pub fn run(a: &Args) -> anyhow::Result<()> {
-    match a.buffering_share {
-        Some(share) => println!("{}", buffering_point(a, share)?),
-        None => println!("{}", measure_point(a)?),
+    match (a.buffering_share, a.swaps) {
+        (Some(_), Some(_)) => bail!("--buffering-share and --swaps are separate runs"),
+        (Some(share), None) => println!("{}", buffering_point(a, share)?),
+        (None, Some(n)) => println!("{}", swap::run(a, n)?),
+        (None, None) => println!("{}", measure_point(a)?),
     }
     Ok(())
 }
@@ -1119,7 +1133,15 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     // The latency sink costs ~100 ns a packet in the same softirq as the forwarding it
     // measures: only when latency is asked for.
     let counter = if a.latency {
-        Counter::attach_latency_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS, lat_cfg)?
+        Counter::attach_in_with(
+            &s.sink_ns,
+            s.sink_dev,
+            &COUNTED_PORTS,
+            xdpgen::Measures {
+                latency: Some(lat_cfg),
+                gap: false,
+            },
+        )?
     } else {
         Counter::attach_in(&s.sink_ns, s.sink_dev, &COUNTED_PORTS)?
     };

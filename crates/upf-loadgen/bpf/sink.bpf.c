@@ -2,7 +2,8 @@
  * set at load, lets everything else pass; measuring latency, it also reads each counted
  * packet's stamp (inside a G-PDU with up to one extension header, or in plain IPv4/UDP), adds
  * its transit to its class's histogram (`bucket` in src/xdpgen/stats.rs) and keeps RFC 3550
- * interarrival jitter per flow (session x class, `jitter_update`). */
+ * interarrival jitter per flow (session x class, `jitter_update`); measuring gaps, it keeps the
+ * longest time between two consecutive counted arrivals (`measure_gap`). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -14,12 +15,13 @@
 #define SUB_BITS 5
 #define MAX_EXP 36
 
-/* Set at load: the UDP destination ports counted (as stored in a header), whether latency is
- * measured, where a packet's session is (UE address = ue_base + session, the inner
+/* Set at load: the UDP destination ports counted (as stored in a header), whether latency and
+ * gaps are measured, where a packet's session is (UE address = ue_base + session, the inner
  * destination or source), and the QFI each class's downlink G-PDUs should carry. */
 const volatile __u32 n_ports = 0;
 const volatile __u16 ports[MAX_PORTS] = {};
 const volatile __u32 latency = 0;
+const volatile __u32 gap = 0;
 const volatile __u32 ue_base = 0;
 const volatile __u32 ue_is_dst = 0;
 const volatile __u32 sessions = 0;
@@ -70,6 +72,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct latency);
 } lat SEC(".maps");
+
+/* The last counted arrival and the longest gap between two, ns (0: none since the reset). */
+struct gap {
+	__u64 last_ns;
+	__u64 max_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gap);
+} gaps SEC(".maps");
 
 /* sessions x 2 entries (set at load). */
 struct {
@@ -179,6 +194,25 @@ static __always_inline void measure(void *data, void *end, __u16 dport)
 	f->packets += 1;
 }
 
+/* Arrivals on two CPUs update the gap without atomics: it is a measure, not a counter. The
+ * clock is read before the store, so two CPUs may store out of order: last_ns only moves
+ * forward, and a race can at worst shorten or lengthen one gap by the time between two
+ * arrivals that were concurrent, far below the gaps this measures. */
+static __always_inline void measure_gap(void)
+{
+	__u32 zero = 0;
+	struct gap *g = bpf_map_lookup_elem(&gaps, &zero);
+	if (!g)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 last = g->last_ns;
+	if (now <= last)
+		return;
+	g->last_ns = now;
+	if (last != 0 && now - last > g->max_ns)
+		g->max_ns = now - last;
+}
+
 SEC("xdp")
 int upf_sink(struct xdp_md *ctx)
 {
@@ -208,6 +242,8 @@ int upf_sink(struct xdp_md *ctx)
 		__sync_fetch_and_add(&c->packets, 1);
 		__sync_fetch_and_add(&c->octets, (__u64)(end - data));
 	}
+	if (gap)
+		measure_gap();
 	if (latency)
 		measure(data, end, dport);
 	return XDP_DROP;

@@ -23,7 +23,9 @@
 //! it also reads the stamp of every counted packet (inside a G-PDU with up to one extension
 //! header, or a plain IPv4/UDP packet), adds `now − stamp` to its class's log-linear histogram
 //! ([`bucket`]) and keeps RFC 3550 §A.8 interarrival jitter per flow (session × class,
-//! [`jitter_update`]); [`stats`] reads them.
+//! [`jitter_update`]); [`stats`] reads them. With [`Measures::gap`] it keeps the longest gap
+//! between two consecutive counted arrivals, any flow ([`Counter::max_gap_ns`]): how long
+//! nothing arrived, say while the UPF moved its sessions between engines.
 //!
 //! The programs are C (`bpf/gen.bpf.c`, `bpf/sink.bpf.c`, `bpf/verdict.bpf.c`), built by
 //! clang and loaded with aya ([`object`]); what varies (the template, the ports, the latency
@@ -41,7 +43,7 @@ mod testutil;
 pub mod verdict;
 
 pub use generator::{run_in, GenStats, Generator, MAX_HEADER, STATE_LEN, WAKE_SIGNAL};
-pub use sink::{Counter, LatencyConfig, MAX_PORTS};
+pub use sink::{Counter, LatencyConfig, Measures, MAX_PORTS};
 pub use stats::{
     bucket, bucket_bounds, jitter_update, ClassLatency, Count, JitterSummary, Latency, BUCKETS,
 };

@@ -28,6 +28,15 @@ pub struct LatencyConfig {
     pub qfi: Option<(u8, u8)>,
 }
 
+/// What the sink measures beside counting; each costs per packet only when asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Measures {
+    /// Latency and jitter per class.
+    pub latency: Option<LatencyConfig>,
+    /// The longest gap between two consecutive counted arrivals ([`Counter::max_gap_ns`]).
+    pub gap: bool,
+}
+
 // The latency map: one value of a 64-octet header (generation u32 at 0, transits below zero
 // at 8), then per class [count, sum ns, max ns, QFI mismatches, 4 spare] and the buckets.
 const LAT_HEADER: usize = 64;
@@ -37,6 +46,8 @@ const LAT_BYTES: usize = LAT_HEADER + 2 * CLASS_BYTES;
 // The jitter map: per flow (session × 2 + class) last transit u64, J × 16 u64, generation
 // u32, packets u32. A flow whose generation is not the map's starts over.
 const JIT_BYTES: usize = 24;
+// The gap map: last arrival u64, longest gap u64 (ns).
+const GAP_BYTES: usize = 16;
 
 /// The counting sink: counts and drops IPv4 UDP packets to the given ports on one interface,
 /// and measures their latency if asked; detached when dropped (a BPF link).
@@ -44,6 +55,7 @@ const JIT_BYTES: usize = 24;
 pub struct Counter {
     counts: ArrayMap<16>,
     latency: Option<SinkLatency>,
+    gap: Option<ArrayMap<GAP_BYTES>>,
     generation: std::sync::atomic::AtomicU32,
     /// The program and its link (dropping it detaches the program); the tests run it.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -63,25 +75,18 @@ const SINK_PROGRAM: &str = "upf_sink";
 impl Counter {
     /// Attaches to interface `dev` of the calling thread's network namespace (native XDP).
     pub fn attach(dev: &str, ports: &[u16]) -> io::Result<Counter> {
-        Counter::attach_with(dev, ports, None)
+        Counter::attach_with(dev, ports, Measures::default())
     }
 
-    /// Attaches, measuring latency as `latency` says.
-    pub fn attach_with(
-        dev: &str,
-        ports: &[u16],
-        latency: Option<LatencyConfig>,
-    ) -> io::Result<Counter> {
+    /// Attaches, measuring what `m` asks for.
+    pub fn attach_with(dev: &str, ports: &[u16], m: Measures) -> io::Result<Counter> {
         let ifindex = sys::ifindex(dev)?;
-        Counter::load(ports, latency, Some((ifindex, dev)))
+        Counter::load(ports, m, Some((ifindex, dev)))
     }
 
     /// Loads the program and its maps and attaches it to `attach` (ifindex, name; tests: none).
-    fn load(
-        ports: &[u16],
-        latency: Option<LatencyConfig>,
-        attach: Option<(u32, &str)>,
-    ) -> io::Result<Counter> {
+    fn load(ports: &[u16], m: Measures, attach: Option<(u32, &str)>) -> io::Result<Counter> {
+        let latency = m.latency;
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
         let mut stored = [0u16; MAX_PORTS];
         if ports.len() > MAX_PORTS {
@@ -107,6 +112,7 @@ impl Counter {
             .override_global("n_ports", &n_ports, true)
             .override_global("ports", &stored, true)
             .override_global("latency", &u32::from(latency.is_some()), true)
+            .override_global("gap", &u32::from(m.gap), true)
             .override_global("ue_base", &u32::from(cfg.ue_base), true)
             .override_global("ue_is_dst", &u32::from(cfg.ue_is_dst), true)
             .override_global("sessions", &cfg.sessions, true)
@@ -130,9 +136,15 @@ impl Counter {
                 cfg,
             }),
         };
+        let gap = if m.gap {
+            Some(ArrayMap::take(&mut ebpf, "gaps")?)
+        } else {
+            None
+        };
         let c = Counter {
             counts,
             latency,
+            gap,
             generation: std::sync::atomic::AtomicU32::new(0),
             ebpf,
         };
@@ -145,14 +157,14 @@ impl Counter {
         upf_netns::in_netns(netns, || Counter::attach(dev, ports))?
     }
 
-    /// Attaches inside network namespace `netns`, measuring latency.
-    pub fn attach_latency_in(
+    /// Attaches inside network namespace `netns`, measuring what `m` asks for.
+    pub fn attach_in_with(
         netns: &str,
         dev: &str,
         ports: &[u16],
-        cfg: LatencyConfig,
+        m: Measures,
     ) -> io::Result<Counter> {
-        upf_netns::in_netns(netns, || Counter::attach_with(dev, ports, Some(cfg)))?
+        upf_netns::in_netns(netns, || Counter::attach_with(dev, ports, m))?
     }
 
     pub fn read(&self) -> io::Result<Count> {
@@ -161,6 +173,24 @@ impl Counter {
             packets: u64_at(&v, 0),
             octets: u64_at(&v, 8),
         })
+    }
+
+    /// Forgets the last arrival and the longest gap: the next arrival starts over. Call it
+    /// while no packets arrive.
+    pub fn reset_gap(&self) -> io::Result<()> {
+        match &self.gap {
+            Some(g) => g.set(0, &[0; GAP_BYTES]),
+            None => Ok(()),
+        }
+    }
+
+    /// The longest gap between two consecutive counted arrivals since the last reset, ns
+    /// (0: fewer than two arrivals; `None`: not measuring gaps).
+    pub fn max_gap_ns(&self) -> io::Result<Option<u64>> {
+        match &self.gap {
+            Some(g) => Ok(Some(u64_at(&g.get(0)?, 8))),
+            None => Ok(None),
+        }
     }
 
     /// Empties the histograms and starts a new generation of jitter state (every flow
@@ -300,7 +330,15 @@ mod tests {
             ue_is_dst: true,
             qfi: Some((9, 1)),
         };
-        let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), None).unwrap();
+        let c = Counter::load(
+            &[GTPU_PORT, DST_PORT],
+            Measures {
+                latency: Some(cfg),
+                gap: false,
+            },
+            None,
+        )
+        .unwrap();
         let run = |f: &[u8]| {
             let prog = xdp(&c.ebpf, SINK_PROGRAM).unwrap();
             let r = bpf::run(prog, f, &mut [], 1, None).unwrap();
@@ -390,6 +428,59 @@ mod tests {
         assert!(c.flows().unwrap().is_empty());
     }
 
+    /// The gap measure (root only): the longest time between two consecutive counted
+    /// arrivals lies between what clock reads around the runs allow; frames to other ports
+    /// are not arrivals; a reset starts over; off, there is none.
+    #[test]
+    #[ignore = "needs root"]
+    fn sink_measures_the_longest_gap() {
+        assert!(is_root(), "needs root");
+        let m = Measures {
+            latency: None,
+            gap: true,
+        };
+        let c = Counter::load(&[DST_PORT], m, None).unwrap();
+        let prog = xdp(&c.ebpf, SINK_PROGRAM).unwrap();
+        let counted = stamped(0, None, STAMP_MAGIC, 0);
+        let mut other = counted.clone();
+        other[36..38].copy_from_slice(&7777u16.to_be_bytes());
+        // (before, after) each counted run, clock reads.
+        let run = |f: &[u8]| {
+            let t0 = sys::monotonic_ns();
+            let r = bpf::run(prog, f, &mut [], 1, None).unwrap();
+            (t0, sys::monotonic_ns(), r.retval)
+        };
+        assert_eq!(c.max_gap_ns().unwrap(), Some(0));
+        let mut times = Vec::new();
+        for pause_us in [0u64, 3000, 200, 0, 1500] {
+            std::thread::sleep(std::time::Duration::from_micros(pause_us));
+            // Not an arrival: ends no gap, starts none.
+            assert_eq!(run(&other).2, XDP_PASS as u32);
+            let (t0, t1, v) = run(&counted);
+            assert_eq!(v, XDP_DROP as u32);
+            times.push((t0, t1));
+            if times.len() == 1 {
+                assert_eq!(c.max_gap_ns().unwrap(), Some(0), "one arrival, no gap");
+            }
+        }
+        let lo = times.windows(2).map(|w| w[1].0 - w[0].1).max().unwrap();
+        let hi = times.windows(2).map(|w| w[1].1 - w[0].0).max().unwrap();
+        let got = c.max_gap_ns().unwrap().unwrap();
+        assert!((lo..=hi).contains(&got), "{lo} <= {got} <= {hi}");
+        assert!(got >= 3_000_000, "the 3 ms pause: {got}");
+        c.reset_gap().unwrap();
+        let (a0, a1, _) = run(&counted);
+        assert_eq!(c.max_gap_ns().unwrap(), Some(0), "starts over");
+        let (b0, b1, _) = run(&counted);
+        let got = c.max_gap_ns().unwrap().unwrap();
+        assert!((b0 - a1..=b1 - a0).contains(&got), "{got}");
+        assert_eq!(c.read().unwrap().packets, 7);
+        // Off: no map, no measure.
+        let off = Counter::load(&[DST_PORT], Measures::default(), None).unwrap();
+        assert_eq!(off.max_gap_ns().unwrap(), None);
+        off.reset_gap().unwrap();
+    }
+
     /// The sink against its specification on thousands of random frames (root only): plain
     /// and G-PDU, both classes, stamps it must ignore, sessions beyond the configured ones,
     /// QFIs right and wrong, stamps from the future, ports it does not count.
@@ -403,7 +494,15 @@ mod tests {
             ue_is_dst: true,
             qfi: Some((9, 1)),
         };
-        let c = Counter::load(&[GTPU_PORT, DST_PORT], Some(cfg), None).unwrap();
+        let c = Counter::load(
+            &[GTPU_PORT, DST_PORT],
+            Measures {
+                latency: Some(cfg),
+                gap: false,
+            },
+            None,
+        )
+        .unwrap();
         let prog = xdp(&c.ebpf, SINK_PROGRAM).unwrap();
         let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(7);
         let mut next = move || rand::Rng::next_u64(&mut rng);
