@@ -21,7 +21,10 @@ use upf_rules::{
     Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
     UsageReport, Volume,
 };
-use upf_xdp::{Engine, InstallError, Stats};
+use upf_xdp::{Detached, Engine, InstallError, Stats};
+
+/// Sessions taken out of the kernel whose counters are read after one grace period.
+const DETACHED_BATCH: usize = 2000;
 
 /// Which engine runs the sessions (`engine` in upf.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +76,8 @@ struct Kernel {
     mode: EngineMode,
     /// Sessions still to move to the engine of `mode` (a swap under way).
     moving: VecDeque<Seid>,
+    /// Sessions out of the kernel, their counters to read after a grace period.
+    detached: Vec<Detached>,
     /// The swap under way, or the last one.
     swap: Option<Swap>,
     /// Per session it runs: the usage of each URR already reported, of its never-reset
@@ -107,6 +112,7 @@ impl Engines {
                 engine,
                 mode,
                 moving: VecDeque::new(),
+                detached: Vec::new(),
                 swap: None,
                 reported: HashMap::new(),
                 refused: HashMap::new(),
@@ -202,49 +208,57 @@ impl Engines {
 
     /// Whether a swap is under way.
     pub fn moving(&self) -> bool {
-        self.kernel.as_ref().is_some_and(|k| !k.moving.is_empty())
+        (self.kernel.as_ref()).is_some_and(|k| !k.moving.is_empty() || !k.detached.is_empty())
     }
 
-    /// Moves up to `n` sessions of the swap under way.
-    pub fn move_some(&mut self, n: usize) {
+    /// Moves sessions of the swap under way for about `budget` of this thread's time (map
+    /// updates), so that a worker sharing its core is not held up for longer. Out of the
+    /// kernel, the detached sessions' counters are read in batches of [`DETACHED_BATCH`]
+    /// after one grace period (a sleep, not work).
+    pub fn move_some(&mut self, budget: Duration) {
         let Some(k) = &mut self.kernel else { return };
-        let n = n.min(k.moving.len());
-        let chunk: Vec<Seid> = k.moving.drain(..n).collect();
-        let moved = if k.mode == EngineMode::User {
-            // Out of the kernel exactly: all keys, one grace period, then the counters.
-            let out = k.take_off_many(&chunk);
-            let moved = out.len();
-            for (seid, left) in out {
+        let start = Instant::now();
+        let mut moved = 0;
+        while start.elapsed() < budget {
+            let Some(seid) = k.moving.pop_front() else {
+                break;
+            };
+            if k.mode == EngineMode::User {
+                if let Some(d) = k.engine.detach(seid) {
+                    k.detached.push(d);
+                }
+                continue;
+            }
+            let Some(s) = self.workers.installed(seid).cloned() else {
+                continue;
+            };
+            if k.reported.contains_key(&seid) {
+                continue;
+            }
+            // No barrier: a session the engine can run buffers nothing.
+            match k.engine.install(&s) {
+                Ok(()) => {
+                    k.refused.remove(&seid);
+                    k.reported.insert(seid, Vec::new());
+                    moved += 1;
+                }
+                Err(e) => {
+                    k.refused.insert(seid, e.to_string());
+                }
+            }
+        }
+        if k.detached.len() >= DETACHED_BATCH || (k.moving.is_empty() && !k.detached.is_empty()) {
+            let gone = std::mem::take(&mut k.detached);
+            for (seid, last) in k.engine.collect(gone) {
+                let left = k.unreported(seid, last);
                 k.refused.insert(seid, "engine set to user".into());
                 carry(&self.workers, seid, left);
+                moved += 1;
             }
-            moved
-        } else {
-            let mut moved = 0;
-            for seid in chunk {
-                let Some(s) = self.workers.installed(seid).cloned() else {
-                    continue;
-                };
-                if k.reported.contains_key(&seid) {
-                    continue;
-                }
-                // No barrier: a session the engine can run buffers nothing.
-                match k.engine.install(&s) {
-                    Ok(()) => {
-                        k.refused.remove(&seid);
-                        k.reported.insert(seid, Vec::new());
-                        moved += 1;
-                    }
-                    Err(e) => {
-                        k.refused.insert(seid, e.to_string());
-                    }
-                }
-            }
-            moved
-        };
+        }
         if let Some(w) = &mut k.swap {
             w.moved += moved;
-            if k.moving.is_empty() && w.took.is_none() {
+            if k.moving.is_empty() && k.detached.is_empty() && w.took.is_none() {
                 w.took = Some(w.started.elapsed());
             }
         }
@@ -307,17 +321,6 @@ impl Kernel {
     fn take_off(&mut self, seid: Seid) -> Vec<(UrrId, Volume)> {
         let last = self.engine.remove(seid);
         self.unreported(seid, last)
-    }
-
-    /// [`Kernel::take_off`] of several sessions, exactly (`Engine::remove_many`).
-    fn take_off_many(&mut self, seids: &[Seid]) -> Vec<(Seid, Vec<(UrrId, Volume)>)> {
-        let on: Vec<Seid> = (seids.iter().copied())
-            .filter(|s| self.reported.contains_key(s))
-            .collect();
-        let out = self.engine.remove_many(&on);
-        out.into_iter()
-            .map(|(seid, last)| (seid, self.unreported(seid, last)))
-            .collect()
     }
 
     /// The final counts `last` of a session taken off, less what was reported of them.

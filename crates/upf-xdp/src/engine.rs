@@ -5,8 +5,8 @@ use crate::compile::{
     compile, Action, CAddr, CBucket, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
     MAX_PDR_MBRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
-use crate::{Reason, Unrouted, URR_SLOTS};
 use crate::keys::{Keys, SessionValue, SESSION_LEN};
+use crate::{Reason, Unrouted, URR_SLOTS};
 use aya::maps::{
     Array, DevMap, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
@@ -101,6 +101,16 @@ pub struct Stats {
     /// Punted for want of a next hop, by the FIB's answer.
     pub unrouted: Vec<(Unrouted, u64)>,
     pub forwarded: u64,
+}
+
+/// A session whose keys are out of the maps, its counters not read yet ([`Engine::detach`]).
+#[derive(Debug)]
+pub struct Detached(Seid, Held);
+
+impl Detached {
+    pub fn seid(&self) -> Seid {
+        self.0
+    }
 }
 
 /// Where a session is in the maps.
@@ -566,7 +576,11 @@ impl Engine {
             let v = k.session(slot, id);
             let (table, key, new) = match k.key {
                 Key::Teid(t) => (&mut self.ul, t, !old.is_some_and(|o| o.0.contains(&t))),
-                Key::Ue(a) => (&mut self.dl, ue_key(a), !old.is_some_and(|o| o.1.contains(&a))),
+                Key::Ue(a) => (
+                    &mut self.dl,
+                    ue_key(a),
+                    !old.is_some_and(|o| o.1.contains(&a)),
+                ),
             };
             r = table.set(&mut self.ebpf, key, v);
             if r.is_err() {
@@ -644,10 +658,20 @@ impl Engine {
     /// one has returned: `membarrier(MEMBARRIER_CMD_GLOBAL)`, an RCU grace period, ~8 ms
     /// here), then their counters. Their final usage, per session.
     pub fn remove_many(&mut self, seids: &[Seid]) -> Vec<(Seid, io::Result<Usage>)> {
-        let gone: Vec<(Seid, Held)> = seids
-            .iter()
-            .filter_map(|&s| self.unkey(s).map(|h| (s, h)))
-            .collect();
+        let gone: Vec<Detached> = seids.iter().filter_map(|&s| self.detach(s)).collect();
+        self.collect(gone)
+    }
+
+    /// The first half of [`Engine::remove_many`]: takes session `seid`'s keys out; its
+    /// counters and slot stay until [`Engine::collect`] (so that many detachments share one
+    /// grace period).
+    pub fn detach(&mut self, seid: Seid) -> Option<Detached> {
+        self.unkey(seid).map(|h| Detached(seid, h))
+    }
+
+    /// The second half of [`Engine::remove_many`]: one grace period, then the final usage of
+    /// each detached session; their slots are free.
+    pub fn collect(&mut self, gone: Vec<Detached>) -> Vec<(Seid, io::Result<Usage>)> {
         if gone.is_empty() {
             return Vec::new();
         }
@@ -656,7 +680,7 @@ impl Engine {
             std::thread::sleep(SLOT_QUARANTINE);
         }
         gone.into_iter()
-            .map(|(seid, h)| {
+            .map(|Detached(seid, h)| {
                 let u = self.read_usage(&h);
                 self.slots.give_back(h.slot);
                 (seid, u)

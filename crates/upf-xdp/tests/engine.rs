@@ -313,11 +313,21 @@ fn keys_that_share_a_direct_entry_or_change_go_through_the_hash_map() {
     assert_eq!(e.hashed_keys(), 4);
     let mut out = vec![0u8; 2048];
     let dl = |e: &Engine, out: &mut Vec<u8>| {
-        let r = upf_io::bpf::run(e.program().unwrap(), &ip_frame(remote, ue(1), 20), out, 1, None)
-            .unwrap();
+        let r = upf_io::bpf::run(
+            e.program().unwrap(),
+            &ip_frame(remote, ue(1), 20),
+            out,
+            1,
+            None,
+        )
+        .unwrap();
         (r.retval, out[14 + 16..14 + 20].to_vec())
     };
-    assert_eq!(dl(&e, &mut out), (3, vec![192, 0, 2, 101]), "the new tunnel at once");
+    assert_eq!(
+        dl(&e, &mut out),
+        (3, vec![192, 0, 2, 101]),
+        "the new tunnel at once"
+    );
     std::thread::sleep(upf_xdp::ENTRY_QUARANTINE);
     e.settle();
     assert_eq!(e.hashed_keys(), 2, "session 1's keys back in their entries");

@@ -102,6 +102,13 @@ pub(crate) fn run(a: &Args, swaps: u32) -> anyhow::Result<Value> {
     let gap_swapped = counter.max_gap_ns()?.unwrap_or(0);
     rig.upf_alive()?;
     let status: Value = serde_json::from_str(&admin_get(&upf_ns, "/api/engine")?)?;
+    // Where packets were dropped: every non-zero drop and I/O loss counter of the UPF.
+    let drops: Vec<String> = admin_get(&upf_ns, "/metrics")?
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
+        .filter(|l| l.contains("dropped") || l.contains("unrouted") || l.contains("_errors"))
+        .map(str::to_string)
+        .collect();
     drop(smf);
     rig.stop_upf();
 
@@ -145,6 +152,7 @@ pub(crate) fn run(a: &Args, swaps: u32) -> anyhow::Result<Value> {
         "window": window(&swapped),
         "window_no_swap": window(&quiet),
         "engine_after": status,
+        "upf_drops": drops,
         "gen_cpu": a.rig.gen_cpu,
         "upf_cores": cores,
         "load_before": load_before,
