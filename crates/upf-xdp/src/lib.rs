@@ -33,17 +33,23 @@
 //!   next hop there (no neighbour yet, no route, forwarding off, ...) punted unchanged,
 //!   counted by [`Unrouted`]. With fixed [`Hops`] (for BPF_PROG_TEST_RUN): XDP_TX with them.
 //!
-//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`]; a quota
-//! is enforced, not reported (a URR asking for its report, VOLQU, is punted).
+//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`]
+//! (`upf_runtime::Engines` adds them to the workers' reports); a quota is enforced, not
+//! reported (a URR asking for its report, VOLQU, is punted).
+//!
+//! The maps, for many sessions: a key (TEID, UE address) finds its session's own 48 octets
+//! (slot, UE address, each PDR's tunnel, the index of its PDR list) in a direct-mapped array
+//! entry, one cache line, or behind it in a hash map (`keys`); the PDR lists are interned
+//! (shapes), so sessions of one policy share them and they stay in cache.
 //!
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
 //! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
 //! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
 //! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
-//! duplication, N9, times. Network Instances are not looked at: the engine runs with one N6
-//! (the daemon's config ensures it), which any instance the workers accept names. Not in the program yet: the uplink ACL (the
-//! runtime must not use this engine while one is loaded).
+//! duplication, N9, times. Network Instances are not looked at: the engine runs with one
+//! N6 (the daemon's config ensures it), which any instance the workers accept names. The
+//! uplink ACL is not in the program yet: the daemon does not run the engine with one.
 
 mod compile;
 mod engine;
