@@ -4,7 +4,6 @@
 //! for a URR is in its reports once, exactly, also across a move between engines; a full
 //! XDP engine refuses a session (`xdp`) or leaves it to the workers (`auto`).
 
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_dataplane::Packet;
@@ -13,12 +12,10 @@ use upf_rules::{
     Urr, UrrId, UsageReport, VolumeLimit,
 };
 use upf_runtime::{EngineMode, Engines, Runs, Workers};
-use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
-use upf_wire::{checksum, ip_proto};
 use upf_xdp::{Config, Engine, Hops, NextHop};
 mod common;
 
-use common::{session, ue, UPF};
+use common::{gpdu, session, ue, UPF};
 
 /// XDP_PASS (a punt without a steering program) and XDP_TX (forwarded with fixed hops).
 const XDP_PASS: u32 = 2;
@@ -66,44 +63,15 @@ fn with_urr(i: u32, threshold: bool) -> Arc<Session> {
 }
 
 /// A G-PDU of UE `i` (28 octets inside) on its TEID.
-fn gpdu(i: u32) -> Packet {
-    let mut ip = vec![0u8; 28];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&28u16.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = ip_proto::UDP;
-    ip[12..16].copy_from_slice(&ue(i).octets());
-    ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
-    let c = checksum::checksum(&ip[..20]);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip[24..26].copy_from_slice(&8u16.to_be_bytes());
-    let mut p = Packet::from_bytes(upf_dataplane::Port::N3, &ip).unwrap();
-    let (s, l) = (p.start(), p.len());
-    let e = EncapV4 {
-        src: Ipv4Addr::new(192, 0, 2, 100),
-        dst: UPF,
-        ident: 0,
-        dont_frag: false,
-        tunnel: GtpuTunnel {
-            teid: 100 + i,
-            src_port: 2152,
-            dst_port: 2152,
-            psc: None,
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
-        },
-    };
-    let start = encapsulate_gtpu_v4(p.buffer_mut(), s, l, &e).unwrap();
-    p.set_range(start, s + l);
-    p
+fn gpdu_of(i: u32) -> Packet {
+    gpdu(100 + i, ue(i), 0, 0)
 }
 
 /// Runs UE `i`'s G-PDU `n` times through the XDP program; the verdicts.
 fn through_kernel(e: &Engines, i: u32, n: usize) -> Vec<u32> {
     let mut frame = vec![0u8; 12];
     frame.extend([8, 0]);
-    frame.extend_from_slice(gpdu(i).data());
+    frame.extend_from_slice(gpdu_of(i).data());
     let prog = e.xdp().expect("the XDP engine").program().unwrap();
     let mut out = vec![0u8; 2048];
     (0..n)
@@ -119,7 +87,7 @@ fn through_kernel(e: &Engines, i: u32, n: usize) -> Vec<u32> {
 /// them to come out.
 fn through_workers(e: &Engines, i: u32, n: usize) {
     let w = e.workers();
-    w.steer((0..n).map(|_| gpdu(i)).collect());
+    w.steer((0..n).map(|_| gpdu_of(i)).collect());
     let mut got = 0;
     let deadline = Instant::now() + Duration::from_secs(10);
     while got < n && Instant::now() < deadline {

@@ -11,9 +11,8 @@ use upf_rules::{
 };
 mod common;
 
-use common::{session, ue, UPF};
+use common::{gpdu, session, ue, UPF};
 use upf_runtime::{RuntimeConfig, Workers};
-use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
 use upf_wire::{checksum, ip_proto};
 
 /// `workers` workers on channels, receiving GTP-U on [`UPF`].
@@ -39,43 +38,6 @@ fn uplink(i: u32, seq: u16) -> Packet {
 /// [`uplink`] from UDP source port `sport` (one flow per port).
 fn uplink_flow(i: u32, seq: u16, sport: u16) -> Packet {
     gpdu(100 + i, ue(i), seq, sport)
-}
-
-/// A G-PDU on `teid` whose inner packet comes from `src` (which steers it), UDP from `sport`.
-fn gpdu(teid: u32, src: Ipv4Addr, seq: u16, sport: u16) -> Packet {
-    let mut ip = vec![0u8; 28];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&28u16.to_be_bytes());
-    ip[4..6].copy_from_slice(&seq.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = ip_proto::UDP;
-    ip[12..16].copy_from_slice(&src.octets());
-    ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
-    let c = checksum::checksum(&ip[..20]);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip[20..22].copy_from_slice(&sport.to_be_bytes());
-    ip[24..26].copy_from_slice(&8u16.to_be_bytes());
-    let mut p = Packet::from_bytes(Port::N3, &ip).unwrap();
-    let (s, l) = (p.start(), p.len());
-    let tunnel = GtpuTunnel {
-        teid,
-        src_port: 2152,
-        dst_port: 2152,
-        psc: None,
-        ttl: 64,
-        dscp: 0,
-        ecn: 0,
-    };
-    let e = EncapV4 {
-        src: Ipv4Addr::new(192, 0, 2, 100),
-        dst: UPF,
-        ident: 0,
-        dont_frag: false,
-        tunnel,
-    };
-    let start = encapsulate_gtpu_v4(p.buffer_mut(), s, l, &e).unwrap();
-    p.set_range(start, s + l);
-    p
 }
 
 #[test]

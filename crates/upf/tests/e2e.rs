@@ -749,6 +749,21 @@ fn send_one(sock: &UdpSocket, to: SocketAddr, d: &[u8]) {
     panic!("send to {to} keeps failing");
 }
 
+/// The UEs (stream i is UE `ues[i]`) whose datagrams did not all arrive, `per_ue` each,
+/// once and in order: "UE address: the sequence numbers that came".
+fn out_of_order(got: &[Arrival], ues: &[Ipv4Addr], per_ue: u32) -> Vec<String> {
+    let mut seen: HashMap<u32, Vec<u32>> = HashMap::new();
+    for a in got {
+        seen.entry(a.stream).or_default().push(a.seq);
+    }
+    let want: Vec<u32> = (0..per_ue).collect();
+    (0u32..)
+        .zip(ues)
+        .filter(|(i, _)| seen.get(i) != Some(&want))
+        .map(|(i, ue)| format!("UE {ue}: {:?}", seen.get(&i)))
+        .collect()
+}
+
 fn seqs(a: &[Arrival]) -> Vec<u32> {
     a.iter().map(|x| x.seq).collect()
 }
@@ -1117,7 +1132,6 @@ fn many_sessions(h: &mut Harness) {
     std::thread::sleep(Duration::from_millis(200));
     let got = rx.finish();
     println!("e2e: {UES} UEs × {PER_UE}: {n}/{total} datagrams at the DN");
-    let mut per_ue: HashMap<u32, Vec<u32>> = HashMap::new();
     for a in &got {
         let ue = usize::try_from(a.stream).ok().and_then(|i| ues.get(i));
         assert_eq!(
@@ -1127,13 +1141,8 @@ fn many_sessions(h: &mut Harness) {
             a.stream,
             a.from
         );
-        per_ue.entry(a.stream).or_default().push(a.seq);
     }
-    let want: Vec<u32> = (0..PER_UE).collect();
-    let bad: Vec<String> = (0..UES)
-        .filter(|i| per_ue.get(i) != Some(&want))
-        .map(|i| format!("UE {}: {:?}", ues[i as usize], per_ue.get(&i)))
-        .collect();
+    let bad = out_of_order(&got, &ues, PER_UE);
     assert!(
         bad.is_empty(),
         "{} UEs lost or reordered datagrams, e.g. {:?}\n{}",
@@ -1429,15 +1438,7 @@ fn hot_swap(h: &mut Harness) {
          {n_up}/{total} up, {n_down}/{total} down"
     );
     for (dir, got) in [("uplink", &up), ("downlink", &down)] {
-        let mut per_ue: HashMap<u32, Vec<u32>> = HashMap::new();
-        for a in got.iter() {
-            per_ue.entry(a.stream).or_default().push(a.seq);
-        }
-        let want: Vec<u32> = (0..PER_UE).collect();
-        let bad: Vec<String> = (0..UES)
-            .filter(|i| per_ue.get(i) != Some(&want))
-            .map(|i| format!("UE {}: {:?}", ues[i as usize], per_ue.get(&i)))
-            .collect();
+        let bad = out_of_order(got, &ues, PER_UE);
         assert!(
             bad.is_empty(),
             "{dir}: {} UEs lost or reordered datagrams, e.g. {:?}\n{}",
