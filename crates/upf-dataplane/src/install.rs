@@ -209,6 +209,16 @@ impl Pipeline {
         }
     }
 
+    /// The slot of session `seid`, its hot record's counts synced into it.
+    fn synced_slot(&mut self, seid: Seid) -> Result<u32, DatapathError> {
+        let slot = *self
+            .by_seid
+            .get(&seid)
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        self.sync_slot(slot);
+        Ok(slot)
+    }
+
     /// Removes a session; the final usage of each URR (TERMR) and its buffered packets
     /// discarded.
     pub fn remove_session(
@@ -216,12 +226,7 @@ impl Pipeline {
         now: Instant,
         seid: Seid,
     ) -> Result<Vec<UsageReport>, DatapathError> {
-        let slot = self
-            .by_seid
-            .get(&seid)
-            .copied()
-            .ok_or(DatapathError::UnknownSession(seid))?;
-        self.sync_slot(slot);
+        let slot = self.synced_slot(seid)?;
         let mut s = self.slots[slot as usize]
             .take()
             .ok_or(DatapathError::UnknownSession(seid))?;
@@ -247,11 +252,7 @@ impl Pipeline {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
-        let slot = *self
-            .by_seid
-            .get(&seid)
-            .ok_or(DatapathError::UnknownSession(seid))?;
-        self.sync_slot(slot);
+        let slot = self.synced_slot(seid)?;
         let s = self.slots[slot as usize]
             .as_mut()
             .ok_or(DatapathError::UnknownSession(seid))?;
@@ -275,11 +276,7 @@ impl Pipeline {
         seid: Seid,
         usage: &[(UrrId, Volume)],
     ) -> Result<(), DatapathError> {
-        let slot = *self
-            .by_seid
-            .get(&seid)
-            .ok_or(DatapathError::UnknownSession(seid))?;
-        self.sync_slot(slot);
+        let slot = self.synced_slot(seid)?;
         let s = self.slots[slot as usize]
             .as_mut()
             .ok_or(DatapathError::UnknownSession(seid))?;
