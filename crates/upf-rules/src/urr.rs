@@ -128,6 +128,21 @@ impl Volume {
         }
     }
 
+    /// What was counted since `earlier`, a reading of the same counters (field by field,
+    /// never below zero).
+    pub fn since(&self, earlier: &Volume) -> Volume {
+        Volume {
+            total_bytes: self.total_bytes.saturating_sub(earlier.total_bytes),
+            uplink_bytes: self.uplink_bytes.saturating_sub(earlier.uplink_bytes),
+            downlink_bytes: self.downlink_bytes.saturating_sub(earlier.downlink_bytes),
+            total_packets: self.total_packets.saturating_sub(earlier.total_packets),
+            uplink_packets: self.uplink_packets.saturating_sub(earlier.uplink_packets),
+            downlink_packets: self
+                .downlink_packets
+                .saturating_sub(earlier.downlink_packets),
+        }
+    }
+
     pub fn add(&mut self, o: &Volume) {
         self.total_bytes += o.total_bytes;
         self.uplink_bytes += o.uplink_bytes;

@@ -304,7 +304,7 @@ impl Kernel {
             }
             match base.iter_mut().find(|(u, _)| *u == urr) {
                 Some((_, before)) => {
-                    delta.push((urr, minus(&total, before)));
+                    delta.push((urr, total.since(before)));
                     *before = total;
                 }
                 None => {
@@ -337,21 +337,9 @@ impl Kernel {
         last.into_iter()
             .map(|(urr, total)| {
                 let before = base.iter().find(|(u, _)| *u == urr).map(|(_, v)| *v);
-                (urr, minus(&total, &before.unwrap_or_default()))
+                (urr, total.since(&before.unwrap_or_default()))
             })
             .collect()
-    }
-}
-
-/// `a - b` field by field (`b` an earlier reading of the same counters).
-fn minus(a: &Volume, b: &Volume) -> Volume {
-    Volume {
-        total_bytes: a.total_bytes.saturating_sub(b.total_bytes),
-        uplink_bytes: a.uplink_bytes.saturating_sub(b.uplink_bytes),
-        downlink_bytes: a.downlink_bytes.saturating_sub(b.downlink_bytes),
-        total_packets: a.total_packets.saturating_sub(b.total_packets),
-        uplink_packets: a.uplink_packets.saturating_sub(b.uplink_packets),
-        downlink_packets: a.downlink_packets.saturating_sub(b.downlink_packets),
     }
 }
 
@@ -423,7 +411,7 @@ impl Datapath for Engines {
                 if let Some(base) = k.reported.get_mut(&seid) {
                     for (urr, d) in &before {
                         if let Some((_, v)) = base.iter_mut().find(|(u, _)| u == urr) {
-                            *v = minus(v, d);
+                            *v = v.since(d);
                         }
                     }
                 }
@@ -443,10 +431,7 @@ impl Datapath for Engines {
                     // before the program forwards new ones.
                     self.workers.barrier(seid);
                 }
-                match k.engine.install(&session) {
-                    Ok(()) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
+                k.engine.install(&session).map_err(|e| e.to_string())
             }
             Err(why) => Err(why),
         };
