@@ -33,6 +33,7 @@ mod test_rules;
 mod usage;
 
 pub use acl::{Acl, AclAction, AclLoadError, AclParseError, AclRule, AclStats, Tuning};
+pub use acl::{AclEntry4, AclTable4, AclTables4};
 pub use acl::{ANY_PORT, MAX_TABLES};
 pub use counters::{Counters, DropReason};
 pub use flow::{Addr, Flow, Flow4, Prefix};

@@ -54,11 +54,13 @@
 //! bounds a list's length when rules crowd onto one key (the benchmark's longest has 16).
 
 mod build;
+mod export;
 mod lookup;
 mod rules;
 #[cfg(test)]
 mod tests;
 
+pub use export::{AclEntry4, AclTable4, AclTables4};
 pub use rules::{parse_rules, AclLoadError, AclParseError};
 
 use crate::flow::{Flow, Flow4, Prefix};
