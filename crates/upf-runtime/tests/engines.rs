@@ -39,6 +39,7 @@ fn engines(sessions: u32, mode: EngineMode) -> Engines {
         n3: UPF,
         outer_ttl: 64,
         hops: Some(Hops { n3: none, n6: none }),
+        acl: Default::default(),
     })
     .expect("the XDP engine loads");
     Engines::with_xdp(workers, engine, mode)

@@ -50,12 +50,13 @@
 #define R_ENCAP_FAILED 5
 #define R_MBR_EXCEEDED 6
 #define R_QUOTA_EXHAUSTED 7
-#define S_PUNTED 8
-#define S_FORWARDED 9
+#define R_ACL_DENIED 8
+#define S_PUNTED 9
+#define S_FORWARDED 10
 /* Punts for want of a next hop: S_FIB - 1 + BPF_FIB_LKUP_RET_* (1..9), then the port's
  * interface not attached or the route leaving by another one, then the lookup's error. In the
  * order of src/lib.rs's `Unrouted`. */
-#define S_FIB 10
+#define S_FIB 11
 #define S_OTHER_INTERFACE (S_FIB + 9)
 #define S_FIB_ERROR (S_FIB + 10)
 #define N_STATS (S_FIB + 11)
@@ -295,6 +296,63 @@ struct {
 	__type(value, __u32);
 } ident SEC(".maps");
 
+/* The uplink ACL (upf_dataplane::Acl::check4, its IPv4 tables as Acl::tables4 gives them,
+ * loaded by src/acl.rs): up to ACL_TABLES hash tables probed in order, each slot the first
+ * of a list of rules (in `acl_entries`) walked to the one flagged ACL_LAST. Set at load: the
+ * tables in use, the longest list, the default (1: deny), whether `acl_reach` (the /16s some
+ * rule's destination reaches) applies. */
+#define ACL_TABLES 8
+#define ACL_DENY 1
+#define ACL_LAST 2
+#define ACL_NEVER 0xffffffff
+const volatile __u32 acl_tables_used = 0;
+const volatile __u32 acl_longest = 0;
+const volatile __u32 acl_default_deny = 0;
+const volatile __u32 acl_reach_on = 0;
+
+struct acl_table {
+	__u64 meta_mask;
+	__u32 min, src_mask, dst_mask, shift;
+	__u32 slot_base, slots; /* its slots in `acl_slots` */
+};
+
+struct acl_entry {
+	__u32 src_net, src_mask, dst_net, dst_mask; /* host order */
+	__u32 idx;
+	__u16 sport_lo, sport_span, dport_lo, dport_span;
+	__u8 proto, proto_mask, flags, pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ACL_TABLES);
+	__type(key, __u32);
+	__type(value, struct acl_table);
+} acl_tables SEC(".maps");
+
+/* Every table's slots, from its `slot_base`: the index in `acl_entries` of its list. Sizes
+ * are set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} acl_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct acl_entry);
+} acl_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} acl_reach SEC(".maps");
+
 static __always_inline void count(__u32 i)
 {
 	__u64 *c = bpf_map_lookup_elem(&stats, &i);
@@ -406,6 +464,120 @@ static __always_inline void flow_of(const __u8 *ip, const void *end, __u32 len, 
 	}
 }
 
+/* lookup::key_hash: the 64x64 -> 128-bit product of the key and the masked protocol and
+ * ports, each xor-ed with a constant, folded onto itself; in 32-bit halves (BPF has no
+ * 128-bit multiply). */
+static __always_inline __u64 acl_hash(__u64 x, __u64 meta)
+{
+	__u64 a = x ^ 0x9e3779b97f4a7c15ULL, b = meta ^ 0xc2b2ae3d27d4eb4fULL;
+	__u64 a0 = a & 0xffffffff, a1 = a >> 32, b0 = b & 0xffffffff, b1 = b >> 32;
+	__u64 p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+	__u64 mid = (p00 >> 32) + (p01 & 0xffffffff) + (p10 & 0xffffffff);
+	__u64 lo = (p00 & 0xffffffff) | (mid << 32);
+	__u64 hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+	return lo ^ hi;
+}
+
+static __always_inline int acl_match(const struct acl_entry *e, __u32 src, __u32 dst, __u8 proto,
+				     __u16 sp, __u16 dp)
+{
+	__u32 addr = ((src & e->src_mask) ^ e->src_net) | ((dst & e->dst_mask) ^ e->dst_net);
+	return !addr && !((proto & e->proto_mask) ^ e->proto) &&
+	       (__u16)(sp - e->sport_lo) <= e->sport_span &&
+	       (__u16)(dp - e->dport_lo) <= e->dport_span;
+}
+
+/* A list walk past its first rule (bpf_loop: the verifier checks the step once, whatever
+ * the list's length). */
+struct acl_walk {
+	__u32 i; /* the next rule */
+	__u32 best, flags;
+	__u32 src, dst;
+	__u16 sp, dp;
+	__u8 proto;
+};
+
+/* One rule of a list, in rule order: the walk ends at a match, at a rule not better than the
+ * best so far, or at the list's last. */
+static long acl_step(__u64 n, struct acl_walk *w)
+{
+	const struct acl_entry *e = bpf_map_lookup_elem(&acl_entries, &w->i);
+
+	if (!e || e->idx >= w->best)
+		return 1;
+	if (acl_match(e, w->src, w->dst, w->proto, w->sp, w->dp)) {
+		w->best = e->idx;
+		w->flags = e->flags;
+		return 1;
+	}
+	w->i++;
+	return e->flags & ACL_LAST ? 1 : 0;
+}
+
+/* Whether the uplink ACL denies the packet `ip` (its flow `fl`): Family::lookup. The first
+ * matching rule (lowest index) decides, else the default. */
+static __always_inline int acl_denies(const __u8 *ip, const struct flow *fl)
+{
+	struct acl_walk w = {
+		.best = ACL_NEVER,
+		.src = bpf_ntohl(*(__u32 *)(ip + 12)),
+		.dst = bpf_ntohl(*(__u32 *)(ip + 16)),
+		.sp = fl->sp,
+		.dp = fl->dp,
+		.proto = ip[9],
+	};
+	__u32 t;
+	__u64 meta;
+
+	if (!acl_tables_used)
+		return acl_default_deny;
+	if (acl_reach_on) {
+		__u32 b = w.dst >> 16, k = b / 64;
+		__u64 *r = bpf_map_lookup_elem(&acl_reach, &k);
+		if (!r || !((*r >> (b % 64)) & 1))
+			return acl_default_deny;
+	}
+	meta = (__u64)w.proto | (__u64)w.sp << 8 | (__u64)w.dp << 24;
+#pragma unroll
+	for (t = 0; t < ACL_TABLES; t++) {
+		const struct acl_table *tb;
+		const struct acl_entry *e;
+		__u32 *first, i = t;
+		__u64 h;
+
+		if (t >= acl_tables_used)
+			break;
+		tb = bpf_map_lookup_elem(&acl_tables, &i);
+		/* Tables come by ascending `min`: none from here on holds a better rule. */
+		if (!tb || tb->min >= w.best)
+			break;
+		h = acl_hash((__u64)(w.src & tb->src_mask) | (__u64)(w.dst & tb->dst_mask) << 32,
+			     meta & tb->meta_mask);
+		h = tb->shift < 64 ? h >> tb->shift : 0;
+		if (h >= tb->slots)
+			continue;
+		i = tb->slot_base + (__u32)h;
+		first = bpf_map_lookup_elem(&acl_slots, &i);
+		if (!first)
+			continue;
+		/* The first rule inline (most lists have one), the rest by bpf_loop. */
+		w.i = *first;
+		e = bpf_map_lookup_elem(&acl_entries, &w.i);
+		if (!e || e->idx >= w.best)
+			continue;
+		if (acl_match(e, w.src, w.dst, w.proto, w.sp, w.dp)) {
+			w.best = e->idx;
+			w.flags = e->flags;
+			continue;
+		}
+		if (e->flags & ACL_LAST)
+			continue;
+		w.i++;
+		bpf_loop(acl_longest, acl_step, &w, 0);
+	}
+	return w.best == ACL_NEVER ? acl_default_deny : w.flags & ACL_DENY;
+}
+
 static __always_inline int sdf_match(const struct sdf *f, const struct key *k)
 {
 	if (f->flags & SDF_NEVER)
@@ -456,15 +628,13 @@ static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const st
 }
 
 /* The index of the first of the PDRs `sh` (session `s`'s under the key) matching (QFI, UE
- * address, SDF filters) the packet `ip` (of `len` octets, as `inner_len` passed it), or -1. */
+ * address, SDF filters) the packet `ip` (its flow `fl`), or -1. */
 static __always_inline int classify(const struct session *s, const struct shape *sh, int has_qfi,
-				    __u32 qfi, const __u8 *ip, const void *end, __u32 len)
+				    __u32 qfi, const __u8 *ip, const struct flow *fl)
 {
 	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
-	struct flow fl;
 	int i;
 
-	flow_of(ip, end, len, &fl);
 #pragma unroll
 	for (i = 0; i < MAX_PDRS; i++) {
 		const struct pdr *p = &sh->pdrs[i];
@@ -479,7 +649,7 @@ static __always_inline int classify(const struct session *s, const struct shape 
 			if (a != s->ue)
 				continue;
 		}
-		if (!sdf_any(p, ip, &fl, s->ue))
+		if (!sdf_any(p, ip, fl, s->ue))
 			continue;
 		return i;
 	}
@@ -729,6 +899,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	__u8 *d = data + sizeof(struct ethhdr);
 	__u32 total, hdr, qfi = 0, len;
 	int has_qfi = 0, why, i;
+	struct flow fl;
 	struct session *s;
 	const struct shape *sh;
 	const struct pdr *p;
@@ -773,10 +944,14 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	sh = shape_of(s);
 	if (!sh)
 		return punt();
-	i = classify(s, sh, has_qfi, qfi, ip, end, len);
+	flow_of(ip, end, len, &fl);
+	i = classify(s, sh, has_qfi, qfi, ip, &fl);
 	if (i < 0)
 		return drop(R_NO_MATCHING_PDR);
 	p = &sh->pdrs[i & (MAX_PDRS - 1)];
+	/* steps::admit: the ACL judges what comes from the UE, after classification. */
+	if (p->uplink && acl_denies(ip, &fl))
+		return drop(R_ACL_DENIED);
 	why = verdict(p, ip);
 	if (why >= 0)
 		return drop(why);
@@ -818,6 +993,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	const struct pdr *p;
 	__u16 *o;
 	__u8 *h, addrs[12];
+	struct flow fl;
 	int why, i;
 
 	if ((void *)(ip + 24) > end)
@@ -836,7 +1012,8 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	sh = shape_of(s);
 	if (!sh)
 		return punt();
-	i = classify(s, sh, 0, 0, ip, end, len);
+	flow_of(ip, end, len, &fl);
+	i = classify(s, sh, 0, 0, ip, &fl);
 	if (i < 0)
 		return drop(R_NO_MATCHING_PDR);
 	p = &sh->pdrs[i & (MAX_PDRS - 1)];

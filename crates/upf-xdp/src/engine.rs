@@ -1,6 +1,7 @@
 //! The engine: the program loaded with aya, its maps filled from compiled sessions, its
 //! per-CPU counters summed on read.
 
+use crate::acl;
 use crate::compile::{
     compile, Action, CAddr, CBucket, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
     MAX_PDR_MBRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
@@ -15,7 +16,9 @@ use aya::{Ebpf, EbpfLoader};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use upf_dataplane::Acl;
 use upf_io::bpf;
 use upf_io::link::Link;
 use upf_io::Port;
@@ -61,7 +64,7 @@ pub type Usage = Vec<(UrrId, Volume)>;
 pub const SLOT_QUARANTINE: Duration = Duration::from_millis(100);
 
 /// What the engine is loaded with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Sessions the maps hold; one more is refused ([`InstallError::Full`]).
     pub sessions: u32,
@@ -75,6 +78,8 @@ pub struct Config {
     /// differential test compares output bytes with the reference's independently of the
     /// host's routes).
     pub hops: Option<Hops>,
+    /// The uplink ACL (`PipelineConfig::uplink_acl`): the program judges by the same tables.
+    pub acl: Arc<Acl>,
 }
 
 /// Why a session was not installed (nothing changed).
@@ -170,7 +175,15 @@ impl Engine {
         // bits find it (1 Mi at most: 64 MiB an array).
         let direct = n.next_power_of_two().clamp(16, 1 << 20);
         let direct_mask = direct - 1;
+        let acl = acl::lay_out(&cfg.acl.tables4())?;
+        let at_least_one = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let mut ebpf = EbpfLoader::new()
+            .override_global("acl_tables_used", &acl.tables_used, true)
+            .override_global("acl_longest", &acl.longest, true)
+            .override_global("acl_default_deny", &acl.default_deny, true)
+            .override_global("acl_reach_on", &acl.reach_on, true)
+            .map_max_entries("acl_slots", at_least_one(acl.slots.len()))
+            .map_max_entries("acl_entries", at_least_one(acl.entries.len()))
             .override_global("n3_addr", &n3, true)
             .override_global("outer_ttl", &ttl, true)
             .override_global("fixed_hops", &fixed, true)
@@ -192,6 +205,10 @@ impl Engine {
         prog.load()
             .map_err(|e| bpf::error("BPF_PROG_LOAD (XDP engine)", &e))?;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        fill(&mut ebpf, "acl_tables", &acl.tables)?;
+        fill(&mut ebpf, "acl_slots", &acl.slots)?;
+        fill(&mut ebpf, "acl_entries", &acl.entries)?;
+        fill(&mut ebpf, "acl_reach", &acl.reach)?;
         Ok(Self {
             ebpf,
             cfg,
@@ -778,6 +795,18 @@ impl Engine {
             .map_mut(name)
             .ok_or_else(|| io::Error::other(format!("XDP engine object without its {name} map")))
     }
+}
+
+/// Writes `values` into the array map `name` from index 0.
+fn fill<T: aya::Pod>(ebpf: &mut Ebpf, name: &str, values: &[T]) -> io::Result<()> {
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| io::Error::other(format!("XDP engine object without its {name} map")))?;
+    let mut m: Array<&mut MapData, T> = Array::try_from(map).map_err(map_err(name))?;
+    for (i, v) in (0u32..).zip(values) {
+        m.set(i, v, 0).map_err(map_err(name))?;
+    }
+    Ok(())
 }
 
 #[allow(clippy::cast_possible_truncation)] // i < URR_SLOTS (4)

@@ -20,6 +20,8 @@
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
 //!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
 //!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
+//! - the uplink ACL on packets from the UE, after classification (`acl_denied`): the
+//!   tables `upf_dataplane::Acl` compiles, probed as `Acl::check4` probes them (src/acl.rs);
 //! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); QER MBRs per direction
 //!   (`mbr_exceeded`) as the reference's token buckets (depth rate × averaging window, 2 s by
 //!   default, at least 12,000 bits; every bucket of the PDR's QERs must conform before any is
@@ -48,13 +50,14 @@
 //! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
 //! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
 //! duplication, N9, times. Network Instances are not looked at: the engine runs with one
-//! N6 (the daemon's config ensures it), which any instance the workers accept names. The
-//! uplink ACL is not in the program yet: the daemon does not run the engine with one.
+//! N6 (the daemon's config ensures it), which any instance the workers accept names.
 
+mod acl;
 mod compile;
 mod engine;
 mod keys;
 
+pub use acl::ACL_TABLES;
 pub use compile::{
     compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
     MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
@@ -126,11 +129,12 @@ pub enum Reason {
     EncapFailed,
     MbrExceeded,
     QuotaExhausted,
+    AclDenied,
 }
 
 impl Reason {
     /// In the order of the program's counter indices (`R_*` in bpf/engine.bpf.c).
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::NoMatchingPdr,
         Reason::FarDrop,
         Reason::NoForwardingTarget,
@@ -139,6 +143,7 @@ impl Reason {
         Reason::EncapFailed,
         Reason::MbrExceeded,
         Reason::QuotaExhausted,
+        Reason::AclDenied,
     ];
 
     /// Name for metrics and logs.
@@ -152,6 +157,7 @@ impl Reason {
             Reason::EncapFailed => "encap_failed",
             Reason::MbrExceeded => "mbr_exceeded",
             Reason::QuotaExhausted => "quota_exhausted",
+            Reason::AclDenied => "acl_denied",
         }
     }
 }

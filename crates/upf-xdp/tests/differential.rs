@@ -15,7 +15,9 @@ use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use upf_dataplane::{Output, Packet, Pipeline, PipelineConfig, Port};
+use upf_dataplane::{
+    Acl, AclAction, AclRule, Output, Packet, Pipeline, PipelineConfig, Port, Prefix, ANY_PORT,
+};
 use upf_rules::*;
 use upf_wire::checksum::checksum;
 use upf_xdp::{Config, Engine, Hops, NextHop};
@@ -444,9 +446,74 @@ fn stat_diff(a: &upf_xdp::Stats, b: &upf_xdp::Stats) -> Vec<&'static str> {
         .collect()
 }
 
-/// One case: a session from `seed` and its frames through both engines.
-fn check(seed: u64, frames: usize, policing: bool) -> Result<(), TestCaseError> {
-    let mut engine = engine();
+/// `n` random uplink ACL rules over the addresses, protocols and ports frames use (UE
+/// addresses are in 10.0.0.0/22), so that rules hit and miss; prefixes of every length put
+/// them in several tables and lists.
+fn acl_rules(r: &mut Rng, n: usize) -> Vec<AclRule> {
+    let prefix = |r: &mut Rng, base: Ipv4Addr| {
+        let len = r.pick(&[0u8, 8, 12, 16, 20, 22, 24, 28, 30, 32]);
+        let a = u32::from(base) ^ (r.below(1 << 12) as u32 * u32::from(r.chance(3)));
+        (len > 0).then(|| Prefix::new(IpAddr::V4(Ipv4Addr::from(a)), len).unwrap())
+    };
+    let ports = |r: &mut Rng| match r.below(4) {
+        0 | 1 => ANY_PORT,
+        2 => {
+            let p = r.pick(&PORTS);
+            (p, p)
+        }
+        _ => {
+            let (a, b) = (r.pick(&PORTS), r.pick(&PORTS));
+            (a.min(b), a.max(b))
+        }
+    };
+    (0..n)
+        .map(|_| {
+            let ue = Ipv4Addr::new(10, 0, r.below(4) as u8, 1 + r.below(250) as u8);
+            let remote = r.pick(&REMOTES);
+            AclRule {
+                action: if r.chance(3) {
+                    AclAction::Permit
+                } else {
+                    AclAction::Deny
+                },
+                proto: r.pick(&[None, Some(6), Some(17), Some(1), Some(50)]),
+                src: prefix(r, ue),
+                dst: prefix(r, remote),
+                src_ports: ports(r),
+                dst_ports: ports(r),
+            }
+        })
+        .collect()
+}
+
+/// An uplink ACL of `n` random rules from `seed` (none: no ACL), a quarter of them with
+/// default deny.
+fn random_acl(seed: u64, n: usize) -> Arc<Acl> {
+    let mut r = Rng(seed | 1);
+    let rules = acl_rules(&mut r, n);
+    let default = if n > 0 && r.chance(4) {
+        AclAction::Deny
+    } else {
+        AclAction::Permit
+    };
+    Arc::new(Acl::compile(&rules, default))
+}
+
+/// One case: a session from `seed` and its frames through both engines, judged by the same
+/// uplink ACL of `acl` random rules.
+fn check(seed: u64, frames: usize, policing: bool, acl: usize) -> Result<(), TestCaseError> {
+    let acl = random_acl(seed.rotate_left(17), acl);
+    check_on(&mut engine(acl.clone()), acl, seed, frames, policing)
+}
+
+/// [`check`] on an engine loaded with `acl`, which it leaves as it found it when it passes.
+fn check_on(
+    engine: &mut Engine,
+    acl: Arc<Acl>,
+    seed: u64,
+    frames: usize,
+    policing: bool,
+) -> Result<(), TestCaseError> {
     let mut r = Rng(seed | 1);
     let ue = Ipv4Addr::new(10, 0, r.below(4) as u8, 1 + r.below(250) as u8);
     let teids: Vec<u32> = (0..1 + r.below(2))
@@ -471,6 +538,7 @@ fn check(seed: u64, frames: usize, policing: bool) -> Result<(), TestCaseError> 
                 v4: Some(N3),
                 v6: None,
             },
+            uplink_acl: acl,
             ..Default::default()
         },
     );
@@ -607,12 +675,13 @@ fn check(seed: u64, frames: usize, policing: bool) -> Result<(), TestCaseError> 
     Ok(())
 }
 
-fn engine() -> Engine {
+fn engine(acl: Arc<Acl>) -> Engine {
     Engine::load(Config {
-        sessions: 16,
+        sessions: 64,
         n3: N3,
         outer_ttl: 64,
         hops: Some(HOPS),
+        acl,
     })
     .expect("loading the XDP engine (root)")
 }
@@ -626,7 +695,18 @@ fn xdp_program_does_what_the_pipeline_does() {
         ..ProptestConfig::default()
     });
     runner
-        .run(&any::<u64>(), |seed| check(seed, 40, false))
+        .run(&any::<u64>(), |seed| check(seed, 40, false, 0))
+        .unwrap();
+    // Judged by small uplink ACLs: a few rules, so that they decide often.
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 100,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&(any::<u64>(), 1..40usize), |(seed, n)| {
+            check(seed, 40, false, n)
+        })
         .unwrap();
     // Sessions made for MBRs and AMBRs (a QER on several PDRs), with longer runs of frames.
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
@@ -635,7 +715,7 @@ fn xdp_program_does_what_the_pipeline_does() {
         ..ProptestConfig::default()
     });
     runner
-        .run(&any::<u64>(), |seed| check(seed, 200, true))
+        .run(&any::<u64>(), |seed| check(seed, 200, true, 0))
         .unwrap();
     let t = TALLY.lock().unwrap();
     eprintln!("{t:?}");
@@ -649,4 +729,35 @@ fn xdp_program_does_what_the_pipeline_does() {
             r.name()
         );
     }
+}
+
+/// The ACL sizes of the benchmark's S0 and S3 (1,000 and 10,000 rules): the program walks
+/// their tables as `Acl::check4` does.
+#[test]
+#[ignore = "needs root"]
+fn xdp_program_judges_large_acls_as_the_pipeline() {
+    for (n, cases) in [(1_000, 20), (10_000, 20)] {
+        let acl = random_acl(n as u64, n);
+        let engine = Mutex::new(engine(acl.clone()));
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases,
+            failure_persistence: None,
+            // A failed case leaves its session in the engine: report it as it came.
+            max_shrink_iters: 0,
+            ..ProptestConfig::default()
+        });
+        runner
+            .run(&any::<u64>(), |seed| {
+                check_on(&mut engine.lock().unwrap(), acl.clone(), seed, 300, false)
+            })
+            .unwrap();
+    }
+    let t = TALLY.lock().unwrap();
+    eprintln!("{t:?}");
+    let denied = t
+        .drops
+        .iter()
+        .find(|d| d.0 == "acl_denied")
+        .map_or(0, |d| d.1);
+    assert!(t.up > 0 && denied > 0, "{t:?}");
 }

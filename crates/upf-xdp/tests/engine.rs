@@ -17,6 +17,7 @@ fn config(sessions: u32) -> Config {
             n3: NextHop::default(),
             n6: NextHop::default(),
         }),
+        acl: Default::default(),
     }
 }
 

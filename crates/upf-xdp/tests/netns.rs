@@ -237,6 +237,7 @@ fn exits_on_veths() {
         n3: Ipv4Addr::from(N3),
         outer_ttl: 64,
         hops: None,
+        acl: Default::default(),
     })
     .unwrap();
     engine.install(&session()).unwrap();

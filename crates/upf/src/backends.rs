@@ -218,7 +218,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
         }
     }
     let xdp = match punt_to {
-        Some(ports) => Some(xdp_engine(c, &ports, &mut report)?),
+        Some(ports) => Some(xdp_engine(c, rt, &ports, &mut report)?),
         None => None,
     };
     for (i, q) in queues.iter_mut().enumerate() {
@@ -343,6 +343,7 @@ const PUNT_FRAMES: u32 = 4096;
 /// on them: `bpf_fib_lookup` answers only for interfaces that forward.
 fn xdp_engine(
     c: &FileConfig,
+    rt: &RuntimeConfig,
     ports: &[(Port, String, ProgramFd)],
     report: &mut Vec<String>,
 ) -> anyhow::Result<upf_xdp::Engine> {
@@ -359,8 +360,9 @@ fn xdp_engine(
     let mut engine = upf_xdp::Engine::load(upf_xdp::Config {
         sessions,
         n3,
-        outer_ttl: 64,
+        outer_ttl: rt.pipeline.outer_ttl,
         hops: None,
+        acl: rt.pipeline.uplink_acl.clone(),
     })
     .context("engine: loading the XDP engine")?;
     for (port, name, fd) in ports {

@@ -77,8 +77,8 @@ pub enum Engine {
     /// The XDP engine (N3 and N6 on af_xdp) runs every session it can, the workers the rest
     /// and what it punts; a full XDP engine refuses a session.
     Xdp,
-    /// As xdp when N3 and N6 are on af_xdp and no uplink ACL is loaded (else user, said at
-    /// start-up); a session that finds the XDP engine full runs in user space.
+    /// As xdp when N3 and N6 are on af_xdp (else user, said at start-up); a session that
+    /// finds the XDP engine full runs in user space.
     Auto,
 }
 
@@ -559,9 +559,6 @@ impl FileConfig {
         }
         if !self.n3_addresses().iter().any(IpAddr::is_ipv4) {
             return Some("the XDP engine needs an IPv4 address in n3.addresses".into());
-        }
-        if !self.acl.uplink_rules.is_empty() || self.acl.uplink_file.is_some() {
-            return Some("the XDP engine has no uplink ACL yet: acl.uplink_rules and acl.uplink_file must be empty".into());
         }
         None
     }
