@@ -36,6 +36,8 @@ use upf_netns::in_netns;
 use upf_netns::topology::{Layout, Topology, DN, GNB as GNB_N3, UPF_N3, UPF_N4};
 
 const UE_NET: Ipv4Addr = Ipv4Addr::new(10, 60, 0, 0);
+/// The DN's UDP port the `acl` test's uplink ACL denies.
+const DENIED_PORT: u16 = 40_002;
 const TUN: &str = "uetun";
 
 /// One test at a time: they share the machine's CPUs, and rates mean nothing in parallel.
@@ -123,6 +125,11 @@ impl Backends {
         } else {
             ""
         };
+        let acl = if test == "acl" {
+            format!("[acl]\nuplink_rules = [\"deny in udp from any to {DN} {DENIED_PORT}\"]\n\n")
+        } else {
+            String::new()
+        };
         // Heartbeats every hour: the test's SMF answers only while it is asked something.
         let engine = if self == Self::XdpEngine {
             "engine = \"xdp\"\n\n"
@@ -135,6 +142,7 @@ impl Backends {
              [n4]\naddress = \"{UPF_N4}\"\nheartbeat_interval_s = 3600\n\n\
              {interfaces}\n\
              {gtpu}\
+             {acl}\
              [workers]\ncount = {}\n\n\
              {pools}\n\
              [admin]\naddress = \"127.0.0.1:9464\"\n",
@@ -866,6 +874,49 @@ fn udp(h: &mut Harness) {
     );
 }
 
+/// The uplink ACL: of two flows from the UE to the DN, the one to a port it denies is
+/// dropped (`acl_denied`, in the kernel with the XDP engine), the other arrives whole.
+fn acl(h: &mut Harness) {
+    const N: u32 = 100;
+    h.connect(&[Harness::spec(0)]);
+    h.wait_path(0);
+    let ue_sock = h.udp(
+        h.topo.ue().name(),
+        SocketAddr::new(IpAddr::V4(h.ue(0)), 40_000),
+    );
+    let open = SocketAddr::new(IpAddr::V4(DN), 40_001);
+    let closed = SocketAddr::new(IpAddr::V4(DN), DENIED_PORT);
+    let open_rx = Receiver::start(h.udp(h.topo.dn().name(), open));
+    let closed_rx = Receiver::start(h.udp(h.topo.dn().name(), closed));
+    let denied_before = h.dropped("acl_denied");
+    send_paced(&ue_sock, closed, 1, N, 200, Duration::from_millis(1));
+    send_paced(&ue_sock, open, 2, N, 200, Duration::from_millis(1));
+    let n = open_rx.wait_for(N as usize, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    let (open_got, closed_got) = (open_rx.finish(), closed_rx.finish());
+    let denied = h.dropped("acl_denied") - denied_before;
+    println!(
+        "e2e: ACL: {n}/{N} permitted arrived, {} denied arrived, {denied} acl_denied",
+        closed_got.len()
+    );
+    assert_eq!(
+        seqs(&open_got),
+        (0..N).collect::<Vec<_>>(),
+        "permitted flow\n{}",
+        h.state()
+    );
+    assert!(
+        closed_got.is_empty(),
+        "{} denied datagrams arrived",
+        closed_got.len()
+    );
+    assert_eq!(denied, u64::from(N), "acl_denied drops\n{}", h.state());
+    if h.b == Backends::XdpEngine {
+        let kernel = h.metric("upf_xdp_packets_dropped_total{reason=\"acl_denied\"}");
+        assert_eq!(kernel, u64::from(N), "denied in the kernel\n{}", h.state());
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. iperf3 TCP both ways
 
@@ -1483,6 +1534,7 @@ e2e_tests!(
     crate::Backends::UdpTun,
     [
         ping,
+        acl,
         udp,
         iperf3,
         mbr,
@@ -1510,6 +1562,7 @@ e2e_tests!(
     crate::Backends::AfXdp,
     [
         ping,
+        acl,
         udp,
         iperf3,
         mbr,
@@ -1523,6 +1576,7 @@ e2e_tests!(
     crate::Backends::XdpEngine,
     [
         ping,
+        acl,
         udp,
         iperf3,
         mbr,
