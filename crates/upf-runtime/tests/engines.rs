@@ -37,6 +37,7 @@ fn engines(sessions: u32, mode: EngineMode) -> Engines {
     let engine = Engine::load(Config {
         sessions,
         n3: UPF,
+        n9: UPF,
         outer_ttl: 64,
         hops: Some(Hops { n3: none, n6: none }),
         acl: Default::default(),

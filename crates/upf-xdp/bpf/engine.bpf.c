@@ -32,7 +32,7 @@
 #define ACT_DROP 0	/* far_drop: no FAR, or no FORW */
 #define ACT_NO_TARGET 1 /* no_forwarding_target: FORW without a target (Access, no tunnel) */
 #define ACT_N6 2	/* strip GTP-U, forward the inner packet to N6 */
-#define ACT_ENCAP 3	/* forward into a GTP-U/UDP/IPv4 tunnel on N3 */
+#define ACT_ENCAP 3	/* forward into a GTP-U/UDP/IPv4 tunnel on N3 (N9 shares it) */
 
 #define PDR_UE 1	 /* match the UE address */
 #define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
@@ -40,6 +40,8 @@
 #define PDR_PSC 8	 /* the tunnel header has a PDU Session Container (psc_octet) */
 #define PDR_QUOTA 16	 /* a URR of the PDR has a volume quota */
 #define PDR_NEVER 32	 /* under this key the PDR matches nothing (another UE address's) */
+#define PDR_TO_CORE 64	 /* ACT_ENCAP: the tunnel goes to the core side (N9): UL container */
+#define PDR_ON_N9 128	 /* ACT_ENCAP: the tunnel leaves from our N9 address */
 
 /* Counter indices of `stats`; the drops in the order of src/lib.rs's `Reason`. */
 #define R_NO_MATCHING_PDR 0
@@ -70,6 +72,8 @@
 
 /* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
 const volatile __u32 n3_addr = 0;
+/* Our N9 address (N9 shares N3's interface): the source of tunnels on N9. */
+const volatile __u32 n9_addr = 0;
 const volatile __u32 outer_ttl = 64;
 /* Set for BPF_PROG_TEST_RUN, which cannot redirect: every forwarded packet gets the PDR's
  * fixed Ethernet addresses (`eth`) and XDP_TX, no FIB lookup. */
@@ -664,14 +668,15 @@ static __always_inline const struct shape *shape_of(const struct session *s)
 }
 
 /* The FAR's verdict before anything is changed: a drop reason, or -1 to forward. As
- * upf_dataplane's steps::forward orders it: target, routed hop (TTL), gate. */
-static __always_inline int verdict(const struct pdr *p, const __u8 *ip)
+ * upf_dataplane's steps::forward orders it: target, routed hop (TTL: `routed`, the packet
+ * enters or leaves N6), gate. */
+static __always_inline int verdict(const struct pdr *p, const __u8 *ip, int routed)
 {
 	if (p->action == ACT_DROP)
 		return R_FAR_DROP;
 	if (p->action == ACT_NO_TARGET)
 		return R_NO_FORWARDING_TARGET;
-	if (ip[8] <= 1)
+	if (routed && ip[8] <= 1)
 		return R_TTL_EXPIRED;
 	if (p->flags & PDR_GATE_SHUT)
 		return R_GATE_CLOSED;
@@ -892,6 +897,93 @@ static __always_inline int leave(struct xdp_md *ctx, __u32 port)
 	return (int)rc;
 }
 
+/* The PDU Session Container of `p`'s tunnel (steps::emit's mark): 1 with its two octets
+ * (PDU type, QFI with RQI) in `c`, 0 for none. To the access side, the QER's QFI, else the
+ * arriving one (`has_qfi`, `qfi`); to the core, the arriving QFI first. */
+static __always_inline int container(const struct pdr *p, int has_qfi, __u32 qfi, __u8 *c)
+{
+	if (p->flags & PDR_TO_CORE) {
+		c[0] = 0x10;
+		c[1] = has_qfi ? qfi & 0x3f : p->psc_octet & 0x3f;
+		return has_qfi || (p->flags & PDR_PSC);
+	}
+	c[0] = 0;
+	c[1] = (p->flags & PDR_PSC) ? p->psc_octet : (p->psc_octet & 0x40) | (qfi & 0x3f);
+	return (p->flags & PDR_PSC) || has_qfi;
+}
+
+/* The source address of `p`'s tunnel. */
+static __always_inline __u32 local_of(const struct pdr *p)
+{
+	return (p->flags & PDR_ON_N9) ? n9_addr : n3_addr;
+}
+
+/* Puts the inner packet, `len` octets `at` octets after the Ethernet header of a frame of
+ * `frame` octets, into `p`'s tunnel to `peer`/`teid` (network order) with a header of `hdr`
+ * octets (44: container `c`), the Ethernet addresses `addrs`, and sends it out of N3
+ * (upf_wire::encap::encapsulate_gtpu_v4: no DF, ECN copied, RFC 6040; UDP checksum 0). */
+static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, __u32 frame,
+				       __u32 at, __u32 len, __u32 hdr, __u32 peer, __u32 teid,
+				       const __u8 *c, const __u8 *addrs)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
+	__u32 zero = 0, *id;
+	__u16 *o;
+	__u8 *h, ecn;
+
+	if ((void *)(ip + 2) > end)
+		return drop(R_ENCAP_FAILED);
+	ecn = ip[1] & 3;
+	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
+		return drop(R_ENCAP_FAILED);
+	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	h = data + sizeof(struct ethhdr);
+	if ((void *)(h + 44) > end)
+		return drop(R_ENCAP_FAILED);
+	write_eth(data, addrs);
+	id = bpf_map_lookup_elem(&ident, &zero);
+	if (!id)
+		return drop(R_ENCAP_FAILED);
+	*id += 1;
+	h[0] = 0x45;
+	h[1] = p->tos | ecn;
+	*(__u16 *)(h + 2) = bpf_htons(hdr + len);
+	*(__u16 *)(h + 4) = bpf_htons((__u16)*id);
+	*(__u16 *)(h + 6) = 0;
+	h[8] = outer_ttl;
+	h[9] = 17;
+	*(__u16 *)(h + 10) = 0;
+	*(__u32 *)(h + 12) = local_of(p);
+	*(__u32 *)(h + 16) = peer;
+	*(__u16 *)(h + 20) = bpf_htons(GTPU_PORT);
+	*(__u16 *)(h + 22) = bpf_htons(GTPU_PORT);
+	*(__u16 *)(h + 24) = bpf_htons(hdr - 20 + len);
+	*(__u16 *)(h + 26) = 0;
+	/* GTP-U G-PDU; with the container: sequence and N-PDU 0, next extension 0x85, a
+	 * one-word PDU Session Information. */
+	h[29] = 0xff;
+	*(__u16 *)(h + 30) = bpf_htons(hdr - 36 + len);
+	*(__u32 *)(h + 32) = teid;
+	if (hdr == 44) {
+		h[28] = 0x34;
+		*(__u32 *)(h + 36) = bpf_htonl(0x85);
+		h[40] = 1;
+		h[41] = c[0];
+		h[42] = c[1];
+		h[43] = 0;
+	} else {
+		h[28] = 0x30;
+	}
+	o = (__u16 *)h;
+	o[5] = ~sum20(o);
+	return leave(ctx, PORT_N3);
+}
+
 static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 {
 	void *data = (void *)(long)ctx->data;
@@ -904,7 +996,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	const struct shape *sh;
 	const struct pdr *p;
 	__u32 teid;
-	__u8 *ip, addrs[12];
+	__u8 *ip, addrs[12], c[2];
 
 	if ((void *)(d + 36 + 24) > end)
 		return punt();
@@ -952,14 +1044,27 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	/* steps::admit: the ACL judges what comes from the UE, after classification. */
 	if (p->uplink && acl_denies(ip, &fl))
 		return drop(R_ACL_DENIED);
-	why = verdict(p, ip);
+	why = verdict(p, ip, p->action == ACT_N6);
 	if (why >= 0)
 		return drop(why);
 	why = police(s, p, len);
 	if (why >= 0)
 		return drop(why);
+	if (p->action == ACT_ENCAP) {
+		/* Tunnel to tunnel (N3 to N9, N9 to N3): no routed hop. */
+		__u32 k = i & (MAX_PDRS - 1), nh = container(p, has_qfi, qfi, c) ? 44 : 36;
+		__u32 peer = s->peer[k];
+		why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
+			       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), nh + len, addrs);
+		if (why) {
+			count(why);
+			return punt();
+		}
+		count_urrs(s, p, len);
+		return into_tunnel(ctx, p, frame, hdr, len, nh, peer, s->teid[k], c, addrs);
+	}
 	if (p->action != ACT_N6)
-		return punt(); /* the adaptor compiles no other uplink target */
+		return punt(); /* the adaptor compiles no other target */
 	why = next_hop(ctx, p, PORT_N6, *(__u32 *)(ip + 12), *(__u32 *)(ip + 16), ip[9], ip[1],
 		       *(__u16 *)(ip + 20), *(__u16 *)(ip + 22), len, addrs);
 	if (why) {
@@ -987,12 +1092,11 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *ip = data + sizeof(struct ethhdr);
-	__u32 len, hdr, ue, zero = 0, *id, peer, teid;
+	__u32 len, hdr, ue, peer, teid;
 	struct session *s;
 	const struct shape *sh;
 	const struct pdr *p;
-	__u16 *o;
-	__u8 *h, addrs[12];
+	__u8 addrs[12], c[2];
 	struct flow fl;
 	int why, i;
 
@@ -1019,7 +1123,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	p = &sh->pdrs[i & (MAX_PDRS - 1)];
 	peer = s->peer[i & (MAX_PDRS - 1)];
 	teid = s->teid[i & (MAX_PDRS - 1)];
-	why = verdict(p, ip);
+	why = verdict(p, ip, 1);
 	if (why >= 0)
 		return drop(why);
 	why = police(s, p, len);
@@ -1027,8 +1131,8 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		return drop(why);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
-	hdr = (p->flags & PDR_PSC) ? 44 : 36;
-	why = next_hop(ctx, p, PORT_N3, n3_addr, peer, 17, p->tos | (ip[1] & 3),
+	hdr = container(p, 0, 0, c) ? 44 : 36;
+	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
 		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
 	if (why) {
 		count(why);
@@ -1036,57 +1140,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	}
 	route_hop(ip);
 	count_urrs(s, p, len);
-	{
-		__u8 ecn = ip[1] & 3;
-		if (frame > len && bpf_xdp_adjust_tail(ctx, -(int)(frame - len)))
-			return drop(R_ENCAP_FAILED);
-		if (bpf_xdp_adjust_head(ctx, -(int)hdr))
-			return drop(R_ENCAP_FAILED);
-		data = (void *)(long)ctx->data;
-		end = (void *)(long)ctx->data_end;
-		h = data + sizeof(struct ethhdr);
-		if ((void *)(h + 44) > end)
-			return drop(R_ENCAP_FAILED);
-		write_eth(data, addrs);
-		id = bpf_map_lookup_elem(&ident, &zero);
-		if (!id)
-			return drop(R_ENCAP_FAILED);
-		*id += 1;
-		/* IPv4 (upf_wire::encap::encapsulate_gtpu_v4: no DF, ECN copied, RFC 6040). */
-		h[0] = 0x45;
-		h[1] = p->tos | ecn;
-		*(__u16 *)(h + 2) = bpf_htons(hdr + len);
-		*(__u16 *)(h + 4) = bpf_htons((__u16)*id);
-		*(__u16 *)(h + 6) = 0;
-		h[8] = outer_ttl;
-		h[9] = 17;
-		*(__u16 *)(h + 10) = 0;
-		*(__u32 *)(h + 12) = n3_addr;
-		*(__u32 *)(h + 16) = peer;
-		/* UDP, checksum 0. */
-		*(__u16 *)(h + 20) = bpf_htons(GTPU_PORT);
-		*(__u16 *)(h + 22) = bpf_htons(GTPU_PORT);
-		*(__u16 *)(h + 24) = bpf_htons(hdr - 20 + len);
-		*(__u16 *)(h + 26) = 0;
-		/* GTP-U G-PDU; with the container: sequence and N-PDU 0, next extension 0x85, a
-		 * one-word DL PDU Session Information. */
-		h[29] = 0xff;
-		*(__u16 *)(h + 30) = bpf_htons(hdr - 36 + len);
-		*(__u32 *)(h + 32) = teid;
-		if (hdr == 44) {
-			h[28] = 0x34;
-			*(__u32 *)(h + 36) = bpf_htonl(0x85);
-			h[40] = 1;
-			h[41] = 0;
-			h[42] = p->psc_octet;
-			h[43] = 0;
-		} else {
-			h[28] = 0x30;
-		}
-		o = (__u16 *)h;
-		o[5] = ~sum20(o);
-	}
-	return leave(ctx, PORT_N3);
+	return into_tunnel(ctx, p, frame, 0, len, hdr, peer, teid, c, addrs);
 }
 
 static __always_inline int run(struct xdp_md *ctx)

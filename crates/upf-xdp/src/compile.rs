@@ -84,13 +84,19 @@ pub enum Action {
     NoTarget,
     /// Uplink: outer headers stripped, the inner packet routed to N6.
     ToN6,
-    /// Downlink: into the GTP-U/UDP/IPv4 tunnel `teid` to `peer` on N3; `tos` is the outer
-    /// DSCP << 2 (Transport Level Marking); `psc`, the container's QFI octet if it has one.
+    /// Into the GTP-U/UDP/IPv4 tunnel `teid` to `peer` on N3 (N9 shares it): a packet from
+    /// N6, or one from a tunnel with its outer headers stripped. `tos` is the outer DSCP <<
+    /// 2 (Transport Level Marking); `qfi` and `rqi` the QERs' marks; `to_access`: a tunnel
+    /// to the access side (DL container, the QERs' QFI first), else to the core (N9: UL
+    /// container, the arriving QFI first); `on_n9`: from our N9 address.
     Encap {
         peer: Ipv4Addr,
         teid: u32,
         tos: u8,
-        psc: Option<u8>,
+        qfi: Option<u8>,
+        rqi: bool,
+        to_access: bool,
+        on_n9: bool,
     },
 }
 
@@ -332,13 +338,9 @@ fn compile_pdr(
         .map(|f| compile_sdf(f, ue_addr))
         .collect::<Result<Vec<_>, _>>()?;
     let gtp = pdi.local_f_teid.is_some();
-    // A TEID leads to packets from the UE; an address on N6 to packets towards it.
-    if gtp != uplink {
-        return Err(Punt::PdrForm(if gtp {
-            "an F-TEID for packets towards the UE"
-        } else {
-            "packets from the UE without an F-TEID"
-        }));
+    // Packets from the UE come by a tunnel; packets found by their address come from N6.
+    if uplink && !gtp {
+        return Err(Punt::PdrForm("packets from the UE without an F-TEID"));
     }
     let strips = match p.outer_header_removal {
         None => false,
@@ -429,7 +431,7 @@ fn compile_pdr(
     };
     let (action, hop) = match far {
         None => (Action::Drop, NextHop::default()),
-        Some(f) => far_action(f, uplink, strips, qfi.map(|q| (q.0, rqi)), hops)?,
+        Some(f) => far_action(f, uplink, gtp, strips, (qfi.map(|q| q.0), rqi), hops)?,
     };
     let c = CPdr {
         id: p.id,
@@ -541,13 +543,16 @@ fn in_prefix(net: IpAddr, len: u8, a: Ipv4Addr) -> bool {
     u32::from(n) & mask == u32::from(a) & mask
 }
 
-/// What FAR `f` does with a PDR's packets: uplink ones (stripped if `strips`) may go to N6,
-/// downlink ones into a tunnel to the access side, marked with `mark` (QFI, RQI).
+/// What FAR `f` does with a PDR's packets (from the UE if `uplink`; arriving by a tunnel if
+/// `tunneled`, stripped if `strips`): uplink ones may go to N6; those from N6 into a tunnel
+/// to the access side; stripped ones into a tunnel either side (N3 to N9, N9 to N3), marked
+/// with `mark` (the QERs' QFI, RQI).
 fn far_action(
     f: &Far,
     uplink: bool,
+    tunneled: bool,
     strips: bool,
-    mark: Option<(u8, bool)>,
+    (qfi, rqi): (Option<u8>, bool),
     hops: &Hops,
 ) -> Result<(Action, NextHop), Punt> {
     let a = f.action;
@@ -579,27 +584,37 @@ fn far_action(
             Ok((Action::ToN6, hops.n6))
         }
         (Interface::Access, None, _) => Ok((Action::NoTarget, NextHop::default())),
-        (Interface::Access, Some(OuterHeaderCreation::Gtpu { teid, peer }), false) => {
-            if fw.tunnels_on_n9() {
-                return Err(Punt::Target("N9"));
-            }
+        // From N6 to the access side, or from a tunnel stripped (a tunnel in a tunnel is
+        // the workers'). N9 leaves by N3's interface: the engine runs without an N9 one.
+        (
+            dest @ (Interface::Access | Interface::Core),
+            Some(OuterHeaderCreation::Gtpu { teid, peer }),
+            _,
+        ) if if tunneled {
+            strips
+        } else {
+            dest == Interface::Access
+        } =>
+        {
             let IpAddr::V4(peer) = peer else {
                 return Err(Punt::Ipv6("tunnel"));
             };
             let tos = fw.transport_level_marking.map_or(0, |(tos, _)| tos & 0xfc);
-            let psc = mark.map(|(q, rqi)| (u8::from(rqi) << 6) | (q & 0x3f));
             Ok((
                 Action::Encap {
                     peer,
                     teid: teid.0,
                     tos,
-                    psc,
+                    qfi,
+                    rqi,
+                    to_access: dest == Interface::Access,
+                    on_n9: fw.tunnels_on_n9(),
                 },
                 hops.n3,
             ))
         }
         _ => Err(Punt::Target(
-            "other than uplink to N6 or downlink to a GTP-U tunnel",
+            "other than to N6 or into a GTP-U tunnel (from N6 to the access side, or stripped)",
         )),
     }
 }
@@ -708,7 +723,10 @@ mod tests {
                 peer: GNB,
                 teid: 0x55,
                 tos: 0,
-                psc: Some(9)
+                qfi: Some(9),
+                rqi: false,
+                to_access: true,
+                on_n9: false,
             }
         );
         assert_eq!(dl[0].hop, HOPS.n3);
@@ -747,7 +765,10 @@ mod tests {
                 peer: GNB,
                 teid: 0x55,
                 tos: 0xb8,
-                psc: Some(0x40 | 9)
+                qfi: Some(9),
+                rqi: true,
+                to_access: true,
+                on_n9: false,
             }
         );
     }
@@ -998,7 +1019,9 @@ mod tests {
             ),
             (
                 |s| s.pdr_mut(PdrId(1)).unwrap().outer_header_removal = None,
-                Punt::Target("other than uplink to N6 or downlink to a GTP-U tunnel"),
+                Punt::Target(
+                    "other than to N6 or into a GTP-U tunnel (from N6 to the access side, or stripped)",
+                ),
             ),
             (|s| s.inactivity_timer_s = Some(10), Punt::InactivityTimer),
             (

@@ -70,6 +70,9 @@ pub struct Config {
     pub sessions: u32,
     /// Our N3 GTP-U address: uplink G-PDUs are taken at it, tunnels leave from it.
     pub n3: Ipv4Addr,
+    /// Our N9 GTP-U address (`PipelineConfig::n9`; N3's when N9 has none of its own):
+    /// tunnels on N9 leave from it, by N3's interface.
+    pub n9: Ipv4Addr,
     /// TTL of the outer headers written (`PipelineConfig::outer_ttl`).
     pub outer_ttl: u8,
     /// `None`: forwarded packets leave by the DEVMAP to their port's interface with the
@@ -185,6 +188,7 @@ impl Engine {
             .map_max_entries("acl_slots", at_least_one(acl.slots.len()))
             .map_max_entries("acl_entries", at_least_one(acl.entries.len()))
             .override_global("n3_addr", &n3, true)
+            .override_global("n9_addr", &u32::from_ne_bytes(cfg.n9.octets()), true)
             .override_global("outer_ttl", &ttl, true)
             .override_global("fixed_hops", &fixed, true)
             .override_global("direct_mask", &direct_mask, true)
@@ -854,11 +858,24 @@ fn encode_shape(
             Action::Drop => 0,
             Action::NoTarget => 1,
             Action::ToN6 => 2,
-            Action::Encap { tos, psc, .. } => {
+            Action::Encap {
+                tos,
+                qfi,
+                rqi,
+                to_access,
+                on_n9,
+                ..
+            } => {
                 b[22] = tos;
-                if let Some(o) = psc {
+                b[23] = (u8::from(rqi) << 6) | qfi.unwrap_or(0) & 0x3f;
+                if qfi.is_some() {
                     flags |= 8;
-                    b[23] = o;
+                }
+                if !to_access {
+                    flags |= 64;
+                }
+                if on_n9 {
+                    flags |= 128;
                 }
                 3
             }

@@ -19,7 +19,10 @@
 //!   and negation, one port range a side, an ESP packet's SPI; a flow label matches none);
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
 //!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
-//!   (Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI);
+//!   (from N6 to the gNB) or, the outer headers removed, from the N3 or N9 address to the
+//!   gNB or another UPF (N9 leaves by N3's interface; no routed hop, as the reference);
+//!   Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI to the access
+//!   side (else the arriving QFI), an UL container with the arriving QFI first to the core;
 //! - the uplink ACL on packets from the UE, after classification (`acl_denied`): the
 //!   tables `upf_dataplane::Acl` compiles, probed as `Acl::check4` probes them (src/acl.rs);
 //! - inner TTL decremented (`ttl_expired`); QER gates (`gate_closed`); QER MBRs per direction
@@ -49,7 +52,7 @@
 //! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
 //! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
 //! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
-//! duplication, N9, times. Network Instances are not looked at: the engine runs with one
+//! duplication, tunnels in tunnels, times. Network Instances are not looked at: the engine runs with one
 //! N6 (the daemon's config ensures it), which any instance the workers accept names.
 
 mod acl;

@@ -23,6 +23,8 @@ use upf_wire::checksum::checksum;
 use upf_xdp::{Config, Engine, Hops, NextHop};
 
 const N3: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// Our N9 address: tunnels on N9 leave from it (by N3's interface).
+const N9: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const HOPS: Hops = Hops {
     n3: NextHop {
         dst: [2, 0, 0, 0, 3, 3],
@@ -41,6 +43,7 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     drops: Vec::new(),
     usage: 0,
     other_protocols: 0,
+    rewrapped: 0,
 });
 
 #[derive(Debug)]
@@ -53,6 +56,8 @@ struct Tally {
     usage: u64,
     /// Frames handled (not punted) whose inner packet is neither TCP nor UDP.
     other_protocols: u64,
+    /// Frames from a tunnel forwarded into another (N3 to N9, N9 to N3).
+    rewrapped: u64,
 }
 
 fn tally(f: impl FnOnce(&mut Tally)) {
@@ -184,13 +189,16 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
     let n_ul = 1 + r.below(3) as u16;
     let n_dl = 1 + r.below(3) as u16;
     for k in 0..n_ul + n_dl {
-        let uplink = k < n_ul;
+        // PDRs with an F-TEID: from the UE (N3), or towards it from another UPF (N9).
+        let tunneled = k < n_ul;
+        let n9_in = tunneled && r.chance(4);
+        let uplink = tunneled && !n9_in;
         let mut pdi = Pdi::any(if uplink {
             Interface::Access
         } else {
             Interface::Core
         });
-        if uplink {
+        if tunneled {
             pdi.local_f_teid = Some(LocalFTeid {
                 teid: Teid(r.pick(teids)),
                 ipv4: Some(N3),
@@ -221,9 +229,16 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
             0 => None,
             1 => Some((ApplyAction::DROP, None)),
             2 => Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Access)))),
-            _ if uplink => Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Core)))),
+            _ if uplink && !r.chance(3) => {
+                Some((ApplyAction::FORW, Some(Forwarding::to(Interface::Core))))
+            }
+            // Into a tunnel: to the gNB, or from the UE to another UPF (N9).
             _ => {
-                let mut fw = Forwarding::to(Interface::Access);
+                let mut fw = Forwarding::to(if uplink {
+                    Interface::Core
+                } else {
+                    Interface::Access
+                });
                 fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
                     teid: Teid(r.next() as u32),
                     peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100 + r.below(3) as u8)),
@@ -255,7 +270,7 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
             id: PdrId(k + 1),
             precedence: Precedence(r.below(4) as u32),
             pdi,
-            outer_header_removal: uplink.then_some(OuterHeaderRemoval::GtpuUdpIp {
+            outer_header_removal: tunneled.then_some(OuterHeaderRemoval::GtpuUdpIp {
                 delete_pdu_session_container: false,
             }),
             far,
@@ -538,6 +553,10 @@ fn check_on(
                 v4: Some(N3),
                 v6: None,
             },
+            n9: upf_dataplane::LocalAddrs {
+                v4: Some(N9),
+                v6: None,
+            },
             uplink_acl: acl,
             ..Default::default()
         },
@@ -629,13 +648,12 @@ fn check_on(
                     ctx()
                 );
                 let p = out.tx.pop().unwrap();
-                let (hop, egress) = if port == Port::N3 {
-                    (HOPS.n6, Port::N6)
-                } else {
-                    (HOPS.n3, Port::N3)
+                // N9 shares N3's interface in the engine.
+                let (hop, egress) = match p.port() {
+                    Port::N6 => (HOPS.n6, Port::N6),
+                    _ => (HOPS.n3, Port::N3),
                 };
-                prop_assert_eq!(p.port(), egress);
-                prop_assert_eq!(&got[..6], &hop.dst[..]);
+                prop_assert_eq!(&got[..6], &hop.dst[..], "egress {:?}: {}", p.port(), ctx());
                 prop_assert_eq!(&got[6..12], &hop.src[..]);
                 prop_assert_eq!(&got[12..14], &[8u8, 0][..]);
                 let mut mine = got[14..].to_vec();
@@ -654,6 +672,7 @@ fn check_on(
                     } else {
                         t.down += 1
                     }
+                    t.rewrapped += u64::from(port == Port::N3 && egress == Port::N3);
                 });
             }
             v => prop_assert!(false, "XDP verdict {}", v),
@@ -679,6 +698,7 @@ fn engine(acl: Arc<Acl>) -> Engine {
     Engine::load(Config {
         sessions: 64,
         n3: N3,
+        n9: N9,
         outer_ttl: 64,
         hops: Some(HOPS),
         acl,
@@ -721,6 +741,7 @@ fn xdp_program_does_what_the_pipeline_does() {
     eprintln!("{t:?}");
     // The cases reached every verdict the program claims.
     assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0 && t.other_protocols > 0);
+    assert!(t.rewrapped > 0, "no frame from one tunnel into another");
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());
         assert!(

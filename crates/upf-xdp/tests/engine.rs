@@ -12,6 +12,7 @@ fn config(sessions: u32) -> Config {
     Config {
         sessions,
         n3: Ipv4Addr::new(192, 0, 2, 1),
+        n9: Ipv4Addr::new(192, 0, 2, 1),
         outer_ttl: 64,
         hops: Some(Hops {
             n3: NextHop::default(),

@@ -235,6 +235,7 @@ fn exits_on_veths() {
     let mut engine = Engine::load(Config {
         sessions: 4,
         n3: Ipv4Addr::from(N3),
+        n9: Ipv4Addr::from(N3),
         outer_ttl: 64,
         hops: None,
         acl: Default::default(),

@@ -360,6 +360,7 @@ fn xdp_engine(
     let mut engine = upf_xdp::Engine::load(upf_xdp::Config {
         sessions,
         n3,
+        n9: rt.pipeline.n9.v4.unwrap_or(n3),
         outer_ttl: rt.pipeline.outer_ttl,
         hops: None,
         acl: rt.pipeline.uplink_acl.clone(),
