@@ -105,6 +105,10 @@ pub struct Args {
     /// UPF worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Uplink ACL rules the UPF loads (the profiles' kind: denies no packet of the bench, so
+    /// every uplink packet is checked against all of them).
+    #[arg(long, default_value_t = 0)]
+    pub acl_rules: usize,
     #[arg(long, value_enum, default_value = "uplink")]
     pub direction: Direction,
     /// Offered packets/s (0: as fast as the generator goes).
@@ -340,12 +344,20 @@ impl Rig {
             Engine::User => "user",
             Engine::Xdp => "xdp",
         };
+        let acl = if a.acl_rules > 0 {
+            format!(
+                "[acl]\nuplink_file = \"{}\"\n\n",
+                self.dir.join("acl.rules").display()
+            )
+        } else {
+            String::new()
+        };
         format!(
             "# Written by `upf-bench veth`.\nengine = \"{engine}\"\n\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
              [n3]\nbackend = \"{b}\"\ninterface = \"{N3_UPF}\"\naddresses = [\"{UPF_N3}\"]\n\n\
              [n6]\nbackend = \"{b}\"\ninterface = \"{N6_UPF}\"\n\n\
              [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n\n\
-             [admin]\naddress = \"{ADMIN}\"\n",
+             {acl}[admin]\naddress = \"{ADMIN}\"\n",
             a.workers,
             cores.join(", "),
             a.busy_poll
@@ -354,6 +366,11 @@ impl Rig {
 
     fn start_upf(&mut self, a: &Args, exe: &PathBuf, cores: &[usize]) -> anyhow::Result<u32> {
         let cfg = self.dir.join("upf.toml");
+        if a.acl_rules > 0 {
+            let rules = self.dir.join("acl.rules");
+            std::fs::write(&rules, crate::profile::acl_rules(a.acl_rules))
+                .with_context(|| rules.display().to_string())?;
+        }
         std::fs::write(&cfg, self.config(a, cores)).with_context(|| cfg.display().to_string())?;
         let log_path = self.dir.join("upf.log");
         let log =
@@ -1067,6 +1084,7 @@ fn buffering_point(a: &Args, share: f64) -> anyhow::Result<serde_json::Value> {
         "backend": a.backend,
         "engine": a.engine,
         "workers": a.workers,
+        "acl_rules": a.acl_rules,
         "busy_poll": a.busy_poll,
         "sessions": a.sessions,
         "size": a.size,
