@@ -8,7 +8,9 @@
 //! no packet finds it in neither. The XDP engine's URR counters are never reset: what it
 //! counted since a URR's last report (`reported`, the baseline) goes into the report the
 //! workers make, and into the workers' own measurement when the session leaves it
-//! (`Workers::carry_usage`), so that every packet is in exactly one report.
+//! (`Workers::carry_usage`), so that every packet is in exactly one report. A session's MBR
+//! buckets move with it: the engine it leaves gives the backlog of each (QER, direction) at
+//! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`).
 
 use crate::workers::Workers;
 use std::collections::{HashMap, VecDeque};
@@ -18,10 +20,10 @@ use std::time::Duration;
 use std::time::Instant;
 use tracing::warn;
 use upf_rules::{
-    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
-    UsageReport, Volume,
+    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
+    UrrId, UsageReport, Volume,
 };
-use upf_xdp::{Detached, Engine, InstallError, Stats};
+use upf_xdp::{BucketState, Detached, Engine, InstallError, Stats};
 
 /// Sessions taken out of the kernel whose counters are read after one grace period.
 const DETACHED_BATCH: usize = 2000;
@@ -174,7 +176,7 @@ pub struct EngineStatus {
 impl Engines {
     /// Moves every session to the engine of `mode` (`User`: out of the kernel; `Xdp` or
     /// `Auto`: into it, each one it can run) without any PFCP exchange: URR usage carried
-    /// exactly as on any move (tokens not: a bucket starts full in the engine it enters).
+    /// exactly and MBR buckets' backlogs as on any move.
     /// The move is done by [`Engines::move_some`], a bounded number of sessions at a time,
     /// so that the caller keeps answering PFCP meanwhile.
     pub fn set_mode(&mut self, now: Instant, mode: EngineMode) -> Result<(), &'static str> {
@@ -225,6 +227,9 @@ impl Engines {
             };
             if k.mode == EngineMode::User {
                 if let Some(d) = k.engine.detach(seid) {
+                    // The workers police its packets from now on.
+                    let buckets = k.engine.detached_buckets(&d);
+                    carry_backlogs(&self.workers, seid, k.backlogs(seid, buckets));
                     k.detached.push(d);
                 }
                 continue;
@@ -236,7 +241,8 @@ impl Engines {
                 continue;
             }
             // No barrier: a session the engine can run buffers nothing.
-            match k.engine.install(&s) {
+            let backlogs = workers_backlogs(&self.workers, &s);
+            match k.engine.install_carrying(&s, &backlogs) {
                 Ok(()) => {
                     k.refused.remove(&seid);
                     k.reported.insert(seid, Vec::new());
@@ -316,6 +322,26 @@ impl Kernel {
         delta
     }
 
+    /// The backlog now of session `seid`'s MBR buckets in the kernel (`buckets`, as the
+    /// program left them), for the workers to continue from.
+    fn backlogs(&self, seid: Seid, buckets: std::io::Result<Vec<BucketState>>) -> Vec<MbrBacklog> {
+        let read = buckets.and_then(|b| Ok((self.engine.clock()?, b)));
+        match read {
+            Ok((now, b)) => b
+                .into_iter()
+                .map(|b| MbrBacklog {
+                    qer: b.qer,
+                    uplink: b.uplink,
+                    ticks: upf_dataplane::Fill::resume(b.backlog, b.last).remaining(now),
+                })
+                .collect(),
+            Err(e) => {
+                warn!(target: "upf::xdp", "{seid}: MBR buckets not carried to the workers: {e}");
+                Vec::new()
+            }
+        }
+    }
+
     /// Takes session `seid` off the engine; returns what it counted since the last reports
     /// (but for a packet being processed as it goes: `Engine::remove`).
     fn take_off(&mut self, seid: Seid) -> Vec<(UrrId, Volume)> {
@@ -367,6 +393,28 @@ fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
     }
     if let Err(e) = workers.carry_usage(seid, usage) {
         warn!(target: "upf::xdp", "{seid}: usage counted in the XDP engine lost: {e}");
+    }
+}
+
+/// The backlog now of the workers' MBR buckets of session `s` (none asked when it has no
+/// MBR), for the kernel to continue from.
+fn workers_backlogs(workers: &Workers, s: &Session) -> Vec<MbrBacklog> {
+    if !s.qers.iter().any(|q| q.mbr.is_some()) {
+        return Vec::new();
+    }
+    workers.mbr_backlogs(s.seid).unwrap_or_else(|e| {
+        warn!(target: "upf::xdp", "{}: MBR buckets not carried to the kernel: {e}", s.seid);
+        Vec::new()
+    })
+}
+
+/// Session `seid`'s MBR buckets in the workers continue from the kernel's `backlogs`.
+fn carry_backlogs(workers: &Workers, seid: Seid, backlogs: Vec<MbrBacklog>) {
+    if backlogs.is_empty() {
+        return;
+    }
+    if let Err(e) = workers.carry_mbr_backlogs(seid, backlogs) {
+        warn!(target: "upf::xdp", "{seid}: MBR buckets not carried to the workers: {e}");
     }
 }
 
@@ -431,7 +479,13 @@ impl Datapath for Engines {
                     // before the program forwards new ones.
                     self.workers.barrier(seid);
                 }
-                k.engine.install(&session).map_err(|e| e.to_string())
+                // Entering: its buckets go on from the workers'; staying: from the kernel's.
+                let backlogs = if was_on {
+                    Vec::new()
+                } else {
+                    workers_backlogs(&self.workers, &session)
+                };
+                (k.engine.install_carrying(&session, &backlogs)).map_err(|e| e.to_string())
             }
             Err(why) => Err(why),
         };
@@ -448,6 +502,10 @@ impl Datapath for Engines {
             Err(why) => {
                 let mut carried = stays;
                 if was_on {
+                    // Read as it leaves: what the program takes from them between this read
+                    // and its keys' removal (microseconds) is not carried.
+                    let buckets = k.engine.buckets(seid);
+                    carry_backlogs(&self.workers, seid, k.backlogs(seid, buckets));
                     carried.extend(k.take_off(seid));
                 }
                 if !carried.is_empty() {

@@ -14,8 +14,8 @@ use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
 use upf_rules::{
-    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
-    UsageReport, Volume,
+    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
+    UrrId, UsageReport, Volume,
 };
 
 #[derive(Debug, Clone)]
@@ -61,6 +61,10 @@ enum Control {
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
     /// Usage another engine measured for the session's URRs (`Pipeline::carry_usage`).
     Carry(Seid, Vec<(UrrId, Volume)>, Reply<()>),
+    /// The session's MBR backlogs (`Pipeline::mbr_backlogs`), and those another engine left
+    /// (`Pipeline::carry_mbr_backlogs`).
+    MbrBacklogs(Seid, Reply<Vec<MbrBacklog>>),
+    CarryMbr(Seid, Vec<MbrBacklog>, Reply<()>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -503,6 +507,12 @@ impl Worker {
             Control::Carry(seid, usage, r) => {
                 let _ = r.send(self.pipeline.carry_usage(now, seid, &usage));
             }
+            Control::MbrBacklogs(seid, r) => {
+                let _ = r.send(self.pipeline.mbr_backlogs(now, seid));
+            }
+            Control::CarryMbr(seid, backlogs, r) => {
+                let _ = r.send(self.pipeline.carry_mbr_backlogs(now, seid, &backlogs));
+            }
             Control::Session(seid, r) => {
                 let _ = r.send(self.pipeline.session(seid).cloned());
             }
@@ -784,12 +794,34 @@ impl Workers {
         seid: Seid,
         usage: Vec<(UrrId, Volume)>,
     ) -> Result<(), DatapathError> {
-        let i = *self
-            .placement
-            .get(&seid)
-            .and_then(|p| p.workers.first())
-            .ok_or(DatapathError::UnknownSession(seid))?;
+        let i = self.first_worker(seid)?;
         self.ask(i, |tx| Control::Carry(seid, usage, tx))
+    }
+
+    /// The backlog of session `seid`'s MBR buckets now, asked of its first worker (as
+    /// [`Workers::carry_usage`]: a session on several workers draws on buckets they share,
+    /// which are not carried).
+    pub fn mbr_backlogs(&self, seid: Seid) -> Result<Vec<MbrBacklog>, DatapathError> {
+        let i = self.first_worker(seid)?;
+        self.ask(i, |tx| Control::MbrBacklogs(seid, tx))
+    }
+
+    /// Session `seid`'s MBR buckets continue from `backlogs`, another engine's, on its first
+    /// worker.
+    pub fn carry_mbr_backlogs(
+        &self,
+        seid: Seid,
+        backlogs: Vec<MbrBacklog>,
+    ) -> Result<(), DatapathError> {
+        let i = self.first_worker(seid)?;
+        self.ask(i, |tx| Control::CarryMbr(seid, backlogs, tx))
+    }
+
+    fn first_worker(&self, seid: Seid) -> Result<usize, DatapathError> {
+        self.placement
+            .get(&seid)
+            .and_then(|p| p.workers.first().copied())
+            .ok_or(DatapathError::UnknownSession(seid))
     }
 
     /// Returns once every worker of session `seid` has sent what its last control message
