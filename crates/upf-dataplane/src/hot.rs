@@ -1099,6 +1099,30 @@ impl Hot {
         }
     }
 
+    /// Takes the MBR buckets' fills back from the compiled session `s` (set there since the
+    /// last [`Hot::sync`]), so that the record needs no rebuild for them.
+    pub fn take_fills(&mut self, shapes: &Shapes, s: &Compiled) {
+        if !self.keys.serves {
+            return;
+        }
+        let shape = shapes.get(self.keys.shape);
+        for (half, fills) in shape.halves.iter().zip(&mut self.fills) {
+            for (q, fill) in half.qers.iter().zip(&mut fills.fills) {
+                let Some(c) = s.qers.get(usize::from(q.qer)) else {
+                    continue;
+                };
+                let mbr = if q.flags & QER_UPLINK != 0 {
+                    c.mbr_ul
+                } else {
+                    c.mbr_dl
+                };
+                if let Some(b) = mbr.filter(|_| q.flags & QER_MBR != 0) {
+                    *fill = b.fill;
+                }
+            }
+        }
+    }
+
     /// After a URR's budget ran out: the exact check of URR `urr` (an index in the compiled
     /// session's URRs) on everything counted, then fresh budgets for every line.
     pub fn check_urr(

@@ -355,7 +355,9 @@ impl Pipeline {
                 m.resume(b.ticks, clock);
             }
         }
-        self.build_hot(slot);
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.take_fills(&self.shapes, s);
+        }
         Ok(())
     }
 
