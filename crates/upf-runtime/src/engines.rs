@@ -12,7 +12,7 @@
 //! buckets move with it: the engine it leaves gives the backlog of each (QER, direction) at
 //! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`).
 
-use crate::workers::Workers;
+use crate::workers::{SessionBacklogs, Workers};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -27,6 +27,9 @@ use upf_xdp::{BucketState, Detached, Engine, InstallError, Stats};
 
 /// Sessions taken out of the kernel whose counters are read after one grace period.
 const DETACHED_BATCH: usize = 2000;
+/// Sessions moving into the kernel whose MBR backlogs are asked of the workers at once (one
+/// message a worker, not one a session).
+const BACKLOG_BATCH: usize = 64;
 
 /// Which engine runs the sessions (`engine` in upf.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,15 +224,18 @@ impl Engines {
         let Some(k) = &mut self.kernel else { return };
         let start = Instant::now();
         let mut moved = 0;
+        // The MBR backlogs of sessions entering, asked ahead, and of those leaving, given
+        // to the workers at the end of the step.
+        let mut entering: HashMap<Seid, Vec<MbrBacklog>> = HashMap::new();
+        let mut leaving: SessionBacklogs = Vec::new();
         while start.elapsed() < budget {
             let Some(seid) = k.moving.pop_front() else {
                 break;
             };
             if k.mode == EngineMode::User {
                 if let Some(d) = k.engine.detach(seid) {
-                    // The workers police its packets from now on.
                     let buckets = k.engine.detached_buckets(&d);
-                    carry_backlogs(&self.workers, seid, k.backlogs(seid, buckets));
+                    leaving.push((seid, k.backlogs(seid, buckets)));
                     k.detached.push(d);
                 }
                 continue;
@@ -240,8 +246,14 @@ impl Engines {
             if k.reported.contains_key(&seid) {
                 continue;
             }
+            if has_mbr(&s) && !entering.contains_key(&seid) {
+                let next = (k.moving.iter().take(BACKLOG_BATCH - 1))
+                    .filter(|x| self.workers.installed(**x).is_some_and(|s| has_mbr(s)));
+                let ahead: Vec<Seid> = std::iter::once(seid).chain(next.copied()).collect();
+                entering.extend(workers_backlogs(&self.workers, &ahead));
+            }
+            let backlogs = entering.remove(&seid).unwrap_or_default();
             // No barrier: a session the engine can run buffers nothing.
-            let backlogs = workers_backlogs(&self.workers, &s);
             match k.engine.install_carrying(&s, &backlogs) {
                 Ok(()) => {
                     k.refused.remove(&seid);
@@ -253,6 +265,8 @@ impl Engines {
                 }
             }
         }
+        // The workers police the packets of those that left from the state the kernel left.
+        carry_backlogs(&self.workers, leaving);
         if k.detached.len() >= DETACHED_BATCH || (k.moving.is_empty() && !k.detached.is_empty()) {
             let gone = std::mem::take(&mut k.detached);
             for (seid, last) in k.engine.collect(gone) {
@@ -325,9 +339,9 @@ impl Kernel {
     /// The backlog now of session `seid`'s MBR buckets in the kernel (`buckets`, as the
     /// program left them), for the workers to continue from.
     fn backlogs(&self, seid: Seid, buckets: std::io::Result<Vec<BucketState>>) -> Vec<MbrBacklog> {
-        let read = buckets.and_then(|b| Ok((self.engine.clock()?, b)));
-        match read {
-            Ok((now, b)) => b
+        let now = self.engine.clock();
+        match buckets {
+            Ok(b) => b
                 .into_iter()
                 .map(|b| MbrBacklog {
                     qer: b.qer,
@@ -396,25 +410,30 @@ fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
     }
 }
 
-/// The backlog now of the workers' MBR buckets of session `s` (none asked when it has no
-/// MBR), for the kernel to continue from.
-fn workers_backlogs(workers: &Workers, s: &Session) -> Vec<MbrBacklog> {
-    if !s.qers.iter().any(|q| q.mbr.is_some()) {
-        return Vec::new();
-    }
-    workers.mbr_backlogs(s.seid).unwrap_or_else(|e| {
-        warn!(target: "upf::xdp", "{}: MBR buckets not carried to the kernel: {e}", s.seid);
+/// Whether session `s` has an MBR bucket (whose backlog moves with it).
+fn has_mbr(s: &Session) -> bool {
+    s.qers.iter().any(|q| q.mbr.is_some())
+}
+
+/// The backlogs now of the workers' MBR buckets of sessions `seids`, for the kernel to
+/// continue from.
+fn workers_backlogs(workers: &Workers, seids: &[Seid]) -> SessionBacklogs {
+    workers.mbr_backlogs(seids).unwrap_or_else(|e| {
+        let n = seids.len();
+        warn!(target: "upf::xdp", "MBR buckets of {n} sessions not carried to the kernel: {e}");
         Vec::new()
     })
 }
 
-/// Session `seid`'s MBR buckets in the workers continue from the kernel's `backlogs`.
-fn carry_backlogs(workers: &Workers, seid: Seid, backlogs: Vec<MbrBacklog>) {
+/// The sessions' MBR buckets in the workers continue from the kernel's `backlogs`.
+fn carry_backlogs(workers: &Workers, mut backlogs: SessionBacklogs) {
+    backlogs.retain(|(_, b)| !b.is_empty());
     if backlogs.is_empty() {
         return;
     }
-    if let Err(e) = workers.carry_mbr_backlogs(seid, backlogs) {
-        warn!(target: "upf::xdp", "{seid}: MBR buckets not carried to the workers: {e}");
+    let n = backlogs.len();
+    if let Err(e) = workers.carry_mbr_backlogs(backlogs) {
+        warn!(target: "upf::xdp", "MBR buckets of {n} sessions not carried to the workers: {e}");
     }
 }
 
@@ -480,10 +499,11 @@ impl Datapath for Engines {
                     self.workers.barrier(seid);
                 }
                 // Entering: its buckets go on from the workers'; staying: from the kernel's.
-                let backlogs = if was_on {
+                let backlogs = if was_on || !has_mbr(&session) {
                     Vec::new()
                 } else {
-                    workers_backlogs(&self.workers, &session)
+                    let b = workers_backlogs(&self.workers, &[seid]);
+                    b.into_iter().flat_map(|(_, b)| b).collect()
                 };
                 (k.engine.install_carrying(&session, &backlogs)).map_err(|e| e.to_string())
             }
@@ -505,7 +525,7 @@ impl Datapath for Engines {
                     // Read as it leaves: what the program takes from them between this read
                     // and its keys' removal (microseconds) is not carried.
                     let buckets = k.engine.buckets(seid);
-                    carry_backlogs(&self.workers, seid, k.backlogs(seid, buckets));
+                    carry_backlogs(&self.workers, vec![(seid, k.backlogs(seid, buckets))]);
                     carried.extend(k.take_off(seid));
                 }
                 if !carried.is_empty() {

@@ -157,6 +157,8 @@ pub struct Engine {
     shape_of: HashMap<u32, ShapeValue>,
     shape_ids: Ids,
     cpus: usize,
+    /// The time the `clock` map fixes ([`Engine::fix_clock`]), if it does.
+    fixed_clock: Option<u64>,
 }
 
 fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> io::Error + '_ {
@@ -215,6 +217,7 @@ impl Engine {
             shape_of: HashMap::new(),
             shape_ids: Ids::new(shape_capacity(n)),
             cpus,
+            fixed_clock: None,
         })
     }
 
@@ -523,7 +526,7 @@ impl Engine {
         quotas: (&[Quota], &[Quota]),
     ) -> io::Result<()> {
         let (new, old, carried) = buckets;
-        let now = if carried.is_empty() { 0 } else { self.clock()? };
+        let now = self.clock();
         let mut m: Array<&mut MapData, QosValue> =
             Array::try_from(self.map("qos")?).map_err(map_err("qos map"))?;
         let before = if kept {
@@ -583,19 +586,12 @@ impl Engine {
 
     /// The clock of the MBR buckets now: the fixed time ([`Engine::fix_clock`]), else the
     /// program's bpf_ktime_get_ns, CLOCK_MONOTONIC.
-    pub fn clock(&self) -> io::Result<u64> {
-        let map = self
-            .ebpf
-            .map("clock")
-            .ok_or_else(|| io::Error::other("no clock map"))?;
-        let m: Array<&MapData, ClockValue> = Array::try_from(map).map_err(map_err("clock map"))?;
-        let [fixed, ns] = m.get(&0, 0).map_err(map_err("reading the clock"))?;
-        if fixed != 0 {
-            return Ok(ns);
+    pub fn clock(&self) -> u64 {
+        if let Some(ns) = self.fixed_clock {
+            return ns;
         }
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        Ok(u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
-            + u64::try_from(t.tv_nsec).unwrap_or(0))
+        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
     }
 
     /// The MBR buckets of session `seid` as the program left them (empty for a session not
@@ -642,7 +638,9 @@ impl Engine {
         let mut m: Array<&mut MapData, ClockValue> =
             Array::try_from(self.map("clock")?).map_err(map_err("clock map"))?;
         let v = ns.map_or([0, 0], |ns| [1, ns]);
-        m.set(0, v, 0).map_err(map_err("writing the clock"))
+        m.set(0, v, 0).map_err(map_err("writing the clock"))?;
+        self.fixed_clock = ns;
+        Ok(())
     }
 
     /// Writes the session values of `keys` (their shapes `ids`, slot `slot`); on an error
