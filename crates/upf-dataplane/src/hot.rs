@@ -30,7 +30,8 @@
 //! the general path over [`Compiled`].
 //!
 //! Where the state lives: the compiled session is the source of truth. While a session is
-//! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`]) and
+//! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`], and
+//! taken from the compiled session by [`Hot::take_fills`] when another engine's are set) and
 //! the URR volumes counted since the last sync are *pending* in the record (added to the
 //! URR by [`Hot::sync`], which zeroes them). Every reader of the compiled state (usage
 //! reports, queries, timers, modification) syncs first, and the record is rebuilt from the
