@@ -30,7 +30,8 @@
 //! the general path over [`Compiled`].
 //!
 //! Where the state lives: the compiled session is the source of truth. While a session is
-//! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`]) and
+//! hot, its QER buckets' fills are *owned* by the record (copied back by [`Hot::sync`], and
+//! taken from the compiled session by [`Hot::take_fills`] when another engine's are set) and
 //! the URR volumes counted since the last sync are *pending* in the record (added to the
 //! URR by [`Hot::sync`], which zeroes them). Every reader of the compiled state (usage
 //! reports, queries, timers, modification) syncs first, and the record is rebuilt from the
@@ -1096,6 +1097,30 @@ impl Hot {
                 s.last_packet = t;
             }
             s.inactive_reported = false;
+        }
+    }
+
+    /// Takes the MBR buckets' fills back from the compiled session `s` (set there since the
+    /// last [`Hot::sync`]), so that the record needs no rebuild for them.
+    pub fn take_fills(&mut self, shapes: &Shapes, s: &Compiled) {
+        if !self.keys.serves {
+            return;
+        }
+        let shape = shapes.get(self.keys.shape);
+        for (half, fills) in shape.halves.iter().zip(&mut self.fills) {
+            for (q, fill) in half.qers.iter().zip(&mut fills.fills) {
+                let Some(c) = s.qers.get(usize::from(q.qer)) else {
+                    continue;
+                };
+                let mbr = if q.flags & QER_UPLINK != 0 {
+                    c.mbr_ul
+                } else {
+                    c.mbr_dl
+                };
+                if let Some(b) = mbr.filter(|_| q.flags & QER_MBR != 0) {
+                    *fill = b.fill;
+                }
+            }
         }
     }
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use upf_packet::{Packet, HEADROOM};
 use upf_rules::{
-    ApplyAction, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session,
-    UrrId, UsageReport, UsageTrigger, Volume,
+    ApplyAction, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid,
+    Session, UrrId, UsageReport, UsageTrigger, Volume,
 };
 
 impl Pipeline {
@@ -303,6 +303,61 @@ impl Pipeline {
         }
         self.build_hot(slot);
         self.schedule(now, slot);
+        Ok(())
+    }
+
+    /// The backlog of session `seid`'s MBR buckets at `now`, per QER and direction, for
+    /// another engine to continue from. (Buckets shared with other workers are not the
+    /// session's: none of theirs.)
+    pub fn mbr_backlogs(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+    ) -> Result<Vec<MbrBacklog>, DatapathError> {
+        let slot = self.synced_slot(seid)?;
+        let clock = self.clock(now);
+        let s = self.slots[slot as usize]
+            .as_ref()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut out = Vec::new();
+        for q in &s.qers {
+            for (uplink, b) in [(true, &q.mbr_ul), (false, &q.mbr_dl)] {
+                if let Some(b) = b {
+                    out.push(MbrBacklog {
+                        qer: q.id,
+                        uplink,
+                        ticks: b.fill.remaining(clock),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Session `seid`'s MBR buckets continue at `now` from the backlogs another engine's
+    /// left ([`Pipeline::mbr_backlogs`] there); buckets not named keep their state.
+    pub fn carry_mbr_backlogs(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        backlogs: &[MbrBacklog],
+    ) -> Result<(), DatapathError> {
+        let slot = self.synced_slot(seid)?;
+        let clock = self.clock(now);
+        let s = self.slots[slot as usize]
+            .as_mut()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        for b in backlogs {
+            let Some(q) = s.qers.iter_mut().find(|q| q.id == b.qer) else {
+                continue;
+            };
+            if let Some(m) = q.mbr(b.uplink) {
+                m.resume(b.ticks, clock);
+            }
+        }
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.take_fills(&self.shapes, s);
+        }
         Ok(())
     }
 

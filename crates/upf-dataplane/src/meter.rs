@@ -82,6 +82,12 @@ impl TokenBucket {
         self.fill.take(&self.rate, bits);
     }
 
+    /// Continues from `backlog` ticks (another engine's [`Fill::remaining`]) at `now`, at
+    /// most the depth.
+    pub fn resume(&mut self, backlog: u64, now: u64) {
+        self.fill = Fill::resume(backlog.min(self.rate.depth), now);
+    }
+
     /// Takes the rate and depth of `other` (a modified QER), keeping this bucket's tokens so
     /// that a modification does not reset policing.
     pub fn set_rate_from(&mut self, other: &TokenBucket) {
@@ -110,6 +116,20 @@ impl Fill {
         let passed = now.saturating_sub(self.last).min(u64::MAX >> TICK_FRAC);
         self.backlog = self.backlog.saturating_sub(passed << TICK_FRAC);
         self.last = self.last.max(now);
+    }
+
+    /// The backlog drained to `now`, without draining it: what another engine's bucket
+    /// continues from ([`Fill::resume`]), whatever its clock.
+    pub fn remaining(&self, now: u64) -> u64 {
+        let mut f = *self;
+        f.drain(now);
+        f.backlog
+    }
+
+    /// A fill with `backlog` ticks still to drain at `now` (this bucket's clock): the state
+    /// another engine's bucket left ([`Fill::remaining`]).
+    pub fn resume(backlog: u64, now: u64) -> Self {
+        Self { backlog, last: now }
     }
 
     /// [`TokenBucket::conforms`] of the bucket of rate `r` and this fill.
@@ -295,6 +315,36 @@ mod tests {
         let mut b = TokenBucket::new(0, u64::MAX, Duration::MAX);
         assert!(b.conforms(0, u64::MAX >> TICK_FRAC));
         assert!(b.conforms(u64::MAX, 12_000));
+    }
+
+    #[test]
+    fn a_backlog_carried_to_another_clock_keeps_the_tokens_spent() {
+        // 1 Mbit/s, 1 s: 1 Mbit deep; 600 kbit spent at 1 s on this clock, 100 ms later
+        // 500 kbit are still missing.
+        let mut b = TokenBucket::new(1_000_000_000, 1_000_000, Duration::from_secs(1));
+        assert!(b.conforms(1_000_000_000, 600_000));
+        b.take(600_000);
+        let left = b.fill.remaining(1_100_000_000);
+        assert_eq!(
+            left,
+            b.fill.remaining(1_100_000_000),
+            "reading drains nothing"
+        );
+        // On a clock 5 s behind, with a bucket that started full.
+        let mut other = TokenBucket::new(0, 1_000_000, Duration::from_secs(1));
+        other.resume(left, 0);
+        assert!(other.conforms(0, 500_000));
+        assert!(!other.conforms(0, 501_000));
+        // It drains on its own clock from there: 100 ms later, 100 kbit more.
+        assert!(other.conforms(100_000_000, 600_000));
+        assert!(!other.conforms(100_000_000, 601_000));
+        // A backlog beyond this bucket's depth (a lower rate) leaves it empty, no deeper.
+        let mut small = TokenBucket::new(0, 100_000, Duration::from_secs(1));
+        small.resume(u64::MAX, 0);
+        assert!(!small.conforms(0, 8));
+        assert!(small.conforms(1_000_000_000, 100_000));
+        // A clock behind the last drain (never back in time): nothing drained.
+        assert_eq!(Fill::resume(7, 50).remaining(10), 7);
     }
 
     proptest::proptest! {

@@ -1,6 +1,6 @@
 //! QERs through the real agent: gates per direction, MBR policing measured over 10 s of
 //! virtual time, a session AMBR (one QER shared by two QoS flows), and packet rates (on the
-//! hot path and the general one).
+//! hot path and the general one); an MBR bucket's backlog carried to another engine.
 
 mod common;
 use common::*;
@@ -371,5 +371,42 @@ fn an_update_qer_changes_the_packet_rate_keeping_what_is_left() {
             "hot {hot}: the uplink kept its state"
         );
         assert_balanced(&mut r);
+    }
+}
+
+/// An MBR bucket's backlog read from one pipeline and carried to another (another engine,
+/// on its own clock): the tokens spent on the first stay spent on the second, hot record
+/// or general path.
+#[test]
+fn an_mbr_backlog_carried_to_another_engine_keeps_the_tokens_spent() {
+    // 1,000 kbit/s, the 2 s window: 2 Mbit, 250 packets of 8000 bits.
+    let establish = |r: &mut Rig| {
+        let mut req = simple_session(UE, 0xabcd);
+        req.create_qers = [smf::create_qer(1, Some((1000, 1000)), Some(9))]
+            .into_iter()
+            .collect();
+        let (seid, resp) = r.establish(req);
+        (upf_rules::Seid(seid), local_teid(&resp))
+    };
+    let burst = |teid, n| (0..n).map(|_| gpdu(teid, Some(9), &up(53))).collect();
+    let mut a = Rig::new();
+    let (seid, teid) = establish(&mut a);
+    assert_eq!(a.send(burst(teid, 200)).len(), 200);
+    let now = a.now;
+    let backlogs = a.dp().mbr_backlogs(now, seid).unwrap();
+    assert_eq!(backlogs.len(), 2, "uplink and downlink: {backlogs:?}");
+    for hot in [true, false] {
+        let mut b = Rig::new();
+        b.now += Duration::from_secs(100);
+        b.dp().set_hot_records(hot);
+        let (seid, teid) = establish(&mut b);
+        assert_eq!(b.dp().cold_sessions(), usize::from(!hot));
+        let now = b.now;
+        b.dp().carry_mbr_backlogs(now, seid, &backlogs).unwrap();
+        assert_eq!(b.send(burst(teid, 100)).len(), 50, "hot: {hot}");
+        assert_eq!(b.dp().counters().dropped(DropReason::MbrExceeded), 50);
+        // From there it refills on its own clock: 1 s, 125 packets.
+        b.now += Duration::from_secs(1);
+        assert_eq!(b.send(burst(teid, 200)).len(), 125, "hot: {hot}");
     }
 }

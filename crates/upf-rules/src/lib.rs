@@ -28,7 +28,7 @@ pub use ids::{BarId, FarId, PdrId, Precedence, QerId, Qfi, Seid, Teid, UrrId};
 pub use pdr::{
     FramedRoute, Interface, LocalFTeid, OuterHeaderRemoval, PacketMeta, Pdi, PdiExtra, Pdr, UeIp,
 };
-pub use qer::{AggregateKey, Bitrate, Gate, PacketRate, Qer};
+pub use qer::{AggregateKey, Bitrate, Gate, MbrBacklog, PacketRate, Qer};
 pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};
 pub use shared::{Interner, Shared, SharedSlice};

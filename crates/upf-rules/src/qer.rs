@@ -27,6 +27,17 @@ pub struct PacketRate {
     pub downlink: Option<(u16, u32)>,
 }
 
+/// The state of a session's MBR bucket for QER `qer` in one direction as it moves between
+/// engines that run on different clocks: its *backlog* (the time its spent tokens take to
+/// come back, in ticks of 2^-24 ns) at the moment it was read. The engine it enters
+/// continues from it at its own `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MbrBacklog {
+    pub qer: QerId,
+    pub uplink: bool,
+    pub ticks: u64,
+}
+
 /// A QoS Enforcement Rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Qer {

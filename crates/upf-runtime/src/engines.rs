@@ -8,9 +8,11 @@
 //! no packet finds it in neither. The XDP engine's URR counters are never reset: what it
 //! counted since a URR's last report (`reported`, the baseline) goes into the report the
 //! workers make, and into the workers' own measurement when the session leaves it
-//! (`Workers::carry_usage`), so that every packet is in exactly one report.
+//! (`Workers::carry_usage`), so that every packet is in exactly one report. A session's MBR
+//! buckets move with it: the engine it leaves gives the backlog of each (QER, direction) at
+//! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`).
 
-use crate::workers::Workers;
+use crate::workers::{SessionBacklogs, Workers};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -18,13 +20,16 @@ use std::time::Duration;
 use std::time::Instant;
 use tracing::warn;
 use upf_rules::{
-    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
-    UsageReport, Volume,
+    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
+    UrrId, UsageReport, Volume,
 };
-use upf_xdp::{Detached, Engine, InstallError, Stats};
+use upf_xdp::{BucketState, Detached, Engine, InstallError, Stats};
 
 /// Sessions taken out of the kernel whose counters are read after one grace period.
 const DETACHED_BATCH: usize = 2000;
+/// Sessions moving into the kernel whose MBR backlogs are asked of the workers at once (one
+/// message a worker, not one a session).
+const BACKLOG_BATCH: usize = 64;
 
 /// Which engine runs the sessions (`engine` in upf.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -174,7 +179,7 @@ pub struct EngineStatus {
 impl Engines {
     /// Moves every session to the engine of `mode` (`User`: out of the kernel; `Xdp` or
     /// `Auto`: into it, each one it can run) without any PFCP exchange: URR usage carried
-    /// exactly as on any move (tokens not: a bucket starts full in the engine it enters).
+    /// exactly and MBR buckets' backlogs as on any move.
     /// The move is done by [`Engines::move_some`], a bounded number of sessions at a time,
     /// so that the caller keeps answering PFCP meanwhile.
     pub fn set_mode(&mut self, now: Instant, mode: EngineMode) -> Result<(), &'static str> {
@@ -219,12 +224,18 @@ impl Engines {
         let Some(k) = &mut self.kernel else { return };
         let start = Instant::now();
         let mut moved = 0;
+        // The MBR backlogs of sessions entering, asked ahead, and of those leaving, given
+        // to the workers at the end of the step.
+        let mut entering: HashMap<Seid, Vec<MbrBacklog>> = HashMap::new();
+        let mut leaving: SessionBacklogs = Vec::new();
         while start.elapsed() < budget {
             let Some(seid) = k.moving.pop_front() else {
                 break;
             };
             if k.mode == EngineMode::User {
                 if let Some(d) = k.engine.detach(seid) {
+                    let buckets = k.engine.detached_buckets(&d);
+                    leaving.push((seid, k.backlogs(seid, buckets)));
                     k.detached.push(d);
                 }
                 continue;
@@ -235,8 +246,15 @@ impl Engines {
             if k.reported.contains_key(&seid) {
                 continue;
             }
+            if has_mbr(&s) && !entering.contains_key(&seid) {
+                let next = (k.moving.iter().take(BACKLOG_BATCH - 1))
+                    .filter(|x| self.workers.installed(**x).is_some_and(|s| has_mbr(s)));
+                let ahead: Vec<Seid> = std::iter::once(seid).chain(next.copied()).collect();
+                entering.extend(workers_backlogs(&self.workers, &ahead));
+            }
+            let backlogs = entering.remove(&seid).unwrap_or_default();
             // No barrier: a session the engine can run buffers nothing.
-            match k.engine.install(&s) {
+            match k.engine.install_carrying(&s, &backlogs) {
                 Ok(()) => {
                     k.refused.remove(&seid);
                     k.reported.insert(seid, Vec::new());
@@ -247,6 +265,8 @@ impl Engines {
                 }
             }
         }
+        // The workers police the packets of those that left from the state the kernel left.
+        carry_backlogs(&self.workers, leaving);
         if k.detached.len() >= DETACHED_BATCH || (k.moving.is_empty() && !k.detached.is_empty()) {
             let gone = std::mem::take(&mut k.detached);
             for (seid, last) in k.engine.collect(gone) {
@@ -316,6 +336,26 @@ impl Kernel {
         delta
     }
 
+    /// The backlog now of session `seid`'s MBR buckets in the kernel (`buckets`, as the
+    /// program left them), for the workers to continue from.
+    fn backlogs(&self, seid: Seid, buckets: std::io::Result<Vec<BucketState>>) -> Vec<MbrBacklog> {
+        let now = self.engine.clock();
+        match buckets {
+            Ok(b) => b
+                .into_iter()
+                .map(|b| MbrBacklog {
+                    qer: b.qer,
+                    uplink: b.uplink,
+                    ticks: upf_dataplane::Fill::resume(b.backlog, b.last).remaining(now),
+                })
+                .collect(),
+            Err(e) => {
+                warn!(target: "upf::xdp", "{seid}: MBR buckets not carried to the workers: {e}");
+                Vec::new()
+            }
+        }
+    }
+
     /// Takes session `seid` off the engine; returns what it counted since the last reports
     /// (but for a packet being processed as it goes: `Engine::remove`).
     fn take_off(&mut self, seid: Seid) -> Vec<(UrrId, Volume)> {
@@ -367,6 +407,33 @@ fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
     }
     if let Err(e) = workers.carry_usage(seid, usage) {
         warn!(target: "upf::xdp", "{seid}: usage counted in the XDP engine lost: {e}");
+    }
+}
+
+/// Whether session `s` has an MBR bucket (whose backlog moves with it).
+fn has_mbr(s: &Session) -> bool {
+    s.qers.iter().any(|q| q.mbr.is_some())
+}
+
+/// The backlogs now of the workers' MBR buckets of sessions `seids`, for the kernel to
+/// continue from.
+fn workers_backlogs(workers: &Workers, seids: &[Seid]) -> SessionBacklogs {
+    workers.mbr_backlogs(seids).unwrap_or_else(|e| {
+        let n = seids.len();
+        warn!(target: "upf::xdp", "MBR buckets of {n} sessions not carried to the kernel: {e}");
+        Vec::new()
+    })
+}
+
+/// The sessions' MBR buckets in the workers continue from the kernel's `backlogs`.
+fn carry_backlogs(workers: &Workers, mut backlogs: SessionBacklogs) {
+    backlogs.retain(|(_, b)| !b.is_empty());
+    if backlogs.is_empty() {
+        return;
+    }
+    let n = backlogs.len();
+    if let Err(e) = workers.carry_mbr_backlogs(backlogs) {
+        warn!(target: "upf::xdp", "MBR buckets of {n} sessions not carried to the workers: {e}");
     }
 }
 
@@ -431,7 +498,14 @@ impl Datapath for Engines {
                     // before the program forwards new ones.
                     self.workers.barrier(seid);
                 }
-                k.engine.install(&session).map_err(|e| e.to_string())
+                // Entering: its buckets go on from the workers'; staying: from the kernel's.
+                let backlogs = if was_on || !has_mbr(&session) {
+                    Vec::new()
+                } else {
+                    let b = workers_backlogs(&self.workers, &[seid]);
+                    b.into_iter().flat_map(|(_, b)| b).collect()
+                };
+                (k.engine.install_carrying(&session, &backlogs)).map_err(|e| e.to_string())
             }
             Err(why) => Err(why),
         };
@@ -448,6 +522,10 @@ impl Datapath for Engines {
             Err(why) => {
                 let mut carried = stays;
                 if was_on {
+                    // Read as it leaves: what the program takes from them between this read
+                    // and its keys' removal (microseconds) is not carried.
+                    let buckets = k.engine.buckets(seid);
+                    carry_backlogs(&self.workers, vec![(seid, k.backlogs(seid, buckets))]);
                     carried.extend(k.take_off(seid));
                 }
                 if !carried.is_empty() {

@@ -14,8 +14,8 @@ use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
 use upf_rules::{
-    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
-    UsageReport, Volume,
+    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
+    UrrId, UsageReport, Volume,
 };
 
 #[derive(Debug, Clone)]
@@ -50,6 +50,9 @@ impl Default for RuntimeConfig {
 
 type Reply<T> = SyncSender<Result<T, DatapathError>>;
 
+/// Per session, the backlogs of its MBR buckets (one engine's, for another to go on from).
+pub type SessionBacklogs = Vec<(Seid, Vec<MbrBacklog>)>;
+
 enum Control {
     Install(
         Arc<Session>,
@@ -61,6 +64,10 @@ enum Control {
     Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
     /// Usage another engine measured for the session's URRs (`Pipeline::carry_usage`).
     Carry(Seid, Vec<(UrrId, Volume)>, Reply<()>),
+    /// The sessions' MBR backlogs (`Pipeline::mbr_backlogs`; sessions it does not hold left
+    /// out), and those another engine left (`Pipeline::carry_mbr_backlogs`).
+    MbrBacklogs(Vec<Seid>, Reply<SessionBacklogs>),
+    CarryMbr(SessionBacklogs),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -503,6 +510,18 @@ impl Worker {
             Control::Carry(seid, usage, r) => {
                 let _ = r.send(self.pipeline.carry_usage(now, seid, &usage));
             }
+            Control::MbrBacklogs(seids, r) => {
+                let backlogs = (seids.into_iter())
+                    .filter_map(|seid| Some((seid, self.pipeline.mbr_backlogs(now, seid).ok()?)))
+                    .collect();
+                let _ = r.send(Ok(backlogs));
+            }
+            Control::CarryMbr(backlogs) => {
+                for (seid, b) in backlogs {
+                    // A session removed since: nothing to carry into.
+                    let _ = self.pipeline.carry_mbr_backlogs(now, seid, &b);
+                }
+            }
             Control::Session(seid, r) => {
                 let _ = r.send(self.pipeline.session(seid).cloned());
             }
@@ -784,12 +803,57 @@ impl Workers {
         seid: Seid,
         usage: Vec<(UrrId, Volume)>,
     ) -> Result<(), DatapathError> {
-        let i = *self
-            .placement
-            .get(&seid)
-            .and_then(|p| p.workers.first())
-            .ok_or(DatapathError::UnknownSession(seid))?;
+        let i = self.first_worker(seid)?;
         self.ask(i, |tx| Control::Carry(seid, usage, tx))
+    }
+
+    /// The backlogs of sessions `seids`' MBR buckets now, asked of each one's first worker
+    /// (as [`Workers::carry_usage`]: a session on several workers draws on buckets they
+    /// share, which are not carried), one message a worker; sessions not installed left
+    /// out.
+    pub fn mbr_backlogs(&self, seids: &[Seid]) -> Result<SessionBacklogs, DatapathError> {
+        let mut out = Vec::new();
+        for (i, seids) in self.by_first_worker(seids.iter().map(|&s| (s, s))) {
+            out.extend(self.ask(i, |tx| Control::MbrBacklogs(seids, tx))?);
+        }
+        Ok(out)
+    }
+
+    /// Each session's MBR buckets continue from its `backlogs` (another engine's) on its
+    /// first worker, one message a worker; not waited for (a worker applies its control
+    /// messages in order, between two batches).
+    pub fn carry_mbr_backlogs(&self, backlogs: SessionBacklogs) -> Result<(), DatapathError> {
+        for (i, b) in self.by_first_worker(backlogs.into_iter().map(|b| (b.0, b))) {
+            if !self.send(i, Input::Control(Control::CarryMbr(b))) {
+                return Err(DatapathError::Internal(format!("worker {i} stopped")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `items` of installed sessions by their first worker.
+    fn by_first_worker<T>(
+        &self,
+        items: impl IntoIterator<Item = (Seid, T)>,
+    ) -> Vec<(usize, Vec<T>)> {
+        let mut per: Vec<(usize, Vec<T>)> = Vec::new();
+        for (seid, t) in items {
+            let Ok(i) = self.first_worker(seid) else {
+                continue;
+            };
+            match per.iter_mut().find(|(w, _)| *w == i) {
+                Some((_, v)) => v.push(t),
+                None => per.push((i, vec![t])),
+            }
+        }
+        per
+    }
+
+    fn first_worker(&self, seid: Seid) -> Result<usize, DatapathError> {
+        self.placement
+            .get(&seid)
+            .and_then(|p| p.workers.first().copied())
+            .ok_or(DatapathError::UnknownSession(seid))
     }
 
     /// Returns once every worker of session `seid` has sent what its last control message

@@ -2,14 +2,15 @@
 //! BPF_PROG_TEST_RUN, the workers on channels): a session the XDP engine can run is placed
 //! there and one it cannot stays with the workers; what the kernel and the workers count
 //! for a URR is in its reports once, exactly, also across a move between engines; a full
-//! XDP engine refuses a session (`xdp`) or leaves it to the workers (`auto`).
+//! XDP engine refuses a session (`xdp`) or leaves it to the workers (`auto`); the tokens an
+//! MBR bucket has spent stay spent across a move either way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_dataplane::Packet;
 use upf_rules::{
-    Datapath, DatapathError, InstallFlags, MeasurementMethod, ReportingTriggers, Seid, Session,
-    Urr, UrrId, UsageReport, VolumeLimit,
+    Bitrate, Datapath, DatapathError, InstallFlags, MeasurementMethod, Qer, QerId,
+    ReportingTriggers, Seid, Session, Urr, UrrId, UsageReport, VolumeLimit,
 };
 use upf_runtime::{EngineMode, Engines, Runs, Workers};
 use upf_xdp::{Config, Engine, Hops, NextHop};
@@ -17,7 +18,9 @@ mod common;
 
 use common::{gpdu, session, ue, UPF};
 
-/// XDP_PASS (a punt without a steering program) and XDP_TX (forwarded with fixed hops).
+/// XDP_DROP, XDP_PASS (a punt without a steering program) and XDP_TX (forwarded with fixed
+/// hops).
+const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 
@@ -202,4 +205,130 @@ fn a_periodic_report_holds_what_the_kernel_counted() {
     };
     assert_eq!(report.volume.uplink_packets, 4, "{report:?}");
     assert_eq!(report.volume.uplink_bytes, 4 * 28);
+}
+
+/// [`with_urr`] with QER 1 on its PDR: an uplink MBR of 1 kbit/s, PFCP's least, so that
+/// the bucket (12,000 bits: one full-size packet, more than the 2 s window's 2,000) holds
+/// 53 of the 28-octet G-PDUs and refills one of them in 224 ms.
+fn with_mbr(threshold: bool) -> Arc<Session> {
+    let mut s = (*with_urr(0, threshold)).clone();
+    let mut q = Qer::open(QerId(1));
+    q.mbr = Some(Bitrate {
+        uplink_kbps: 1,
+        downlink_kbps: 1,
+    });
+    s.insert_qer(q).unwrap();
+    s.pdrs[0].qers = [QerId(1)].into_iter().collect();
+    Arc::new(s)
+}
+
+/// G-PDUs a full bucket of [`with_mbr`] passes; those the tests spend on one engine before
+/// the move (a 1,920-bit rest: 8 more pass), and the most the other engine may pass after
+/// it: the rest and what refills in 2.7 s, far from a full bucket.
+const FULL: usize = 53;
+const SPENT: usize = 45;
+const AFTER_MOST: usize = 20;
+
+/// Sends UE 0's G-PDU `n` times through the workers; how many they forwarded (the others
+/// dropped for the MBR).
+fn offered_to_workers(e: &Engines, n: usize) -> usize {
+    let w = e.workers();
+    let mbr = |w: &Workers| -> u64 {
+        (w.counters().iter())
+            .map(|c| c.dropped[upf_dataplane::DropReason::MbrExceeded as usize])
+            .sum()
+    };
+    let dropped_before = mbr(w);
+    w.steer((0..n).map(|_| gpdu_of(0)).collect());
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        got += w.collect(Duration::from_millis(50)).len();
+        let dropped = usize::try_from(mbr(w) - dropped_before).unwrap();
+        if got + dropped == n {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{got} forwarded, {dropped} dropped of {n}"
+        );
+    }
+}
+
+/// Moves every session to the engine of `mode`.
+fn swap(e: &mut Engines, mode: EngineMode) {
+    e.set_mode(Instant::now(), mode).unwrap();
+    while e.moving() {
+        e.move_some(Duration::from_millis(5));
+    }
+}
+
+fn kernel_mbr_drops(e: &Engines) -> u64 {
+    let stats = e.xdp_stats().unwrap().unwrap();
+    (stats.dropped.iter())
+        .find(|(r, _)| *r == upf_xdp::Reason::MbrExceeded)
+        .map_or(0, |(_, n)| *n)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn tokens_spent_on_one_engine_stay_spent_across_a_swap() {
+    // Spent on the workers, then swapped into the kernel.
+    let mut e = engines(4, EngineMode::User);
+    e.install(Instant::now(), with_mbr(false), InstallFlags::default())
+        .unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(_)));
+    assert_eq!(offered_to_workers(&e, SPENT), SPENT);
+    swap(&mut e, EngineMode::Xdp);
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    let verdicts = through_kernel(&e, 0, FULL);
+    let passed = verdicts.iter().filter(|&&v| v == XDP_TX).count();
+    assert!(
+        (FULL - SPENT..AFTER_MOST).contains(&passed),
+        "the kernel passed {passed} of {FULL}: {verdicts:?}"
+    );
+    assert_eq!(
+        passed + verdicts.iter().filter(|&&v| v == XDP_DROP).count(),
+        FULL
+    );
+    assert_eq!(kernel_mbr_drops(&e), (FULL - passed) as u64);
+
+    // Spent in the kernel, then swapped out to the workers.
+    let mut e = engines(4, EngineMode::Xdp);
+    e.install(Instant::now(), with_mbr(false), InstallFlags::default())
+        .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, SPENT), vec![XDP_TX; SPENT]);
+    swap(&mut e, EngineMode::User);
+    assert!(matches!(e.runs(Seid(1)), Runs::User(_)));
+    let passed = offered_to_workers(&e, FULL);
+    assert!(
+        (FULL - SPENT..AFTER_MOST).contains(&passed),
+        "the workers passed {passed} of {FULL}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn tokens_spent_stay_spent_when_a_modification_moves_the_session() {
+    let flags = InstallFlags::default();
+    let mut e = engines(4, EngineMode::Xdp);
+    e.install(Instant::now(), with_mbr(false), flags).unwrap();
+    assert_eq!(through_kernel(&e, 0, SPENT), vec![XDP_TX; SPENT]);
+    // A threshold the engine does not run: to the workers, the bucket as the kernel left it.
+    e.install(Instant::now(), with_mbr(true), flags).unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(Some(_))));
+    let passed = offered_to_workers(&e, AFTER_MOST);
+    assert!(
+        (FULL - SPENT..AFTER_MOST).contains(&passed),
+        "the workers passed {passed} of {AFTER_MOST}"
+    );
+    // And back: into the kernel, the bucket as the workers left it (empty).
+    e.install(Instant::now(), with_mbr(false), flags).unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    let passed = through_kernel(&e, 0, FULL)
+        .iter()
+        .filter(|&&v| v == XDP_TX)
+        .count();
+    assert!(passed < AFTER_MOST, "the kernel passed {passed} of {FULL}");
 }

@@ -22,7 +22,7 @@ use upf_dataplane::Acl;
 use upf_io::bpf;
 use upf_io::link::Link;
 use upf_io::Port;
-use upf_rules::{Seid, Session, UrrId, Volume, VolumeLimit};
+use upf_rules::{MbrBacklog, QerId, Seid, Session, UrrId, Volume, VolumeLimit};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
 
@@ -121,6 +121,16 @@ impl Detached {
     }
 }
 
+/// One of a session's MBR buckets as the program left it: `backlog` ticks still to drain
+/// at `last`, on the engine's clock ([`Engine::clock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketState {
+    pub qer: QerId,
+    pub uplink: bool,
+    pub backlog: u64,
+    pub last: u64,
+}
+
 /// Where a session is in the maps.
 #[derive(Debug)]
 struct Held {
@@ -155,6 +165,8 @@ pub struct Engine {
     shape_of: HashMap<u32, ShapeValue>,
     shape_ids: Ids,
     cpus: usize,
+    /// The time the `clock` map fixes ([`Engine::fix_clock`]), if it does.
+    fixed_clock: Option<u64>,
 }
 
 fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> io::Error + '_ {
@@ -226,6 +238,7 @@ impl Engine {
             shape_of: HashMap::new(),
             shape_ids: Ids::new(shape_capacity(n)),
             cpus,
+            fixed_clock: None,
         })
     }
 
@@ -402,6 +415,17 @@ impl Engine {
     /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
     /// over). On error nothing changed.
     pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
+        self.install_carrying(s, &[])
+    }
+
+    /// [`Engine::install`], the MBR buckets the session did not have here (it enters from
+    /// another engine) continuing from `backlogs` (that engine's, read as it left) at the
+    /// engine's clock now; the others start full.
+    pub fn install_carrying(
+        &mut self,
+        s: &Session,
+        backlogs: &[MbrBacklog],
+    ) -> Result<(), InstallError> {
         self.settle();
         let Plan {
             c,
@@ -440,7 +464,7 @@ impl Engine {
         self.write_qos(
             slot,
             kept,
-            (&c.buckets, &old_buckets),
+            (&c.buckets, &old_buckets, backlogs),
             &urrs,
             (&c.quotas, &old_quotas),
         )?;
@@ -507,9 +531,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes slot `slot`'s MBR buckets `buckets.0`: full, or with the tokens left in the
-    /// bucket of the same QER and direction in `buckets.1` (the slot's buckets before, `kept`:
-    /// the slot was the session's); and the quotas `quotas.0` of the URRs in `urrs`' slots,
+    /// Writes slot `slot`'s MBR buckets `buckets.0`: with the tokens left in the bucket of
+    /// the same QER and direction in `buckets.1` (the slot's buckets before, `kept`: the slot
+    /// was the session's), else from its backlog in `buckets.2` at the clock now, else full;
+    /// and the quotas `quotas.0` of the URRs in `urrs`' slots,
     /// unused or, unchanged from `quotas.1`, with their use so far (UrrState::update: a
     /// changed quota is a new grant). The read and the write each hold the value's lock;
     /// what the program counts between them is not carried.
@@ -517,11 +542,12 @@ impl Engine {
         &mut self,
         slot: u32,
         kept: bool,
-        buckets: (&[CBucket], &[CBucket]),
+        buckets: (&[CBucket], &[CBucket], &[MbrBacklog]),
         urrs: &[Option<UrrId>; URR_SLOTS],
         quotas: (&[Quota], &[Quota]),
     ) -> io::Result<()> {
-        let (new, old) = buckets;
+        let (new, old, carried) = buckets;
+        let now = self.clock();
         let mut m: Array<&mut MapData, QosValue> =
             Array::try_from(self.map("qos")?).map_err(map_err("qos map"))?;
         let before = if kept {
@@ -567,10 +593,64 @@ impl Engine {
                 let p = 1 + 4 * k;
                 v[o + 2] = b.carry(&old[k], before[p + 2]);
                 v[o + 3] = before[p + 3];
+            } else if let Some(c) = carried
+                .iter()
+                .find(|c| c.qer == b.qer && c.uplink == b.uplink)
+            {
+                v[o + 2] = c.ticks.min(b.depth);
+                v[o + 3] = now;
             }
         }
         m.set(slot, v, BPF_F_LOCK)
             .map_err(map_err("writing MBR buckets"))
+    }
+
+    /// The clock of the MBR buckets now: the fixed time ([`Engine::fix_clock`]), else the
+    /// program's bpf_ktime_get_ns, CLOCK_MONOTONIC.
+    pub fn clock(&self) -> u64 {
+        if let Some(ns) = self.fixed_clock {
+            return ns;
+        }
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+    }
+
+    /// The MBR buckets of session `seid` as the program left them (empty for a session not
+    /// held).
+    pub fn buckets(&self, seid: Seid) -> io::Result<Vec<BucketState>> {
+        match self.held.get(&seid) {
+            Some(h) => self.read_buckets(h),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// [`Engine::buckets`] of a detached session: no key finds it any more, so only a
+    /// packet being processed as it was detached may still take from them.
+    pub fn detached_buckets(&self, d: &Detached) -> io::Result<Vec<BucketState>> {
+        self.read_buckets(&d.1)
+    }
+
+    /// Under the value's lock (BPF_F_LOCK on the lookup).
+    fn read_buckets(&self, h: &Held) -> io::Result<Vec<BucketState>> {
+        if h.buckets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let map = self
+            .ebpf
+            .map("qos")
+            .ok_or_else(|| io::Error::other("no qos map"))?;
+        let m: Array<&MapData, QosValue> = Array::try_from(map).map_err(map_err("qos map"))?;
+        let v = m
+            .get(&h.slot, BPF_F_LOCK)
+            .map_err(map_err("reading MBR buckets"))?;
+        Ok((h.buckets.iter().take(QOS_BUCKETS).enumerate())
+            .map(|(i, b)| BucketState {
+                qer: b.qer,
+                uplink: b.uplink,
+                backlog: v[1 + 4 * i + 2],
+                last: v[1 + 4 * i + 3],
+            })
+            .collect())
     }
 
     /// Fixes the clock of the MBR buckets at `ns` (tests: the reference's virtual clock, in
@@ -579,7 +659,9 @@ impl Engine {
         let mut m: Array<&mut MapData, ClockValue> =
             Array::try_from(self.map("clock")?).map_err(map_err("clock map"))?;
         let v = ns.map_or([0, 0], |ns| [1, ns]);
-        m.set(0, v, 0).map_err(map_err("writing the clock"))
+        m.set(0, v, 0).map_err(map_err("writing the clock"))?;
+        self.fixed_clock = ns;
+        Ok(())
     }
 
     /// Writes the session values of `keys` (their shapes `ids`, slot `slot`); on an error

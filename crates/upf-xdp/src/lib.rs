@@ -65,7 +65,9 @@ pub use compile::{
     compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
     MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
-pub use engine::{Config, Detached, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE};
+pub use engine::{
+    BucketState, Config, Detached, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE,
+};
 pub use keys::ENTRY_QUARANTINE;
 
 /// Why a packet the program would forward was punted unchanged instead: the answer of

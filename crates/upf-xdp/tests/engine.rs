@@ -212,6 +212,58 @@ fn a_replaced_session_keeps_the_tokens_of_the_qers_it_keeps() {
     assert_eq!(mbr.1, 3);
 }
 
+#[test]
+#[ignore = "needs root"]
+fn a_bucket_read_as_it_leaves_goes_on_from_its_backlog_when_it_enters() {
+    const XDP_DROP: u32 = 1;
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    e.fix_clock(Some(5_000_000_000)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    // 1,000 octets: 8,000 bits of a 1 kbit/s bucket's 12,000.
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 972)[14..]);
+    e.install(&with_mbr(1, 1, 1)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX);
+    let b = e.buckets(Seid(1)).unwrap();
+    assert_eq!(b.len(), 1);
+    assert_eq!(
+        (b[0].qer, b[0].uplink, b[0].last),
+        (QerId(1), true, 5_000_000_000)
+    );
+    assert_eq!(e.clock(), 5_000_000_000);
+    // 8,000 bits at 1 ms a bit: 8 s to refill, in ticks of 2^-24 ns.
+    let spent = 8_000_000_000u64 << 24;
+    assert!(
+        b[0].backlog >= spent && b[0].backlog < spent + (1 << 24),
+        "{b:?}"
+    );
+    e.remove(Seid(1)).unwrap();
+    // Back at another time on the clock, 1 s of the backlog drained elsewhere: 5,000 bits
+    // are left, and they go on draining from the clock's now.
+    e.fix_clock(Some(100_000_000_000)).unwrap();
+    let carried = MbrBacklog {
+        qer: QerId(1),
+        uplink: true,
+        ticks: 7_000_000_000 << 24,
+    };
+    let other = MbrBacklog {
+        qer: QerId(2),
+        ..carried
+    };
+    e.install_carrying(&with_mbr(1, 1, 1), &[other, carried])
+        .unwrap();
+    assert_eq!(run(&e, &up), XDP_DROP, "5,000 bits left");
+    e.fix_clock(Some(102_999_000_000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_DROP, "7,999");
+    e.fix_clock(Some(103_000_000_000)).unwrap();
+    assert_eq!(run(&e, &up), XDP_TX, "8,000");
+    // Not carried: full.
+    e.install_carrying(&with_mbr(2, 1, 1), &[other]).unwrap();
+    let up2 = gpdu_frame(2, &ip_frame(Ipv4Addr::new(10, 0, 0, 2), dn, 972)[14..]);
+    assert_eq!(run(&e, &up2), XDP_TX);
+}
+
 /// Session `n` whose uplink PDR counts in URR 1 with an uplink Volume Quota of `octets`.
 fn with_quota(n: u32, octets: u64) -> Session {
     let mut s = with_urrs(n, &[1], &[]);
