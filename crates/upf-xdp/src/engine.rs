@@ -725,7 +725,13 @@ impl Engine {
     /// every URR of the sessions with reports that has one still to make. Cheap otherwise
     /// (one counter read): call it every tick.
     pub fn missed_crossings(&mut self) -> io::Result<Vec<Crossing>> {
-        let lost = self.stats()?.crossings_lost;
+        let map = (self.ebpf.map("stats")).ok_or_else(|| io::Error::other("no stats map"))?;
+        let m: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(map_err("stats map"))?;
+        let lost: u64 = (m.get(&S_CROSSINGS_LOST, 0))
+            .map_err(map_err("reading stats"))?
+            .iter()
+            .sum();
         if lost == self.lost {
             return Ok(Vec::new());
         }
