@@ -279,6 +279,16 @@ impl Pipeline {
         Ok(reports)
     }
 
+    /// The usage each of session `seid`'s URRs measured since its last report (not
+    /// restarted): what another engine taking the session over counts its thresholds from.
+    pub fn unreported(&mut self, seid: Seid) -> Result<Vec<(UrrId, Volume)>, DatapathError> {
+        let slot = self.synced_slot(seid)?;
+        let s = self.slots[slot as usize]
+            .as_ref()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        Ok(s.urrs.iter().map(|u| (u.id, u.unreported())).collect())
+    }
+
     /// Adds to session `seid`'s URRs usage another engine measured for them (`usage`, per
     /// URR, since their last report; its packets taken at `now`), as if this pipeline had
     /// counted it: in their next reports, against their quotas and thresholds (which may

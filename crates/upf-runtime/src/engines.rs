@@ -282,6 +282,7 @@ impl Engines {
                 Ok(()) => {
                     k.refused.remove(&seid);
                     k.reported.insert(seid, Vec::new());
+                    credit(k, &self.workers, seid);
                     moved += 1;
                 }
                 Err(e) => {
@@ -422,6 +423,19 @@ fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
     }
 }
 
+/// Session `seid` has entered the kernel: its thresholds there count what the workers
+/// measured since the last report too.
+fn credit(k: &mut Kernel, workers: &Workers, seid: Seid) {
+    if !k.engine.has_thresholds(seid) {
+        return;
+    }
+    let done = (workers.unreported(seid).map_err(|e| e.to_string()))
+        .and_then(|u| k.engine.credit(seid, &u).map_err(|e| e.to_string()));
+    if let Err(e) = done {
+        warn!(target: "upf::xdp", "{seid}: thresholds count from now: {e}");
+    }
+}
+
 /// One entry per URR, the volumes of its entries summed.
 fn merge(usage: Vec<(UrrId, Volume)>) -> Vec<(UrrId, Volume)> {
     let mut out: Vec<(UrrId, Volume)> = Vec::new();
@@ -492,6 +506,9 @@ impl Datapath for Engines {
         match taken {
             Ok(()) => {
                 k.refused.remove(&seid);
+                if !was_on {
+                    credit(k, &self.workers, seid);
+                }
                 let base = k.reported.entry(seid).or_default();
                 base.retain(|(u, _)| kept.contains(u));
                 // The engine's counters since the read above were not reported yet.

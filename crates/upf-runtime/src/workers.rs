@@ -61,6 +61,7 @@ enum Control {
     Query(Seid, Vec<UrrId>, UsageTrigger, Reply<Vec<UsageReport>>),
     /// Usage another engine measured for the session's URRs (`Pipeline::carry_usage`).
     Carry(Seid, Vec<(UrrId, Volume)>, Reply<()>),
+    Unreported(Seid, Reply<Vec<(UrrId, Volume)>>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -500,6 +501,9 @@ impl Worker {
             Control::Query(seid, urrs, trigger, r) => {
                 let _ = r.send(self.pipeline.report_now(now, seid, &urrs, trigger));
             }
+            Control::Unreported(seid, r) => {
+                let _ = r.send(self.pipeline.unreported(seid));
+            }
             Control::Carry(seid, usage, r) => {
                 let _ = r.send(self.pipeline.carry_usage(now, seid, &usage));
             }
@@ -790,6 +794,25 @@ impl Workers {
             .and_then(|p| p.workers.first())
             .ok_or(DatapathError::UnknownSession(seid))?;
         self.ask(i, |tx| Control::Carry(seid, usage, tx))
+    }
+
+    /// The usage each of session `seid`'s URRs measured since its last report, over its
+    /// workers (not restarted; for a session on several workers, pieces of a report held
+    /// back to be merged are not in it).
+    pub fn unreported(&self, seid: Seid) -> Result<Vec<(UrrId, Volume)>, DatapathError> {
+        let owners = (self.placement.get(&seid))
+            .map(|p| p.workers.clone())
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut all: Vec<(UrrId, Volume)> = Vec::new();
+        for i in owners {
+            for (urr, v) in self.ask(i, |tx| Control::Unreported(seid, tx))? {
+                match all.iter_mut().find(|(u, _)| *u == urr) {
+                    Some((_, t)) => t.add(&v),
+                    None => all.push((urr, v)),
+                }
+            }
+        }
+        Ok(all)
     }
 
     /// Reports of `trigger` of session `seid`'s URRs `urrs` (all when empty): their usage

@@ -302,3 +302,39 @@ fn a_quota_spent_in_the_kernel_stops_traffic_at_once_and_is_reported() {
         "all in the quota report: {last:?}"
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_session_entering_the_kernel_counts_toward_its_threshold_from_the_last_report() {
+    let mut e = engines(4, EngineMode::Xdp);
+    let now = Instant::now();
+    let flags = InstallFlags::default();
+    // A time threshold keeps it in the workers, which count 3 packets.
+    let mut s = (*with_volume(ReportingTriggers::VOLTH, Some(5), None)).clone();
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers |= ReportingTriggers::TIMTH;
+    u.time_threshold_s = Some(3600);
+    e.install(now, Arc::new(s), flags).unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(Some(_))));
+    through_workers(&e, 0, 3);
+    // Without it, into the kernel: 2 more reach the threshold of 5.
+    e.install(
+        now,
+        with_volume(ReportingTriggers::VOLTH, Some(5), None),
+        flags,
+    )
+    .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    assert_eq!(e.poll_event(), None, "4 of 5");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a threshold report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLTH, "{r:?}");
+    assert_eq!(r.volume.uplink_packets, 5, "{r:?}");
+    // Then 5 more in the kernel alone.
+    assert_eq!(through_kernel(&e, 0, 4), vec![XDP_TX; 4]);
+    assert_eq!(e.poll_event(), None, "4 of 5");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a second threshold report");
+    assert_eq!(r.volume.uplink_packets, 5, "{r:?}");
+}

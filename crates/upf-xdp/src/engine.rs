@@ -155,7 +155,8 @@ struct Held {
     /// The Volume Quotas of its URRs.
     quotas: Vec<Quota>,
     /// Per URR slot: the Volume Threshold VOLTH reports, whether VOLQU reports the quota, the
-    /// generation of its `struct arm` and the `seen` of its last report.
+    /// generation of its `struct arm`, the `seen` of its last report and what was counted
+    /// elsewhere since.
     reports: [Reports; URR_SLOTS],
 }
 
@@ -166,6 +167,9 @@ struct Reports {
     volqu: bool,
     gen: u32,
     base: [u64; 3],
+    /// Octets (total, uplink, downlink) the URR measured in another engine since its last
+    /// report ([`Engine::credit`]).
+    credit: [u64; 3],
 }
 
 impl Reports {
@@ -183,7 +187,9 @@ impl Reports {
         if let Some(t) = self.threshold {
             for (k, l) in [t.total, t.uplink, t.downlink].into_iter().enumerate() {
                 if let Some(l) = l {
-                    v[k] = self.base[k].saturating_add(l);
+                    v[k] = self.base[k]
+                        .saturating_add(l)
+                        .saturating_sub(self.credit[k]);
                     has |= 1 << k;
                 }
             }
@@ -523,6 +529,7 @@ impl Engine {
             r.volqu = c.volqu.contains(id);
             let before = old_reports.filter(|_| !fresh.contains(&i)).map(|o| o[i]);
             r.base = before.map_or([0; 3], |o| o.base);
+            r.credit = before.map_or([0; 3], |o| o.credit);
             r.gen = before.map_or(0, |o| o.gen).wrapping_add(1).max(1);
         }
         self.write_arms(slot, &reports)?;
@@ -808,7 +815,40 @@ impl Engine {
             for &i in &which {
                 let r = &mut h.reports[i];
                 r.base = q[i].0;
+                r.credit = [0; 3];
                 r.gen = r.gen.wrapping_add(1).max(1);
+                arms.push((i, r.arm()));
+            }
+        }
+        let mut m: Array<&mut MapData, ArmValue> =
+            Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
+        for (i, v) in arms {
+            m.set(urr_index(slot, i), v, 0)
+                .map_err(map_err("writing URR arms"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether session `seid` has a Volume Threshold the program reports.
+    pub fn has_thresholds(&self, seid: Seid) -> bool {
+        (self.held.get(&seid)).is_some_and(|h| h.reports.iter().any(|r| r.threshold.is_some()))
+    }
+
+    /// For a session entering the engine: what its URRs measured in another engine since
+    /// their last report (`usage`), which their thresholds here count as well.
+    pub fn credit(&mut self, seid: Seid, usage: &[(UrrId, Volume)]) -> io::Result<()> {
+        let Some(h) = self.held.get_mut(&seid) else {
+            return Ok(());
+        };
+        let slot = h.slot;
+        let mut arms = Vec::new();
+        for (i, r) in h.reports.iter_mut().enumerate() {
+            let Some(id) = h.urrs[i] else { continue };
+            let Some((_, v)) = usage.iter().find(|(u, _)| *u == id) else {
+                continue;
+            };
+            if r.threshold.is_some() {
+                r.credit = [v.total_bytes, v.uplink_bytes, v.downlink_bytes];
                 arms.push((i, r.arm()));
             }
         }

@@ -45,7 +45,7 @@
 //! re-arming (microseconds) counts toward the next threshold as well. A report the full ring
 //! buffer had no room for is counted ([`Stats::crossings_lost`]) and found in the slots'
 //! state by [`Engine::missed_crossings`]. A session entering the kernel counts toward its
-//! thresholds from then, not from its last report.
+//! thresholds what another engine measured since the last report ([`Engine::credit`]).
 //!
 //! The maps, for many sessions: a key (TEID, UE address) finds its session's own 48 octets
 //! (slot, UE address, each PDR's tunnel, the index of its PDR list) in a direct-mapped array
