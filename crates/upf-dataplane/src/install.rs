@@ -252,6 +252,19 @@ impl Pipeline {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
+        self.report_now(now, seid, urrs, UsageTrigger::IMMER)
+    }
+
+    /// As [`Pipeline::query`], reports of `trigger`: one another engine found fired for
+    /// these URRs (the XDP engine's volume thresholds and quotas), the usage since their last
+    /// report in them.
+    pub fn report_now(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        urrs: &[UrrId],
+        trigger: UsageTrigger,
+    ) -> Result<Vec<UsageReport>, DatapathError> {
         let slot = self.synced_slot(seid)?;
         let s = self.slots[slot as usize]
             .as_mut()
@@ -260,10 +273,20 @@ impl Pipeline {
             .urrs
             .iter_mut()
             .filter(|u| urrs.is_empty() || urrs.contains(&u.id))
-            .flat_map(|u| u.reports(now, seid, UsageTrigger::IMMER))
+            .flat_map(|u| u.reports(now, seid, trigger))
             .collect();
         self.build_hot(slot);
         Ok(reports)
+    }
+
+    /// The usage each of session `seid`'s URRs measured since its last report (not
+    /// restarted): what another engine taking the session over counts its thresholds from.
+    pub fn unreported(&mut self, seid: Seid) -> Result<Vec<(UrrId, Volume)>, DatapathError> {
+        let slot = self.synced_slot(seid)?;
+        let s = self.slots[slot as usize]
+            .as_ref()
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        Ok(s.urrs.iter().map(|u| (u.id, u.unreported())).collect())
     }
 
     /// Adds to session `seid`'s URRs usage another engine measured for them (`usage`, per

@@ -359,6 +359,11 @@ impl UrrState {
         m.base = base;
     }
 
+    /// The usage measured since the last report.
+    pub fn unreported(&self) -> Volume {
+        self.volume
+    }
+
     /// MBQE: the URR measures before QoS enforcement, packets a QER drops too.
     pub fn before_qos(&self) -> bool {
         self.rare.as_deref().is_some_and(|r| r.before_qos)

@@ -10,7 +10,11 @@
 //! workers make, and into the workers' own measurement when the session leaves it
 //! (`Workers::carry_usage`), so that every packet is in exactly one report. A session's MBR
 //! buckets move with it: the engine it leaves gives the backlog of each (QER, direction) at
-//! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`).
+//! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`). A
+//! volume threshold reached or a quota exhausted in the kernel is announced by the program
+//! (`Engine::crossings`): the workers make that URR's report with its trigger
+//! (`Workers::report_usage`), the kernel's count added as to every report, and after any
+//! report of a URR the kernel's threshold counts from there (`Engine::rearm`).
 
 use crate::workers::{SessionBacklogs, Workers};
 use std::collections::{HashMap, VecDeque};
@@ -23,7 +27,7 @@ use upf_rules::{
     Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
     UrrId, UsageReport, Volume,
 };
-use upf_xdp::{BucketState, Detached, Engine, InstallError, Stats};
+use upf_xdp::{BucketState, Crossing, Detached, Engine, InstallError, Stats};
 
 /// Sessions taken out of the kernel whose counters are read after one grace period.
 const DETACHED_BATCH: usize = 2000;
@@ -90,6 +94,10 @@ struct Kernel {
     reported: HashMap<Seid, Vec<(UrrId, Volume)>>,
     /// Why the sessions it does not run were not taken.
     refused: HashMap<Seid, String>,
+    /// Reports raised in the kernel that the ring buffer had no room for, found by `tick`.
+    missed: Vec<Crossing>,
+    /// Reports of crossings made, for `poll_event`.
+    made: VecDeque<UsageReport>,
 }
 
 /// The data path of `upf run`: the workers, with the XDP engine in front when one is on.
@@ -121,6 +129,8 @@ impl Engines {
                 swap: None,
                 reported: HashMap::new(),
                 refused: HashMap::new(),
+                missed: Vec::new(),
+                made: VecDeque::new(),
             }),
         }
     }
@@ -203,11 +213,43 @@ impl Engines {
         Ok(())
     }
 
-    /// Upkeep of the XDP engine's maps (keys back into their direct entries): call it
-    /// every few tens of milliseconds.
+    /// Upkeep of the XDP engine's maps (keys back into their direct entries), and the
+    /// reports it raised that its ring buffer had no room for: call it every few tens of
+    /// milliseconds.
     pub fn tick(&mut self) {
         if let Some(k) = &mut self.kernel {
             k.engine.settle();
+            match k.engine.missed_crossings() {
+                Ok(c) => k.missed.extend(c),
+                Err(e) => warn!(target: "upf::xdp", "reports raised: {e}"),
+            }
+        }
+    }
+
+    /// Makes the reports the XDP engine raised (volume thresholds and quotas): each the
+    /// workers' report of the URR with its trigger, with the kernel's count added, queued
+    /// for `poll_event`.
+    fn report_crossed(&mut self) {
+        let Some(k) = &mut self.kernel else { return };
+        let mut due = k.engine.crossings();
+        due.append(&mut k.missed);
+        for c in due {
+            if !k.reported.contains_key(&c.seid) {
+                continue;
+            }
+            let mut reports = match self.workers.report_usage(c.seid, &[c.urr], c.trigger) {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(target: "upf::xdp", "{} {:?} {:?}: {e}", c.seid, c.urr, c.trigger);
+                    continue;
+                }
+            };
+            let d = k.take_reported(c.seid, &[c.urr]);
+            let left = add_to(&mut reports, d);
+            if !left.is_empty() {
+                carry(&self.workers, c.seid, left);
+            }
+            k.made.extend(reports);
         }
     }
 
@@ -258,6 +300,7 @@ impl Engines {
                 Ok(()) => {
                     k.refused.remove(&seid);
                     k.reported.insert(seid, Vec::new());
+                    credit(k, &self.workers, seid);
                     moved += 1;
                 }
                 Err(e) => {
@@ -356,6 +399,16 @@ impl Kernel {
         }
     }
 
+    /// As [`Kernel::take_unreported`], for a report of those URRs: their thresholds in the
+    /// kernel count from now.
+    fn take_reported(&mut self, seid: Seid, urrs: &[UrrId]) -> Vec<(UrrId, Volume)> {
+        let d = self.take_unreported(seid, urrs);
+        if let Err(e) = self.engine.rearm(seid, urrs) {
+            warn!(target: "upf::xdp", "re-arming the URRs of {seid}: {e}");
+        }
+        d
+    }
+
     /// Takes session `seid` off the engine; returns what it counted since the last reports
     /// (but for a packet being processed as it goes: `Engine::remove`).
     fn take_off(&mut self, seid: Seid) -> Vec<(UrrId, Volume)> {
@@ -437,6 +490,19 @@ fn carry_backlogs(workers: &Workers, mut backlogs: SessionBacklogs) {
     }
 }
 
+/// Session `seid` has entered the kernel: its thresholds there count what the workers
+/// measured since the last report too.
+fn credit(k: &mut Kernel, workers: &Workers, seid: Seid) {
+    if !k.engine.has_thresholds(seid) {
+        return;
+    }
+    let done = (workers.unreported(seid).map_err(|e| e.to_string()))
+        .and_then(|u| k.engine.credit(seid, &u).map_err(|e| e.to_string()));
+    if let Err(e) = done {
+        warn!(target: "upf::xdp", "{seid}: thresholds count from now: {e}");
+    }
+}
+
 /// One entry per URR, the volumes of its entries summed.
 fn merge(usage: Vec<(UrrId, Volume)>) -> Vec<(UrrId, Volume)> {
     let mut out: Vec<(UrrId, Volume)> = Vec::new();
@@ -456,6 +522,8 @@ impl Datapath for Engines {
         session: Arc<Session>,
         flags: InstallFlags,
     ) -> Result<Installed, DatapathError> {
+        // A report raised before the change is made with the rules it was raised under.
+        self.report_crossed();
         let Some(k) = &mut self.kernel else {
             return self.workers.install(now, session, flags);
         };
@@ -512,6 +580,9 @@ impl Datapath for Engines {
         match taken {
             Ok(()) => {
                 k.refused.remove(&seid);
+                if !was_on {
+                    credit(k, &self.workers, seid);
+                }
                 let base = k.reported.entry(seid).or_default();
                 base.retain(|(u, _)| kept.contains(u));
                 // The engine's counters since the read above were not reported yet.
@@ -558,9 +629,11 @@ impl Datapath for Engines {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
+        // A threshold crossed before the query is reported before it.
+        self.report_crossed();
         let mut reports = self.workers.query_usage(now, seid, urrs)?;
         if let Some(k) = &mut self.kernel {
-            let d = k.take_unreported(seid, urrs);
+            let d = k.take_reported(seid, urrs);
             let left = add_to(&mut reports, d);
             if !left.is_empty() {
                 carry(&self.workers, seid, left);
@@ -570,10 +643,14 @@ impl Datapath for Engines {
     }
 
     fn poll_event(&mut self) -> Option<DatapathEvent> {
+        self.report_crossed();
+        if let Some(r) = self.kernel.as_mut().and_then(|k| k.made.pop_front()) {
+            return Some(DatapathEvent::Usage(r));
+        }
         let mut e = self.workers.poll_event()?;
         if let (Some(k), DatapathEvent::Usage(r)) = (&mut self.kernel, &mut e) {
             if k.reported.contains_key(&r.seid) {
-                let d = k.take_unreported(r.seid, &[r.urr]);
+                let d = k.take_reported(r.seid, &[r.urr]);
                 let _ = add_to(std::slice::from_mut(r), d);
             }
         }

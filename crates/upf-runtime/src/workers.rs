@@ -15,7 +15,7 @@ use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
 use upf_rules::{
     Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
-    UrrId, UsageReport, Volume,
+    UrrId, UsageReport, UsageTrigger, Volume,
 };
 
 #[derive(Debug, Clone)]
@@ -61,13 +61,14 @@ enum Control {
         Reply<Installed>,
     ),
     Remove(Seid, Reply<Vec<UsageReport>>),
-    Query(Seid, Vec<UrrId>, Reply<Vec<UsageReport>>),
+    Query(Seid, Vec<UrrId>, UsageTrigger, Reply<Vec<UsageReport>>),
     /// Usage another engine measured for the session's URRs (`Pipeline::carry_usage`).
     Carry(Seid, Vec<(UrrId, Volume)>, Reply<()>),
     /// The sessions' MBR backlogs (`Pipeline::mbr_backlogs`; sessions it does not hold left
     /// out), and those another engine left (`Pipeline::carry_mbr_backlogs`).
     MbrBacklogs(Vec<Seid>, Reply<SessionBacklogs>),
     CarryMbr(SessionBacklogs),
+    Unreported(Seid, Reply<Vec<(UrrId, Volume)>>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -504,8 +505,11 @@ impl Worker {
             Control::Remove(seid, r) => {
                 let _ = r.send(self.pipeline.remove_session(now, seid));
             }
-            Control::Query(seid, urrs, r) => {
-                let _ = r.send(self.pipeline.query(now, seid, &urrs));
+            Control::Query(seid, urrs, trigger, r) => {
+                let _ = r.send(self.pipeline.report_now(now, seid, &urrs, trigger));
+            }
+            Control::Unreported(seid, r) => {
+                let _ = r.send(self.pipeline.unreported(seid));
             }
             Control::Carry(seid, usage, r) => {
                 let _ = r.send(self.pipeline.carry_usage(now, seid, &usage));
@@ -856,6 +860,59 @@ impl Workers {
             .ok_or(DatapathError::UnknownSession(seid))
     }
 
+    /// The usage each of session `seid`'s URRs measured since its last report, over its
+    /// workers (not restarted; for a session on several workers, pieces of a report held
+    /// back to be merged are not in it).
+    pub fn unreported(&self, seid: Seid) -> Result<Vec<(UrrId, Volume)>, DatapathError> {
+        let owners = (self.placement.get(&seid))
+            .map(|p| p.workers.clone())
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut all: Vec<(UrrId, Volume)> = Vec::new();
+        for i in owners {
+            for (urr, v) in self.ask(i, |tx| Control::Unreported(seid, tx))? {
+                match all.iter_mut().find(|(u, _)| *u == urr) {
+                    Some((_, t)) => t.add(&v),
+                    None => all.push((urr, v)),
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    /// Reports of `trigger` of session `seid`'s URRs `urrs` (all when empty): their usage
+    /// since their last report, restarting their measurement, as a query does
+    /// (`Datapath::query_usage` is this with IMMER). For a trigger another engine found
+    /// fired (the XDP engine's volume thresholds and quotas).
+    pub fn report_usage(
+        &mut self,
+        seid: Seid,
+        urrs: &[UrrId],
+        trigger: UsageTrigger,
+    ) -> Result<Vec<UsageReport>, DatapathError> {
+        let (owners, budgets) = self
+            .placement
+            .get(&seid)
+            .map(|p| (p.workers.clone(), p.budgets.clone()))
+            .ok_or(DatapathError::UnknownSession(seid))?;
+        let mut all = Vec::new();
+        for i in owners {
+            let u = urrs.to_vec();
+            match self.ask(i, |tx| Control::Query(seid, u, trigger, tx)) {
+                Ok(r) => all.extend(pieces(i, r)),
+                Err(e) => {
+                    // What the workers before it restarted goes with the next reports.
+                    all.into_iter().for_each(|p| self.reports.keep(p));
+                    return Err(e);
+                }
+            }
+        }
+        // Every worker restarted its measurement: so do the shared thresholds.
+        if let Some(b) = budgets {
+            b.restart_thresholds(urrs);
+        }
+        Ok(self.reports.queried(seid, urrs, all))
+    }
+
     /// Returns once every worker of session `seid` has sent what its last control message
     /// released (buffered packets of a FAR that stopped buffering): what another engine
     /// forwards for the session from now on leaves after them.
@@ -995,28 +1052,7 @@ impl Datapath for Workers {
         seid: Seid,
         urrs: &[UrrId],
     ) -> Result<Vec<UsageReport>, DatapathError> {
-        let (owners, budgets) = self
-            .placement
-            .get(&seid)
-            .map(|p| (p.workers.clone(), p.budgets.clone()))
-            .ok_or(DatapathError::UnknownSession(seid))?;
-        let mut all = Vec::new();
-        for i in owners {
-            let u = urrs.to_vec();
-            match self.ask(i, |tx| Control::Query(seid, u, tx)) {
-                Ok(r) => all.extend(pieces(i, r)),
-                Err(e) => {
-                    // What the workers before it restarted goes with the next reports.
-                    all.into_iter().for_each(|p| self.reports.keep(p));
-                    return Err(e);
-                }
-            }
-        }
-        // Every worker restarted its measurement: so do the shared thresholds.
-        if let Some(b) = budgets {
-            b.restart_thresholds(urrs);
-        }
-        Ok(self.reports.queried(seid, urrs, all))
+        self.report_usage(seid, urrs, UsageTrigger::IMMER)
     }
 
     fn poll_event(&mut self) -> Option<DatapathEvent> {
@@ -1045,7 +1081,8 @@ impl Datapath for Workers {
             let mut queried = Vec::new();
             for &i in &m.query {
                 // A worker that does not answer has stopped: it holds nothing more.
-                if let Ok(u) = self.ask(i, |tx| Control::Query(seid, vec![urr], tx)) {
+                let q = |tx| Control::Query(seid, vec![urr], UsageTrigger::IMMER, tx);
+                if let Ok(u) = self.ask(i, q) {
                     queried.extend(pieces(i, u));
                 }
             }

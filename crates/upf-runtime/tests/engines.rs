@@ -3,7 +3,8 @@
 //! there and one it cannot stays with the workers; what the kernel and the workers count
 //! for a URR is in its reports once, exactly, also across a move between engines; a full
 //! XDP engine refuses a session (`xdp`) or leaves it to the workers (`auto`); the tokens an
-//! MBR bucket has spent stay spent across a move either way.
+//! MBR bucket has spent stay spent across a move either way; a volume threshold reached or a
+//! quota spent in the kernel is reported at once, with the exact volume.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +24,8 @@ use common::{gpdu, session, ue, UPF};
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
+/// The octets of [`gpdu_of`]'s inner packet (what a URR counts).
+const INNER: u64 = 28;
 
 fn engines(sessions: u32, mode: EngineMode) -> Engines {
     let workers = Workers::start(&upf_runtime::RuntimeConfig {
@@ -49,18 +52,15 @@ fn engines(sessions: u32, mode: EngineMode) -> Engines {
     Engines::with_xdp(workers, engine, mode)
 }
 
-/// UE `i`'s uplink session with URR 1 (volume) on its PDR; `threshold`: a volume threshold
+/// UE `i`'s uplink session with URR 1 (volume) on its PDR; `threshold`: a time threshold
 /// report, which the XDP engine does not run.
 fn with_urr(i: u32, threshold: bool) -> Arc<Session> {
     let mut s = (*session(i)).clone();
     let mut u = Urr::new(UrrId(1));
     u.method = MeasurementMethod::VOLUM;
     if threshold {
-        u.triggers = ReportingTriggers::VOLTH;
-        u.volume_threshold = Some(VolumeLimit {
-            total: Some(1 << 30),
-            ..Default::default()
-        });
+        u.triggers = ReportingTriggers::TIMTH;
+        u.time_threshold_s = Some(3600);
     }
     s.insert_urr(u).unwrap();
     s.pdrs[0].urrs = [UrrId(1)].into_iter().collect();
@@ -331,4 +331,139 @@ fn tokens_spent_stay_spent_when_a_modification_moves_the_session() {
         .filter(|&&v| v == XDP_TX)
         .count();
     assert!(passed < AFTER_MOST, "the kernel passed {passed} of {FULL}");
+}
+
+/// The next usage report `e` gives within a few seconds, or None.
+fn next_report(e: &mut Engines) -> Option<UsageReport> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        if let Some(upf_rules::DatapathEvent::Usage(r)) = e.poll_event() {
+            return Some(r);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// UE 0's session with URR 1 `triggers`, a total volume threshold and/or quota of `n`
+/// packets' inner octets.
+fn with_volume(
+    triggers: ReportingTriggers,
+    threshold: Option<u64>,
+    quota: Option<u64>,
+) -> Arc<Session> {
+    let mut s = (*with_urr(0, false)).clone();
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers = triggers;
+    let limit = |n: Option<u64>| {
+        n.map(|n| VolumeLimit {
+            total: Some(n * INNER),
+            ..Default::default()
+        })
+    };
+    u.volume_threshold = limit(threshold);
+    u.volume_quota = limit(quota);
+    Arc::new(s)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_volume_threshold_reached_in_the_kernel_is_reported_with_the_volume_sent() {
+    let mut e = engines(4, EngineMode::Xdp);
+    let s = with_volume(ReportingTriggers::VOLTH, Some(3), None);
+    e.install(Instant::now(), s, InstallFlags::default())
+        .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_TX; 2]);
+    assert_eq!(e.poll_event(), None, "below the threshold");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a threshold report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLTH, "{r:?}");
+    assert_eq!(
+        (r.volume.uplink_packets, r.volume.total_bytes),
+        (3, 3 * INNER)
+    );
+    // The next threshold counts from the report.
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_TX; 2]);
+    assert_eq!(e.poll_event(), None, "2 of the next 3");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a second threshold report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLTH, "{r:?}");
+    assert_eq!(r.volume.uplink_packets, 3, "{r:?}");
+    // A query restarts the measurement too: the threshold counts from it.
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_TX; 2]);
+    let q = e.query_usage(Instant::now(), Seid(1), &[]).unwrap();
+    assert_eq!(uplink_packets(&q), 2);
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_TX; 2]);
+    assert_eq!(e.poll_event(), None, "2 since the query");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a third threshold report");
+    assert_eq!(r.volume.uplink_packets, 3, "{r:?}");
+    assert_eq!(e.xdp_stats().unwrap().unwrap().crossings_lost, 0);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_spent_in_the_kernel_stops_traffic_at_once_and_is_reported() {
+    let mut e = engines(4, EngineMode::Xdp);
+    let s = with_volume(ReportingTriggers::VOLQU, None, Some(3));
+    e.install(Instant::now(), s, InstallFlags::default())
+        .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(
+        through_kernel(&e, 0, 5),
+        vec![XDP_TX, XDP_TX, XDP_TX, XDP_DROP, XDP_DROP],
+        "the packet that reaches the quota passes, the next ones not"
+    );
+    let r = next_report(&mut e).expect("a quota report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLQU, "{r:?}");
+    assert_eq!(
+        (r.volume.uplink_packets, r.volume.total_bytes),
+        (3, 3 * INNER)
+    );
+    assert_eq!(e.poll_event(), None, "once");
+    let last = e.remove(Instant::now(), Seid(1)).unwrap();
+    assert_eq!(
+        uplink_packets(&last),
+        0,
+        "all in the quota report: {last:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_session_entering_the_kernel_counts_toward_its_threshold_from_the_last_report() {
+    let mut e = engines(4, EngineMode::Xdp);
+    let now = Instant::now();
+    let flags = InstallFlags::default();
+    // A time threshold keeps it in the workers, which count 3 packets.
+    let mut s = (*with_volume(ReportingTriggers::VOLTH, Some(5), None)).clone();
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers |= ReportingTriggers::TIMTH;
+    u.time_threshold_s = Some(3600);
+    e.install(now, Arc::new(s), flags).unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(Some(_))));
+    through_workers(&e, 0, 3);
+    // Without it, into the kernel: 2 more reach the threshold of 5.
+    e.install(
+        now,
+        with_volume(ReportingTriggers::VOLTH, Some(5), None),
+        flags,
+    )
+    .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    assert_eq!(e.poll_event(), None, "4 of 5");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a threshold report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLTH, "{r:?}");
+    assert_eq!(r.volume.uplink_packets, 5, "{r:?}");
+    // Then 5 more in the kernel alone.
+    assert_eq!(through_kernel(&e, 0, 4), vec![XDP_TX; 4]);
+    assert_eq!(e.poll_event(), None, "4 of 5");
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    let r = next_report(&mut e).expect("a second threshold report");
+    assert_eq!(r.volume.uplink_packets, 5, "{r:?}");
 }

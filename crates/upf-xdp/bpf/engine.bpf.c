@@ -14,7 +14,8 @@
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
  * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
- * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas. */
+ * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas;
+ * volume thresholds and quotas reached announced on the `crossings` ring buffer. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -38,7 +39,7 @@
 #define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
 #define PDR_GATE_SHUT 4	 /* a QER's gate is closed in the PDR's direction */
 #define PDR_PSC 8	 /* the tunnel header has a PDU Session Container (psc_octet) */
-#define PDR_QUOTA 16	 /* a URR of the PDR has a volume quota */
+#define PDR_QUOTA 16	 /* a URR of the PDR has a volume quota or a reported volume threshold */
 #define PDR_NEVER 32	 /* under this key the PDR matches nothing (another UE address's) */
 #define PDR_TO_CORE 64	 /* ACT_ENCAP: the tunnel goes to the core side (N9): UL container */
 #define PDR_ON_N9 128	 /* ACT_ENCAP: the tunnel leaves from our N9 address */
@@ -61,7 +62,9 @@
 #define S_FIB 11
 #define S_OTHER_INTERFACE (S_FIB + 9)
 #define S_FIB_ERROR (S_FIB + 10)
-#define N_STATS (S_FIB + 11)
+/* A crossing not put on the ring buffer (full): user space finds it in `struct quota`. */
+#define S_CROSSINGS_LOST (S_FIB + 11)
+#define N_STATS (S_FIB + 12)
 
 /* The engine's ports: index of `punt_to`, `egress`, `egress_ifindex`. */
 #define PORT_N3 0
@@ -161,6 +164,33 @@ struct quota {
 	__u64 used[3];
 	__u32 has;
 	__u32 exhausted;
+	/* The octets counted here since the slot was set (total, uplink, downlink), never reset:
+	 * the volume threshold is a level of them (`struct arm`). */
+	__u64 seen[3];
+	/* The `arm.gen` for which the threshold's (`fired`) and the quota's (`qfired`) report
+	 * was raised: user space has not reported it while `arm.gen` is still that. */
+	__u32 fired;
+	__u32 qfired;
+};
+
+/* What a URR slot's reports are due at, written by user space only (so that its write never
+ * loses a count of the program's): the levels of `struct quota`'s `seen` at which the volume
+ * threshold is reached (VOLTH; `has` names them, Q_*), whether the quota's exhaustion is
+ * reported (A_VOLQU), and the generation of this arming: each report is raised once a
+ * generation, and user space writes the next one (new levels: `seen` at the report plus the
+ * threshold) once it has made the report. Generation 0: nothing reported. */
+#define A_VOLQU 8
+struct arm {
+	__u64 level[3];
+	__u32 has;
+	__u32 gen;
+};
+
+/* A report raised, on the ring buffer `crossings`: the session slot and the index of the URR
+ * in it (what was crossed is read from `struct quota`). */
+struct crossing {
+	__u32 slot;
+	__u32 urr;
 };
 
 /* A session's MBR buckets and URR quotas under one lock: a packet asks all of its PDR's
@@ -253,6 +283,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct clock);
 } clock SEC(".maps");
+
+/* URR counter slot (as `urrs`) → its `struct arm`. Its size is set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct arm);
+} arms SEC(".maps");
+
+/* The reports raised (`struct crossing`), for user space to make; 4,096 of them waiting at
+ * most (16 octets each with the record's header). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} crossings SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -763,17 +808,56 @@ static __always_inline void take(struct bucket *b, __u64 bits)
 	b->backlog = v < b->depth ? v : b->depth;
 }
 
-/* UrrState::count for the quota: the packet that reaches it passes, the next ones not. */
-static __always_inline void use_quota(struct quota *u, __u32 octets, int uplink)
+/* UrrState::count for the quota: the packet that reaches it passes, the next ones not; and
+ * UrrState::check for the reports `a` asks for (none: NULL): the quota's exhaustion (VOLQU),
+ * else the volume threshold reached (VOLTH), once a generation. Returns whether a report was
+ * raised. */
+static __always_inline int use_quota(struct quota *u, const struct arm *a, __u32 octets,
+				     int uplink)
 {
-	if (!u->has)
+	int was = u->exhausted;
+
+	u->seen[0] += octets;
+	u->seen[uplink ? 1 : 2] += octets;
+	if (u->has) {
+		u->used[0] += octets;
+		u->used[uplink ? 1 : 2] += octets;
+		if (((u->has & Q_TOTAL) && u->used[0] >= u->limit[0]) ||
+		    ((u->has & Q_UL) && u->used[1] >= u->limit[1]) ||
+		    ((u->has & Q_DL) && u->used[2] >= u->limit[2]))
+			u->exhausted = 1;
+	}
+	if (!a || !a->gen)
+		return 0;
+	if (u->exhausted) {
+		if (was || !(a->has & A_VOLQU))
+			return 0;
+		u->qfired = a->gen;
+		return 1;
+	}
+	if (u->fired == a->gen)
+		return 0;
+	if (((a->has & Q_TOTAL) && u->seen[0] >= a->level[0]) ||
+	    ((a->has & Q_UL) && u->seen[1] >= a->level[1]) ||
+	    ((a->has & Q_DL) && u->seen[2] >= a->level[2])) {
+		u->fired = a->gen;
+		return 1;
+	}
+	return 0;
+}
+
+/* Announces a report raised for URR `urr` of session slot `slot`. */
+static __always_inline void announce(__u32 slot, __u32 urr)
+{
+	struct crossing *c = bpf_ringbuf_reserve(&crossings, sizeof(*c), 0);
+
+	if (!c) {
+		count(S_CROSSINGS_LOST);
 		return;
-	u->used[0] += octets;
-	u->used[uplink ? 1 : 2] += octets;
-	if (((u->has & Q_TOTAL) && u->used[0] >= u->limit[0]) ||
-	    ((u->has & Q_UL) && u->used[1] >= u->limit[1]) ||
-	    ((u->has & Q_DL) && u->used[2] >= u->limit[2]))
-		u->exhausted = 1;
+	}
+	c->slot = slot;
+	c->urr = urr;
+	bpf_ringbuf_submit(c, 0);
 }
 
 /* The MBRs of `p`'s QERs in its direction and the quotas of its URRs, in steps::forward's
@@ -786,10 +870,22 @@ static __always_inline int police(const struct session *s, const struct pdr *p, 
 	__u64 now, bits = (__u64)octets * 8;
 	struct clock *c;
 	struct qos *q;
+	const struct arm *arm[MAX_PDR_URRS] = {};
+	int raised[MAX_PDR_URRS] = {};
 	int k, why = -1;
 
 	if (!p->n_mbrs && !(p->flags & PDR_QUOTA))
 		return -1;
+	if (p->flags & PDR_QUOTA) {
+		/* Looked up before the lock, under which no helper may be called. */
+#pragma unroll
+		for (k = 0; k < MAX_PDR_URRS; k++) {
+			__u32 i = slot * URR_SLOTS + (p->urr[k] & (URR_SLOTS - 1));
+			if (k >= p->n_urrs)
+				break;
+			arm[k] = bpf_map_lookup_elem(&arms, &i);
+		}
+	}
 	c = bpf_map_lookup_elem(&clock, &zero);
 	now = c && c->fixed ? c->ns : bpf_ktime_get_ns();
 	q = bpf_map_lookup_elem(&qos, &slot);
@@ -825,10 +921,17 @@ static __always_inline int police(const struct session *s, const struct pdr *p, 
 		for (k = 0; k < MAX_PDR_URRS; k++) {
 			if (k >= p->n_urrs)
 				break;
-			use_quota(&q->q[p->urr[k] & (URR_SLOTS - 1)], octets, p->uplink);
+			if (p->flags & PDR_QUOTA)
+				raised[k] = use_quota(&q->q[p->urr[k] & (URR_SLOTS - 1)], arm[k],
+						      octets, p->uplink);
 		}
 	}
 	bpf_spin_unlock(&q->lock);
+#pragma unroll
+	for (k = 0; k < MAX_PDR_URRS; k++) {
+		if (raised[k])
+			announce(slot, p->urr[k] & (URR_SLOTS - 1));
+	}
 	return why;
 }
 

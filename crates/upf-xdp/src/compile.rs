@@ -119,7 +119,8 @@ pub struct CPdr {
     pub sdf: Vec<CSdf>,
     /// The MBR buckets its packets must conform to (indices in [`Compiled::buckets`]).
     pub mbrs: Vec<u8>,
-    /// A URR of the PDR has a Volume Quota.
+    /// A URR of the PDR has a Volume Quota or a reported Volume Threshold (the program
+    /// counts the PDR's packets under the session's lock).
     pub quota: bool,
 }
 
@@ -222,6 +223,10 @@ pub struct Compiled {
     pub buckets: Vec<CBucket>,
     /// The Volume Quotas of its URRs.
     pub quotas: Vec<(UrrId, VolumeLimit)>,
+    /// The Volume Thresholds of its URRs that VOLTH reports.
+    pub thresholds: Vec<(UrrId, VolumeLimit)>,
+    /// Its URRs whose quota's exhaustion VOLQU reports.
+    pub volqu: Vec<UrrId>,
 }
 
 /// Compiles `s` for the XDP engine, or says why it is punted.
@@ -276,30 +281,45 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
             .iter()
             .filter_map(|u| Some((u.id, u.volume_quota?)))
             .collect(),
+        thresholds: (s.urrs.iter())
+            .filter_map(|u| Some((u.id, threshold(u)?)))
+            .collect(),
+        volqu: (s.urrs.iter())
+            .filter(|u| u.volume_quota.is_some() && u.triggers.contains(ReportingTriggers::VOLQU))
+            .map(|u| u.id)
+            .collect(),
     })
 }
 
-/// A URR the program counts exactly: volume only, nothing that fires on a packet (the
-/// reference's `UrrState::count` then never reports), nothing measured on drops; a Volume
-/// Quota is enforced (without VOLQU it is not reported).
+/// The Volume Threshold `u` reports (UrrState::update: only when VOLTH asks for it).
+fn threshold(u: &upf_rules::Urr) -> Option<VolumeLimit> {
+    u.volume_threshold
+        .filter(|_| u.triggers.contains(ReportingTriggers::VOLTH))
+}
+
+/// A URR the program counts exactly: volume only, nothing measured on drops; what fires on
+/// a packet is a Volume Threshold reached (VOLTH) or a Volume Quota exhausted (VOLQU; the
+/// quota is enforced either way), which the program announces for the caller to report.
 fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
     if u.method != MeasurementMethod::VOLUM {
         return Err(Punt::Urr("measurement other than volume"));
     }
-    if !(u.triggers & !ReportingTriggers::PERIO).is_empty() {
-        return Err(Punt::Urr("reporting triggers other than periodic"));
+    let volume = ReportingTriggers::PERIO | ReportingTriggers::VOLTH | ReportingTriggers::VOLQU;
+    if !(u.triggers & !volume).is_empty() {
+        return Err(Punt::Urr(
+            "reporting triggers other than periodic or volume",
+        ));
     }
     if u.info != MeasurementInfo::empty() {
         return Err(Punt::Urr("measurement information"));
     }
-    if u.volume_threshold.is_some()
-        || u.time_threshold_s.is_some()
+    if u.time_threshold_s.is_some()
         || u.time_quota_s.is_some()
         || u.quota_holding_time_s.is_some()
         || u.inactivity_detection_time_s.is_some()
         || u.extra.is_some()
     {
-        return Err(Punt::Urr("thresholds, time quotas or times"));
+        return Err(Punt::Urr("time thresholds, time quotas or times"));
     }
     Ok(())
 }
@@ -360,10 +380,10 @@ fn compile_pdr(
     if p.urrs.iter().any(|&u| s.urr(u).is_none()) {
         return Err(Punt::Dangling);
     }
-    let quota = p
-        .urrs
-        .iter()
-        .any(|&u| s.urr(u).is_some_and(|u| u.volume_quota.is_some()));
+    let quota = p.urrs.iter().any(|&u| {
+        s.urr(u)
+            .is_some_and(|u| u.volume_quota.is_some() || threshold(u).is_some())
+    });
     // QERs: gates and MBRs in the PDR's direction, the first QFI and any RQI (the
     // reference's marks).
     let mut gate_shut = false;
@@ -918,6 +938,33 @@ mod tests {
         assert_eq!(c.quotas, vec![(UrrId(1), q)]);
         assert!(c.uplink[0].1[0].quota);
         assert!(!c.downlink[0].1[0].quota, "URR 2 has none");
+        assert!(c.volqu.is_empty(), "no VOLQU: enforced, not reported");
+    }
+
+    #[test]
+    fn volume_thresholds_and_quotas_are_reported_when_their_triggers_ask() {
+        let mut s = session();
+        let t = VolumeLimit {
+            total: Some(3000),
+            uplink: None,
+            downlink: Some(100),
+        };
+        let u = s.urr_mut(UrrId(1)).unwrap();
+        u.volume_threshold = Some(t);
+        // Without VOLTH the threshold is not reported (UrrState::update): nothing counted
+        // under the lock.
+        let c = compile(&s, &HOPS).unwrap();
+        assert!(c.thresholds.is_empty());
+        assert!(!c.uplink[0].1[0].quota && !c.downlink[0].1[0].quota);
+        let u = s.urr_mut(UrrId(1)).unwrap();
+        u.triggers = ReportingTriggers::VOLTH | ReportingTriggers::VOLQU;
+        let c = compile(&s, &HOPS).unwrap();
+        assert_eq!(c.thresholds, vec![(UrrId(1), t)]);
+        assert!(c.volqu.is_empty(), "VOLQU without a quota reports nothing");
+        assert!(c.uplink[0].1[0].quota && c.downlink[0].1[0].quota);
+        s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(t);
+        let c = compile(&s, &HOPS).unwrap();
+        assert_eq!(c.volqu, vec![UrrId(1)]);
     }
 
     #[test]
@@ -997,25 +1044,23 @@ mod tests {
             ),
             (
                 |s| s.urr_mut(UrrId(1)).unwrap().triggers = ReportingTriggers::START,
-                Punt::Urr("reporting triggers other than periodic"),
-            ),
-            (
-                |s| {
-                    s.urr_mut(UrrId(1)).unwrap().volume_threshold = Some(VolumeLimit {
-                        total: Some(1),
-                        uplink: None,
-                        downlink: None,
-                    })
-                },
-                Punt::Urr("thresholds, time quotas or times"),
+                Punt::Urr("reporting triggers other than periodic or volume"),
             ),
             (
                 |s| {
                     let u = s.urr_mut(UrrId(1)).unwrap();
-                    u.volume_quota = Some(VolumeLimit::default());
-                    u.triggers = ReportingTriggers::VOLQU;
+                    u.triggers = ReportingTriggers::VOLTH | ReportingTriggers::TIMTH;
+                    u.time_threshold_s = Some(10);
                 },
-                Punt::Urr("reporting triggers other than periodic"),
+                Punt::Urr("reporting triggers other than periodic or volume"),
+            ),
+            (
+                |s| s.urr_mut(UrrId(1)).unwrap().time_threshold_s = Some(10),
+                Punt::Urr("time thresholds, time quotas or times"),
+            ),
+            (
+                |s| s.urr_mut(UrrId(1)).unwrap().time_quota_s = Some(10),
+                Punt::Urr("time thresholds, time quotas or times"),
             ),
             (
                 |s| s.pdr_mut(PdrId(1)).unwrap().outer_header_removal = None,

@@ -9,7 +9,7 @@ use crate::compile::{
 use crate::keys::{Keys, SessionValue, SESSION_LEN};
 use crate::{Reason, Unrouted, URR_SLOTS};
 use aya::maps::{
-    Array, DevMap, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues, ProgramArray,
+    Array, DevMap, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues, ProgramArray, RingBuf,
 };
 use aya::programs::{ProgramFd, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
@@ -22,7 +22,7 @@ use upf_dataplane::Acl;
 use upf_io::bpf;
 use upf_io::link::Link;
 use upf_io::Port;
-use upf_rules::{MbrBacklog, QerId, Seid, Session, UrrId, Volume, VolumeLimit};
+use upf_rules::{MbrBacklog, QerId, Seid, Session, UrrId, UsageTrigger, Volume, VolumeLimit};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
 
@@ -39,9 +39,19 @@ const MAX_SHAPES: u32 = 16_384;
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
 type UsageValue = [u64; 4];
 /// `struct qos`: the spin lock and its padding, then per bucket cost, depth, backlog, last,
-/// then per URR slot `struct quota` (limits, used, has | exhausted << 32).
+/// then per URR slot `struct quota` (limits, used, has | exhausted << 32, seen, fired |
+/// qfired << 32).
 const QUOTAS_AT: usize = 1 + 4 * QOS_BUCKETS;
-const QUOTA_LEN: usize = 7;
+const QUOTA_LEN: usize = 11;
+/// Where `seen` and `fired | qfired << 32` are in a `struct quota`.
+const SEEN_AT: usize = 7;
+const FIRED_AT: usize = 10;
+/// `struct arm`: the threshold's levels of `seen`, has | gen << 32.
+type ArmValue = [u64; 4];
+/// `struct arm`'s `has` bit: the quota's exhaustion is reported.
+const A_VOLQU: u64 = 8;
+/// Of each URR slot's `struct quota`: `seen`, `fired`, `qfired`.
+type Raised = [([u64; 3], u32, u32); URR_SLOTS];
 type QosValue = [u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS];
 /// A URR's Volume Quota.
 type Quota = (UrrId, VolumeLimit);
@@ -55,9 +65,23 @@ const S_PUNTED: u32 = Reason::ALL.len() as u32;
 const S_FORWARDED: u32 = S_PUNTED + 1;
 /// The first of the `Unrouted` counters.
 const S_UNROUTED: u32 = S_FORWARDED + 1;
+/// Reports raised that the ring buffer had no room for.
+#[allow(clippy::cast_possible_truncation)] // 11 answers
+const S_CROSSINGS_LOST: u32 = S_UNROUTED + Unrouted::ALL.len() as u32;
 
 /// What each URR of a session counted.
 pub type Usage = Vec<(UrrId, Volume)>;
+
+/// A report the program raised for a URR and the caller is to make: its Volume Threshold
+/// reached (`VOLTH`) and/or its Volume Quota exhausted (`VOLQU`). It is raised again (a
+/// `VOLTH` at the next threshold) only once the caller has re-armed the URR
+/// ([`Engine::rearm`]), as it does after any report of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crossing {
+    pub seid: Seid,
+    pub urr: UrrId,
+    pub trigger: UsageTrigger,
+}
 
 /// How long the slot of a removed session stays unused: far longer than a program runs, so
 /// a packet found by the session's key just before its removal is never counted for another.
@@ -109,6 +133,9 @@ pub struct Stats {
     /// Punted for want of a next hop, by the FIB's answer.
     pub unrouted: Vec<(Unrouted, u64)>,
     pub forwarded: u64,
+    /// Reports raised that the ring buffer had no room for (found by
+    /// [`Engine::missed_crossings`]).
+    pub crossings_lost: u64,
 }
 
 /// A session whose keys are out of the maps, its counters not read yet ([`Engine::detach`]).
@@ -145,6 +172,58 @@ struct Held {
     buckets: Vec<CBucket>,
     /// The Volume Quotas of its URRs.
     quotas: Vec<Quota>,
+    /// Per URR slot: the Volume Threshold VOLTH reports, whether VOLQU reports the quota, the
+    /// generation of its `struct arm`, the `seen` of its last report and what was counted
+    /// elsewhere since.
+    reports: [Reports; URR_SLOTS],
+}
+
+/// What a URR slot reports from the program, and its arming (`struct arm`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Reports {
+    threshold: Option<VolumeLimit>,
+    volqu: bool,
+    gen: u32,
+    base: [u64; 3],
+    /// Octets (total, uplink, downlink) the URR measured in another engine since its last
+    /// report ([`Engine::credit`]).
+    credit: [u64; 3],
+}
+
+impl Reports {
+    fn any(&self) -> bool {
+        self.threshold.is_some() || self.volqu
+    }
+
+    /// `struct arm`.
+    fn arm(&self) -> ArmValue {
+        let mut v = [0u64; 4];
+        if !self.any() {
+            return v;
+        }
+        let mut has = if self.volqu { A_VOLQU } else { 0 };
+        if let Some(t) = self.threshold {
+            for (k, l) in [t.total, t.uplink, t.downlink].into_iter().enumerate() {
+                if let Some(l) = l {
+                    v[k] = self.base[k]
+                        .saturating_add(l)
+                        .saturating_sub(self.credit[k]);
+                    has |= 1 << k;
+                }
+            }
+        }
+        v[3] = has | u64::from(self.gen) << 32;
+        v
+    }
+}
+
+/// The ring buffer of reports raised (`crossings`).
+struct Ring(RingBuf<MapData>);
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ring")
+    }
 }
 
 /// The XDP engine: its program and maps, and the sessions it holds.
@@ -167,6 +246,12 @@ pub struct Engine {
     cpus: usize,
     /// The time the `clock` map fixes ([`Engine::fix_clock`]), if it does.
     fixed_clock: Option<u64>,
+    /// The reports raised, and the session of each slot.
+    ring: Ring,
+    slot_seid: HashMap<u32, Seid>,
+    /// Slots whose `struct arm`s may be set; `crossings_lost` when last looked at.
+    armed: std::collections::HashSet<u32>,
+    lost: u64,
 }
 
 fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> io::Error + '_ {
@@ -208,6 +293,7 @@ impl Engine {
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
             .map_max_entries("qos", n)
+            .map_max_entries("arms", entries(URR_SLOTS)?)
             .map_max_entries("shapes", shape_capacity(n))
             .map_max_entries("uplink_direct", direct)
             .map_max_entries("downlink_direct", direct)
@@ -225,6 +311,10 @@ impl Engine {
         fill(&mut ebpf, "acl_slots", &acl.slots)?;
         fill(&mut ebpf, "acl_entries", &acl.entries)?;
         fill(&mut ebpf, "acl_reach", &acl.reach)?;
+        let ring = ebpf
+            .take_map("crossings")
+            .ok_or_else(|| io::Error::other("XDP engine object without its crossings map"))?;
+        let ring = Ring(RingBuf::try_from(ring).map_err(map_err("crossings ring buffer"))?);
         Ok(Self {
             ebpf,
             cfg,
@@ -239,6 +329,10 @@ impl Engine {
             shape_ids: Ids::new(shape_capacity(n)),
             cpus,
             fixed_clock: None,
+            ring,
+            slot_seid: HashMap::new(),
+            armed: std::collections::HashSet::new(),
+            lost: 0,
         })
     }
 
@@ -441,6 +535,7 @@ impl Engine {
             .held
             .get(&c.seid)
             .map_or_else(Default::default, |h| (h.buckets.clone(), h.quotas.clone()));
+        let old_reports = self.held.get(&c.seid).map(|h| h.reports);
         let slot = match &old {
             Some(h) => h.0,
             None => self
@@ -467,7 +562,22 @@ impl Engine {
             (&c.buckets, &old_buckets, backlogs),
             &urrs,
             (&c.quotas, &old_quotas),
+            &fresh,
         )?;
+        // A URR that keeps its slot counts toward its threshold from its last report (its
+        // `seen` carried above), a new one from now; each arming is a new generation.
+        let mut reports = [Reports::default(); URR_SLOTS];
+        for (i, id) in urrs.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let r = &mut reports[i];
+            r.threshold = (c.thresholds.iter()).find_map(|(u, t)| (u == id).then_some(*t));
+            r.volqu = c.volqu.contains(id);
+            let before = old_reports.filter(|_| !fresh.contains(&i)).map(|o| o[i]);
+            r.base = before.map_or([0; 3], |o| o.base);
+            r.credit = before.map_or([0; 3], |o| o.credit);
+            r.gen = before.map_or(0, |o| o.gen).wrapping_add(1).max(1);
+        }
+        self.write_arms(slot, &reports)?;
         let old_keys = old.map(|h| (h.2, h.3));
         let mut ids = Vec::with_capacity(keys.len());
         for k in &keys {
@@ -520,7 +630,9 @@ impl Engine {
             urrs,
             buckets: c.buckets.clone(),
             quotas: c.quotas.clone(),
+            reports,
         };
+        self.slot_seid.insert(slot, c.seid);
         for &t in &held.teids {
             self.teids.insert(t, c.seid);
         }
@@ -536,7 +648,8 @@ impl Engine {
     /// was the session's), else from its backlog in `buckets.2` at the clock now, else full;
     /// and the quotas `quotas.0` of the URRs in `urrs`' slots,
     /// unused or, unchanged from `quotas.1`, with their use so far (UrrState::update: a
-    /// changed quota is a new grant). The read and the write each hold the value's lock;
+    /// changed quota is a new grant), and what the URRs kept in their slots (not `fresh`)
+    /// counted toward their thresholds. The read and the write each hold the value's lock;
     /// what the program counts between them is not carried.
     fn write_qos(
         &mut self,
@@ -545,6 +658,7 @@ impl Engine {
         buckets: (&[CBucket], &[CBucket], &[MbrBacklog]),
         urrs: &[Option<UrrId>; URR_SLOTS],
         quotas: (&[Quota], &[Quota]),
+        fresh: &[usize],
     ) -> io::Result<()> {
         let (new, old, carried) = buckets;
         let now = self.clock();
@@ -559,10 +673,14 @@ impl Engine {
         let mut v = [0u64; QUOTAS_AT + QUOTA_LEN * URR_SLOTS];
         for (i, id) in urrs.iter().enumerate() {
             let Some(id) = id else { continue };
+            let o = QUOTAS_AT + QUOTA_LEN * i;
+            if kept && !fresh.contains(&i) {
+                v[o + SEEN_AT..o + SEEN_AT + 3]
+                    .copy_from_slice(&before[o + SEEN_AT..o + SEEN_AT + 3]);
+            }
             let Some((_, q)) = quotas.0.iter().find(|(u, _)| u == id) else {
                 continue;
             };
-            let o = QUOTAS_AT + QUOTA_LEN * i;
             let mut has = 0u64;
             for (k, limit) in [q.total, q.uplink, q.downlink].into_iter().enumerate() {
                 if let Some(l) = limit {
@@ -651,6 +769,197 @@ impl Engine {
                 last: v[1 + 4 * i + 3],
             })
             .collect())
+    }
+
+    /// Writes slot `slot`'s `struct arm`s (none when it has no reports and had none).
+    fn write_arms(&mut self, slot: u32, reports: &[Reports; URR_SLOTS]) -> io::Result<()> {
+        let any = reports.iter().any(Reports::any);
+        if !any && !self.armed.contains(&slot) {
+            return Ok(());
+        }
+        let mut m: Array<&mut MapData, ArmValue> =
+            Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
+        for (i, r) in reports.iter().enumerate() {
+            m.set(urr_index(slot, i), r.arm(), 0)
+                .map_err(map_err("writing URR arms"))?;
+        }
+        if any {
+            self.armed.insert(slot);
+        } else {
+            self.armed.remove(&slot);
+        }
+        Ok(())
+    }
+
+    /// `struct quota` of each URR slot of session slot `slot`: `seen`, and `fired` and
+    /// `qfired`.
+    fn read_quotas(&self, slot: u32) -> io::Result<Raised> {
+        let map = (self.ebpf.map("qos")).ok_or_else(|| io::Error::other("no qos map"))?;
+        let m: Array<&MapData, QosValue> = Array::try_from(map).map_err(map_err("qos map"))?;
+        let v = m
+            .get(&slot, BPF_F_LOCK)
+            .map_err(map_err("reading URR quotas"))?;
+        let mut out = [([0u64; 3], 0u32, 0u32); URR_SLOTS];
+        for (i, q) in out.iter_mut().enumerate() {
+            let o = QUOTAS_AT + QUOTA_LEN * i;
+            q.0.copy_from_slice(&v[o + SEEN_AT..o + SEEN_AT + 3]);
+            #[allow(clippy::cast_possible_truncation)] // two u32 halves
+            {
+                q.1 = v[o + FIRED_AT] as u32;
+                q.2 = (v[o + FIRED_AT] >> 32) as u32;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The reports the program raised since the last call, announced on its ring buffer,
+    /// that are still to be made (each URR once, its triggers together).
+    pub fn crossings(&mut self) -> Vec<Crossing> {
+        let mut due: Vec<(u32, usize)> = Vec::new();
+        while let Some(item) = self.ring.0.next() {
+            if item.len() < 8 {
+                continue;
+            }
+            let slot = u32::from_ne_bytes([item[0], item[1], item[2], item[3]]);
+            let urr = u32::from_ne_bytes([item[4], item[5], item[6], item[7]]) as usize;
+            if !due.contains(&(slot, urr)) {
+                due.push((slot, urr));
+            }
+        }
+        self.raised(&due)
+    }
+
+    /// After the ring buffer had no room for some reports raised (`crossings_lost` rose):
+    /// every URR of the sessions with reports that has one still to make. Cheap otherwise
+    /// (one counter read): call it every tick.
+    pub fn missed_crossings(&mut self) -> io::Result<Vec<Crossing>> {
+        let map = (self.ebpf.map("stats")).ok_or_else(|| io::Error::other("no stats map"))?;
+        let m: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(map_err("stats map"))?;
+        let lost: u64 = (m.get(&S_CROSSINGS_LOST, 0))
+            .map_err(map_err("reading stats"))?
+            .iter()
+            .sum();
+        if lost == self.lost {
+            return Ok(Vec::new());
+        }
+        self.lost = lost;
+        let due: Vec<(u32, usize)> = (self.held.values())
+            .flat_map(|h| {
+                (0..URR_SLOTS)
+                    .filter(|&i| h.reports[i].any())
+                    .map(move |i| (h.slot, i))
+            })
+            .collect();
+        Ok(self.raised(&due))
+    }
+
+    /// Of the URR slots `due` (session slot, URR index), those whose report the program
+    /// raised for their current arming.
+    fn raised(&self, due: &[(u32, usize)]) -> Vec<Crossing> {
+        let mut out = Vec::new();
+        let mut read: Option<(u32, Raised)> = None;
+        for &(slot, i) in due {
+            let Some(seid) = self.slot_seid.get(&slot) else {
+                continue;
+            };
+            let Some(h) = self.held.get(seid).filter(|h| h.slot == slot) else {
+                continue;
+            };
+            let (Some(urr), Some(r)) = (h.urrs.get(i).copied().flatten(), h.reports.get(i)) else {
+                continue;
+            };
+            if read.as_ref().is_none_or(|(s, _)| *s != slot) {
+                match self.read_quotas(slot) {
+                    Ok(q) => read = Some((slot, q)),
+                    Err(_) => continue,
+                }
+            }
+            let Some((_, q)) = &read else { continue };
+            let (_, fired, qfired) = q[i];
+            let mut trigger = UsageTrigger::empty();
+            if fired == r.gen && r.threshold.is_some() {
+                trigger |= UsageTrigger::VOLTH;
+            }
+            if qfired == r.gen && r.volqu {
+                trigger |= UsageTrigger::VOLQU;
+            }
+            if !trigger.is_empty() {
+                out.push(Crossing {
+                    seid: *seid,
+                    urr,
+                    trigger,
+                });
+            }
+        }
+        out
+    }
+
+    /// Re-arms session `seid`'s URRs `urrs` (all when empty) after a report of them: their
+    /// thresholds count from what the program has counted now, and a report is raised
+    /// again. Call it once their usage for the report has been read ([`Engine::usage`]).
+    pub fn rearm(&mut self, seid: Seid, urrs: &[UrrId]) -> io::Result<()> {
+        let Some(h) = self.held.get(&seid) else {
+            return Ok(());
+        };
+        let which: Vec<usize> = (0..URR_SLOTS)
+            .filter(|&i| h.reports[i].any())
+            .filter(|&i| h.urrs[i].is_some_and(|u| urrs.is_empty() || urrs.contains(&u)))
+            .collect();
+        if which.is_empty() {
+            return Ok(());
+        }
+        let slot = h.slot;
+        let q = self.read_quotas(slot)?;
+        let mut arms = Vec::with_capacity(which.len());
+        if let Some(h) = self.held.get_mut(&seid) {
+            for &i in &which {
+                let r = &mut h.reports[i];
+                r.base = q[i].0;
+                r.credit = [0; 3];
+                r.gen = r.gen.wrapping_add(1).max(1);
+                arms.push((i, r.arm()));
+            }
+        }
+        let mut m: Array<&mut MapData, ArmValue> =
+            Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
+        for (i, v) in arms {
+            m.set(urr_index(slot, i), v, 0)
+                .map_err(map_err("writing URR arms"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether session `seid` has a Volume Threshold the program reports.
+    pub fn has_thresholds(&self, seid: Seid) -> bool {
+        (self.held.get(&seid)).is_some_and(|h| h.reports.iter().any(|r| r.threshold.is_some()))
+    }
+
+    /// For a session entering the engine: what its URRs measured in another engine since
+    /// their last report (`usage`), which their thresholds here count as well.
+    pub fn credit(&mut self, seid: Seid, usage: &[(UrrId, Volume)]) -> io::Result<()> {
+        let Some(h) = self.held.get_mut(&seid) else {
+            return Ok(());
+        };
+        let slot = h.slot;
+        let mut arms = Vec::new();
+        for (i, r) in h.reports.iter_mut().enumerate() {
+            let Some(id) = h.urrs[i] else { continue };
+            let Some((_, v)) = usage.iter().find(|(u, _)| *u == id) else {
+                continue;
+            };
+            if r.threshold.is_some() {
+                r.credit = [v.total_bytes, v.uplink_bytes, v.downlink_bytes];
+                arms.push((i, r.arm()));
+            }
+        }
+        let mut m: Array<&mut MapData, ArmValue> =
+            Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
+        for (i, v) in arms {
+            m.set(urr_index(slot, i), v, 0)
+                .map_err(map_err("writing URR arms"))?;
+        }
+        Ok(())
     }
 
     /// Fixes the clock of the MBR buckets at `ns` (tests: the reference's virtual clock, in
@@ -795,6 +1104,7 @@ impl Engine {
     /// kernel no longer has is gone already).
     fn unkey(&mut self, seid: Seid) -> Option<Held> {
         let h = self.held.remove(&seid)?;
+        self.slot_seid.remove(&h.slot);
         for &id in &h.shapes {
             self.release(id);
         }
@@ -873,6 +1183,7 @@ impl Engine {
             punted: sum(S_PUNTED)?,
             unrouted,
             forwarded: sum(S_FORWARDED)?,
+            crossings_lost: sum(S_CROSSINGS_LOST)?,
         })
     }
 

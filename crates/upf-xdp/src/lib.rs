@@ -32,15 +32,25 @@
 //!   one spin lock a session so that CPUs share them exactly; URR volume and packet counts per
 //!   direction; URR Volume Quotas (total, uplink, downlink octets since the grant: the packet
 //!   that reaches one passes, the next ones are `quota_exhausted`; a changed quota is a new
-//!   grant), under the same lock; `no_matching_pdr`;
+//!   grant), under the same lock; URR Volume Thresholds (total, uplink, downlink octets since
+//!   the last report) and quotas reported when VOLTH and VOLQU ask: the packet that reaches
+//!   one raises the report (the quota's first, as `UrrState::check`) on the `crossings` ring
+//!   buffer, once until the caller re-arms the URR ([`Engine::crossings`], [`Engine::rearm`]);
+//!   `no_matching_pdr`;
 //! - egress: redirected (DEVMAP; XDP_TX on the arriving interface) to the port's interface,
 //!   N6 uplink, N3 downlink, with the Ethernet addresses of `bpf_fib_lookup`; without a
 //!   next hop there (no neighbour yet, no route, forwarding off, ...) punted unchanged,
 //!   counted by [`Unrouted`]. With fixed [`Hops`] (for BPF_PROG_TEST_RUN): XDP_TX with them.
 //!
-//! URR reports (periodic, query, removal) are the caller's, from [`Engine::usage`]
-//! (`upf_runtime::Engines` adds them to the workers' reports); a quota is enforced, not
-//! reported (a URR asking for its report, VOLQU, is punted).
+//! URR reports (periodic, query, removal, and those the program raises) are the caller's,
+//! from [`Engine::usage`] (`upf_runtime::Engines` adds them to the workers' reports). The
+//! threshold counts what passed the URR's PDRs' QoS checks under the lock, before the next
+//! hop is known: a packet punted for want of one counts there and in the workers (as it
+//! counts against a quota), and what the kernel counts between the read of a report and the
+//! re-arming (microseconds) counts toward the next threshold as well. A report the full ring
+//! buffer had no room for is counted ([`Stats::crossings_lost`]) and found in the slots'
+//! state by [`Engine::missed_crossings`]. A session entering the kernel counts toward its
+//! thresholds what another engine measured since the last report ([`Engine::credit`]).
 //!
 //! The maps, for many sessions: a key (TEID, UE address) finds its session's own 48 octets
 //! (slot, UE address, each PDR's tunnel, the index of its PDR list) in a direct-mapped array
@@ -50,10 +60,11 @@
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
 //! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
-//! Correlation IDs (rates shared between sessions), URR thresholds, triggers other than
-//! periodic (VOLTH, VOLQU: no ring buffer of reports yet), Quota Action FARs, buffering,
-//! duplication, tunnels in tunnels, times. Network Instances are not looked at: the engine runs with one
-//! N6 (the daemon's config ensures it), which any instance the workers accept names.
+//! Correlation IDs (rates shared between sessions), URR time thresholds and quotas,
+//! triggers other than periodic and volume ones, Quota Action FARs, buffering,
+//! duplication, tunnels in tunnels, times. Network Instances are not looked at: the engine
+//! runs with one N6 (the daemon's config ensures it), which any instance the workers accept
+//! names.
 
 mod acl;
 mod compile;
@@ -66,7 +77,7 @@ pub use compile::{
     MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
 pub use engine::{
-    BucketState, Config, Detached, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE,
+    BucketState, Config, Crossing, Detached, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE,
 };
 pub use keys::ENTRY_QUARANTINE;
 

@@ -8,7 +8,10 @@
 //! valid frame of the session is never punted. At the end of each session, the same URR
 //! volumes and packet counts. Frames come at advancing virtual times, the program's clock
 //! fixed to the pipeline's `now` for each, so that QER MBRs (some sessions made for them) pass
-//! and drop the same frames.
+//! and drop the same frames. URRs with volume thresholds (VOLTH) and quotas (VOLQU): after
+//! each frame, the program has raised a report for exactly the URRs and triggers the pipeline
+//! reported, each with the volume the program counted since the URR's last report; the URRs
+//! are then re-armed as `upf_runtime::Engines` does.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use proptest::prelude::*;
@@ -44,6 +47,8 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     usage: 0,
     other_protocols: 0,
     rewrapped: 0,
+    volth: 0,
+    volqu: 0,
 });
 
 #[derive(Debug)]
@@ -58,6 +63,9 @@ struct Tally {
     other_protocols: u64,
     /// Frames from a tunnel forwarded into another (N3 to N9, N9 to N3).
     rewrapped: u64,
+    /// Reports raised: thresholds reached, quotas exhausted.
+    volth: u64,
+    volqu: u64,
 }
 
 fn tally(f: impl FnOnce(&mut Tally)) {
@@ -182,6 +190,21 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
                 uplink: limit(),
                 downlink: limit(),
             });
+            if r.chance(2) {
+                u.triggers |= ReportingTriggers::VOLQU;
+            }
+        }
+        // Volume Thresholds, reported (VOLTH) or not.
+        if r.chance(3) {
+            let mut limit = || r.chance(2).then(|| r.pick(&[0, 200, 1000, 3000, 20_000]));
+            u.volume_threshold = Some(VolumeLimit {
+                total: limit(),
+                uplink: limit(),
+                downlink: limit(),
+            });
+            if !r.chance(4) {
+                u.triggers |= ReportingTriggers::VOLTH;
+            }
         }
         s.insert_urr(u).unwrap();
     }
@@ -452,6 +475,55 @@ fn ip_of(f: &[u8]) -> &[u8] {
     ip
 }
 
+/// The reports the pipeline made for the last frame against the reports the program raised
+/// for it: the same URRs and triggers, each with the volume the program counted since the
+/// URR's last report (`base`, moved on); the URRs are then re-armed, as
+/// `upf_runtime::Engines` does after a report.
+fn same_reports(
+    engine: &mut Engine,
+    pipeline: &mut Pipeline,
+    seid: Seid,
+    base: &mut Vec<(UrrId, Volume)>,
+    ctx: &dyn Fn() -> String,
+) -> Result<(), TestCaseError> {
+    let mut theirs = Vec::new();
+    while let Some(e) = pipeline.poll_event() {
+        if let DatapathEvent::Usage(r) = e {
+            theirs.push(r);
+        }
+    }
+    let key = |(u, t): &(UrrId, UsageTrigger)| (u.0, t.bits());
+    let mut want: Vec<_> = theirs.iter().map(|r| (r.urr, r.trigger)).collect();
+    let mut got: Vec<_> = (engine.crossings().into_iter())
+        .map(|c| (c.urr, c.trigger))
+        .collect();
+    want.sort_by_key(key);
+    got.sort_by_key(key);
+    prop_assert_eq!(&got, &want, "reports raised: {}", ctx());
+    let usage = engine.usage(seid).unwrap();
+    for r in &theirs {
+        let total = (usage.iter().find(|(u, _)| *u == r.urr)).map_or(Volume::default(), |u| u.1);
+        let b = match base.iter_mut().find(|(u, _)| *u == r.urr) {
+            Some((_, b)) => b,
+            None => {
+                base.push((r.urr, Volume::default()));
+                &mut base.last_mut().unwrap().1
+            }
+        };
+        prop_assert_eq!(total.since(b), r.volume, "the report's volume: {}", ctx());
+        *b = total;
+        engine.rearm(seid, &[r.urr]).unwrap();
+        tally(|t| {
+            if r.trigger.contains(UsageTrigger::VOLQU) {
+                t.volqu += 1;
+            } else {
+                t.volth += 1;
+            }
+        });
+    }
+    Ok(())
+}
+
 fn stat_diff(a: &upf_xdp::Stats, b: &upf_xdp::Stats) -> Vec<&'static str> {
     a.dropped
         .iter()
@@ -570,6 +642,8 @@ fn check_on(
     let mut out = Output::default();
     let mut buf = vec![0u8; 4096];
     let mut handled = 0;
+    // Per URR: what the program had counted at its last report.
+    let mut base: Vec<(UrrId, Volume)> = Vec::new();
     for n in 0..frames {
         // Virtual time: bursts, then pauses that refill the MBR buckets a little or fully.
         let steps: &[u64] = if policing {
@@ -597,6 +671,7 @@ fn check_on(
                 ctx()
             );
             tally(|t| t.punted += 1);
+            prop_assert_eq!(engine.crossings(), Vec::new(), "{}", ctx());
             continue;
         }
         handled += 1;
@@ -678,6 +753,7 @@ fn check_on(
             v => prop_assert!(false, "XDP verdict {}", v),
         }
         out.free.clear();
+        same_reports(engine, &mut pipeline, s.seid, &mut base, &ctx)?;
     }
     let ids: Vec<UrrId> = s.urrs.iter().map(|u| u.id).collect();
     let theirs: Vec<(UrrId, Volume)> = pipeline
@@ -686,7 +762,13 @@ fn check_on(
         .into_iter()
         .map(|u| (u.urr, u.volume))
         .collect();
-    let mine = engine.remove(s.seid).unwrap();
+    // What the program counted since each URR's last report.
+    let mine: Vec<(UrrId, Volume)> = (engine.remove(s.seid).unwrap().into_iter())
+        .map(|(u, v)| {
+            let b = base.iter().find(|(b, _)| *b == u).map(|(_, b)| *b);
+            (u, v.since(&b.unwrap_or_default()))
+        })
+        .collect();
     prop_assert_eq!(&mine, &theirs, "URR usage after {} handled frames", handled);
     if mine.iter().any(|(_, v)| v.total_packets > 0) {
         tally(|t| t.usage += 1);
@@ -742,6 +824,7 @@ fn xdp_program_does_what_the_pipeline_does() {
     // The cases reached every verdict the program claims.
     assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0 && t.other_protocols > 0);
     assert!(t.rewrapped > 0, "no frame from one tunnel into another");
+    assert!(t.volth > 0 && t.volqu > 0, "reports raised");
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());
         assert!(

@@ -392,3 +392,85 @@ fn keys_that_share_a_direct_entry_or_change_go_through_the_hash_map() {
     assert_eq!(forwards(&e, 1), (2, 2), "punted");
     assert_eq!(forwards(&e, 17), (3, 3));
 }
+
+/// Session `n` whose uplink PDR counts in URR 1 with an uplink Volume Threshold of `octets`
+/// that VOLTH reports.
+fn with_threshold(n: u32, octets: u64) -> Session {
+    let mut s = with_urrs(n, &[1], &[]);
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers = ReportingTriggers::VOLTH;
+    u.volume_threshold = Some(VolumeLimit {
+        total: None,
+        uplink: Some(octets),
+        downlink: None,
+    });
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_replaced_session_counts_toward_its_threshold_from_the_last_report() {
+    let mut e = Engine::load(config(4)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let up = gpdu_frame(1, &ip_frame(ue, Ipv4Addr::new(198, 51, 100, 7), 572)[14..]);
+    let volth = vec![upf_xdp::Crossing {
+        seid: Seid(1),
+        urr: UrrId(1),
+        trigger: UsageTrigger::VOLTH,
+    }];
+    e.install(&with_threshold(1, 1000)).unwrap();
+    run(&e, &up);
+    assert_eq!(e.crossings(), vec![]);
+    // The same threshold, then a higher one: the 600 octets so far count toward them.
+    e.install(&with_threshold(1, 1000)).unwrap();
+    run(&e, &up);
+    assert_eq!(e.crossings(), volth, "1,200 octets");
+    assert_eq!(e.crossings(), vec![], "announced once");
+    e.rearm(Seid(1), &[]).unwrap();
+    e.install(&with_threshold(1, 1500)).unwrap();
+    run(&e, &up);
+    run(&e, &up);
+    assert_eq!(e.crossings(), vec![], "1,200 since the report");
+    run(&e, &up);
+    assert_eq!(e.crossings(), volth, "1,800 since the report");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_report_the_full_ring_buffer_had_no_room_for_is_found_in_the_slots() {
+    let mut e = Engine::load(config(4)).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let up = gpdu_frame(1, &ip_frame(ue, Ipv4Addr::new(198, 51, 100, 7), 0)[14..]);
+    // Every packet reaches the threshold; re-armed each time, the ring never drained.
+    e.install(&with_threshold(1, 1)).unwrap();
+    let mut sent = 0;
+    while e.stats().unwrap().crossings_lost == 0 {
+        e.rearm(Seid(1), &[]).unwrap();
+        run(&e, &up);
+        sent += 1;
+        assert!(sent <= 8192, "the ring buffer holds 64 KiB");
+    }
+    assert!(sent > 4000, "{sent} reports in 64 KiB");
+    let missed = e.missed_crossings().unwrap();
+    assert_eq!(
+        missed,
+        vec![upf_xdp::Crossing {
+            seid: Seid(1),
+            urr: UrrId(1),
+            trigger: UsageTrigger::VOLTH,
+        }]
+    );
+    assert_eq!(
+        e.missed_crossings().unwrap(),
+        vec![],
+        "until another is lost"
+    );
+    e.rearm(Seid(1), &[]).unwrap();
+    assert_eq!(
+        e.crossings(),
+        vec![],
+        "the records on the ring are all reported"
+    );
+    run(&e, &up);
+    assert_eq!(e.crossings().len(), 1, "room again");
+}

@@ -185,6 +185,13 @@ impl Scrape {
         )?;
         family(
             e,
+            Counter,
+            "upf_xdp_reports_unannounced_total",
+            "Volume threshold and quota reports the XDP engine raised that its ring buffer had no room for (found in its maps on the next tick).",
+            one(x.stats.crossings_lost),
+        )?;
+        family(
+            e,
             Gauge,
             "upf_xdp_sessions",
             "Sessions the XDP engine runs.",
@@ -582,12 +589,14 @@ mod tests {
                     punted: 8,
                     unrouted: vec![(upf_xdp::Unrouted::NoNeighbour, 2)],
                     forwarded: 11,
+                    crossings_lost: 1,
                 },
             }),
         );
         assert!(t.contains("upf_xdp_packets_dropped_total{reason=\"mbr_exceeded\"} 6\n"));
         assert!(t.contains("upf_xdp_packets_unrouted_total{reason=\"no_neighbour\"} 2\n"));
         assert!(t.contains("upf_xdp_packets_forwarded_total 11\n"));
+        assert!(t.contains("upf_xdp_reports_unannounced_total 1\n"));
         assert!(t.contains("upf_xdp_sessions 9\n"));
         assert!(
             t.contains("upf_packets_received_total{worker=\"1\",port=\"n3\"} 7\n"),
