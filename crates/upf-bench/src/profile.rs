@@ -243,14 +243,29 @@ pub fn s0_packet(i: u32, f: u16, uplink: bool, size: usize) -> Packet {
 /// to /32 and a third of them for one protocol and port, so that every packet is checked
 /// against all of them and passes.
 pub fn acl_rules(n: usize) -> String {
+    acl_rules_near(n, None)
+}
+
+/// [`acl_rules`], or with `near` their destinations in its /16 instead (none holding `near`
+/// itself): every packet to `near` then probes the tables, and passes.
+pub fn acl_rules_near(n: usize, near: Option<Ipv4Addr>) -> String {
+    let (base, free) = match near {
+        Some(a) => (u32::from(a) & 0xffff_0000, 0x0000_ffff),
+        None => (0x6440_0000, 0x003f_ffff),
+    };
     let mut text = String::new();
     let mut x: u32 = 0x2545_f491;
-    for i in 0..n {
+    let mut i = 0;
+    while i < n {
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
         let len = 16 + x % 17;
-        let net = (0x6440_0000 | (x >> 10) & 0x003f_ffff) & (u32::MAX << (32 - len));
+        let mask = u32::MAX << (32 - len);
+        let net = (base | (x >> 10) & free) & mask;
+        if near.is_some_and(|a| u32::from(a) & mask == net) {
+            continue;
+        }
         let a = Ipv4Addr::from(net);
         let line = match i % 3 {
             0 => format!(
@@ -261,6 +276,7 @@ pub fn acl_rules(n: usize) -> String {
             _ => format!("deny in ip from any to {a}/{len}\n"),
         };
         text.push_str(&line);
+        i += 1;
     }
     text
 }

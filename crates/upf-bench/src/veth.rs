@@ -109,6 +109,10 @@ pub struct Args {
     /// every uplink packet is checked against all of them).
     #[arg(long, default_value_t = 0)]
     pub acl_rules: usize,
+    /// The ACL rules' destinations in the DN's /16 (none holding the DN): every uplink
+    /// packet probes the tables instead of passing by the /16s no rule reaches.
+    #[arg(long)]
+    pub acl_near_dn: bool,
     #[arg(long, value_enum, default_value = "uplink")]
     pub direction: Direction,
     /// Offered packets/s (0: as fast as the generator goes).
@@ -368,8 +372,11 @@ impl Rig {
         let cfg = self.dir.join("upf.toml");
         if a.acl_rules > 0 {
             let rules = self.dir.join("acl.rules");
-            std::fs::write(&rules, crate::profile::acl_rules(a.acl_rules))
-                .with_context(|| rules.display().to_string())?;
+            std::fs::write(
+                &rules,
+                crate::profile::acl_rules_near(a.acl_rules, a.acl_near_dn.then_some(DN)),
+            )
+            .with_context(|| rules.display().to_string())?;
         }
         std::fs::write(&cfg, self.config(a, cores)).with_context(|| cfg.display().to_string())?;
         let log_path = self.dir.join("upf.log");
@@ -1381,6 +1388,7 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
         "backend": a.backend,
         "workers": a.workers,
         "acl_rules": a.acl_rules,
+        "acl_near_dn": a.acl_near_dn,
         "busy_poll": a.busy_poll,
         "sessions": a.sessions,
         "size": a.size,
