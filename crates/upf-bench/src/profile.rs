@@ -246,11 +246,11 @@ pub fn acl_rules(n: usize) -> String {
     acl_rules_near(n, None)
 }
 
-/// [`acl_rules`], or with `near` their destinations in its /16 instead (none holding `near`
-/// itself): every packet to `near` then probes the tables, and passes.
+/// [`acl_rules`], or with `near` their destinations in its /8 instead (none holding `near`
+/// itself): packets to `near` then probe the tables (its /16 is reached), and pass.
 pub fn acl_rules_near(n: usize, near: Option<Ipv4Addr>) -> String {
     let (base, free) = match near {
-        Some(a) => (u32::from(a) & 0xffff_0000, 0x0000_ffff),
+        Some(a) => (u32::from(a) & 0xff00_0000, 0x00ff_ffff),
         None => (0x6440_0000, 0x003f_ffff),
     };
     let mut text = String::new();

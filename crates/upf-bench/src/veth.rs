@@ -109,7 +109,7 @@ pub struct Args {
     /// every uplink packet is checked against all of them).
     #[arg(long, default_value_t = 0)]
     pub acl_rules: usize,
-    /// The ACL rules' destinations in the DN's /16 (none holding the DN): every uplink
+    /// The ACL rules' destinations in the DN's /8 (none holding the DN): every uplink
     /// packet probes the tables instead of passing by the /16s no rule reaches.
     #[arg(long)]
     pub acl_near_dn: bool,
