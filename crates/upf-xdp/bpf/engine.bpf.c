@@ -25,6 +25,7 @@
 #define MAX_PDRS 4
 #define MAX_PDR_URRS 2
 #define MAX_SDF 4
+#define MAX_ROUTES 4 /* framed routes of one PDR */
 #define URR_SLOTS 4
 #define MAX_PDR_MBRS 4 /* MBR buckets one PDR draws from */
 #define QOS_BUCKETS 8  /* MBR buckets of one session (a QER's, one a direction) */
@@ -108,7 +109,8 @@ struct sdf {
  * address, its tunnels' far ends) is in its `struct session`. */
 struct pdr {
 	__u64 qfis; /* bit q: QFI q matches; 0: any */
-	__u32 unused[3];
+	__u8 n_routes;
+	__u8 unused[11];
 	__u8 flags;
 	__u8 action;
 	__u8 tos; /* ACT_ENCAP: outer DSCP << 2 (Transport Level Marking) */
@@ -121,6 +123,11 @@ struct pdr {
 	__u8 n_sdf; /* 0: no SDF filter (any packet) */
 	__u8 n_mbrs;
 	__u8 mbr[MAX_PDR_MBRS]; /* indices in the session's `struct qos` buckets */
+	/* PDR_UE: the Framed Routes whose addresses are the UE's too (net/mask as in a
+	 * header). */
+	struct {
+		__u32 net, mask;
+	} routes[MAX_ROUTES];
 };
 
 /* The PDRs of a key (a TEID, a UE address) in precedence order, shared by the sessions of
@@ -243,6 +250,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct direct);
 } downlink_direct SEC(".maps");
+
+/* Downlink, when no UE address is the destination: the longest Framed Route holding it →
+ * the session (its UE address in `ue`). Its size is set at load. */
+struct route_key {
+	__u32 prefixlen;
+	__u32 addr; /* as in a header */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1);
+	__type(key, struct route_key);
+	__type(value, struct session);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} downlink_routes SEC(".maps");
 
 /* Uplink: local TEID (host order) → that TEID's PDRs. Sizes are set at load. */
 struct {
@@ -676,12 +698,28 @@ static __always_inline int sdf_any(const struct pdr *p, const __u8 *ip, const st
 	return 0;
 }
 
+/* Whether address `a` is in one of `p`'s Framed Routes. */
+static __always_inline int routed(const struct pdr *p, __u32 a)
+{
+	int k;
+
+#pragma unroll
+	for (k = 0; k < MAX_ROUTES; k++) {
+		if (k >= p->n_routes)
+			break;
+		if ((a & p->routes[k].mask) == p->routes[k].net)
+			return 1;
+	}
+	return 0;
+}
+
 /* The index of the first of the PDRs `sh` (session `s`'s under the key) matching (QFI, UE
- * address, SDF filters) the packet `ip` (its flow `fl`), or -1. */
+ * address or one in its Framed Routes, SDF filters, `assigned` the packet's UE-side
+ * address) the packet `ip` (its flow `fl`), or -1. */
 static __always_inline int classify(const struct session *s, const struct shape *sh, int has_qfi,
 				    __u32 qfi, const __u8 *ip, const struct flow *fl)
 {
-	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16);
+	__u32 src = *(__u32 *)(ip + 12), dst = *(__u32 *)(ip + 16), assigned;
 	int i;
 
 #pragma unroll
@@ -693,12 +731,14 @@ static __always_inline int classify(const struct session *s, const struct shape 
 			continue;
 		if (p->qfis && !(has_qfi && (p->qfis >> (qfi & 63)) & 1))
 			continue;
+		assigned = s->ue;
 		if (p->flags & PDR_UE) {
 			__u32 a = (p->flags & PDR_UE_DST) ? dst : src;
-			if (a != s->ue)
+			if (a != s->ue && !routed(p, a))
 				continue;
+			assigned = a;
 		}
-		if (!sdf_any(p, ip, fl, s->ue))
+		if (!sdf_any(p, ip, fl, assigned))
 			continue;
 		return i;
 	}
@@ -1213,6 +1253,10 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		__u32 i = bpf_ntohl(ue) & direct_mask;
 		struct direct *d = bpf_map_lookup_elem(&downlink_direct, &i);
 		s = d && d->used && d->key == ue ? &d->s : bpf_map_lookup_elem(&downlink, &ue);
+	}
+	if (!s) {
+		struct route_key k = { .prefixlen = 32, .addr = ue };
+		s = bpf_map_lookup_elem(&downlink_routes, &k);
 	}
 	if (!s)
 		return punt();

@@ -27,14 +27,16 @@ pub const QOS_BUCKETS: usize = 8;
 pub const MAX_TEIDS: usize = 2;
 /// UE IPv4 addresses of one session.
 pub const MAX_UES: usize = 2;
+/// Framed Routes of one PDR (`MAX_ROUTES` in bpf/engine.bpf.c).
+pub const MAX_ROUTES: usize = 4;
 
 /// Why a session is left to the user-space engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Punt {
     #[error("IPv6 ({0})")]
     Ipv6(&'static str),
-    #[error("framed routes")]
-    FramedRoutes,
+    #[error("framed routes ({0})")]
+    FramedRoutes(&'static str),
     #[error("application ID")]
     ApplicationId,
     #[error("a PDR of a form the engine does not run ({0})")]
@@ -108,6 +110,8 @@ pub struct CPdr {
     pub qfis: u64,
     /// The UE address to match, and whether it is the destination (else the source).
     pub ue: Option<(Ipv4Addr, bool)>,
+    /// Framed Routes (network, prefix length): their addresses match as the UE's.
+    pub routes: Vec<(Ipv4Addr, u8)>,
     /// The PDR's packets come from the UE (gates and URRs count uplink).
     pub uplink: bool,
     /// A QER's gate is closed in the PDR's direction.
@@ -217,6 +221,10 @@ pub struct Compiled {
     pub uplink: Vec<(u32, Vec<CPdr>)>,
     /// UE address → the session's PDRs without an F-TEID (the same list for each address).
     pub downlink: Vec<(Ipv4Addr, Vec<CPdr>)>,
+    /// Framed Routes of its PDRs (network, prefix length): downlink packets to an address
+    /// no session has as its own are found by the longest, with the same PDRs, under the
+    /// session's UE address (at most one, then).
+    pub routes: Vec<((Ipv4Addr, u8), Vec<CPdr>)>,
     /// The session's URRs (at most [`URR_SLOTS`]).
     pub urrs: Vec<UrrId>,
     /// The MBR buckets of its QERs (at most [`QOS_BUCKETS`]).
@@ -247,11 +255,17 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
     let mut uplink: Vec<(u32, Vec<CPdr>)> = Vec::new();
     let mut ip = Vec::new();
     let mut ues: Vec<Ipv4Addr> = Vec::new();
+    let mut routes: Vec<(Ipv4Addr, u8)> = Vec::new();
     let mut buckets = Vec::new();
     for p in pdrs {
         let (c, ue) = compile_pdr(s, p, hops, &mut buckets)?;
         if let Some(a) = ue.filter(|a| !ues.contains(a)) {
             ues.push(a);
+        }
+        for r in &c.routes {
+            if !routes.contains(r) {
+                routes.push(*r);
+            }
         }
         match p.pdi.local_f_teid {
             Some(ft) => match uplink.iter_mut().find(|(t, _)| *t == ft.teid.0) {
@@ -267,12 +281,17 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
     if ues.len() > MAX_UES {
         return Err(Punt::TooMany("UE addresses"));
     }
+    // Under a route, the session's PDRs are matched with its one UE address.
+    if !routes.is_empty() && ues.len() > 1 {
+        return Err(Punt::FramedRoutes("two UE addresses"));
+    }
     if ip.len() > MAX_PDRS || uplink.iter().any(|(_, v)| v.len() > MAX_PDRS) {
         return Err(Punt::TooMany("PDRs"));
     }
     Ok(Compiled {
         seid: s.seid,
         uplink,
+        routes: routes.into_iter().map(|r| (r, ip.clone())).collect(),
         downlink: ues.into_iter().map(|a| (a, ip.clone())).collect(),
         urrs: s.urrs.iter().map(|u| u.id).collect(),
         buckets,
@@ -333,9 +352,7 @@ fn compile_pdr(
     buckets: &mut Vec<CBucket>,
 ) -> Result<(CPdr, Option<Ipv4Addr>), Punt> {
     let pdi = &p.pdi;
-    if !pdi.framed_routes.is_empty() {
-        return Err(Punt::FramedRoutes);
-    }
+    let routes = framed_routes(pdi)?;
     if pdi.sdf_filters.len() > MAX_SDF {
         return Err(Punt::TooMany("SDF filters"));
     }
@@ -457,6 +474,7 @@ fn compile_pdr(
         id: p.id,
         qfis,
         ue,
+        routes,
         uplink,
         gate_shut,
         action,
@@ -467,6 +485,71 @@ fn compile_pdr(
         quota,
     };
     Ok((c, ue.map(|(a, _)| a)))
+}
+
+/// A PDR's Framed Routes, IPv4 and at most [`MAX_ROUTES`]. The reference matches an address
+/// in one as the UE's own: its SDF filters are read with that address (which end is the
+/// UE's, `assigned`); the program reads them as compiled for the UE address, so each prefix
+/// of a filter must hold the UE address exactly when it holds every routed address (and
+/// none of them otherwise), and `assigned` may be only the UE's end.
+fn framed_routes(pdi: &upf_rules::Pdi) -> Result<Vec<(Ipv4Addr, u8)>, Punt> {
+    let mut routes = Vec::new();
+    for r in pdi.framed_routes.iter() {
+        let IpAddr::V4(net) = r.network else {
+            return Err(Punt::Ipv6("framed route"));
+        };
+        let len = r.prefix_len.min(32);
+        routes.push((Ipv4Addr::from(u32::from(net) & prefix_mask(len)), len));
+    }
+    if routes.len() > MAX_ROUTES {
+        return Err(Punt::TooMany("framed routes of a PDR"));
+    }
+    let ue = pdi.ue_ip.and_then(|u| u.ipv4);
+    if routes.is_empty() || ue.is_none() {
+        return Ok(routes);
+    }
+    let holds_ue = |e: &Endpoint| match e.address {
+        Address::Assigned => true,
+        Address::Prefix(n, len) => !e.negated && ue.is_some_and(|a| in_prefix(n, len, a)),
+        Address::Any => false,
+    };
+    for fd in pdi.sdf_filters.iter().filter_map(|f| f.flow.as_ref()) {
+        // Which end is the UE's (`FlowDescription::matches`) turns on the prefixes that hold
+        // the address.
+        for e in [&fd.from, &fd.to] {
+            let Address::Prefix(IpAddr::V4(n), len) = e.address else {
+                continue;
+            };
+            let (pn, pl) = (u32::from(n) & prefix_mask(len), len.min(32));
+            let alike = routes.iter().all(|&(r, rl)| {
+                let common = prefix_mask(pl.min(rl));
+                let inside = rl >= pl && u32::from(r) & prefix_mask(pl) == pn;
+                let apart = u32::from(r) & common != pn & common;
+                if holds_ue(e) {
+                    inside
+                } else {
+                    e.negated || apart
+                }
+            });
+            if !alike {
+                return Err(Punt::FramedRoutes(
+                    "an SDF prefix that tells the UE address from a routed one",
+                ));
+            }
+        }
+        // `assigned` at the remote end: the reference compares it with the routed address.
+        if matches!(fd.from.address, Address::Assigned) && holds_ue(&fd.to) {
+            return Err(Punt::FramedRoutes("`assigned` at the remote end"));
+        }
+    }
+    Ok(routes)
+}
+
+/// The mask of a `len`-bit IPv4 prefix.
+fn prefix_mask(len: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32 - u32::from(len.min(32)))
+        .unwrap_or(0)
 }
 
 /// An SDF filter for IPv4 packets of a PDR whose UE address is `ue` (the packet's,
@@ -1017,9 +1100,25 @@ mod tests {
             (
                 |s| {
                     s.pdr_mut(PdrId(2)).unwrap().pdi.framed_routes =
-                        vec![FramedRoute::parse("10.9.0.0/16").unwrap()].into()
+                        vec![FramedRoute::parse("2001:db8::/48").unwrap()].into()
                 },
-                Punt::FramedRoutes,
+                Punt::Ipv6("framed route"),
+            ),
+            (
+                |s| {
+                    let p = &mut s.pdr_mut(PdrId(2)).unwrap().pdi;
+                    p.framed_routes = vec![FramedRoute::parse("10.9.0.0/16").unwrap()].into();
+                    // Holds the UE address (10.0.0.1), not the routed ones.
+                    p.sdf_filters = vec![SdfFilter {
+                        flow: Some(
+                            FlowDescription::parse("permit out ip from any to 10.0.0.0/24")
+                                .unwrap(),
+                        ),
+                        ..SdfFilter::default()
+                    }]
+                    .into();
+                },
+                Punt::FramedRoutes("an SDF prefix that tells the UE address from a routed one"),
             ),
             (
                 |s| {

@@ -4,12 +4,13 @@
 use crate::acl;
 use crate::compile::{
     compile, Action, CAddr, CBucket, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
-    MAX_PDR_MBRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
+    MAX_PDR_MBRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
 use crate::keys::{Keys, SessionValue, SESSION_LEN};
 use crate::{Reason, Unrouted, URR_SLOTS};
 use aya::maps::{
-    Array, DevMap, HashMap as BpfHash, MapData, PerCpuArray, PerCpuValues, ProgramArray, RingBuf,
+    lpm_trie, Array, DevMap, HashMap as BpfHash, LpmTrie, MapData, PerCpuArray, PerCpuValues,
+    ProgramArray, RingBuf,
 };
 use aya::programs::{ProgramFd, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
@@ -28,7 +29,9 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/en
 
 const PROGRAM: &str = "xdp_engine";
 /// `struct pdr` and `struct session` of bpf/engine.bpf.c.
-const PDR_LEN: usize = 176;
+const PDR_LEN: usize = 208;
+/// Where a PDR's Framed Routes start in `struct pdr`.
+const ROUTES_AT: usize = 176;
 const SDF_LEN: usize = 32;
 /// `struct shape` and `struct session`.
 const SHAPE_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
@@ -166,6 +169,7 @@ struct Held {
     shapes: Vec<u32>,
     teids: Vec<u32>,
     ues: Vec<Ipv4Addr>,
+    routes: Vec<Route>,
     /// URR counter slots: which URR each counts.
     urrs: [Option<UrrId>; URR_SLOTS],
     /// The MBR buckets, in `struct qos` order.
@@ -234,6 +238,7 @@ pub struct Engine {
     held: HashMap<Seid, Held>,
     teids: HashMap<u32, Seid>,
     ues: HashMap<Ipv4Addr, Seid>,
+    routes: HashMap<Route, Seid>,
     /// Session slots (their URR counters and `struct qos`).
     slots: Ids,
     /// Where each key's session value is: uplink TEIDs, downlink UE addresses.
@@ -297,6 +302,7 @@ impl Engine {
             .map_max_entries("shapes", shape_capacity(n))
             .map_max_entries("uplink_direct", direct)
             .map_max_entries("downlink_direct", direct)
+            .map_max_entries("downlink_routes", entries(MAX_UES)?)
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the XDP engine", &e))?;
         let prog: &mut Xdp = ebpf
@@ -321,6 +327,7 @@ impl Engine {
             held: HashMap::new(),
             teids: HashMap::new(),
             ues: HashMap::new(),
+            routes: HashMap::new(),
             slots: Ids::new(n),
             ul: Keys::new("uplink_direct", "uplink", false, direct),
             dl: Keys::new("downlink_direct", "downlink", true, direct),
@@ -435,6 +442,11 @@ impl Engine {
                 return Err(InstallError::Conflict(format!("UE address {a}")));
             }
         }
+        for ((n, l), _) in &c.routes {
+            if self.routes.get(&(*n, *l)).is_some_and(|o| *o != c.seid) {
+                return Err(InstallError::Conflict(format!("framed route {n}/{l}")));
+            }
+        }
         if !self.held.contains_key(&c.seid) && !self.slots.has(1) {
             return Err(InstallError::Full(self.cfg.sessions));
         }
@@ -464,6 +476,10 @@ impl Engine {
         }
         for (a, pdrs) in &c.downlink {
             keys.push(keyed(Key::Ue(*a), Some(*a), pdrs, &urrs)?);
+        }
+        let ue = c.downlink.first().map(|(a, _)| *a);
+        for (r, pdrs) in &c.routes {
+            keys.push(keyed(Key::Route(*r), ue, pdrs, &urrs)?);
         }
         let new: Vec<&ShapeValue> = keys
             .iter()
@@ -527,10 +543,15 @@ impl Engine {
             fresh,
             keys,
         } = self.admit(s)?;
-        let old = self
-            .held
-            .get(&c.seid)
-            .map(|h| (h.slot, h.urrs, h.teids.clone(), h.ues.clone()));
+        let old = self.held.get(&c.seid).map(|h| {
+            (
+                h.slot,
+                h.urrs,
+                h.teids.clone(),
+                h.ues.clone(),
+                h.routes.clone(),
+            )
+        });
         let (old_buckets, old_quotas) = self
             .held
             .get(&c.seid)
@@ -578,7 +599,7 @@ impl Engine {
             r.gen = before.map_or(0, |o| o.gen).wrapping_add(1).max(1);
         }
         self.write_arms(slot, &reports)?;
-        let old_keys = old.map(|h| (h.2, h.3));
+        let old_keys: Option<OldKeys> = old.map(|h| (h.2, h.3, h.4));
         let mut ids = Vec::with_capacity(keys.len());
         for k in &keys {
             match self.intern(&k.shape) {
@@ -598,7 +619,7 @@ impl Engine {
             .get(&c.seid)
             .map(|h| h.shapes.clone())
             .unwrap_or_default();
-        if let Some((teids, ues)) = &old_keys {
+        if let Some((teids, ues, routes)) = &old_keys {
             // Keys the new rules do not have.
             for t in teids
                 .iter()
@@ -612,11 +633,20 @@ impl Engine {
             {
                 self.dl.remove(&mut self.ebpf, ue_key(*a));
             }
+            for r in routes
+                .iter()
+                .filter(|r| !c.routes.iter().any(|(n, _)| n == *r))
+            {
+                self.unroute(*r);
+            }
             for t in teids {
                 self.teids.remove(t);
             }
             for a in ues {
                 self.ues.remove(a);
+            }
+            for r in routes {
+                self.routes.remove(r);
             }
         } else {
             self.slots.commit(slot);
@@ -627,6 +657,7 @@ impl Engine {
             shapes: ids,
             teids: c.uplink.iter().map(|(t, _)| *t).collect(),
             ues: c.downlink.iter().map(|(a, _)| *a).collect(),
+            routes: c.routes.iter().map(|(r, _)| *r).collect(),
             urrs,
             buckets: c.buckets.clone(),
             quotas: c.quotas.clone(),
@@ -638,6 +669,9 @@ impl Engine {
         }
         for &a in &held.ues {
             self.ues.insert(a, c.seid);
+        }
+        for &r in &held.routes {
+            self.routes.insert(r, c.seid);
         }
         self.held.insert(c.seid, held);
         Ok(())
@@ -980,21 +1014,22 @@ impl Engine {
         keys: &[KeyPlan],
         ids: &[u32],
         slot: u32,
-        old: Option<&(Vec<u32>, Vec<Ipv4Addr>)>,
+        old: Option<&OldKeys>,
     ) -> io::Result<()> {
         let mut added = Vec::new();
         let mut r = Ok(());
         for (k, &id) in keys.iter().zip(ids) {
             let v = k.session(slot, id);
-            let (table, key, new) = match k.key {
-                Key::Teid(t) => (&mut self.ul, t, !old.is_some_and(|o| o.0.contains(&t))),
-                Key::Ue(a) => (
-                    &mut self.dl,
-                    ue_key(a),
-                    !old.is_some_and(|o| o.1.contains(&a)),
-                ),
+            let new = match k.key {
+                Key::Teid(t) => !old.is_some_and(|o| o.0.contains(&t)),
+                Key::Ue(a) => !old.is_some_and(|o| o.1.contains(&a)),
+                Key::Route(x) => !old.is_some_and(|o| o.2.contains(&x)),
             };
-            r = table.set(&mut self.ebpf, key, v);
+            r = match k.key {
+                Key::Teid(t) => self.ul.set(&mut self.ebpf, t, v),
+                Key::Ue(a) => self.dl.set(&mut self.ebpf, ue_key(a), v),
+                Key::Route(x) => self.route(x, v),
+            };
             if r.is_err() {
                 break;
             }
@@ -1007,10 +1042,29 @@ impl Engine {
                 match k {
                     Key::Teid(t) => self.ul.remove(&mut self.ebpf, t),
                     Key::Ue(a) => self.dl.remove(&mut self.ebpf, ue_key(a)),
+                    Key::Route(x) => self.unroute(x),
                 }
             }
         }
         r
+    }
+
+    /// Writes Framed Route `r`'s session value.
+    fn route(&mut self, (net, len): Route, v: SessionValue) -> io::Result<()> {
+        let mut m: LpmTrie<&mut MapData, u32, SessionValue> =
+            LpmTrie::try_from(self.map("downlink_routes")?).map_err(map_err("routes map"))?;
+        let key = lpm_trie::Key::new(u32::from(len), ue_key(net));
+        m.insert(&key, v, 0)
+            .map_err(map_err("writing a framed route"))
+    }
+
+    /// Takes Framed Route `r` out (best effort: one the kernel no longer has is gone).
+    fn unroute(&mut self, (net, len): Route) {
+        if let Ok(map) = self.map("downlink_routes") {
+            if let Ok(mut m) = LpmTrie::<&mut MapData, u32, SessionValue>::try_from(map) {
+                let _ = m.remove(&lpm_trie::Key::new(u32::from(len), ue_key(net)));
+            }
+        }
     }
 
     /// The index of `shape` in the `shapes` map, written there if it is new; one more key
@@ -1114,11 +1168,17 @@ impl Engine {
         for a in &h.ues {
             self.dl.remove(&mut self.ebpf, ue_key(*a));
         }
+        for r in &h.routes {
+            self.unroute(*r);
+        }
         for t in &h.teids {
             self.teids.remove(t);
         }
         for a in &h.ues {
             self.ues.remove(a);
+        }
+        for r in &h.routes {
+            self.routes.remove(r);
         }
         Some(h)
     }
@@ -1316,6 +1376,16 @@ fn encode_shape(
         for (j, i) in p.mbrs.iter().take(MAX_PDR_MBRS).enumerate() {
             b[m + 1 + j] = *i;
         }
+        // Framed Routes match only with the UE address (PDR_UE), as the reference's.
+        if p.ue.is_some() {
+            b[8] = p.routes.len().min(MAX_ROUTES) as u8;
+            for (j, (net, len)) in p.routes.iter().take(MAX_ROUTES).enumerate() {
+                let o = ROUTES_AT + 8 * j;
+                let mask = u32::MAX.checked_shl(32 - u32::from(*len)).unwrap_or(0);
+                b[o..o + 4].copy_from_slice(&net.octets());
+                b[o + 4..o + 8].copy_from_slice(&mask.to_be_bytes());
+            }
+        }
     }
     Ok(v)
 }
@@ -1338,12 +1408,19 @@ fn side(o: &mut [u8], a: usize, p: usize, s: &CSide, none: u8, neg: u8) -> u8 {
     flags
 }
 
+/// A Framed Route: network, prefix length.
+type Route = (Ipv4Addr, u8);
+
 /// A key of a session in the program's maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
     Teid(u32),
     Ue(Ipv4Addr),
+    Route(Route),
 }
+
+/// The keys a session had: TEIDs, UE addresses, Framed Routes.
+type OldKeys = (Vec<u32>, Vec<Ipv4Addr>, Vec<Route>);
 
 /// A key with what its value holds: the shape of its PDRs and the session's own part.
 #[derive(Debug)]

@@ -13,9 +13,11 @@
 //!   options, not a later fragment, at least 24 octets, of any protocol (ports: TCP, UDP,
 //!   SCTP and UDP-Lite's; an ICMP echo's identifier as both; none, 0, for the rest, and a
 //!   port-range filter then matches only if its range holds 0); a TEID the engine holds;
-//! - downlink: Ethernet, the same inner form to a UE address the engine holds;
+//! - downlink: Ethernet, the same inner form to a UE address the engine holds, else in the
+//!   longest Framed Route it holds (an LPM trie; a route is one session's);
 //! - the PDRs of the TEID (or of the session, by UE address) in precedence order, matched
-//!   by QFI, UE address and up to 4 SDF filters each (protocol, ToS, addresses with masks
+//!   by QFI, UE address (or one in the PDR's Framed Routes, up to 4, IPv4; `assigned` is
+//!   then that address, as the reference reads it) and up to 4 SDF filters each (protocol, ToS, addresses with masks
 //!   and negation, one port range a side, an ESP packet's SPI; a flow label matches none);
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
 //!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
@@ -59,8 +61,9 @@
 //!
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
-//! with more than one port range a side, IPv6, framed routes, GBR, packet rates, QER
-//! Correlation IDs (rates shared between sessions), URR time thresholds and quotas,
+//! with more than one port range a side, IPv6, Framed Routes of a session with two UE
+//! addresses or whose SDF prefixes tell the UE address from a routed one, GBR, packet
+//! rates, QER Correlation IDs (rates shared between sessions), URR time thresholds and quotas,
 //! triggers other than periodic and volume ones, Quota Action FARs, buffering,
 //! duplication, tunnels in tunnels, times. Network Instances are not looked at: the engine
 //! runs with one N6 (the daemon's config ensures it), which any instance the workers accept
@@ -74,7 +77,7 @@ mod keys;
 pub use acl::ACL_TABLES;
 pub use compile::{
     compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
-    MAX_PDR_MBRS, MAX_PDR_URRS, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
+    MAX_PDR_MBRS, MAX_PDR_URRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
 pub use engine::{
     BucketState, Config, Crossing, Detached, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE,

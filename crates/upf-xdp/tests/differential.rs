@@ -47,6 +47,7 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     usage: 0,
     other_protocols: 0,
     rewrapped: 0,
+    routed: 0,
     volth: 0,
     volqu: 0,
 });
@@ -63,6 +64,8 @@ struct Tally {
     other_protocols: u64,
     /// Frames from a tunnel forwarded into another (N3 to N9, N9 to N3).
     rewrapped: u64,
+    /// Frames forwarded whose UE-side address is not the UE's (in a Framed Route).
+    routed: u64,
     /// Reports raised: thresholds reached, quotas exhausted.
     volth: u64,
     volqu: u64,
@@ -247,6 +250,17 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
                 ipv6: None,
                 is_destination: !uplink,
             });
+            // Networks behind the UE, some nested, one holding the UE address.
+            if r.chance(3) {
+                let own = format!("{}/24", Ipv4Addr::from(u32::from(ue) & !0xff));
+                pdi.framed_routes = (0..1 + r.below(2))
+                    .map(|_| {
+                        let t = r.pick(&["172.16.0.0/16", "172.16.5.0/24", "192.0.2.128/25", ""]);
+                        FramedRoute::parse(if t.is_empty() { &own } else { t }).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+                    .into();
+            }
         }
         let far = match if policing { 3 } else { r.below(6) } {
             0 => None,
@@ -302,7 +316,35 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
         })
         .unwrap();
     }
+    // Framed Routes the engine would leave to the workers (an SDF prefix that tells the UE
+    // address from a routed one): none.
+    if matches!(
+        upf_xdp::compile(&s, &HOPS),
+        Err(upf_xdp::Punt::FramedRoutes(_))
+    ) {
+        for p in &mut s.pdrs {
+            p.pdi.framed_routes = Box::default();
+        }
+    }
     s
+}
+
+/// Addresses frames use besides the UE's: in the Framed Routes [`session`] draws.
+const ROUTED: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(172, 16, 5, 9),
+    Ipv4Addr::new(172, 16, 200, 1),
+    Ipv4Addr::new(192, 0, 2, 200),
+];
+
+/// The addresses session `s` is found by downlink: its UE's, and those of its routes.
+fn finds(s: &Session, a: Ipv4Addr) -> bool {
+    s.pdrs.iter().any(|p| {
+        p.pdi.ue_ip.and_then(|u| u.ipv4) == Some(a)
+            || p.pdi
+                .framed_routes
+                .iter()
+                .any(|r| r.contains(IpAddr::V4(a)))
+    })
 }
 
 /// IPv4 (checksum right) + a TCP, UDP, SCTP or UDP-Lite header (ports from [`PORTS`]), an
@@ -409,8 +451,14 @@ fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u
 }
 
 /// A frame and whether it is a valid one the program claims (must not be punted).
-fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
-    let other = Ipv4Addr::from(r.next() as u32);
+fn frame(r: &mut Rng, s: &Session, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
+    let other = if r.chance(3) {
+        // Next to the UE (in its /24: a route may hold it), or behind it.
+        let near = Ipv4Addr::from(u32::from(ue) ^ (1 + r.below(254) as u32));
+        r.pick(&[near, ROUTED[0], ROUTED[1], ROUTED[2]])
+    } else {
+        Ipv4Addr::from(r.next() as u32)
+    };
     let (mut f, mut claimed) = match r.below(5) {
         0 | 1 => {
             let teid = if r.chance(8) {
@@ -431,13 +479,13 @@ fn frame(r: &mut Rng, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
             (gpdu(r, teid, qfi, &ip, pad), claimed)
         }
         2 | 3 => {
-            let dst = if r.chance(8) { other } else { ue };
+            let dst = if r.chance(4) { other } else { ue };
             let remote = r.pick(&REMOTES);
             let ip = inner(r, remote, dst);
             let mut f = Vec::new();
             eth(&mut f);
             f.extend_from_slice(&ip);
-            let claimed = dst == ue && ip.len() >= 24;
+            let claimed = finds(s, dst) && ip.len() >= 24;
             (f, claimed)
         }
         _ => {
@@ -656,7 +704,7 @@ fn check_on(
             .fix_clock(Some(now.duration_since(epoch).as_nanos() as u64))
             .unwrap();
         let prog = engine.program().unwrap();
-        let (f, claimed) = frame(&mut r, ue, &teids);
+        let (f, claimed) = frame(&mut r, &s, ue, &teids);
         let before = engine.stats().unwrap();
         let res = upf_io::bpf::run(prog, &f, &mut buf, 1, None).unwrap();
         let after = engine.stats().unwrap();
@@ -748,6 +796,11 @@ fn check_on(
                         t.down += 1
                     }
                     t.rewrapped += u64::from(port == Port::N3 && egress == Port::N3);
+                    let ue_side = match port {
+                        Port::N6 => ip.get(16..20),
+                        _ => ip.get(inner_at + 12..inner_at + 16),
+                    };
+                    t.routed += u64::from(ue_side.is_some_and(|a| a != ue.octets()));
                 });
             }
             v => prop_assert!(false, "XDP verdict {}", v),
@@ -810,6 +863,7 @@ fn xdp_program_does_what_the_pipeline_does() {
     // The cases reached every verdict the program claims.
     assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0 && t.other_protocols > 0);
     assert!(t.rewrapped > 0, "no frame from one tunnel into another");
+    assert!(t.routed > 0, "no frame to or from a Framed Route");
     assert!(t.volth > 0 && t.volqu > 0, "reports raised");
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());

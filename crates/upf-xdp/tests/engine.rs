@@ -1,6 +1,7 @@
 //! The engine loaded in the kernel (root): the verifier takes the program, a full map refuses
-//! a session, a replaced session keeps the counts of the URRs and the tokens of the MBRs it
-//! keeps, the drop reasons are named as the reference names them.
+//! a session, a Framed Route finds its session while it has it, a replaced session keeps the
+//! counts of the URRs and the tokens of the MBRs it keeps, the drop reasons are named as the
+//! reference names them.
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use std::net::Ipv4Addr;
@@ -473,4 +474,49 @@ fn a_report_the_full_ring_buffer_had_no_room_for_is_found_in_the_slots() {
     );
     run(&e, &up);
     assert_eq!(e.crossings().len(), 1, "room again");
+}
+
+/// [`session`] `n` with Framed Route `route` on its downlink PDR.
+fn routed(n: u32, route: &str) -> Session {
+    let mut s = session(n);
+    s.pdr_mut(PdrId(2)).unwrap().pdi.framed_routes =
+        vec![FramedRoute::parse(route).unwrap()].into();
+    s
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_framed_route_finds_its_session_until_it_goes_and_is_held_by_one() {
+    const XDP_PASS: u32 = 2;
+    const XDP_TX: u32 = 3;
+    let mut e = Engine::load(config(4)).unwrap();
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    let behind = |a: [u8; 4]| ip_frame(dn, Ipv4Addr::from(a), 72);
+    e.install(&routed(1, "172.16.0.0/16")).unwrap();
+    assert_eq!(run(&e, &behind([172, 16, 9, 9])), XDP_TX);
+    assert_eq!(
+        run(&e, &behind([172, 17, 9, 9])),
+        XDP_PASS,
+        "outside the route"
+    );
+    assert!(
+        matches!(
+            e.install(&routed(2, "172.16.0.0/16")),
+            Err(InstallError::Conflict(_))
+        ),
+        "the route of session 1"
+    );
+    // A longer route of another session takes its addresses.
+    e.install(&routed(2, "172.16.5.0/24")).unwrap();
+    assert_eq!(run(&e, &behind([172, 16, 5, 1])), XDP_TX);
+    // A modification without the route takes it out; a removal too.
+    e.install(&session(2)).unwrap();
+    assert_eq!(
+        run(&e, &behind([172, 16, 5, 1])),
+        XDP_TX,
+        "session 1's /16 again"
+    );
+    e.remove(Seid(1)).unwrap();
+    assert_eq!(run(&e, &behind([172, 16, 5, 1])), XDP_PASS);
+    assert_eq!(run(&e, &behind([172, 16, 9, 9])), XDP_PASS);
 }
