@@ -1190,9 +1190,8 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip, p->action == ACT_N6);
 	if (why >= 0)
 		return drop(why);
-	why = police(s, p, len);
-	if (why >= 0)
-		return drop(why);
+	/* The next hop before the QERs and URRs: a packet punted for want of one is policed
+	 * and counted by the workers, not here too. */
 	if (p->action == ACT_ENCAP) {
 		/* Tunnel to tunnel (N3 to N9, N9 to N3): no routed hop. */
 		__u32 k = i & (MAX_PDRS - 1), nh = container(p, has_qfi, qfi, c) ? 44 : 36;
@@ -1203,6 +1202,9 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 			count(why);
 			return punt();
 		}
+		why = police(s, p, len);
+		if (why >= 0)
+			return drop(why);
 		count_urrs(s, p, len);
 		return into_tunnel(ctx, p, frame, hdr, len, nh, peer, s->teid[k], c, addrs);
 	}
@@ -1214,6 +1216,9 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		count(why);
 		return punt();
 	}
+	why = police(s, p, len);
+	if (why >= 0)
+		return drop(why);
 	route_hop(ip);
 	count_urrs(s, p, len);
 	/* Padding after the inner packet goes, then the outer headers (the last 14 octets of
@@ -1273,9 +1278,6 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip, 1);
 	if (why >= 0)
 		return drop(why);
-	why = police(s, p, len);
-	if (why >= 0)
-		return drop(why);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
 	hdr = container(p, 0, 0, c) ? 44 : 36;
@@ -1285,6 +1287,9 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 		count(why);
 		return punt();
 	}
+	why = police(s, p, len);
+	if (why >= 0)
+		return drop(why);
 	route_hop(ip);
 	count_urrs(s, p, len);
 	return into_tunnel(ctx, p, frame, 0, len, hdr, peer, teid, c, addrs);

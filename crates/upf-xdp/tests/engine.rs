@@ -520,3 +520,36 @@ fn a_framed_route_finds_its_session_until_it_goes_and_is_held_by_one() {
     assert_eq!(run(&e, &behind([172, 16, 5, 1])), XDP_PASS);
     assert_eq!(run(&e, &behind([172, 16, 9, 9])), XDP_PASS);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_packet_punted_for_want_of_a_next_hop_is_neither_policed_nor_counted() {
+    const XDP_PASS: u32 = 2;
+    // The FIB's next hops: the engine is attached nowhere, so none.
+    let mut e = Engine::load(Config {
+        hops: None,
+        ..config(4)
+    })
+    .unwrap();
+    let mut s = with_urrs(1, &[1], &[1]);
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers = ReportingTriggers::VOLTH;
+    u.volume_threshold = Some(VolumeLimit {
+        total: Some(1),
+        ..Default::default()
+    });
+    u.volume_quota = Some(VolumeLimit {
+        total: Some(1),
+        ..Default::default()
+    });
+    e.install(&s).unwrap();
+    let ue = Ipv4Addr::new(10, 0, 0, 1);
+    let dn = Ipv4Addr::new(198, 51, 100, 7);
+    let up = gpdu_frame(1, &ip_frame(ue, dn, 22)[14..]);
+    for _ in 0..3 {
+        assert_eq!(run(&e, &up), XDP_PASS);
+    }
+    assert!(e.crossings().is_empty(), "a threshold or quota reached");
+    let usage = e.remove(Seid(1)).unwrap();
+    assert!(usage.iter().all(|(_, v)| v.total_packets == 0), "{usage:?}");
+}
