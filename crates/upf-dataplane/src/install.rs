@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use upf_packet::{Packet, HEADROOM};
 use upf_rules::{
-    ApplyAction, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid,
-    Session, UrrId, UsageReport, UsageTrigger, Volume,
+    ApplyAction, Carried, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed,
+    MbrBacklog, Seid, Session, UrrId, UsageReport, UsageTrigger, Volume,
 };
 
 impl Pipeline {
@@ -291,13 +291,15 @@ impl Pipeline {
 
     /// Adds to session `seid`'s URRs usage another engine measured for them (`usage`, per
     /// URR, since their last report; its packets taken at `now`), as if this pipeline had
-    /// counted it: in their next reports, against their quotas and thresholds (which may
-    /// fire now: their reports are events).
+    /// counted it: in their next reports, against their thresholds and, with `quota`, their
+    /// quotas (which may fire now: their reports are events). Without `quota`: the quotas'
+    /// use is that engine's whole count, set by [`Pipeline::carry_in`].
     pub fn carry_usage(
         &mut self,
         now: Instant,
         seid: Seid,
         usage: &[(UrrId, Volume)],
+        quota: bool,
     ) -> Result<(), DatapathError> {
         let slot = self.synced_slot(seid)?;
         let s = self.slots[slot as usize]
@@ -311,11 +313,11 @@ impl Pipeline {
             else {
                 continue;
             };
-            u.add_pending(
+            u.add_usage(
                 (v.uplink_bytes, v.uplink_packets),
                 (v.downlink_bytes, v.downlink_packets),
-                now,
-                now,
+                (now, now),
+                quota,
             );
             if let Some(t) = u.check() {
                 fired.push((i, t));
@@ -329,24 +331,20 @@ impl Pipeline {
         Ok(())
     }
 
-    /// The backlog of session `seid`'s MBR buckets at `now`, per QER and direction, for
-    /// another engine to continue from. (Buckets shared with other workers are not the
-    /// session's: none of theirs.)
-    pub fn mbr_backlogs(
-        &mut self,
-        now: Instant,
-        seid: Seid,
-    ) -> Result<Vec<MbrBacklog>, DatapathError> {
+    /// The backlog of session `seid`'s MBR buckets at `now`, per QER and direction, and the
+    /// use of its URRs' Volume Quotas, for another engine to continue from. (Buckets and
+    /// quotas shared with other workers are not the session's: none of theirs.)
+    pub fn carried(&mut self, now: Instant, seid: Seid) -> Result<Carried, DatapathError> {
         let slot = self.synced_slot(seid)?;
         let clock = self.clock(now);
         let s = self.slots[slot as usize]
             .as_ref()
             .ok_or(DatapathError::UnknownSession(seid))?;
-        let mut out = Vec::new();
+        let mut out = Carried::default();
         for q in &s.qers {
             for (uplink, b) in [(true, &q.mbr_ul), (false, &q.mbr_dl)] {
                 if let Some(b) = b {
-                    out.push(MbrBacklog {
+                    out.backlogs.push(MbrBacklog {
                         qer: q.id,
                         uplink,
                         ticks: b.fill.remaining(clock),
@@ -354,23 +352,25 @@ impl Pipeline {
                 }
             }
         }
+        out.quotas = s.urrs.iter().filter_map(|u| u.quota_use()).collect();
         Ok(out)
     }
 
     /// Session `seid`'s MBR buckets continue at `now` from the backlogs another engine's
-    /// left ([`Pipeline::mbr_backlogs`] there); buckets not named keep their state.
-    pub fn carry_mbr_backlogs(
+    /// left, and its URRs' quotas from the use it counted ([`Pipeline::carried`] there);
+    /// buckets and quotas not named keep their state.
+    pub fn carry_in(
         &mut self,
         now: Instant,
         seid: Seid,
-        backlogs: &[MbrBacklog],
+        carried: &Carried,
     ) -> Result<(), DatapathError> {
         let slot = self.synced_slot(seid)?;
         let clock = self.clock(now);
         let s = self.slots[slot as usize]
             .as_mut()
             .ok_or(DatapathError::UnknownSession(seid))?;
-        for b in backlogs {
+        for b in &carried.backlogs {
             let Some(q) = s.qers.iter_mut().find(|q| q.id == b.qer) else {
                 continue;
             };
@@ -378,7 +378,15 @@ impl Pipeline {
                 m.resume(b.ticks, clock);
             }
         }
-        if let Some(h) = self.hot.get_mut(slot as usize) {
+        for used in &carried.quotas {
+            if let Some(u) = s.urrs.iter_mut().find(|u| u.id == used.urr) {
+                u.set_quota_use(used);
+            }
+        }
+        if !carried.quotas.is_empty() {
+            // The hot record's room before a URR's next check is the quota left.
+            self.build_hot(slot);
+        } else if let Some(h) = self.hot.get_mut(slot as usize) {
             h.take_fills(&self.shapes, s);
         }
         Ok(())

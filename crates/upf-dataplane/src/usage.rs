@@ -6,8 +6,8 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use upf_rules::{
-    DatapathEvent, MeasurementInfo, ReportingTriggers, Seid, Urr, UrrId, UsageInformation,
-    UsageReport, UsageTrigger, Volume, VolumeLimit,
+    DatapathEvent, MeasurementInfo, QuotaUse, ReportingTriggers, Seid, Urr, UrrId,
+    UsageInformation, UsageReport, UsageTrigger, Volume, VolumeLimit,
 };
 
 #[derive(Debug, Clone)]
@@ -481,20 +481,66 @@ impl UrrState {
     /// Adds what a hot record counted since its last sync: (octets, packets) each way, and
     /// the times of its first and last packet.
     pub fn add_pending(&mut self, ul: (u64, u64), dl: (u64, u64), first: Instant, last: Instant) {
-        for v in [&mut self.volume, &mut self.quota_used] {
-            v.add(&Volume {
-                total_bytes: ul.0 + dl.0,
-                uplink_bytes: ul.0,
-                downlink_bytes: dl.0,
-                total_packets: ul.1 + dl.1,
-                uplink_packets: ul.1,
-                downlink_packets: dl.1,
-            });
+        self.add_usage(ul, dl, (first, last), true);
+    }
+
+    /// As [`UrrState::add_pending`]; `quota`: whether it is used of the quota too (not when
+    /// the quota's use is set from the count of the engine that measured it, `set_quota_use`).
+    pub fn add_usage(
+        &mut self,
+        ul: (u64, u64),
+        dl: (u64, u64),
+        (first, last): (Instant, Instant),
+        quota: bool,
+    ) {
+        let v = Volume {
+            total_bytes: ul.0 + dl.0,
+            uplink_bytes: ul.0,
+            downlink_bytes: dl.0,
+            total_packets: ul.1 + dl.1,
+            uplink_packets: ul.1,
+            downlink_packets: dl.1,
+        };
+        self.volume.add(&v);
+        if quota {
+            self.quota_used.add(&v);
         }
         // Everything synced before was counted earlier than this.
         self.first_packet = Some(self.first_packet.map_or(first, |f| f.min(first)));
         self.last_packet = Some(self.last_packet.map_or(last, |l| l.max(last)));
         self.seen(last);
+    }
+
+    /// The octets used of the Volume Quota since its grant (total, uplink, downlink), for
+    /// another engine to go on from; none without a quota, or when the session's workers
+    /// share it (their draws are the use, not this worker's count).
+    pub fn quota_use(&self) -> Option<QuotaUse> {
+        self.quota.filter(|_| !self.shares_quota())?;
+        let u = &self.quota_used;
+        Some(QuotaUse {
+            urr: self.id,
+            total: u.total_bytes,
+            uplink: u.uplink_bytes,
+            downlink: u.downlink_bytes,
+        })
+    }
+
+    /// The quota's use is another engine's `used` (read as the session left it; it counted
+    /// everything since the grant): exhausted when that reaches the quota. No report: the
+    /// engine that counted it made the quota's.
+    pub fn set_quota_use(&mut self, used: &QuotaUse) {
+        if self.quota.is_none() || self.shares_quota() {
+            return;
+        }
+        let u = &mut self.quota_used;
+        u.total_bytes = used.total;
+        u.uplink_bytes = used.uplink;
+        u.downlink_bytes = used.downlink;
+        self.exhausted = self.quota.is_some_and(|q| q.reached_by(&self.quota_used));
+    }
+
+    fn shares_quota(&self) -> bool {
+        (self.shared.as_deref()).is_some_and(|d| d.quota.iter().any(Option::is_some))
     }
 
     /// Traffic at `at`: the holding time runs from here.

@@ -393,8 +393,12 @@ fn an_mbr_backlog_carried_to_another_engine_keeps_the_tokens_spent() {
     let (seid, teid) = establish(&mut a);
     assert_eq!(a.send(burst(teid, 200)).len(), 200);
     let now = a.now;
-    let backlogs = a.dp().mbr_backlogs(now, seid).unwrap();
-    assert_eq!(backlogs.len(), 2, "uplink and downlink: {backlogs:?}");
+    let carried = a.dp().carried(now, seid).unwrap();
+    assert_eq!(
+        carried.backlogs.len(),
+        2,
+        "uplink and downlink: {carried:?}"
+    );
     for hot in [true, false] {
         let mut b = Rig::new();
         b.now += Duration::from_secs(100);
@@ -402,7 +406,7 @@ fn an_mbr_backlog_carried_to_another_engine_keeps_the_tokens_spent() {
         let (seid, teid) = establish(&mut b);
         assert_eq!(b.dp().cold_sessions(), usize::from(!hot));
         let now = b.now;
-        b.dp().carry_mbr_backlogs(now, seid, &backlogs).unwrap();
+        b.dp().carry_in(now, seid, &carried).unwrap();
         assert_eq!(b.send(burst(teid, 100)).len(), 50, "hot: {hot}");
         assert_eq!(b.dp().counters().dropped(DropReason::MbrExceeded), 50);
         // From there it refills on its own clock: 1 s, 125 packets.

@@ -936,3 +936,48 @@ fn droth_counts_drops_of_a_full_buffer_in_later_batches_too() {
     one_usage(&r.reports(), UsageReportTrigger::DROTH);
     assert_balanced(&mut r);
 }
+
+#[test]
+fn a_quota_goes_on_from_the_use_another_engine_carried_hot_and_cold() {
+    let establish = |r: &mut Rig| {
+        let mut urr = smf::create_urr(1, ReportingTriggers::VOLQU, None);
+        urr.volume_quota = Some(Volume {
+            total: Some(1000),
+            uplink: None,
+            downlink: None,
+        });
+        let (seid, resp) = r.establish(with_urr(urr));
+        (upf_rules::Seid(seid), local_teid(&resp))
+    };
+    let burst = |teid, n| (0..n).map(|_| gpdu(teid, Some(9), &up(300))).collect();
+    let mut a = Rig::new();
+    let (seid, teid) = establish(&mut a);
+    assert_eq!(a.send(burst(teid, 2)).len(), 2);
+    let now = a.now;
+    let carried = a.dp().carried(now, seid).unwrap();
+    let used = |total| upf_rules::QuotaUse {
+        urr: upf_rules::UrrId(1),
+        total,
+        uplink: total,
+        downlink: 0,
+    };
+    assert_eq!(carried.quotas, [used(600)]);
+    let mut spent = carried.clone();
+    spent.quotas = vec![used(1000)];
+    for hot in [true, false] {
+        let mut b = Rig::new();
+        b.dp().set_hot_records(hot);
+        let (seid, teid) = establish(&mut b);
+        let now = b.now;
+        b.dp().carry_in(now, seid, &carried).unwrap();
+        // 600 of 1,000 used: the packet that reaches it passes, the next not.
+        assert_eq!(b.send(burst(teid, 3)).len(), 2, "hot: {hot}");
+        assert_eq!(b.dp().counters().dropped(DropReason::QuotaExhausted), 1);
+        let mut c = Rig::new();
+        c.dp().set_hot_records(hot);
+        let (seid, teid) = establish(&mut c);
+        let now = c.now;
+        c.dp().carry_in(now, seid, &spent).unwrap();
+        assert!(c.send(burst(teid, 1)).is_empty(), "exhausted, hot: {hot}");
+    }
+}

@@ -28,11 +28,11 @@ pub use ids::{BarId, FarId, PdrId, Precedence, QerId, Qfi, Seid, Teid, UrrId};
 pub use pdr::{
     FramedRoute, Interface, LocalFTeid, OuterHeaderRemoval, PacketMeta, Pdi, PdiExtra, Pdr, UeIp,
 };
-pub use qer::{AggregateKey, Bitrate, Gate, MbrBacklog, PacketRate, Qer};
+pub use qer::{AggregateKey, Bitrate, Carried, Gate, MbrBacklog, PacketRate, Qer};
 pub use sdf::{FlowDescription, SdfFilter};
 pub use session::{RuleError, RuleErrorKind, RuleRef, Session};
 pub use shared::{Interner, Shared, SharedSlice};
 pub use urr::{
-    MeasurementInfo, MeasurementMethod, ReportingTriggers, Urr, UrrExtra, UsageInformation,
-    UsageReport, UsageTrigger, Volume, VolumeLimit,
+    MeasurementInfo, MeasurementMethod, QuotaUse, ReportingTriggers, Urr, UrrExtra,
+    UsageInformation, UsageReport, UsageTrigger, Volume, VolumeLimit,
 };

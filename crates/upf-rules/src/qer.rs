@@ -38,6 +38,20 @@ pub struct MbrBacklog {
     pub ticks: u64,
 }
 
+/// What of a session's state moves with it between engines, read from the one it leaves:
+/// its MBR buckets' backlogs, and its URRs' use of their Volume Quotas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Carried {
+    pub backlogs: Vec<MbrBacklog>,
+    pub quotas: Vec<crate::QuotaUse>,
+}
+
+impl Carried {
+    pub fn is_empty(&self) -> bool {
+        self.backlogs.is_empty() && self.quotas.is_empty()
+    }
+}
+
 /// A QoS Enforcement Rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Qer {

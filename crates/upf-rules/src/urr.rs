@@ -86,6 +86,17 @@ flags!(
     }
 );
 
+/// A URR's use of its Volume Quota since the grant, octets each way, as the session moves
+/// between engines: the engine it enters goes on from it (not from 0, which would grant the
+/// quota again), exhausted when it reaches the quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaUse {
+    pub urr: UrrId,
+    pub total: u64,
+    pub uplink: u64,
+    pub downlink: u64,
+}
+
 /// A volume threshold or quota (§8.2.13 / §8.2.50), bytes; each part optional.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 pub struct VolumeLimit {

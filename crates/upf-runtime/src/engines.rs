@@ -10,13 +10,15 @@
 //! workers make, and into the workers' own measurement when the session leaves it
 //! (`Workers::carry_usage`), so that every packet is in exactly one report. A session's MBR
 //! buckets move with it: the engine it leaves gives the backlog of each (QER, direction) at
-//! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`). A
+//! that moment, and the one it enters goes on from it at its own clock (`MbrBacklog`); so
+//! does each URR's Volume Quota use, as an absolute count since the grant, reported or not
+//! (`QuotaUse`, in the same `Carried`; the usage carried as it leaves is not added to it). A
 //! volume threshold reached or a quota exhausted in the kernel is announced by the program
 //! (`Engine::crossings`): the workers make that URR's report with its trigger
 //! (`Workers::report_usage`), the kernel's count added as to every report, and after any
 //! report of a URR the kernel's threshold counts from there (`Engine::rearm`).
 
-use crate::workers::{SessionBacklogs, Workers};
+use crate::workers::{SessionsCarried, Workers};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -24,15 +26,15 @@ use std::time::Duration;
 use std::time::Instant;
 use tracing::warn;
 use upf_rules::{
-    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
-    UrrId, UsageReport, Volume,
+    Carried, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid,
+    Session, UrrId, UsageReport, Volume, VolumeLimit,
 };
-use upf_xdp::{BucketState, Crossing, Detached, Engine, InstallError, Stats};
+use upf_xdp::{Crossing, Detached, Engine, InstallError, QosState, Stats};
 
 /// Sessions taken out of the kernel whose counters are read after one grace period.
 const DETACHED_BATCH: usize = 2000;
-/// Sessions moving into the kernel whose MBR backlogs are asked of the workers at once (one
-/// message a worker, not one a session).
+/// Sessions moving into the kernel whose MBR backlogs and quota use are asked of the workers
+/// at once (one message a worker, not one a session).
 const BACKLOG_BATCH: usize = 64;
 
 /// Which engine runs the sessions (`engine` in upf.toml).
@@ -247,7 +249,7 @@ impl Engines {
             let d = k.take_reported(c.seid, &[c.urr]);
             let left = add_to(&mut reports, d);
             if !left.is_empty() {
-                carry(&self.workers, c.seid, left);
+                carry(&self.workers, c.seid, left, true);
             }
             k.made.extend(reports);
         }
@@ -266,18 +268,18 @@ impl Engines {
         let Some(k) = &mut self.kernel else { return };
         let start = Instant::now();
         let mut moved = 0;
-        // The MBR backlogs of sessions entering, asked ahead, and of those leaving, given
-        // to the workers at the end of the step.
-        let mut entering: HashMap<Seid, Vec<MbrBacklog>> = HashMap::new();
-        let mut leaving: SessionBacklogs = Vec::new();
+        // The MBR backlogs and quota use of sessions entering, asked ahead, and of those
+        // leaving, given to the workers at the end of the step.
+        let mut entering: HashMap<Seid, Carried> = HashMap::new();
+        let mut leaving: SessionsCarried = Vec::new();
         while start.elapsed() < budget {
             let Some(seid) = k.moving.pop_front() else {
                 break;
             };
             if k.mode == EngineMode::User {
                 if let Some(d) = k.engine.detach(seid) {
-                    let buckets = k.engine.detached_buckets(&d);
-                    leaving.push((seid, k.backlogs(seid, buckets)));
+                    let qos = k.engine.detached_qos(&d);
+                    leaving.push((seid, k.carried(seid, qos)));
                     k.detached.push(d);
                 }
                 continue;
@@ -288,15 +290,15 @@ impl Engines {
             if k.reported.contains_key(&seid) {
                 continue;
             }
-            if has_mbr(&s) && !entering.contains_key(&seid) {
+            if carries(&s) && !entering.contains_key(&seid) {
                 let next = (k.moving.iter().take(BACKLOG_BATCH - 1))
-                    .filter(|x| self.workers.installed(**x).is_some_and(|s| has_mbr(s)));
+                    .filter(|x| self.workers.installed(**x).is_some_and(|s| carries(s)));
                 let ahead: Vec<Seid> = std::iter::once(seid).chain(next.copied()).collect();
-                entering.extend(workers_backlogs(&self.workers, &ahead));
+                entering.extend(workers_carried(&self.workers, &ahead));
             }
-            let backlogs = entering.remove(&seid).unwrap_or_default();
+            let carried = entering.remove(&seid).unwrap_or_default();
             // No barrier: a session the engine can run buffers nothing.
-            match k.engine.install_carrying(&s, &backlogs) {
+            match k.engine.install_carrying(&s, &carried) {
                 Ok(()) => {
                     k.refused.remove(&seid);
                     k.reported.insert(seid, Vec::new());
@@ -308,14 +310,15 @@ impl Engines {
                 }
             }
         }
-        // The workers police the packets of those that left from the state the kernel left.
-        carry_backlogs(&self.workers, leaving);
+        // The workers police the packets of those that left from the state the kernel left
+        // (their quotas' use set: the usage carried below is not added to it).
+        carry_in(&self.workers, leaving);
         if k.detached.len() >= DETACHED_BATCH || (k.moving.is_empty() && !k.detached.is_empty()) {
             let gone = std::mem::take(&mut k.detached);
             for (seid, last) in k.engine.collect(gone) {
                 let left = k.unreported(seid, last);
                 k.refused.insert(seid, "engine set to user".into());
-                carry(&self.workers, seid, left);
+                carry(&self.workers, seid, left, false);
                 moved += 1;
             }
         }
@@ -379,22 +382,24 @@ impl Kernel {
         delta
     }
 
-    /// The backlog now of session `seid`'s MBR buckets in the kernel (`buckets`, as the
-    /// program left them), for the workers to continue from.
-    fn backlogs(&self, seid: Seid, buckets: std::io::Result<Vec<BucketState>>) -> Vec<MbrBacklog> {
+    /// The backlog now of session `seid`'s MBR buckets in the kernel, and its quotas' use
+    /// (`qos`, as the program left them), for the workers to continue from.
+    fn carried(&self, seid: Seid, qos: std::io::Result<QosState>) -> Carried {
         let now = self.engine.clock();
-        match buckets {
-            Ok(b) => b
-                .into_iter()
-                .map(|b| MbrBacklog {
-                    qer: b.qer,
-                    uplink: b.uplink,
-                    ticks: upf_dataplane::Fill::resume(b.backlog, b.last).remaining(now),
-                })
-                .collect(),
+        match qos {
+            Ok(q) => Carried {
+                backlogs: (q.buckets.into_iter())
+                    .map(|b| MbrBacklog {
+                        qer: b.qer,
+                        uplink: b.uplink,
+                        ticks: upf_dataplane::Fill::resume(b.backlog, b.last).remaining(now),
+                    })
+                    .collect(),
+                quotas: q.quotas,
+            },
             Err(e) => {
-                warn!(target: "upf::xdp", "{seid}: MBR buckets not carried to the workers: {e}");
-                Vec::new()
+                warn!(target: "upf::xdp", "{seid}: MBR buckets and quotas not carried to the workers: {e}");
+                Carried::default()
             }
         }
     }
@@ -449,8 +454,10 @@ fn add_to(reports: &mut [UsageReport], usage: Vec<(UrrId, Volume)>) -> Vec<(UrrI
     left
 }
 
-/// Puts what the XDP engine counted into the workers' measurement of session `seid`.
-fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
+/// Puts what the XDP engine counted into the workers' measurement of session `seid`, and
+/// with `quota` into their quotas' use (without: the session left the kernel, which gave its
+/// quotas' whole use, `carry_in`).
+fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>, quota: bool) {
     let usage: Vec<_> = usage
         .into_iter()
         .filter(|(_, v)| v.total_packets > 0)
@@ -458,35 +465,46 @@ fn carry(workers: &Workers, seid: Seid, usage: Vec<(UrrId, Volume)>) {
     if usage.is_empty() {
         return;
     }
-    if let Err(e) = workers.carry_usage(seid, usage) {
+    if let Err(e) = workers.carry_usage(seid, usage, quota) {
         warn!(target: "upf::xdp", "{seid}: usage counted in the XDP engine lost: {e}");
     }
 }
 
-/// Whether session `s` has an MBR bucket (whose backlog moves with it).
-fn has_mbr(s: &Session) -> bool {
+/// Whether session `s` has an MBR bucket or a Volume Quota (whose backlog or use moves with
+/// it).
+fn carries(s: &Session) -> bool {
     s.qers.iter().any(|q| q.mbr.is_some())
+        || (s.urrs.iter()).any(|u| {
+            let later = u.extra.as_ref().and_then(|x| x.subsequent_volume_quota);
+            u.volume_quota.is_some() || later.is_some()
+        })
 }
 
-/// The backlogs now of the workers' MBR buckets of sessions `seids`, for the kernel to
-/// continue from.
-fn workers_backlogs(workers: &Workers, seids: &[Seid]) -> SessionBacklogs {
-    workers.mbr_backlogs(seids).unwrap_or_else(|e| {
+/// URR `urr`'s Volume Quota in session `s`.
+fn quota_of(s: &Session, urr: UrrId) -> Option<VolumeLimit> {
+    s.urrs.iter().find(|u| u.id == urr)?.volume_quota
+}
+
+/// The backlogs now of the workers' MBR buckets of sessions `seids`, and their quotas' use,
+/// for the kernel to continue from.
+fn workers_carried(workers: &Workers, seids: &[Seid]) -> SessionsCarried {
+    workers.carried(seids).unwrap_or_else(|e| {
         let n = seids.len();
-        warn!(target: "upf::xdp", "MBR buckets of {n} sessions not carried to the kernel: {e}");
+        warn!(target: "upf::xdp", "MBR buckets and quotas of {n} sessions not carried to the kernel: {e}");
         Vec::new()
     })
 }
 
-/// The sessions' MBR buckets in the workers continue from the kernel's `backlogs`.
-fn carry_backlogs(workers: &Workers, mut backlogs: SessionBacklogs) {
-    backlogs.retain(|(_, b)| !b.is_empty());
-    if backlogs.is_empty() {
+/// The sessions' MBR buckets and quotas in the workers continue from the kernel's
+/// `carried`.
+fn carry_in(workers: &Workers, mut carried: SessionsCarried) {
+    carried.retain(|(_, c)| !c.is_empty());
+    if carried.is_empty() {
         return;
     }
-    let n = backlogs.len();
-    if let Err(e) = workers.carry_mbr_backlogs(backlogs) {
-        warn!(target: "upf::xdp", "MBR buckets of {n} sessions not carried to the workers: {e}");
+    let n = carried.len();
+    if let Err(e) = workers.carry_in(carried) {
+        warn!(target: "upf::xdp", "MBR buckets and quotas of {n} sessions not carried to the workers: {e}");
     }
 }
 
@@ -537,6 +555,8 @@ impl Datapath for Engines {
             Err(e) => Err(e.to_string()),
         };
         let was_on = k.reported.contains_key(&seid);
+        // The kernel's quotas are of the rules before the change.
+        let before_rules = self.workers.installed(seid).cloned();
         // What the engine counted so far belongs to the URRs as they were.
         let before = k.take_unreported(seid, &[]);
         let mut installed = match self.workers.install(now, session.clone(), flags) {
@@ -566,14 +586,15 @@ impl Datapath for Engines {
                     // before the program forwards new ones.
                     self.workers.barrier(seid);
                 }
-                // Entering: its buckets go on from the workers'; staying: from the kernel's.
-                let backlogs = if was_on || !has_mbr(&session) {
-                    Vec::new()
+                // Entering: its buckets and quotas go on from the workers'; staying: from the
+                // kernel's.
+                let carried = if was_on || !carries(&session) {
+                    Carried::default()
                 } else {
-                    let b = workers_backlogs(&self.workers, &[seid]);
-                    b.into_iter().flat_map(|(_, b)| b).collect()
+                    let c = workers_carried(&self.workers, &[seid]);
+                    c.into_iter().next().map(|(_, c)| c).unwrap_or_default()
                 };
-                (k.engine.install_carrying(&session, &backlogs)).map_err(|e| e.to_string())
+                (k.engine.install_carrying(&session, &carried)).map_err(|e| e.to_string())
             }
             Err(why) => Err(why),
         };
@@ -587,7 +608,7 @@ impl Datapath for Engines {
                 base.retain(|(u, _)| kept.contains(u));
                 // The engine's counters since the read above were not reported yet.
                 if !stays.is_empty() {
-                    carry(&self.workers, seid, stays);
+                    carry(&self.workers, seid, stays, true);
                 }
             }
             Err(why) => {
@@ -595,12 +616,18 @@ impl Datapath for Engines {
                 if was_on {
                     // Read as it leaves: what the program takes from them between this read
                     // and its keys' removal (microseconds) is not carried.
-                    let buckets = k.engine.buckets(seid);
-                    carry_backlogs(&self.workers, vec![(seid, k.backlogs(seid, buckets))]);
+                    let mut c = k.carried(seid, k.engine.qos(seid));
+                    // A changed quota is a new grant in the workers (UrrState::update).
+                    (c.quotas).retain(|u| {
+                        let was = before_rules.as_deref().and_then(|b| quota_of(b, u.urr));
+                        was.is_some() && was == quota_of(&session, u.urr)
+                    });
+                    carry_in(&self.workers, vec![(seid, c)]);
                     carried.extend(k.take_off(seid));
                 }
                 if !carried.is_empty() {
-                    carry(&self.workers, seid, merge(carried));
+                    // Not into the quotas' use when it left: set from the kernel's above.
+                    carry(&self.workers, seid, merge(carried), !was_on);
                 }
                 k.refused.insert(seid, why);
             }
@@ -636,7 +663,7 @@ impl Datapath for Engines {
             let d = k.take_reported(seid, urrs);
             let left = add_to(&mut reports, d);
             if !left.is_empty() {
-                carry(&self.workers, seid, left);
+                carry(&self.workers, seid, left, true);
             }
         }
         Ok(reports)

@@ -14,8 +14,8 @@ use upf_dataplane::{Counters, Output, Packet, Pipeline, PipelineConfig, Port};
 use upf_io::wake::Waker;
 use upf_io::{IoStats, PacketIo, Pool};
 use upf_rules::{
-    Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, MbrBacklog, Seid, Session,
-    UrrId, UsageReport, UsageTrigger, Volume,
+    Carried, Datapath, DatapathError, DatapathEvent, InstallFlags, Installed, Seid, Session, UrrId,
+    UsageReport, UsageTrigger, Volume,
 };
 
 #[derive(Debug, Clone)]
@@ -50,8 +50,9 @@ impl Default for RuntimeConfig {
 
 type Reply<T> = SyncSender<Result<T, DatapathError>>;
 
-/// Per session, the backlogs of its MBR buckets (one engine's, for another to go on from).
-pub type SessionBacklogs = Vec<(Seid, Vec<MbrBacklog>)>;
+/// Per session, the backlogs of its MBR buckets and the use of its quotas (one engine's,
+/// for another to go on from).
+pub type SessionsCarried = Vec<(Seid, Carried)>;
 
 enum Control {
     Install(
@@ -62,12 +63,13 @@ enum Control {
     ),
     Remove(Seid, Reply<Vec<UsageReport>>),
     Query(Seid, Vec<UrrId>, UsageTrigger, Reply<Vec<UsageReport>>),
-    /// Usage another engine measured for the session's URRs (`Pipeline::carry_usage`).
-    Carry(Seid, Vec<(UrrId, Volume)>, Reply<()>),
-    /// The sessions' MBR backlogs (`Pipeline::mbr_backlogs`; sessions it does not hold left
-    /// out), and those another engine left (`Pipeline::carry_mbr_backlogs`).
-    MbrBacklogs(Vec<Seid>, Reply<SessionBacklogs>),
-    CarryMbr(SessionBacklogs),
+    /// Usage another engine measured for the session's URRs, and whether against their
+    /// quotas (`Pipeline::carry_usage`).
+    Carry(Seid, Vec<(UrrId, Volume)>, bool, Reply<()>),
+    /// The sessions' MBR backlogs and quota use (`Pipeline::carried`; sessions it does not
+    /// hold left out), and those another engine left (`Pipeline::carry_in`).
+    Carried(Vec<Seid>, Reply<SessionsCarried>),
+    CarryIn(SessionsCarried),
     Unreported(Seid, Reply<Vec<(UrrId, Volume)>>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
@@ -511,19 +513,19 @@ impl Worker {
             Control::Unreported(seid, r) => {
                 let _ = r.send(self.pipeline.unreported(seid));
             }
-            Control::Carry(seid, usage, r) => {
-                let _ = r.send(self.pipeline.carry_usage(now, seid, &usage));
+            Control::Carry(seid, usage, quota, r) => {
+                let _ = r.send(self.pipeline.carry_usage(now, seid, &usage, quota));
             }
-            Control::MbrBacklogs(seids, r) => {
-                let backlogs = (seids.into_iter())
-                    .filter_map(|seid| Some((seid, self.pipeline.mbr_backlogs(now, seid).ok()?)))
+            Control::Carried(seids, r) => {
+                let carried = (seids.into_iter())
+                    .filter_map(|seid| Some((seid, self.pipeline.carried(now, seid).ok()?)))
                     .collect();
-                let _ = r.send(Ok(backlogs));
+                let _ = r.send(Ok(carried));
             }
-            Control::CarryMbr(backlogs) => {
-                for (seid, b) in backlogs {
+            Control::CarryIn(carried) => {
+                for (seid, c) in carried {
                     // A session removed since: nothing to carry into.
-                    let _ = self.pipeline.carry_mbr_backlogs(now, seid, &b);
+                    let _ = self.pipeline.carry_in(now, seid, &c);
                 }
             }
             Control::Session(seid, r) => {
@@ -799,36 +801,38 @@ impl Workers {
     }
 
     /// Adds usage another engine measured for session `seid`'s URRs since their last report
-    /// to what its first worker counted: in their next reports, against their quotas and
-    /// thresholds. (A session on several workers draws its shared URR limits only from
-    /// what the workers count.)
+    /// to what its first worker counted: in their next reports, against their thresholds
+    /// and, with `quota`, their quotas (without: the quotas' use is set from that engine's,
+    /// [`Workers::carry_in`]). (A session on several workers draws its shared URR limits
+    /// only from what the workers count.)
     pub fn carry_usage(
         &self,
         seid: Seid,
         usage: Vec<(UrrId, Volume)>,
+        quota: bool,
     ) -> Result<(), DatapathError> {
         let i = self.first_worker(seid)?;
-        self.ask(i, |tx| Control::Carry(seid, usage, tx))
+        self.ask(i, |tx| Control::Carry(seid, usage, quota, tx))
     }
 
-    /// The backlogs of sessions `seids`' MBR buckets now, asked of each one's first worker
-    /// (as [`Workers::carry_usage`]: a session on several workers draws on buckets they
-    /// share, which are not carried), one message a worker; sessions not installed left
-    /// out.
-    pub fn mbr_backlogs(&self, seids: &[Seid]) -> Result<SessionBacklogs, DatapathError> {
+    /// The backlogs of sessions `seids`' MBR buckets and the use of their quotas now, asked
+    /// of each one's first worker (as [`Workers::carry_usage`]: a session on several workers
+    /// draws on buckets and quotas they share, which are not carried), one message a worker;
+    /// sessions not installed left out.
+    pub fn carried(&self, seids: &[Seid]) -> Result<SessionsCarried, DatapathError> {
         let mut out = Vec::new();
         for (i, seids) in self.by_first_worker(seids.iter().map(|&s| (s, s))) {
-            out.extend(self.ask(i, |tx| Control::MbrBacklogs(seids, tx))?);
+            out.extend(self.ask(i, |tx| Control::Carried(seids, tx))?);
         }
         Ok(out)
     }
 
-    /// Each session's MBR buckets continue from its `backlogs` (another engine's) on its
-    /// first worker, one message a worker; not waited for (a worker applies its control
+    /// Each session's MBR buckets and quotas continue from `carried` (another engine's) on
+    /// its first worker, one message a worker; not waited for (a worker applies its control
     /// messages in order, between two batches).
-    pub fn carry_mbr_backlogs(&self, backlogs: SessionBacklogs) -> Result<(), DatapathError> {
-        for (i, b) in self.by_first_worker(backlogs.into_iter().map(|b| (b.0, b))) {
-            if !self.send(i, Input::Control(Control::CarryMbr(b))) {
+    pub fn carry_in(&self, carried: SessionsCarried) -> Result<(), DatapathError> {
+        for (i, b) in self.by_first_worker(carried.into_iter().map(|b| (b.0, b))) {
+            if !self.send(i, Input::Control(Control::CarryIn(b))) {
                 return Err(DatapathError::Internal(format!("worker {i} stopped")));
             }
         }

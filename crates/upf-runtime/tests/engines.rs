@@ -232,10 +232,15 @@ const AFTER_MOST: usize = 20;
 /// Sends UE 0's G-PDU `n` times through the workers; how many they forwarded (the others
 /// dropped for the MBR).
 fn offered_to_workers(e: &Engines, n: usize) -> usize {
+    offered_to_workers_dropping(e, n, upf_dataplane::DropReason::MbrExceeded)
+}
+
+/// [`offered_to_workers`], the others dropped for `reason`.
+fn offered_to_workers_dropping(e: &Engines, n: usize, reason: upf_dataplane::DropReason) -> usize {
     let w = e.workers();
     let mbr = |w: &Workers| -> u64 {
         (w.counters().iter())
-            .map(|c| c.dropped[upf_dataplane::DropReason::MbrExceeded as usize])
+            .map(|c| c.dropped[reason as usize])
             .sum()
     };
     let dropped_before = mbr(w);
@@ -466,4 +471,109 @@ fn a_session_entering_the_kernel_counts_toward_its_threshold_from_the_last_repor
     assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
     let r = next_report(&mut e).expect("a second threshold report");
     assert_eq!(r.volume.uplink_packets, 5, "{r:?}");
+}
+
+fn kernel_quota_drops(e: &Engines) -> u64 {
+    let stats = e.xdp_stats().unwrap().unwrap();
+    (stats.dropped.iter())
+        .find(|(r, _)| *r == upf_xdp::Reason::QuotaExhausted)
+        .map_or(0, |(_, n)| *n)
+}
+
+/// [`offered_to_workers`] of UE 0's G-PDUs, the others dropped for the quota.
+fn quota_passed_by_workers(e: &Engines, n: usize) -> usize {
+    offered_to_workers_dropping(e, n, upf_dataplane::DropReason::QuotaExhausted)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_partly_spent_on_the_workers_is_not_granted_again_in_the_kernel() {
+    // A quota of 5 packets, 2 spent on the workers: the kernel passes exactly 3 more.
+    let mut e = engines(4, EngineMode::User);
+    let s = with_volume(ReportingTriggers::VOLQU, None, Some(5));
+    e.install(Instant::now(), s, InstallFlags::default())
+        .unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(_)));
+    assert_eq!(quota_passed_by_workers(&e, 2), 2);
+    swap(&mut e, EngineMode::Xdp);
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(
+        through_kernel(&e, 0, 5),
+        vec![XDP_TX, XDP_TX, XDP_TX, XDP_DROP, XDP_DROP]
+    );
+    assert_eq!(kernel_quota_drops(&e), 2);
+    let r = next_report(&mut e).expect("a quota report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLQU, "{r:?}");
+    assert_eq!(r.volume.uplink_packets, 5, "{r:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_spent_in_the_kernel_also_before_a_query_is_not_granted_again_on_the_workers() {
+    // A quota of 6 packets: 2 in the kernel, a query (they are reported), 1 more; swapped
+    // out, the workers pass exactly the 3 left.
+    let mut e = engines(4, EngineMode::Xdp);
+    let s = with_volume(ReportingTriggers::VOLQU, None, Some(6));
+    e.install(Instant::now(), s, InstallFlags::default())
+        .unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_TX; 2]);
+    let q = e.query_usage(Instant::now(), Seid(1), &[]).unwrap();
+    assert_eq!(uplink_packets(&q), 2);
+    assert_eq!(through_kernel(&e, 0, 1), vec![XDP_TX]);
+    swap(&mut e, EngineMode::User);
+    assert!(matches!(e.runs(Seid(1)), Runs::User(_)));
+    assert_eq!(quota_passed_by_workers(&e, 5), 3);
+    let r = next_report(&mut e).expect("a quota report");
+    assert_eq!(r.trigger, upf_rules::UsageTrigger::VOLQU, "{r:?}");
+    assert_eq!(r.volume.uplink_packets, 4, "the 4 since the query: {r:?}");
+}
+
+/// [`with_volume`]'s quota of 3 packets, with a time threshold (which the XDP engine does not
+/// run) when `workers`.
+fn quota_of_3(workers: bool) -> Arc<Session> {
+    let mut s = (*with_volume(ReportingTriggers::VOLQU, None, Some(3))).clone();
+    if workers {
+        let u = s.urr_mut(UrrId(1)).unwrap();
+        u.triggers |= ReportingTriggers::TIMTH;
+        u.time_threshold_s = Some(3600);
+    }
+    Arc::new(s)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_exhausted_on_one_engine_stays_exhausted_on_the_other() {
+    let flags = InstallFlags::default();
+    // Exhausted in the kernel; a modification moves it to the workers, and back.
+    let mut e = engines(4, EngineMode::Xdp);
+    e.install(Instant::now(), quota_of_3(false), flags).unwrap();
+    assert_eq!(
+        through_kernel(&e, 0, 4),
+        vec![XDP_TX, XDP_TX, XDP_TX, XDP_DROP]
+    );
+    e.install(Instant::now(), quota_of_3(true), flags).unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(Some(_))));
+    assert_eq!(quota_passed_by_workers(&e, 2), 0);
+    e.install(Instant::now(), quota_of_3(false), flags).unwrap();
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_DROP; 2]);
+    // A changed quota is a new grant, on either engine.
+    let mut s = (*with_volume(ReportingTriggers::VOLQU, None, Some(1))).clone();
+    let u = s.urr_mut(UrrId(1)).unwrap();
+    u.triggers |= ReportingTriggers::TIMTH;
+    u.time_threshold_s = Some(3600);
+    e.install(Instant::now(), Arc::new(s), flags).unwrap();
+    assert!(matches!(e.runs(Seid(1)), Runs::User(Some(_))));
+    assert_eq!(quota_passed_by_workers(&e, 2), 1);
+
+    // Exhausted on the workers, swapped into the kernel; and out again.
+    let mut e = engines(4, EngineMode::User);
+    e.install(Instant::now(), quota_of_3(false), flags).unwrap();
+    assert_eq!(quota_passed_by_workers(&e, 4), 3);
+    swap(&mut e, EngineMode::Xdp);
+    assert_eq!(e.runs(Seid(1)), Runs::Xdp);
+    assert_eq!(through_kernel(&e, 0, 2), vec![XDP_DROP; 2]);
+    swap(&mut e, EngineMode::User);
+    assert_eq!(quota_passed_by_workers(&e, 2), 0);
 }

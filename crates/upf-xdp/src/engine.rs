@@ -23,7 +23,9 @@ use upf_dataplane::Acl;
 use upf_io::bpf;
 use upf_io::link::Link;
 use upf_io::Port;
-use upf_rules::{MbrBacklog, QerId, Seid, Session, UrrId, UsageTrigger, Volume, VolumeLimit};
+use upf_rules::{
+    Carried, MbrBacklog, QerId, QuotaUse, Seid, Session, UrrId, UsageTrigger, Volume, VolumeLimit,
+};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
 
@@ -159,6 +161,14 @@ pub struct BucketState {
     pub uplink: bool,
     pub backlog: u64,
     pub last: u64,
+}
+
+/// A session's `struct qos` as the program left it: its MBR buckets, and the use of its
+/// URRs' Volume Quotas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QosState {
+    pub buckets: Vec<BucketState>,
+    pub quotas: Vec<QuotaUse>,
 }
 
 /// Where a session is in the maps.
@@ -525,17 +535,14 @@ impl Engine {
     /// Installs `s`, or replaces the session with its SEID (URR counts of URRs it keeps carry
     /// over). On error nothing changed.
     pub fn install(&mut self, s: &Session) -> Result<(), InstallError> {
-        self.install_carrying(s, &[])
+        self.install_carrying(s, &Carried::default())
     }
 
     /// [`Engine::install`], the MBR buckets the session did not have here (it enters from
-    /// another engine) continuing from `backlogs` (that engine's, read as it left) at the
-    /// engine's clock now; the others start full.
-    pub fn install_carrying(
-        &mut self,
-        s: &Session,
-        backlogs: &[MbrBacklog],
-    ) -> Result<(), InstallError> {
+    /// another engine) continuing from `carried.backlogs` (that engine's, read as it left)
+    /// at the engine's clock now, the others full; and the quotas it did not have here from
+    /// their use in `carried.quotas`, the others unused.
+    pub fn install_carrying(&mut self, s: &Session, carried: &Carried) -> Result<(), InstallError> {
         self.settle();
         let Plan {
             c,
@@ -580,9 +587,9 @@ impl Engine {
         self.write_qos(
             slot,
             kept,
-            (&c.buckets, &old_buckets, backlogs),
+            (&c.buckets, &old_buckets, &carried.backlogs),
             &urrs,
-            (&c.quotas, &old_quotas),
+            (&c.quotas, &old_quotas, &carried.quotas),
             &fresh,
         )?;
         // A URR that keeps its slot counts toward its threshold from its last report (its
@@ -680,9 +687,11 @@ impl Engine {
     /// Writes slot `slot`'s MBR buckets `buckets.0`: with the tokens left in the bucket of
     /// the same QER and direction in `buckets.1` (the slot's buckets before, `kept`: the slot
     /// was the session's), else from its backlog in `buckets.2` at the clock now, else full;
-    /// and the quotas `quotas.0` of the URRs in `urrs`' slots,
-    /// unused or, unchanged from `quotas.1`, with their use so far (UrrState::update: a
-    /// changed quota is a new grant), and what the URRs kept in their slots (not `fresh`)
+    /// and the quotas `quotas.0` of the URRs in `urrs`' slots: unchanged from `quotas.1`,
+    /// with their use so far (UrrState::update: a changed quota is a new grant), else, the
+    /// session entering (not `kept`), from their use in `quotas.2` (another engine's), else
+    /// unused; exhausted when that reaches
+    /// them; and what the URRs kept in their slots (not `fresh`)
     /// counted toward their thresholds. The read and the write each hold the value's lock;
     /// what the program counts between them is not carried.
     fn write_qos(
@@ -691,7 +700,7 @@ impl Engine {
         kept: bool,
         buckets: (&[CBucket], &[CBucket], &[MbrBacklog]),
         urrs: &[Option<UrrId>; URR_SLOTS],
-        quotas: (&[Quota], &[Quota]),
+        quotas: (&[Quota], &[Quota], &[QuotaUse]),
         fresh: &[usize],
     ) -> io::Result<()> {
         let (new, old, carried) = buckets;
@@ -725,6 +734,8 @@ impl Engine {
             // The URR kept its slot (`install`): its use is there.
             if kept && quotas.1.iter().any(|(u, old)| u == id && old == q) {
                 v[o + 3..o + 6].copy_from_slice(&before[o + 3..o + 6]);
+            } else if let Some(u) = quotas.2.iter().find(|u| u.urr == *id).filter(|_| !kept) {
+                v[o + 3..o + 6].copy_from_slice(&[u.total, u.uplink, u.downlink]);
             }
             let used = Volume {
                 total_bytes: v[o + 3],
@@ -767,25 +778,25 @@ impl Engine {
         u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
     }
 
-    /// The MBR buckets of session `seid` as the program left them (empty for a session not
-    /// held).
-    pub fn buckets(&self, seid: Seid) -> io::Result<Vec<BucketState>> {
+    /// The MBR buckets and quotas of session `seid` as the program left them (empty for a
+    /// session not held).
+    pub fn qos(&self, seid: Seid) -> io::Result<QosState> {
         match self.held.get(&seid) {
-            Some(h) => self.read_buckets(h),
-            None => Ok(Vec::new()),
+            Some(h) => self.read_qos(h),
+            None => Ok(QosState::default()),
         }
     }
 
-    /// [`Engine::buckets`] of a detached session: no key finds it any more, so only a
-    /// packet being processed as it was detached may still take from them.
-    pub fn detached_buckets(&self, d: &Detached) -> io::Result<Vec<BucketState>> {
-        self.read_buckets(&d.1)
+    /// [`Engine::qos`] of a detached session: no key finds it any more, so only a packet
+    /// being processed as it was detached may still take from them.
+    pub fn detached_qos(&self, d: &Detached) -> io::Result<QosState> {
+        self.read_qos(&d.1)
     }
 
     /// Under the value's lock (BPF_F_LOCK on the lookup).
-    fn read_buckets(&self, h: &Held) -> io::Result<Vec<BucketState>> {
-        if h.buckets.is_empty() {
-            return Ok(Vec::new());
+    fn read_qos(&self, h: &Held) -> io::Result<QosState> {
+        if h.buckets.is_empty() && h.quotas.is_empty() {
+            return Ok(QosState::default());
         }
         let map = self
             .ebpf
@@ -795,14 +806,28 @@ impl Engine {
         let v = m
             .get(&h.slot, BPF_F_LOCK)
             .map_err(map_err("reading MBR buckets"))?;
-        Ok((h.buckets.iter().take(QOS_BUCKETS).enumerate())
+        let buckets = (h.buckets.iter().take(QOS_BUCKETS).enumerate())
             .map(|(i, b)| BucketState {
                 qer: b.qer,
                 uplink: b.uplink,
                 backlog: v[1 + 4 * i + 2],
                 last: v[1 + 4 * i + 3],
             })
-            .collect())
+            .collect();
+        let quotas = (h.urrs.iter().enumerate())
+            .filter_map(|(i, id)| Some((i, (*id)?)))
+            .filter(|(_, id)| h.quotas.iter().any(|(u, _)| u == id))
+            .map(|(i, urr)| {
+                let o = QUOTAS_AT + QUOTA_LEN * i;
+                QuotaUse {
+                    urr,
+                    total: v[o + 3],
+                    uplink: v[o + 4],
+                    downlink: v[o + 5],
+                }
+            })
+            .collect();
+        Ok(QosState { buckets, quotas })
     }
 
     /// Writes slot `slot`'s `struct arm`s (none when it has no reports and had none).

@@ -80,7 +80,8 @@ pub use compile::{
     MAX_PDR_MBRS, MAX_PDR_URRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
 };
 pub use engine::{
-    BucketState, Config, Crossing, Detached, Engine, InstallError, Stats, Usage, SLOT_QUARANTINE,
+    BucketState, Config, Crossing, Detached, Engine, InstallError, QosState, Stats, Usage,
+    SLOT_QUARANTINE,
 };
 pub use keys::ENTRY_QUARANTINE;
 
