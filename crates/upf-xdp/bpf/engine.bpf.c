@@ -1127,6 +1127,39 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	return leave(ctx, PORT_N3);
 }
 
+/* The inner packet (`len` octets, `at` after the Ethernet header of a `frame`-octet frame,
+ * arrived with QFI `qfi` if `has_qfi`) of session `s`, forwarded by its `i`th PDR `p` into
+ * its tunnel: the next hop first (none: punted, nothing charged), then the QERs and URRs,
+ * the routed hop if `routed` (from N6). */
+static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *s,
+				      const struct pdr *p, int i, __u32 frame, __u32 at, __u32 len,
+				      int has_qfi, __u32 qfi, int routed)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
+	__u32 k = i & (MAX_PDRS - 1), peer = s->peer[k], hdr;
+	__u8 addrs[12], c[2];
+	int why;
+
+	if ((void *)(ip + 20) > end)
+		return drop(R_ENCAP_FAILED);
+	hdr = container(p, has_qfi, qfi, c) ? 44 : 36;
+	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
+		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
+	if (why) {
+		count(why);
+		return punt();
+	}
+	why = police(s, p, len);
+	if (why >= 0)
+		return drop(why);
+	if (routed)
+		route_hop(ip);
+	count_urrs(s, p, len);
+	return into_tunnel(ctx, p, frame, at, len, hdr, peer, s->teid[k], c, addrs);
+}
+
 static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 {
 	void *data = (void *)(long)ctx->data;
@@ -1139,7 +1172,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	const struct shape *sh;
 	const struct pdr *p;
 	__u32 teid;
-	__u8 *ip, addrs[12], c[2];
+	__u8 *ip, addrs[12];
 
 	if ((void *)(d + 36 + 24) > end)
 		return punt();
@@ -1192,22 +1225,8 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		return drop(why);
 	/* The next hop before the QERs and URRs: a packet punted for want of one is policed
 	 * and counted by the workers, not here too. */
-	if (p->action == ACT_ENCAP) {
-		/* Tunnel to tunnel (N3 to N9, N9 to N3): no routed hop. */
-		__u32 k = i & (MAX_PDRS - 1), nh = container(p, has_qfi, qfi, c) ? 44 : 36;
-		__u32 peer = s->peer[k];
-		why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
-			       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), nh + len, addrs);
-		if (why) {
-			count(why);
-			return punt();
-		}
-		why = police(s, p, len);
-		if (why >= 0)
-			return drop(why);
-		count_urrs(s, p, len);
-		return into_tunnel(ctx, p, frame, hdr, len, nh, peer, s->teid[k], c, addrs);
-	}
+	if (p->action == ACT_ENCAP) /* tunnel to tunnel (N3 to N9, N9 to N3): no routed hop */
+		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other target */
 	why = next_hop(ctx, p, PORT_N6, *(__u32 *)(ip + 12), *(__u32 *)(ip + 16), ip[9], ip[1],
@@ -1240,11 +1259,10 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *ip = data + sizeof(struct ethhdr);
-	__u32 len, hdr, ue, peer, teid;
+	__u32 len, ue;
 	struct session *s;
 	const struct shape *sh;
 	const struct pdr *p;
-	__u8 addrs[12], c[2];
 	struct flow fl;
 	int why, i;
 
@@ -1273,26 +1291,12 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	if (i < 0)
 		return drop(R_NO_MATCHING_PDR);
 	p = &sh->pdrs[i & (MAX_PDRS - 1)];
-	peer = s->peer[i & (MAX_PDRS - 1)];
-	teid = s->teid[i & (MAX_PDRS - 1)];
 	why = verdict(p, ip, 1);
 	if (why >= 0)
 		return drop(why);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
-	hdr = container(p, 0, 0, c) ? 44 : 36;
-	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
-		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
-	if (why) {
-		count(why);
-		return punt();
-	}
-	why = police(s, p, len);
-	if (why >= 0)
-		return drop(why);
-	route_hop(ip);
-	count_urrs(s, p, len);
-	return into_tunnel(ctx, p, frame, 0, len, hdr, peer, teid, c, addrs);
+	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1);
 }
 
 static __always_inline int run(struct xdp_md *ctx)
