@@ -836,12 +836,7 @@ impl Engine {
         if !any && !self.armed.contains(&slot) {
             return Ok(());
         }
-        let mut m: Array<&mut MapData, ArmValue> =
-            Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
-        for (i, r) in reports.iter().enumerate() {
-            m.set(urr_index(slot, i), r.arm(), 0)
-                .map_err(map_err("writing URR arms"))?;
-        }
+        self.set_arms(slot, reports.iter().map(Reports::arm).enumerate())?;
         if any {
             self.armed.insert(slot);
         } else {
@@ -980,6 +975,15 @@ impl Engine {
                 arms.push((i, r.arm()));
             }
         }
+        self.set_arms(slot, arms)
+    }
+
+    /// Writes the `struct arm`s `arms` (URR index, value) of slot `slot`.
+    fn set_arms(
+        &mut self,
+        slot: u32,
+        arms: impl IntoIterator<Item = (usize, ArmValue)>,
+    ) -> io::Result<()> {
         let mut m: Array<&mut MapData, ArmValue> =
             Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
         for (i, v) in arms {
@@ -1012,13 +1016,7 @@ impl Engine {
                 arms.push((i, r.arm()));
             }
         }
-        let mut m: Array<&mut MapData, ArmValue> =
-            Array::try_from(self.map("arms")?).map_err(map_err("arms map"))?;
-        for (i, v) in arms {
-            m.set(urr_index(slot, i), v, 0)
-                .map_err(map_err("writing URR arms"))?;
-        }
-        Ok(())
+        self.set_arms(slot, arms)
     }
 
     /// Fixes the clock of the MBR buckets at `ns` (tests: the reference's virtual clock, in
