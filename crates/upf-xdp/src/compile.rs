@@ -508,11 +508,6 @@ fn framed_routes(pdi: &upf_rules::Pdi) -> Result<Vec<(Ipv4Addr, u8)>, Punt> {
     if routes.is_empty() || ue.is_none() {
         return Ok(routes);
     }
-    let holds_ue = |e: &Endpoint| match e.address {
-        Address::Assigned => true,
-        Address::Prefix(n, len) => !e.negated && ue.is_some_and(|a| in_prefix(n, len, a)),
-        Address::Any => false,
-    };
     for fd in pdi.sdf_filters.iter().filter_map(|f| f.flow.as_ref()) {
         // Which end is the UE's (`FlowDescription::matches`) turns on the prefixes that hold
         // the address.
@@ -525,7 +520,7 @@ fn framed_routes(pdi: &upf_rules::Pdi) -> Result<Vec<(Ipv4Addr, u8)>, Punt> {
                 let common = prefix_mask(pl.min(rl));
                 let inside = rl >= pl && u32::from(r) & prefix_mask(pl) == pn;
                 let apart = u32::from(r) & common != pn & common;
-                if holds_ue(e) {
+                if is_ue(e, ue) {
                     inside
                 } else {
                     e.negated || apart
@@ -538,15 +533,25 @@ fn framed_routes(pdi: &upf_rules::Pdi) -> Result<Vec<(Ipv4Addr, u8)>, Punt> {
             }
         }
         // `assigned` at the remote end: the reference compares it with the routed address.
-        if matches!(fd.from.address, Address::Assigned) && holds_ue(&fd.to) {
+        if matches!(fd.from.address, Address::Assigned) && is_ue(&fd.to, ue) {
             return Err(Punt::FramedRoutes("`assigned` at the remote end"));
         }
     }
     Ok(routes)
 }
 
+/// Whether `e` is the UE's end of a flow description for UE address `ue`
+/// (`FlowDescription::matches`: `assigned`, or a prefix holding the address, not negated).
+fn is_ue(e: &Endpoint, ue: Option<Ipv4Addr>) -> bool {
+    match e.address {
+        Address::Assigned => true,
+        Address::Prefix(net, len) => !e.negated && ue.is_some_and(|a| in_prefix(net, len, a)),
+        Address::Any => false,
+    }
+}
+
 /// The mask of a `len`-bit IPv4 prefix.
-fn prefix_mask(len: u8) -> u32 {
+pub(crate) fn prefix_mask(len: u8) -> u32 {
     u32::MAX
         .checked_shl(32 - u32::from(len.min(32)))
         .unwrap_or(0)
@@ -577,15 +582,9 @@ fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, P
     };
     c.never |= fd.action == SdfAction::Deny;
     c.proto = fd.protocol;
-    // Which end is the UE's: `FlowDescription::matches`.
-    let is_ue = |e: &Endpoint| match e.address {
-        Address::Assigned => true,
-        Address::Prefix(net, len) => !e.negated && ue.is_some_and(|a| in_prefix(net, len, a)),
-        Address::Any => false,
-    };
-    let ue_is_to = if is_ue(&fd.to) {
+    let ue_is_to = if is_ue(&fd.to, ue) {
         true
-    } else if is_ue(&fd.from) {
+    } else if is_ue(&fd.from, ue) {
         false
     } else {
         fd.direction == Direction::Out
@@ -616,9 +615,7 @@ fn side(e: &Endpoint, ue: Option<Ipv4Addr>) -> Result<CSide, Punt> {
         },
         (Address::Assigned, Some(_)) => CAddr::Ue,
         (Address::Prefix(IpAddr::V4(n), len), _) => {
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(len.min(32)))
-                .unwrap_or(0);
+            let mask = prefix_mask(len);
             CAddr::Net {
                 net: Ipv4Addr::from(u32::from(n) & mask),
                 mask,
@@ -640,9 +637,7 @@ fn side(e: &Endpoint, ue: Option<Ipv4Addr>) -> Result<CSide, Punt> {
 
 fn in_prefix(net: IpAddr, len: u8, a: Ipv4Addr) -> bool {
     let IpAddr::V4(n) = net else { return false };
-    let mask = u32::MAX
-        .checked_shl(32 - u32::from(len.min(32)))
-        .unwrap_or(0);
+    let mask = prefix_mask(len);
     u32::from(n) & mask == u32::from(a) & mask
 }
 

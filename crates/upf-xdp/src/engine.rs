@@ -1404,7 +1404,7 @@ fn encode_shape(
             b[8] = p.routes.len().min(MAX_ROUTES) as u8;
             for (j, (net, len)) in p.routes.iter().take(MAX_ROUTES).enumerate() {
                 let o = ROUTES_AT + 8 * j;
-                let mask = u32::MAX.checked_shl(32 - u32::from(*len)).unwrap_or(0);
+                let mask = crate::compile::prefix_mask(*len);
                 b[o..o + 4].copy_from_slice(&net.octets());
                 b[o + 4..o + 8].copy_from_slice(&mask.to_be_bytes());
             }
