@@ -875,10 +875,14 @@ fn xdp_program_does_what_the_pipeline_does() {
     }
 }
 
-/// `cases` cases of `frames` frames without an ACL, on one engine (a load runs the
-/// verifier: the most time a case would take).
+/// `cases` cases of `frames` frames without an ACL.
 fn without_acl(cases: u32, frames: usize, policing: bool) {
-    let acl = Arc::new(Acl::default());
+    on_one_engine(Arc::new(Acl::default()), cases, frames, policing);
+}
+
+/// `cases` cases of `frames` frames judged by `acl`, on one engine (a load runs the
+/// verifier: the most time a case would take).
+fn on_one_engine(acl: Arc<Acl>, cases: u32, frames: usize, policing: bool) {
     let engine = Mutex::new(engine(acl.clone()));
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases,
@@ -905,21 +909,8 @@ fn without_acl(cases: u32, frames: usize, policing: bool) {
 #[test]
 #[ignore = "needs root"]
 fn xdp_program_judges_large_acls_as_the_pipeline() {
-    for (n, cases) in [(1_000, 20), (10_000, 20)] {
-        let acl = random_acl(n as u64, n);
-        let engine = Mutex::new(engine(acl.clone()));
-        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-            cases,
-            failure_persistence: None,
-            // A failed case leaves its session in the engine: report it as it came.
-            max_shrink_iters: 0,
-            ..ProptestConfig::default()
-        });
-        runner
-            .run(&any::<u64>(), |seed| {
-                check_on(&mut engine.lock().unwrap(), acl.clone(), seed, 300, false)
-            })
-            .unwrap();
+    for n in [1_000, 10_000] {
+        on_one_engine(random_acl(n as u64, n), 20, 300, false);
     }
     let t = TALLY.lock().unwrap();
     eprintln!("{t:?}");
