@@ -3,17 +3,17 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
-use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
+use upf_dataplane::{LocalAddrs, PipelineConfig, Port};
 use upf_n4::{Agent, Config};
 use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message, Pdu};
 use upf_runtime::{steer, RuntimeConfig, Workers};
 use upf_smf as smf;
-use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
-use upf_wire::{checksum, ip_proto};
 
-const UPF: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+mod common;
+use common::{gpdu_sized, UPF};
+
 const SMF: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 9);
 
 struct Rig {
@@ -68,40 +68,6 @@ fn session(ue: Ipv4Addr, cp_seid: u64) -> SessionEstablishmentRequest {
         pdn_type: Some(PdnType::IPV4),
         ..Default::default()
     }
-}
-
-fn gpdu(teid: u32, ue: Ipv4Addr, payload: usize) -> Packet {
-    let total = 28 + payload;
-    let mut ip = vec![0u8; total];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&u16::try_from(total).unwrap().to_be_bytes());
-    ip[8] = 64;
-    ip[9] = ip_proto::UDP;
-    ip[12..16].copy_from_slice(&ue.octets());
-    ip[16..20].copy_from_slice(&[198, 51, 100, 1]);
-    let c = checksum::checksum(&ip[..20]);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip[24..26].copy_from_slice(&u16::try_from(8 + payload).unwrap().to_be_bytes());
-    let mut p = Packet::from_bytes(Port::N3, &ip).unwrap();
-    let (s, l) = (p.start(), p.len());
-    let e = EncapV4 {
-        src: Ipv4Addr::new(192, 0, 2, 100),
-        dst: UPF,
-        ident: 0,
-        dont_frag: false,
-        tunnel: GtpuTunnel {
-            teid,
-            src_port: 2152,
-            dst_port: 2152,
-            psc: None,
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
-        },
-    };
-    let start = encapsulate_gtpu_v4(p.buffer_mut(), s, l, &e).unwrap();
-    p.set_range(start, s + l);
-    p
 }
 
 #[test]
@@ -159,7 +125,7 @@ fn pfcp_sessions_over_two_workers_report_exact_usage() {
     let mut batch = Vec::new();
     for (i, ue) in ues.iter().enumerate() {
         for _ in 0..=i {
-            batch.push(gpdu(teids[i], *ue, 100 + i));
+            batch.push(gpdu_sized(teids[i], *ue, 0, 0, 100 + i));
         }
     }
     let n = batch.len();

@@ -54,9 +54,15 @@ pub fn session(i: u32) -> Arc<Session> {
 
 /// A G-PDU on `teid` whose inner packet comes from `src` (which steers it), UDP from `sport`.
 pub fn gpdu(teid: u32, src: Ipv4Addr, seq: u16, sport: u16) -> Packet {
-    let mut ip = vec![0u8; 28];
+    gpdu_sized(teid, src, seq, sport, 0)
+}
+
+/// [`gpdu`] with `payload` octets of UDP payload.
+pub fn gpdu_sized(teid: u32, src: Ipv4Addr, seq: u16, sport: u16, payload: usize) -> Packet {
+    let total = 28 + payload;
+    let mut ip = vec![0u8; total];
     ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+    ip[2..4].copy_from_slice(&u16::try_from(total).unwrap().to_be_bytes());
     ip[4..6].copy_from_slice(&seq.to_be_bytes());
     ip[8] = 64;
     ip[9] = ip_proto::UDP;
@@ -65,7 +71,7 @@ pub fn gpdu(teid: u32, src: Ipv4Addr, seq: u16, sport: u16) -> Packet {
     let c = checksum::checksum(&ip[..20]);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     ip[20..22].copy_from_slice(&sport.to_be_bytes());
-    ip[24..26].copy_from_slice(&8u16.to_be_bytes());
+    ip[24..26].copy_from_slice(&u16::try_from(8 + payload).unwrap().to_be_bytes());
     let mut p = Packet::from_bytes(Port::N3, &ip).unwrap();
     let (s, l) = (p.start(), p.len());
     let tunnel = GtpuTunnel {
