@@ -216,6 +216,12 @@ impl Acl {
         self.default
     }
 
+    /// Whether some rule can match an IPv6 packet (both its addresses IPv6); if none can,
+    /// [`Acl::check`] gives every such packet the default.
+    pub fn judges_ipv6(&self) -> bool {
+        self.families.as_ref().is_some_and(|f| !f.v6.is_empty())
+    }
+
     /// The action for an uplink packet: that of the first rule that matches it
     /// ([`AclRule::matches`]), else the default. IPv4 addresses are expected as `Addr::v4`
     /// builds them (the higher 96 bits zero): tables for IPv4 flows read the low 32 bits only.

@@ -189,6 +189,27 @@ fn destinations_no_rule_names_skip_the_tables() {
 }
 
 #[test]
+fn an_acl_judges_ipv6_packets_when_a_rule_can_match_one() {
+    let v4 = Acl::compile(
+        &[rule("deny in ip from any to 192.0.2.0/24")],
+        AclAction::Deny,
+    );
+    assert!(!v4.judges_ipv6());
+    // Every IPv6 packet gets the default then.
+    let v6 = flow("2001:db8::1", 4000, "2001:db8:ffff::9", 80, 6);
+    assert_eq!(v4.check(&v6), AclAction::Deny);
+    let any = Acl::compile(&[rule("deny in tcp from any to any 25")], AclAction::Permit);
+    assert!(any.judges_ipv6());
+    let only6 = Acl::compile(
+        &[rule("deny in ip from any to 2001:db8:ffff::/48")],
+        AclAction::Permit,
+    );
+    assert!(only6.judges_ipv6());
+    assert_eq!(only6.check(&v6), AclAction::Deny);
+    assert!(!Acl::default().judges_ipv6());
+}
+
+#[test]
 fn first_match_wins() {
     let rules = [
         rule("permit in tcp from 10.60.0.0/16 to 192.0.2.0/24 443"),
