@@ -15,7 +15,10 @@
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
  * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
  * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas;
- * volume thresholds and quotas reached announced on the `crossings` ring buffer. */
+ * volume thresholds and quotas reached announced on the `crossings` ring buffer.
+ * IPv6 inner packets (no extension header) are run the same way by `xdp_engine6`, which
+ * `xdp_engine` tail-calls for them: downlink by the /64 of the destination, SDF filters
+ * from `shapes6`. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -45,6 +48,12 @@
 #define PDR_TO_CORE 64	 /* ACT_ENCAP: the tunnel goes to the core side (N9): UL container */
 #define PDR_ON_N9 128	 /* ACT_ENCAP: the tunnel leaves from our N9 address */
 
+/* A PDR's UE IP by version (`flags6`): PDR_UE with no IPv4 address matches no IPv4 packet;
+ * with no IPv6 prefix, no IPv6 packet; with one, an IPv6 packet's UE-side address must be
+ * in the session's /64 (`ue6`). */
+#define P6_NO_V4 1
+#define P6_NO_V6 2
+
 /* Counter indices of `stats`; the drops in the order of src/lib.rs's `Reason`. */
 #define R_NO_MATCHING_PDR 0
 #define R_FAR_DROP 1
@@ -73,6 +82,7 @@
 #define N_PORTS 2
 #define MAX_INTERFACES 16
 #define AF_INET 2
+#define AF_INET6 10
 
 /* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
 const volatile __u32 n3_addr = 0;
@@ -110,7 +120,8 @@ struct sdf {
 struct pdr {
 	__u64 qfis; /* bit q: QFI q matches; 0: any */
 	__u8 n_routes;
-	__u8 unused[11];
+	__u8 flags6; /* P6_* */
+	__u8 unused[10];
 	__u8 flags;
 	__u8 action;
 	__u8 tos; /* ACT_ENCAP: outer DSCP << 2 (Transport Level Marking) */
@@ -284,6 +295,67 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory as sessions come, not for the limit */
 } downlink SEC(".maps");
 
+/* An SDF filter for IPv6 packets, as upf_dataplane's Filter::matches decides it. Which end
+ * is the UE's is decided per packet (`assigned`, or a prefix holding the packet's UE-side
+ * address, not negated), since the UE's /64 holds many addresses. */
+#define E6_ANY 0
+#define E6_ASSIGNED 1
+#define E6_PREFIX 2
+#define E6_NONE 3 /* an IPv4 prefix: holds no IPv6 address */
+struct end6 {
+	__u64 net[2], mask[2]; /* as in a header */
+	__u16 lo, hi;
+	__u8 kind, neg;
+	__u8 pad[2];
+};
+
+#define F6_NEVER 1 /* deny */
+#define F6_PROTO 2
+#define F6_SPI 4
+#define F6_LABEL 8
+#define F6_FLOW 16 /* a Flow Description (else ToS, SPI and flow label only) */
+#define F6_OUT 32  /* its direction is out: with neither end the UE's, `to` is */
+struct sdf6 {
+	struct end6 from, to;
+	__u32 label;
+	__u32 spi; /* as in a header */
+	__u8 flags, proto, tos, tos_mask;
+	__u32 pad;
+};
+
+struct shape6 {
+	struct sdf6 sdf[MAX_PDRS][MAX_SDF];
+};
+
+/* Shape index → its PDRs' SDF filters for IPv6 packets: written for the shapes of sessions
+ * with a UE IPv6 prefix; an IPv6 packet that reaches a PDR with filters of a shape not here
+ * is punted. Its size is set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct shape6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} shapes6 SEC(".maps");
+
+/* Downlink IPv6: the /64 of a UE's prefix (its first 8 octets as in a header) → the
+ * session's IP PDRs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, struct session);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} downlink6 SEC(".maps");
+
+/* Session slot → its UE's IPv6 /64 (as in a header): the PDRs' UE check for IPv6. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ue6 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -336,6 +408,15 @@ struct {
 	__type(value, __u32);
 } punt_to SEC(".maps");
 
+/* The program for IPv6 inner packets (`xdp_engine6`), tail-called: a program of its own
+ * keeps each within the verifier's limits and the IPv4 path as it was. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} engine6 SEC(".maps");
+
 /* The port of each interface the engine is attached to: ifindex → PORT_*. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -380,6 +461,9 @@ const volatile __u32 acl_tables_used = 0;
 const volatile __u32 acl_longest = 0;
 const volatile __u32 acl_default_deny = 0;
 const volatile __u32 acl_reach_on = 0;
+/* Some rule of the ACL can match an IPv6 packet: the program does not probe those tables,
+ * it punts such packets from the UE; else they get the default. */
+const volatile __u32 acl_judges_v6 = 0;
 
 struct acl_table {
 	__u64 meta_mask;
@@ -514,6 +598,8 @@ struct flow {
 	__u32 spi;
 	__u16 sp, dp;
 	__u8 has_spi;
+	__u8 tc;      /* IPv6: Traffic Class */
+	__u32 label; /* IPv6: flow label */
 };
 
 static __always_inline void flow_of(const __u8 *ip, const void *end, __u32 len, struct flow *f)
@@ -531,6 +617,54 @@ static __always_inline void flow_of(const __u8 *ip, const void *end, __u32 len, 
 		}
 	} else if (ip[9] == IPPROTO_ESP_) {
 		f->spi = *(__u32 *)(ip + 20);
+		f->has_spi = 1;
+	}
+}
+
+/* The extension headers upf_wire's ipv6::Packet::upper_layer walks (RFC 8200 §4, AH): a
+ * packet with one is punted. */
+static __always_inline int ext6(__u8 nh)
+{
+	return nh == 0 || nh == 43 || nh == 44 || nh == 60 || nh == 51 || nh == 135 || nh == 139 ||
+	       nh == 140;
+}
+
+/* An IPv6 header followed by its upper-layer header (no extension header), at least 8 octets
+ * of payload (ports, an ICMP header, an SPI readable), the whole fitting `avail`: its total
+ * length; 0 otherwise. */
+static __always_inline __u32 inner_len6(const __u8 *ip, __u32 avail)
+{
+	__u32 total;
+
+	if (ip[0] >> 4 != 6 || ext6(ip[6]))
+		return 0;
+	total = 40 + bpf_ntohs(*(__u16 *)(ip + 4));
+	if (total < 48 || total > avail)
+		return 0;
+	return total;
+}
+
+/* flow_of for an IPv6 packet `ip` of inner_len6's form (48 octets checked readable), as
+ * upf_dataplane::parse::flow_of: the ports of a port protocol, an echo's identifier
+ * (ICMPv6 types 128 and 129, under either ICMP protocol number) as both ports, an ESP
+ * packet's SPI; its Traffic Class and flow label. */
+static __always_inline void flow_of6(const __u8 *ip, struct flow *f)
+{
+	__u8 nh = ip[6];
+
+	f->sp = 0, f->dp = 0, f->spi = 0, f->has_spi = 0;
+	f->tc = (ip[0] & 0x0f) << 4 | ip[1] >> 4;
+	f->label = (__u32)(ip[1] & 0x0f) << 16 | (__u32)ip[2] << 8 | ip[3];
+	if (has_ports(nh)) {
+		f->sp = bpf_ntohs(*(__u16 *)(ip + 40));
+		f->dp = bpf_ntohs(*(__u16 *)(ip + 42));
+	} else if (nh == 58 || nh == IPPROTO_ICMP_) {
+		if (ip[40] == 128 || ip[40] == 129) {
+			f->sp = bpf_ntohs(*(__u16 *)(ip + 44));
+			f->dp = f->sp;
+		}
+	} else if (nh == IPPROTO_ESP_) {
+		f->spi = *(__u32 *)(ip + 40);
 		f->has_spi = 1;
 	}
 }
@@ -727,7 +861,7 @@ static __always_inline int classify(const struct session *s, const struct shape 
 		const struct pdr *p = &sh->pdrs[i];
 		if (i >= sh->n_pdrs)
 			break;
-		if (p->flags & PDR_NEVER)
+		if ((p->flags & PDR_NEVER) || (p->flags6 & P6_NO_V4))
 			continue;
 		if (p->qfis && !(has_qfi && (p->qfis >> (qfi & 63)) & 1))
 			continue;
@@ -745,6 +879,159 @@ static __always_inline int classify(const struct session *s, const struct shape 
 	return -1;
 }
 
+/* An IPv6 packet seen from the UE (`ue_a` its UE side's address, as in a header), for
+ * sdf6_match; `has_ue`: the PDR names a UE IP, whose end of the packet is `asg` (what
+ * `assigned` means). */
+struct key6 {
+	__u64 ue_a[2], re_a[2], asg[2];
+	__u32 spi, label;
+	__u16 ue_p, re_p;
+	__u8 proto, tc, has_spi, has_ue;
+};
+
+/* Whether address `a` (as in a header) is in end `e`'s prefix. */
+static __always_inline int in6(const struct end6 *e, const __u64 *a)
+{
+	return (a[0] & e->mask[0]) == e->net[0] && (a[1] & e->mask[1]) == e->net[1];
+}
+
+/* Filter's Side::is_ue: `assigned`, or a prefix holding the UE's address, not negated. */
+static __always_inline int end6_is_ue(const struct end6 *e, const struct key6 *k)
+{
+	if (e->kind == E6_ASSIGNED)
+		return 1;
+	return e->kind == E6_PREFIX && !e->neg && k->has_ue && in6(e, k->asg);
+}
+
+/* Side::matches of address `a`, port `port`. */
+static __always_inline int end6_matches(const struct end6 *e, const __u64 *a, __u16 port,
+					const struct key6 *k)
+{
+	int hit = 0;
+
+	if (e->kind == E6_ANY)
+		hit = 1;
+	else if (e->kind == E6_ASSIGNED)
+		hit = !k->has_ue || (k->asg[0] == a[0] && k->asg[1] == a[1]);
+	else if (e->kind == E6_PREFIX)
+		hit = in6(e, a);
+	return hit != e->neg && port >= e->lo && port <= e->hi;
+}
+
+/* Filter::matches for an IPv6 packet. */
+static __always_inline int sdf6_match(const struct sdf6 *f, const struct key6 *k)
+{
+	const struct end6 *ue_end, *re_end;
+
+	if ((k->tc & f->tos_mask) != f->tos)
+		return 0;
+	if ((f->flags & F6_SPI) && !(k->has_spi && k->spi == f->spi))
+		return 0;
+	if ((f->flags & F6_LABEL) && k->label != f->label)
+		return 0;
+	if (!(f->flags & F6_FLOW))
+		return 1;
+	if (f->flags & F6_NEVER)
+		return 0;
+	if ((f->flags & F6_PROTO) && k->proto != f->proto)
+		return 0;
+	if (end6_is_ue(&f->to, k) || (!end6_is_ue(&f->from, k) && (f->flags & F6_OUT))) {
+		ue_end = &f->to;
+		re_end = &f->from;
+	} else {
+		ue_end = &f->from;
+		re_end = &f->to;
+	}
+	return end6_matches(ue_end, k->ue_a, k->ue_p, k) &&
+	       end6_matches(re_end, k->re_a, k->re_p, k);
+}
+
+/* The walk of one PDR's IPv6 filters (bpf_loop: the verifier checks a filter once). */
+struct walk6 {
+	struct key6 k;
+	__u32 shape, pdr;
+	__u32 hit; /* 1: a filter matched; 2: the shape has no IPv6 filters (punt) */
+};
+
+static long sdf6_step(__u64 j, struct walk6 *w)
+{
+	__u32 idx = w->shape;
+	const struct shape6 *s6 = bpf_map_lookup_elem(&shapes6, &idx);
+
+	if (!s6) {
+		w->hit = 2;
+		return 1;
+	}
+	if (sdf6_match(&s6->sdf[w->pdr & (MAX_PDRS - 1)][j & (MAX_SDF - 1)], &w->k)) {
+		w->hit = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* classify for an IPv6 packet `ip` (inner_len6's form; `fl` its flow): the index of the
+ * first PDR of `sh` matching it, -1 for none, -2 to punt it (a PDR with SDF filters of a
+ * shape whose IPv6 filters are not in `shapes6`). A PDR naming a UE IP matches when the
+ * packet's UE-side address is in the session's /64 (`ue6`); PDR_NEVER (another IPv4
+ * address's) does not apply: a session has one IPv6 prefix. */
+static __always_inline int classify6(const struct session *s, const struct shape *sh,
+				     int has_qfi, __u32 qfi, const __u8 *ip, const struct flow *fl)
+{
+	const __u64 *pre = NULL;
+	struct walk6 w = {};
+	__u32 slot = s->slot;
+	int i;
+
+	w.shape = s->shape;
+	w.k.proto = ip[6];
+	w.k.tc = fl->tc;
+	w.k.label = fl->label;
+	w.k.spi = fl->spi;
+	w.k.has_spi = fl->has_spi;
+#pragma unroll
+	for (i = 0; i < MAX_PDRS; i++) {
+		const struct pdr *p = &sh->pdrs[i];
+
+		if (i >= sh->n_pdrs)
+			break;
+		if (p->flags6 & P6_NO_V6)
+			continue;
+		if (p->qfis && !(has_qfi && (p->qfis >> (qfi & 63)) & 1))
+			continue;
+		w.k.has_ue = !!(p->flags & PDR_UE);
+		if (w.k.has_ue) {
+			/* The UE IP's end of the packet is its own (PDR_UE_DST); the filters'
+			 * UE side is the PDR's direction's. */
+			__builtin_memcpy(w.k.asg, ip + ((p->flags & PDR_UE_DST) ? 24 : 8), 16);
+			if (!pre)
+				pre = bpf_map_lookup_elem(&ue6, &slot);
+			if (!pre)
+				return -2;
+			if (w.k.asg[0] != *pre)
+				continue;
+		}
+		if (!p->n_sdf)
+			return i;
+		if (p->uplink) {
+			__builtin_memcpy(w.k.ue_a, ip + 8, 16);
+			__builtin_memcpy(w.k.re_a, ip + 24, 16);
+			w.k.ue_p = fl->sp, w.k.re_p = fl->dp;
+		} else {
+			__builtin_memcpy(w.k.ue_a, ip + 24, 16);
+			__builtin_memcpy(w.k.re_a, ip + 8, 16);
+			w.k.ue_p = fl->dp, w.k.re_p = fl->sp;
+		}
+		w.pdr = i;
+		w.hit = 0;
+		bpf_loop(p->n_sdf, sdf6_step, &w, 0);
+		if (w.hit == 2)
+			return -2;
+		if (w.hit)
+			return i;
+	}
+	return -1;
+}
+
 /* The shape of session `s` under a key. */
 static __always_inline const struct shape *shape_of(const struct session *s)
 {
@@ -753,15 +1040,15 @@ static __always_inline const struct shape *shape_of(const struct session *s)
 }
 
 /* The FAR's verdict before anything is changed: a drop reason, or -1 to forward. As
- * upf_dataplane's steps::forward orders it: target, routed hop (TTL: `routed`, the packet
- * enters or leaves N6), gate. */
-static __always_inline int verdict(const struct pdr *p, const __u8 *ip, int routed)
+ * upf_dataplane's steps::forward orders it: target, routed hop (`ttl` the TTL or Hop Limit;
+ * `routed`, the packet enters or leaves N6), gate. */
+static __always_inline int verdict(const struct pdr *p, __u8 ttl, int routed)
 {
 	if (p->action == ACT_DROP)
 		return R_FAR_DROP;
 	if (p->action == ACT_NO_TARGET)
 		return R_NO_FORWARDING_TARGET;
-	if (routed && ip[8] <= 1)
+	if (routed && ttl <= 1)
 		return R_TTL_EXPIRED;
 	if (p->flags & PDR_GATE_SHUT)
 		return R_GATE_CLOSED;
@@ -975,11 +1262,11 @@ static __always_inline int police(const struct session *s, const struct pdr *p, 
 	return why;
 }
 
-static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs)
+static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs, __u16 proto)
 {
 	__builtin_memcpy(eth->h_dest, addrs, 6);
 	__builtin_memcpy(eth->h_source, addrs + 6, 6);
-	eth->h_proto = bpf_htons(ETH_P_IP);
+	eth->h_proto = bpf_htons(proto);
 }
 
 /* The next hop of an IPv4 packet (src, dst, proto, tos, ports as in a header, its total
@@ -1009,6 +1296,44 @@ static __always_inline int next_hop(struct xdp_md *ctx, const struct pdr *p, __u
 	f.tos = tos;
 	f.ipv4_src = src;
 	f.ipv4_dst = dst;
+	f.ifindex = *ifi;
+	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc < 0)
+		return S_FIB_ERROR;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
+	if (f.ifindex != *ifi)
+		return S_OTHER_INTERFACE;
+	__builtin_memcpy(addrs, f.dmac, 6);
+	__builtin_memcpy(addrs + 6, f.smac, 6);
+	return 0;
+}
+
+/* next_hop for an IPv6 packet (`src`, `dst` 16 octets each, as in a header; `flowinfo` its
+ * first word's Traffic Class and flow label, as in a header). */
+static __always_inline int next_hop6(struct xdp_md *ctx, const struct pdr *p, __u32 port,
+				     const __u8 *src, const __u8 *dst, __u8 proto, __u32 flowinfo,
+				     __u16 sport, __u16 dport, __u32 tot_len, __u8 *addrs)
+{
+	struct bpf_fib_lookup f = {};
+	__u32 *ifi;
+	long rc;
+
+	if (fixed_hops) {
+		__builtin_memcpy(addrs, p->eth, 12);
+		return 0;
+	}
+	ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
+	if (!ifi || !*ifi)
+		return S_OTHER_INTERFACE;
+	f.family = AF_INET6;
+	f.l4_protocol = proto;
+	f.sport = sport;
+	f.dport = dport;
+	f.tot_len = (__u16)tot_len;
+	f.flowinfo = flowinfo;
+	__builtin_memcpy(f.ipv6_src, src, 16);
+	__builtin_memcpy(f.ipv6_dst, dst, 16);
 	f.ifindex = *ifi;
 	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
 	if (rc < 0)
@@ -1064,21 +1389,18 @@ static __always_inline __u32 local_of(const struct pdr *p)
 /* Puts the inner packet, `len` octets `at` octets after the Ethernet header of a frame of
  * `frame` octets, into `p`'s tunnel to `peer`/`teid` (network order) with a header of `hdr`
  * octets (44: container `c`), the Ethernet addresses `addrs`, and sends it out of N3
- * (upf_wire::encap::encapsulate_gtpu_v4: no DF, ECN copied, RFC 6040; UDP checksum 0). */
+ * (upf_wire::encap::encapsulate_gtpu_v4: no DF, the inner ECN `ecn` copied, RFC 6040; UDP
+ * checksum 0). */
 static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, __u32 frame,
 				       __u32 at, __u32 len, __u32 hdr, __u32 peer, __u32 teid,
-				       const __u8 *c, const __u8 *addrs)
+				       const __u8 *c, const __u8 *addrs, __u8 ecn)
 {
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
+	void *data;
+	void *end;
 	__u32 zero = 0, *id;
 	__u16 *o;
-	__u8 *h, ecn;
+	__u8 *h;
 
-	if ((void *)(ip + 2) > end)
-		return drop(R_ENCAP_FAILED);
-	ecn = ip[1] & 3;
 	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
 		return drop(R_ENCAP_FAILED);
 	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
@@ -1088,7 +1410,7 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	h = data + sizeof(struct ethhdr);
 	if ((void *)(h + 44) > end)
 		return drop(R_ENCAP_FAILED);
-	write_eth(data, addrs);
+	write_eth(data, addrs, ETH_P_IP);
 	id = bpf_map_lookup_elem(&ident, &zero);
 	if (!id)
 		return drop(R_ENCAP_FAILED);
@@ -1128,25 +1450,27 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 }
 
 /* The inner packet (`len` octets, `at` after the Ethernet header of a `frame`-octet frame,
- * arrived with QFI `qfi` if `has_qfi`) of session `s`, forwarded by its `i`th PDR `p` into
- * its tunnel: the next hop first (none: punted, nothing charged), then the QERs and URRs,
- * the routed hop if `routed` (from N6). */
+ * IPv6 if `v6`, arrived with QFI `qfi` if `has_qfi`) of session `s`, forwarded by its `i`th
+ * PDR `p` into its tunnel: the next hop first (none: punted, nothing charged), then the
+ * QERs and URRs, the routed hop if `routed` (from N6). */
 static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *s,
 				      const struct pdr *p, int i, __u32 frame, __u32 at, __u32 len,
-				      int has_qfi, __u32 qfi, int routed)
+				      int has_qfi, __u32 qfi, int routed, int v6)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
 	__u32 k = i & (MAX_PDRS - 1), peer = s->peer[k], hdr;
-	__u8 addrs[12], c[2];
+	__u8 addrs[12], c[2], ecn;
 	int why;
 
 	if ((void *)(ip + 20) > end)
 		return drop(R_ENCAP_FAILED);
+	/* RFC 6040: the outer ECN is the inner's (steps::ecn_of). */
+	ecn = v6 ? (ip[1] >> 4) & 3 : ip[1] & 3;
 	hdr = container(p, has_qfi, qfi, c) ? 44 : 36;
-	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
-		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
+	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | ecn, bpf_htons(GTPU_PORT),
+		       bpf_htons(GTPU_PORT), hdr + len, addrs);
 	if (why) {
 		count(why);
 		return punt();
@@ -1154,46 +1478,147 @@ static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *
 	why = police(s, p, len);
 	if (why >= 0)
 		return drop(why);
-	if (routed)
-		route_hop(ip);
+	if (routed) {
+		if (v6)
+			ip[7] -= 1; /* the Hop Limit: no checksum */
+		else
+			route_hop(ip);
+	}
 	count_urrs(s, p, len);
-	return into_tunnel(ctx, p, frame, at, len, hdr, peer, s->teid[k], c, addrs);
+	return into_tunnel(ctx, p, frame, at, len, hdr, peer, s->teid[k], c, addrs, ecn);
 }
 
-static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
+/* Sends the inner packet (`len` octets after `hdr` of outer headers in a `frame`-octet
+ * frame, of Ethernet type `proto`) to N6 with the Ethernet addresses `addrs`: the padding
+ * after it goes, then the outer headers (the last 14 octets of them become the new Ethernet
+ * header). */
+static __always_inline int to_n6(struct xdp_md *ctx, __u32 frame, __u32 hdr, __u32 len,
+				 const __u8 *addrs, __u16 proto)
+{
+	void *data, *end;
+
+	if (frame > hdr + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - hdr - len)))
+		return drop(R_ENCAP_FAILED);
+	if (bpf_xdp_adjust_head(ctx, (int)hdr))
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + sizeof(struct ethhdr) > end)
+		return drop(R_ENCAP_FAILED);
+	write_eth(data, addrs, proto);
+	return leave(ctx, PORT_N6);
+}
+
+/* Whether the uplink ACL denies an IPv6 packet from the UE: punted (-1) when some rule could
+ * match it, else the default. */
+static __always_inline int acl6(void)
+{
+	return acl_judges_v6 ? -1 : (int)acl_default_deny;
+}
+
+/* The IPv6 inner packet of a G-PDU of session `s` (`hdr` octets of outer headers of
+ * `total` octets, `qfi`: the QFI | 256 when the header has one), as uplink_gpdu does an
+ * IPv4 one. */
+static __always_inline int uplink6(struct xdp_md *ctx, const struct session *s, __u32 total,
+			      __u32 hdr, __u32 qfi)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr) + (hdr & 63);
+	__u32 frame = (__u32)(end - data) - sizeof(struct ethhdr);
+	int has_qfi = qfi >> 8;
+	const struct shape *sh;
+	const struct pdr *p;
+	struct flow fl;
+	__u8 addrs[12];
+	__u32 len;
+	int why, i;
+
+	qfi &= 63;
+	if ((void *)(ip + 48) > end)
+		return punt();
+	len = inner_len6(ip, total - hdr);
+	if (!len)
+		return punt();
+	sh = shape_of(s);
+	if (!sh)
+		return punt();
+	flow_of6(ip, &fl);
+	i = classify6(s, sh, has_qfi, qfi, ip, &fl);
+	if (i == -2)
+		return punt();
+	if (i < 0)
+		return drop(R_NO_MATCHING_PDR);
+	p = &sh->pdrs[i & (MAX_PDRS - 1)];
+	if (p->uplink) {
+		why = acl6();
+		if (why < 0)
+			return punt();
+		if (why)
+			return drop(R_ACL_DENIED);
+	}
+	why = verdict(p, ip[7], p->action == ACT_N6);
+	if (why >= 0)
+		return drop(why);
+	if (p->action == ACT_ENCAP)
+		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0, 1);
+	if (p->action != ACT_N6)
+		return punt();
+	why = next_hop6(ctx, p, PORT_N6, ip + 8, ip + 24, ip[6], *(__u32 *)ip & bpf_htonl(0x0fffffff),
+			*(__u16 *)(ip + 40), *(__u16 *)(ip + 42), len, addrs);
+	if (why) {
+		count(why);
+		return punt();
+	}
+	why = police(s, p, len);
+	if (why >= 0)
+		return drop(why);
+	ip[7] -= 1;
+	count_urrs(s, p, len);
+	return to_n6(ctx, frame, hdr, len, addrs, ETH_P_IPV6);
+}
+
+/* What the outer headers of a G-PDU say: its session, their length, the IPv4 total
+ * length, the QFI of its PDU Session Container. */
+struct gpdu {
+	struct session *s;
+	__u32 total, hdr, qfi;
+	int has_qfi;
+};
+
+/* The outer headers of the G-PDU in a frame of `frame` octets (after Ethernet), of the form
+ * the program claims, for a TEID it holds: 0 with `g` filled (the inner packet's first 24
+ * octets checked readable), else -1 to punt it. */
+static __always_inline int gpdu_of(struct xdp_md *ctx, __u32 frame, struct gpdu *g)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *d = data + sizeof(struct ethhdr);
-	__u32 total, hdr, qfi = 0, len;
-	int has_qfi = 0, why, i;
-	struct flow fl;
+	__u32 total, teid;
 	struct session *s;
-	const struct shape *sh;
-	const struct pdr *p;
-	__u32 teid;
-	__u8 *ip, addrs[12];
 
+	g->qfi = 0;
+	g->has_qfi = 0;
 	if ((void *)(d + 36 + 24) > end)
-		return punt();
+		return -1;
 	total = bpf_ntohs(*(__u16 *)(d + 2));
 	/* upf_dataplane::fast::gpdu_v4, and UDP to our GTP-U port at our address. */
 	if (total > frame || (bpf_ntohs(*(__u16 *)(d + 6)) & 0x3fff) != 0 ||
 	    bpf_ntohs(*(__u16 *)(d + 24)) + 20 != total ||
 	    bpf_ntohs(*(__u16 *)(d + 30)) + 36 != total || d[29] != 0xff ||
 	    sum20((const __u16 *)d) != 0xffff)
-		return punt();
+		return -1;
 	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
-		return punt();
+		return -1;
 	if (d[28] == 0x30) {
-		hdr = 36;
+		g->hdr = 36;
 	} else if (d[28] == 0x34 && total >= 44 && (void *)(d + 44 + 24) <= end &&
 		   d[39] == 0x85 && d[40] == 1 && d[43] == 0 && d[41] >> 4 <= 1) {
-		hdr = 44;
-		has_qfi = 1;
-		qfi = d[42] & 0x3f;
+		g->hdr = 44;
+		g->has_qfi = 1;
+		g->qfi = d[42] & 0x3f;
 	} else {
-		return punt();
+		return -1;
 	}
 	teid = bpf_ntohl(*(__u32 *)(d + 32));
 	{
@@ -1202,10 +1627,36 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		s = d && d->used && d->key == teid ? &d->s : bpf_map_lookup_elem(&uplink, &teid);
 	}
 	if (!s)
+		return -1;
+	g->s = s;
+	g->total = total;
+	return 0;
+}
+
+static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 total, hdr, qfi, len;
+	int has_qfi, why, i;
+	struct flow fl;
+	struct session *s;
+	const struct shape *sh;
+	const struct pdr *p;
+	struct gpdu g;
+	__u8 *ip, addrs[12];
+
+	if (gpdu_of(ctx, frame, &g))
 		return punt();
-	ip = d + hdr;
+	s = g.s, total = g.total, hdr = g.hdr, qfi = g.qfi, has_qfi = g.has_qfi;
+	ip = data + sizeof(struct ethhdr) + (hdr & 63);
 	if ((void *)(ip + 24) > end)
 		return punt();
+	/* IPv6 inside: the program of its own (`xdp_engine6`), else punted. */
+	if (ip[0] >> 4 == 6) {
+		bpf_tail_call(ctx, &engine6, 0);
+		return punt();
+	}
 	len = inner_len(ip, total - hdr);
 	if (!len)
 		return punt();
@@ -1220,13 +1671,13 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	/* steps::admit: the ACL judges what comes from the UE, after classification. */
 	if (p->uplink && acl_denies(ip, &fl))
 		return drop(R_ACL_DENIED);
-	why = verdict(p, ip, p->action == ACT_N6);
+	why = verdict(p, ip[8], p->action == ACT_N6);
 	if (why >= 0)
 		return drop(why);
 	/* The next hop before the QERs and URRs: a packet punted for want of one is policed
 	 * and counted by the workers, not here too. */
 	if (p->action == ACT_ENCAP) /* tunnel to tunnel (N3 to N9, N9 to N3): no routed hop */
-		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0);
+		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0, 0);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other target */
 	why = next_hop(ctx, p, PORT_N6, *(__u32 *)(ip + 12), *(__u32 *)(ip + 16), ip[9], ip[1],
@@ -1240,18 +1691,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		return drop(why);
 	route_hop(ip);
 	count_urrs(s, p, len);
-	/* Padding after the inner packet goes, then the outer headers (the last 14 octets of
-	 * them become the new Ethernet header). */
-	if (frame > hdr + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - hdr - len)))
-		return drop(R_ENCAP_FAILED);
-	if (bpf_xdp_adjust_head(ctx, (int)hdr))
-		return drop(R_ENCAP_FAILED);
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	if (data + sizeof(struct ethhdr) > end)
-		return drop(R_ENCAP_FAILED);
-	write_eth(data, addrs);
-	return leave(ctx, PORT_N6);
+	return to_n6(ctx, frame, hdr, len, addrs, ETH_P_IP);
 }
 
 static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
@@ -1291,12 +1731,53 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	if (i < 0)
 		return drop(R_NO_MATCHING_PDR);
 	p = &sh->pdrs[i & (MAX_PDRS - 1)];
-	why = verdict(p, ip, 1);
+	why = verdict(p, ip[8], 1);
 	if (why >= 0)
 		return drop(why);
 	if (p->action != ACT_ENCAP)
 		return punt(); /* the adaptor compiles no other downlink target */
-	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1);
+	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1, 0);
+}
+
+/* downlink_ip for an IPv6 packet: its session found by the /64 of its destination. */
+static __always_inline int downlink_ip6(struct xdp_md *ctx, __u32 frame)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr);
+	const struct shape *sh;
+	const struct pdr *p;
+	struct session *s;
+	struct flow fl;
+	__u64 key;
+	__u32 len;
+	int why, i;
+
+	if ((void *)(ip + 48) > end)
+		return punt();
+	len = inner_len6(ip, frame);
+	if (!len)
+		return punt();
+	__builtin_memcpy(&key, ip + 24, 8);
+	s = bpf_map_lookup_elem(&downlink6, &key);
+	if (!s)
+		return punt();
+	sh = shape_of(s);
+	if (!sh)
+		return punt();
+	flow_of6(ip, &fl);
+	i = classify6(s, sh, 0, 0, ip, &fl);
+	if (i == -2)
+		return punt();
+	if (i < 0)
+		return drop(R_NO_MATCHING_PDR);
+	p = &sh->pdrs[i & (MAX_PDRS - 1)];
+	why = verdict(p, ip[7], 1);
+	if (why >= 0)
+		return drop(why);
+	if (p->action != ACT_ENCAP)
+		return punt(); /* the adaptor compiles no other downlink target */
+	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1, 1);
 }
 
 static __always_inline int run(struct xdp_md *ctx)
@@ -1307,22 +1788,46 @@ static __always_inline int run(struct xdp_md *ctx)
 	__u8 *ip = data + sizeof(*eth);
 	__u32 frame;
 
-	if ((void *)(ip + 24) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if ((void *)(ip + 24) > end)
 		return punt();
 	frame = (__u32)(end - (void *)ip);
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		bpf_tail_call(ctx, &engine6, 0);
+		return punt();
+	}
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return punt();
 	if (ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr)
 		return uplink_gpdu(ctx, frame);
 	return downlink_ip(ctx, frame);
 }
 
-SEC("xdp")
-int xdp_engine(struct xdp_md *ctx)
+/* What xdp_engine6 runs: a downlink IPv6 packet, or the IPv6 inner packet of a G-PDU. */
+static __always_inline int run6(struct xdp_md *ctx)
 {
-	int rc = run(ctx);
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u8 *ip = data + sizeof(*eth);
+	struct gpdu g;
+	__u32 frame;
+
+	if ((void *)(ip + 24) > end)
+		return punt();
+	frame = (__u32)(end - (void *)ip);
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return downlink_ip6(ctx, frame);
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || gpdu_of(ctx, frame, &g))
+		return punt();
+	return uplink6(ctx, g.s, g.total, g.hdr, g.qfi | (__u32)g.has_qfi << 8);
+}
+
+/* A punt (the only XDP_PASS of run and run6): on to the steering program of the arriving
+ * port, the frame as it came; XDP_PASS if there is none. */
+static __always_inline int finish(struct xdp_md *ctx, int rc)
+{
 	__u32 ifi, *port;
 
-	/* A punt (the only XDP_PASS above): on to the steering program of the arriving port,
-	 * the frame as it came; XDP_PASS if there is none. */
 	if (rc == XDP_PASS) {
 		ifi = ctx->ingress_ifindex;
 		port = bpf_map_lookup_elem(&ingress_port, &ifi);
@@ -1330,6 +1835,18 @@ int xdp_engine(struct xdp_md *ctx)
 			bpf_tail_call(ctx, &punt_to, *port);
 	}
 	return rc;
+}
+
+SEC("xdp")
+int xdp_engine(struct xdp_md *ctx)
+{
+	return finish(ctx, run(ctx));
+}
+
+SEC("xdp")
+int xdp_engine6(struct xdp_md *ctx)
+{
+	return finish(ctx, run6(ctx));
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -3,7 +3,7 @@
 //! `compile` accepts, the program does exactly as `upf_dataplane::Pipeline` does; every rule
 //! form it has not been held to is punted.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 use upf_rules::sdf::{Action as SdfAction, Address, Direction, Endpoint};
 use upf_rules::{
@@ -102,14 +102,25 @@ pub enum Action {
     },
 }
 
+/// The UE IP a PDR matches: an IPv4 packet's UE address must be `v4`, an IPv6 packet's in
+/// the /64 `v6` (either absent: no packet of that version matches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CUe {
+    pub v4: Option<Ipv4Addr>,
+    /// The prefix's first 64 bits (the rest zero).
+    pub v6: Option<Ipv6Addr>,
+    /// The address is the packet's destination (else its source).
+    pub dst: bool,
+}
+
 /// One PDR as the program holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CPdr {
     pub id: PdrId,
     /// Bit q: QFI q matches; 0: any.
     pub qfis: u64,
-    /// The UE address to match, and whether it is the destination (else the source).
-    pub ue: Option<(Ipv4Addr, bool)>,
+    /// The UE IP to match.
+    pub ue: Option<CUe>,
     /// Framed Routes (network, prefix length): their addresses match as the UE's.
     pub routes: Vec<(Ipv4Addr, u8)>,
     /// The PDR's packets come from the UE (gates and URRs count uplink).
@@ -119,8 +130,9 @@ pub struct CPdr {
     pub action: Action,
     pub urrs: Vec<UrrId>,
     pub hop: NextHop,
-    /// SDF filters (none: any packet).
+    /// SDF filters (none: any packet), for IPv4 packets and for IPv6 ones.
     pub sdf: Vec<CSdf>,
+    pub sdf6: Vec<CSdf6>,
     /// The MBR buckets its packets must conform to (indices in [`Compiled::buckets`]).
     pub mbrs: Vec<u8>,
     /// A URR of the PDR has a Volume Quota or a reported Volume Threshold (the program
@@ -213,6 +225,48 @@ pub struct CSdf {
     pub remote: CSide,
 }
 
+/// An end of a Flow Description for IPv6 packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CAddr6 {
+    Any,
+    /// `assigned`: the packet's address at the UE IP's end.
+    Assigned,
+    /// A prefix: network (host bits zero), length.
+    Prefix(Ipv6Addr, u8),
+    /// Holds no IPv6 address (an IPv4 prefix, or an impossible length).
+    None,
+}
+
+/// One end of a Flow Description for IPv6 packets: address (negated or not), port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CEnd6 {
+    pub addr: CAddr6,
+    pub negated: bool,
+    pub ports: (u16, u16),
+}
+
+/// A Flow Description for IPv6 packets: which end is the UE's is decided per packet, as
+/// `upf_rules::FlowDescription::matches` does (a /64 holds many addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CFlow6 {
+    pub permit: bool,
+    /// Direction out: with neither end the UE's, `to` is.
+    pub out: bool,
+    pub proto: Option<u8>,
+    pub from: CEnd6,
+    pub to: CEnd6,
+}
+
+/// An SDF filter as `upf_rules::SdfFilter::matches` decides it for IPv6 packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CSdf6 {
+    pub flow: Option<CFlow6>,
+    /// (value & mask, mask) of the Traffic Class.
+    pub tos: (u8, u8),
+    pub spi: Option<u32>,
+    pub flow_label: Option<u32>,
+}
+
 /// A session as the program holds it: its PDRs in precedence order under each key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compiled {
@@ -221,6 +275,8 @@ pub struct Compiled {
     pub uplink: Vec<(u32, Vec<CPdr>)>,
     /// UE address → the session's PDRs without an F-TEID (the same list for each address).
     pub downlink: Vec<(Ipv4Addr, Vec<CPdr>)>,
+    /// The /64 of its UE IPv6 prefix (at most one) → the same PDRs.
+    pub downlink6: Vec<(Ipv6Addr, Vec<CPdr>)>,
     /// Framed Routes of its PDRs (network, prefix length): downlink packets to an address
     /// no session has as its own are found by the longest, with the same PDRs, under the
     /// session's UE address (at most one, then).
@@ -255,12 +311,16 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
     let mut uplink: Vec<(u32, Vec<CPdr>)> = Vec::new();
     let mut ip = Vec::new();
     let mut ues: Vec<Ipv4Addr> = Vec::new();
+    let mut ues6: Vec<Ipv6Addr> = Vec::new();
     let mut routes: Vec<(Ipv4Addr, u8)> = Vec::new();
     let mut buckets = Vec::new();
     for p in pdrs {
-        let (c, ue) = compile_pdr(s, p, hops, &mut buckets)?;
-        if let Some(a) = ue.filter(|a| !ues.contains(a)) {
+        let c = compile_pdr(s, p, hops, &mut buckets)?;
+        if let Some(a) = c.ue.and_then(|u| u.v4).filter(|a| !ues.contains(a)) {
             ues.push(a);
+        }
+        if let Some(a) = c.ue.and_then(|u| u.v6).filter(|a| !ues6.contains(a)) {
+            ues6.push(a);
         }
         for r in &c.routes {
             if !routes.contains(r) {
@@ -281,6 +341,10 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
     if ues.len() > MAX_UES {
         return Err(Punt::TooMany("UE addresses"));
     }
+    // The program checks an IPv6 packet's UE address against the session's one /64.
+    if ues6.len() > 1 {
+        return Err(Punt::Ipv6("two UE prefixes"));
+    }
     // Under a route, the session's PDRs are matched with its one UE address.
     if !routes.is_empty() && ues.len() > 1 {
         return Err(Punt::FramedRoutes("two UE addresses"));
@@ -293,6 +357,7 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
         uplink,
         routes: routes.into_iter().map(|r| (r, ip.clone())).collect(),
         downlink: ues.into_iter().map(|a| (a, ip.clone())).collect(),
+        downlink6: ues6.into_iter().map(|a| (a, ip.clone())).collect(),
         urrs: s.urrs.iter().map(|u| u.id).collect(),
         buckets,
         quotas: s
@@ -343,14 +408,13 @@ fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
     Ok(())
 }
 
-/// One PDR and the UE address the session is found by through it; the MBR buckets of its
-/// QERs are added to the session's `buckets`.
+/// One PDR; the MBR buckets of its QERs are added to the session's `buckets`.
 fn compile_pdr(
     s: &Session,
     p: &Pdr,
     hops: &Hops,
     buckets: &mut Vec<CBucket>,
-) -> Result<(CPdr, Option<Ipv4Addr>), Punt> {
+) -> Result<CPdr, Punt> {
     let pdi = &p.pdi;
     let routes = framed_routes(pdi)?;
     if pdi.sdf_filters.len() > MAX_SDF {
@@ -361,19 +425,31 @@ fn compile_pdr(
     }
     let ue = match pdi.ue_ip {
         None => None,
-        Some(u) if u.ipv6.is_some() => return Err(Punt::Ipv6("UE prefix")),
-        Some(u) => match u.ipv4 {
-            Some(a) => Some((a, u.is_destination)),
-            None => return Err(Punt::PdrForm("UE IP address without an address")),
-        },
+        Some(u) => {
+            let v6 = match u.ipv6 {
+                None => None,
+                Some((a, 64)) => Some(Ipv6Addr::from(u128::from(a) & !u128::from(u64::MAX))),
+                Some(_) => return Err(Punt::Ipv6("a UE prefix other than a /64")),
+            };
+            // The reference matches an IPv4 packet in a Framed Route without the address.
+            if u.ipv4.is_none() && !routes.is_empty() {
+                return Err(Punt::FramedRoutes("a UE IP without an IPv4 address"));
+            }
+            Some(CUe {
+                v4: u.ipv4,
+                v6,
+                dst: u.is_destination,
+            })
+        }
     };
     let uplink = pdi.packets_leave_ue();
-    let ue_addr = ue.map(|(a, _)| a);
+    let ue_addr = ue.and_then(|u| u.v4);
     let sdf = pdi
         .sdf_filters
         .iter()
         .map(|f| compile_sdf(f, ue_addr))
         .collect::<Result<Vec<_>, _>>()?;
+    let sdf6 = pdi.sdf_filters.iter().map(compile_sdf6).collect();
     let gtp = pdi.local_f_teid.is_some();
     // Packets from the UE come by a tunnel; packets found by their address come from N6.
     if uplink && !gtp {
@@ -481,10 +557,11 @@ fn compile_pdr(
         urrs: p.urrs.to_vec(),
         hop,
         sdf,
+        sdf6,
         mbrs,
         quota,
     };
-    Ok((c, ue.map(|(a, _)| a)))
+    Ok(c)
 }
 
 /// A PDR's Framed Routes, IPv4 and at most [`MAX_ROUTES`]. The reference matches an address
@@ -604,6 +681,35 @@ fn compile_sdf(f: &upf_rules::SdfFilter, ue: Option<Ipv4Addr>) -> Result<CSdf, P
         };
     }
     Ok(c)
+}
+
+/// An SDF filter for IPv6 packets (its port ranges checked by [`compile_sdf`]).
+fn compile_sdf6(f: &upf_rules::SdfFilter) -> CSdf6 {
+    let end = |e: &Endpoint| CEnd6 {
+        addr: match e.address {
+            Address::Any => CAddr6::Any,
+            Address::Assigned => CAddr6::Assigned,
+            Address::Prefix(IpAddr::V6(n), len) if len <= 128 => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                CAddr6::Prefix(Ipv6Addr::from(u128::from(n) & mask), len)
+            }
+            Address::Prefix(..) => CAddr6::None,
+        },
+        negated: e.negated,
+        ports: e.ports.first().map_or((0, u16::MAX), |r| (r.first, r.last)),
+    };
+    CSdf6 {
+        flow: f.flow.as_ref().map(|fd| CFlow6 {
+            permit: fd.action == SdfAction::Permit,
+            out: fd.direction == Direction::Out,
+            proto: fd.protocol,
+            from: end(&fd.from),
+            to: end(&fd.to),
+        }),
+        tos: f.tos.map_or((0, 0), |(v, m)| (v & m, m)),
+        spi: f.spi,
+        flow_label: f.flow_label,
+    }
 }
 
 fn side(e: &Endpoint, ue: Option<Ipv4Addr>) -> Result<CSide, Punt> {
@@ -803,6 +909,40 @@ mod tests {
     }
 
     #[test]
+    fn dual_stack_session_is_found_by_its_slash_64_too() {
+        let mut s = session();
+        for id in [1, 2] {
+            let pdi = &mut s.pdr_mut(PdrId(id)).unwrap().pdi;
+            pdi.ue_ip.as_mut().unwrap().ipv6 = Some(("2001:db8:0:7::".parse().unwrap(), 64));
+            pdi.sdf_filters = vec![SdfFilter {
+                flow: Some(
+                    FlowDescription::parse("permit out 17 from 2001:db8::/32 53 to assigned")
+                        .unwrap(),
+                ),
+                ..SdfFilter::default()
+            }]
+            .into();
+        }
+        let c = compile(&s, &HOPS).unwrap();
+        let prefix: Ipv6Addr = "2001:db8:0:7::".parse().unwrap();
+        assert_eq!(c.downlink.len(), 1);
+        assert_eq!(c.downlink6.len(), 1);
+        assert_eq!(c.downlink6[0].0, prefix);
+        let p = &c.downlink6[0].1[0];
+        assert_eq!(p.ue.unwrap().v6, Some(prefix));
+        let f = p.sdf6[0].flow.unwrap();
+        assert_eq!(f.proto, Some(17));
+        assert_eq!(
+            f.from.addr,
+            CAddr6::Prefix("2001:db8::".parse().unwrap(), 32)
+        );
+        assert_eq!(f.from.ports, (53, 53));
+        assert_eq!(f.to.addr, CAddr6::Assigned);
+        // For IPv4 packets the IPv6 prefix holds nothing.
+        assert_eq!(p.sdf[0].remote.addr, CAddr::None);
+    }
+
+    #[test]
     fn plain_session_compiles_to_a_teid_and_a_ue_address() {
         let c = compile(&session(), &HOPS).unwrap();
         assert_eq!(c.uplink.len(), 1);
@@ -810,7 +950,14 @@ mod tests {
         assert_eq!(*teid, 7);
         assert_eq!(ul[0].action, Action::ToN6);
         assert_eq!(ul[0].hop, HOPS.n6);
-        assert_eq!(ul[0].ue, Some((UE, false)));
+        assert_eq!(
+            ul[0].ue,
+            Some(CUe {
+                v4: Some(UE),
+                v6: None,
+                dst: false
+            })
+        );
         assert!(ul[0].uplink);
         assert_eq!(c.downlink.len(), 1);
         let (ue, dl) = &c.downlink[0];
@@ -1086,11 +1233,32 @@ mod tests {
                 |s| {
                     s.pdr_mut(PdrId(2)).unwrap().pdi.ue_ip = Some(UeIp {
                         ipv4: None,
-                        ipv6: Some(("2001:db8::".parse().unwrap(), 64)),
+                        ipv6: Some(("2001:db8::".parse().unwrap(), 56)),
                         is_destination: true,
                     })
                 },
-                Punt::Ipv6("UE prefix"),
+                Punt::Ipv6("a UE prefix other than a /64"),
+            ),
+            (
+                |s| {
+                    for (id, p) in [(1, "2001:db8:0:1::"), (2, "2001:db8:0:2::")] {
+                        let u = s.pdr_mut(PdrId(id)).unwrap().pdi.ue_ip.as_mut().unwrap();
+                        u.ipv6 = Some((p.parse().unwrap(), 64));
+                    }
+                },
+                Punt::Ipv6("two UE prefixes"),
+            ),
+            (
+                |s| {
+                    let p = &mut s.pdr_mut(PdrId(2)).unwrap().pdi;
+                    p.ue_ip = Some(UeIp {
+                        ipv4: None,
+                        ipv6: Some(("2001:db8::".parse().unwrap(), 64)),
+                        is_destination: true,
+                    });
+                    p.framed_routes = vec![FramedRoute::parse("10.9.0.0/16").unwrap()].into();
+                },
+                Punt::FramedRoutes("a UE IP without an IPv4 address"),
             ),
             (
                 |s| {

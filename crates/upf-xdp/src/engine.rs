@@ -3,8 +3,8 @@
 
 use crate::acl;
 use crate::compile::{
-    compile, Action, CAddr, CBucket, CPdr, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
-    MAX_PDR_MBRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
+    compile, Action, CAddr, CAddr6, CBucket, CEnd6, CPdr, CSdf6, CSide, Compiled, Hops, NextHop,
+    Punt, MAX_PDRS, MAX_PDR_MBRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
 use crate::keys::{Keys, SessionValue, SESSION_LEN};
 use crate::{Reason, Unrouted, URR_SLOTS};
@@ -16,7 +16,7 @@ use aya::programs::{ProgramFd, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_dataplane::Acl;
@@ -30,6 +30,8 @@ use upf_rules::{
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/engine.bpf.o"));
 
 const PROGRAM: &str = "xdp_engine";
+/// The program for IPv6 inner packets, tail-called by `PROGRAM` (`engine6`).
+const PROGRAM6: &str = "xdp_engine6";
 /// `struct pdr` and `struct session` of bpf/engine.bpf.c.
 const PDR_LEN: usize = 208;
 /// Where a PDR's Framed Routes start in `struct pdr`.
@@ -38,6 +40,18 @@ const SDF_LEN: usize = 32;
 /// `struct shape` and `struct session`.
 const SHAPE_LEN: usize = 8 + MAX_PDRS * PDR_LEN;
 type ShapeValue = [u8; SHAPE_LEN];
+/// `struct sdf6` and `struct shape6` (each PDR's SDF filters for IPv6 packets).
+const SDF6_LEN: usize = 96;
+const SHAPE6_LEN: usize = MAX_PDRS * MAX_SDF * SDF6_LEN;
+type Shape6Value = [u8; SHAPE6_LEN];
+
+/// A PDR list as the program holds it: `struct shape`, and the `struct shape6` of its SDF
+/// filters when an IPv6 packet can reach a PDR with filters (else such a packet is punted).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Shape {
+    pdrs: ShapeValue,
+    v6: Option<Box<Shape6Value>>,
+}
 const _: () = assert!(SESSION_LEN == 16 + 8 * MAX_PDRS);
 /// Distinct PDR lists (shapes) the engine holds at most, and per session it is sized for.
 const MAX_SHAPES: u32 = 16_384;
@@ -179,6 +193,8 @@ struct Held {
     shapes: Vec<u32>,
     teids: Vec<u32>,
     ues: Vec<Ipv4Addr>,
+    /// The /64 of its UE IPv6 prefix.
+    ue6: Option<Ipv6Addr>,
     routes: Vec<Route>,
     /// URR counter slots: which URR each counts.
     urrs: [Option<UrrId>; URR_SLOTS],
@@ -248,6 +264,7 @@ pub struct Engine {
     held: HashMap<Seid, Held>,
     teids: HashMap<u32, Seid>,
     ues: HashMap<Ipv4Addr, Seid>,
+    ue6s: HashMap<Ipv6Addr, Seid>,
     routes: HashMap<Route, Seid>,
     /// Session slots (their URR counters and `struct qos`).
     slots: Ids,
@@ -255,8 +272,8 @@ pub struct Engine {
     ul: Keys,
     dl: Keys,
     /// The interned shapes: content → (index, keys using it).
-    shapes: HashMap<ShapeValue, (u32, u32)>,
-    shape_of: HashMap<u32, ShapeValue>,
+    shapes: HashMap<Shape, (u32, u32)>,
+    shape_of: HashMap<u32, Shape>,
     shape_ids: Ids,
     cpus: usize,
     /// The time the `clock` map fixes ([`Engine::fix_clock`]), if it does.
@@ -297,6 +314,7 @@ impl Engine {
             .override_global("acl_longest", &acl.longest, true)
             .override_global("acl_default_deny", &acl.default_deny, true)
             .override_global("acl_reach_on", &acl.reach_on, true)
+            .override_global("acl_judges_v6", &u32::from(cfg.acl.judges_ipv6()), true)
             .map_max_entries("acl_slots", at_least_one(acl.slots.len()))
             .map_max_entries("acl_entries", at_least_one(acl.entries.len()))
             .override_global("n3_addr", &n3, true)
@@ -310,6 +328,9 @@ impl Engine {
             .map_max_entries("qos", n)
             .map_max_entries("arms", entries(URR_SLOTS)?)
             .map_max_entries("shapes", shape_capacity(n))
+            .map_max_entries("shapes6", shape_capacity(n))
+            .map_max_entries("downlink6", n)
+            .map_max_entries("ue6", n)
             .map_max_entries("uplink_direct", direct)
             .map_max_entries("downlink_direct", direct)
             .map_max_entries("downlink_routes", entries(MAX_UES)?)
@@ -322,6 +343,7 @@ impl Engine {
             .map_err(|e| bpf::error(PROGRAM, &e))?;
         prog.load()
             .map_err(|e| bpf::error("BPF_PROG_LOAD (XDP engine)", &e))?;
+        load_ipv6(&mut ebpf)?;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
         fill(&mut ebpf, "acl_tables", &acl.tables)?;
         fill(&mut ebpf, "acl_slots", &acl.slots)?;
@@ -337,6 +359,7 @@ impl Engine {
             held: HashMap::new(),
             teids: HashMap::new(),
             ues: HashMap::new(),
+            ue6s: HashMap::new(),
             routes: HashMap::new(),
             slots: Ids::new(n),
             ul: Keys::new("uplink_direct", "uplink", false, direct),
@@ -452,6 +475,11 @@ impl Engine {
                 return Err(InstallError::Conflict(format!("UE address {a}")));
             }
         }
+        for (a, _) in &c.downlink6 {
+            if self.ue6s.get(a).is_some_and(|o| *o != c.seid) {
+                return Err(InstallError::Conflict(format!("UE prefix {a}/64")));
+            }
+        }
         for ((n, l), _) in &c.routes {
             if self.routes.get(&(*n, *l)).is_some_and(|o| *o != c.seid) {
                 return Err(InstallError::Conflict(format!("framed route {n}/{l}")));
@@ -481,17 +509,21 @@ impl Engine {
         }
         let mut keys = Vec::new();
         for (t, pdrs) in &c.uplink {
-            let ue = pdrs.iter().find_map(|p| p.ue.map(|u| u.0));
+            let ue = pdrs.iter().find_map(|p| p.ue.and_then(|u| u.v4));
             keys.push(keyed(Key::Teid(*t), ue, pdrs, &urrs)?);
         }
         for (a, pdrs) in &c.downlink {
             keys.push(keyed(Key::Ue(*a), Some(*a), pdrs, &urrs)?);
         }
         let ue = c.downlink.first().map(|(a, _)| *a);
+        // IPv6 packets look at no IPv4 address (PDR_NEVER does not apply to them).
+        for (a, pdrs) in &c.downlink6 {
+            keys.push(keyed(Key::Ue6(*a), ue, pdrs, &urrs)?);
+        }
         for (r, pdrs) in &c.routes {
             keys.push(keyed(Key::Route(*r), ue, pdrs, &urrs)?);
         }
-        let new: Vec<&ShapeValue> = keys
+        let new: Vec<&Shape> = keys
             .iter()
             .map(|k| &k.shape)
             .filter(|sh| !self.shapes.contains_key(*sh))
@@ -557,6 +589,7 @@ impl Engine {
                 h.teids.clone(),
                 h.ues.clone(),
                 h.routes.clone(),
+                h.ue6,
             )
         });
         let (old_buckets, old_quotas) = self
@@ -606,7 +639,10 @@ impl Engine {
             r.gen = before.map_or(0, |o| o.gen).wrapping_add(1).max(1);
         }
         self.write_arms(slot, &reports)?;
-        let old_keys: Option<OldKeys> = old.map(|h| (h.2, h.3, h.4));
+        if let Some((a, _)) = c.downlink6.first() {
+            self.set_ue6(slot, *a)?;
+        }
+        let old_keys: Option<OldKeys> = old.map(|h| (h.2, h.3, h.4, h.5));
         let mut ids = Vec::with_capacity(keys.len());
         for k in &keys {
             match self.intern(&k.shape) {
@@ -626,7 +662,7 @@ impl Engine {
             .get(&c.seid)
             .map(|h| h.shapes.clone())
             .unwrap_or_default();
-        if let Some((teids, ues, routes)) = &old_keys {
+        if let Some((teids, ues, routes, ue6)) = &old_keys {
             // Keys the new rules do not have.
             for t in teids
                 .iter()
@@ -646,11 +682,20 @@ impl Engine {
             {
                 self.unroute(*r);
             }
+            for a in ue6
+                .iter()
+                .filter(|a| !c.downlink6.iter().any(|(n, _)| n == *a))
+            {
+                self.unkey6(*a);
+            }
             for t in teids {
                 self.teids.remove(t);
             }
             for a in ues {
                 self.ues.remove(a);
+            }
+            if let Some(a) = ue6 {
+                self.ue6s.remove(a);
             }
             for r in routes {
                 self.routes.remove(r);
@@ -664,6 +709,7 @@ impl Engine {
             shapes: ids,
             teids: c.uplink.iter().map(|(t, _)| *t).collect(),
             ues: c.downlink.iter().map(|(a, _)| *a).collect(),
+            ue6: c.downlink6.first().map(|(a, _)| *a),
             routes: c.routes.iter().map(|(r, _)| *r).collect(),
             urrs,
             buckets: c.buckets.clone(),
@@ -676,6 +722,9 @@ impl Engine {
         }
         for &a in &held.ues {
             self.ues.insert(a, c.seid);
+        }
+        if let Some(a) = held.ue6 {
+            self.ue6s.insert(a, c.seid);
         }
         for &r in &held.routes {
             self.routes.insert(r, c.seid);
@@ -1047,11 +1096,13 @@ impl Engine {
                 Key::Teid(t) => !old.is_some_and(|o| o.0.contains(&t)),
                 Key::Ue(a) => !old.is_some_and(|o| o.1.contains(&a)),
                 Key::Route(x) => !old.is_some_and(|o| o.2.contains(&x)),
+                Key::Ue6(a) => old.is_none_or(|o| o.3 != Some(a)),
             };
             r = match k.key {
                 Key::Teid(t) => self.ul.set(&mut self.ebpf, t, v),
                 Key::Ue(a) => self.dl.set(&mut self.ebpf, ue_key(a), v),
                 Key::Route(x) => self.route(x, v),
+                Key::Ue6(a) => self.key6(a, v),
             };
             if r.is_err() {
                 break;
@@ -1066,6 +1117,7 @@ impl Engine {
                     Key::Teid(t) => self.ul.remove(&mut self.ebpf, t),
                     Key::Ue(a) => self.dl.remove(&mut self.ebpf, ue_key(a)),
                     Key::Route(x) => self.unroute(x),
+                    Key::Ue6(a) => self.unkey6(a),
                 }
             }
         }
@@ -1090,9 +1142,34 @@ impl Engine {
         }
     }
 
+    /// Writes the session value of the UE IPv6 /64 `a`.
+    fn key6(&mut self, a: Ipv6Addr, v: SessionValue) -> io::Result<()> {
+        let mut m: BpfHash<&mut MapData, u64, SessionValue> =
+            BpfHash::try_from(self.map("downlink6")?).map_err(map_err("downlink6 map"))?;
+        m.insert(ue6_key(a), v, 0)
+            .map_err(map_err("writing a UE prefix"))
+    }
+
+    /// Takes the UE IPv6 /64 `a` out (best effort).
+    fn unkey6(&mut self, a: Ipv6Addr) {
+        if let Ok(map) = self.map("downlink6") {
+            if let Ok(mut m) = BpfHash::<&mut MapData, u64, SessionValue>::try_from(map) {
+                let _ = m.remove(&ue6_key(a));
+            }
+        }
+    }
+
+    /// Writes slot `slot`'s UE IPv6 /64 (before the keys that lead to it).
+    fn set_ue6(&mut self, slot: u32, a: Ipv6Addr) -> io::Result<()> {
+        let mut m: Array<&mut MapData, u64> =
+            Array::try_from(self.map("ue6")?).map_err(map_err("ue6 map"))?;
+        m.set(slot, ue6_key(a), 0)
+            .map_err(map_err("writing a UE prefix"))
+    }
+
     /// The index of `shape` in the `shapes` map, written there if it is new; one more key
     /// uses it.
-    fn intern(&mut self, shape: &ShapeValue) -> io::Result<u32> {
+    fn intern(&mut self, shape: &Shape) -> io::Result<u32> {
         if let Some((id, refs)) = self.shapes.get_mut(shape) {
             *refs += 1;
             return Ok(*id);
@@ -1101,21 +1178,37 @@ impl Engine {
             .shape_ids
             .take()
             .ok_or_else(|| io::Error::other("no free shape (checked before)"))?;
+        if let Err(e) = self.write_shape(id, shape) {
+            self.shape_ids.give_back(id);
+            return Err(e);
+        }
+        self.shapes.insert(shape.clone(), (id, 1));
+        self.shape_of.insert(id, shape.clone());
+        Ok(id)
+    }
+
+    /// Writes shape `id`: its IPv6 filters first (or none: a former shape's at that index
+    /// go), then its PDRs.
+    fn write_shape(&mut self, id: u32, shape: &Shape) -> io::Result<()> {
+        {
+            let mut m: BpfHash<&mut MapData, u32, Shape6Value> =
+                BpfHash::try_from(self.map("shapes6")?).map_err(map_err("shapes6 map"))?;
+            match &shape.v6 {
+                Some(v6) => m.insert(id, **v6, 0).map_err(map_err("shapes6 map"))?,
+                None => {
+                    let _ = m.remove(&id);
+                }
+            }
+        }
         let mut m: Array<&mut MapData, ShapeValue> =
             Array::try_from(self.map("shapes")?).map_err(map_err("shapes map"))?;
-        if let Err(e) = m.set(id, *shape, 0) {
-            self.shape_ids.give_back(id);
-            return Err(bpf::error("shapes map", &e));
-        }
-        self.shapes.insert(*shape, (id, 1));
-        self.shape_of.insert(id, *shape);
-        Ok(id)
+        m.set(id, shape.pdrs, 0).map_err(map_err("shapes map"))
     }
 
     /// One key less uses shape `id`; with none left its index is free (after a quarantine:
     /// a packet may still be reading it).
     fn release(&mut self, id: u32) {
-        let Some(k) = self.shape_of.get(&id).copied() else {
+        let Some(k) = self.shape_of.get(&id).cloned() else {
             return;
         };
         let Some((_, refs)) = self.shapes.get_mut(&k) else {
@@ -1193,6 +1286,10 @@ impl Engine {
         }
         for r in &h.routes {
             self.unroute(*r);
+        }
+        if let Some(a) = h.ue6 {
+            self.unkey6(a);
+            self.ue6s.remove(&a);
         }
         for t in &h.teids {
             self.teids.remove(t);
@@ -1277,6 +1374,27 @@ impl Engine {
     }
 }
 
+/// Loads the IPv6 program and puts it where the main program tail-calls it.
+fn load_ipv6(ebpf: &mut Ebpf) -> io::Result<()> {
+    let prog: &mut Xdp = ebpf
+        .program_mut(PROGRAM6)
+        .ok_or_else(|| io::Error::other("XDP engine object without its IPv6 program"))?
+        .try_into()
+        .map_err(|e| bpf::error(PROGRAM6, &e))?;
+    prog.load()
+        .map_err(|e| bpf::error("BPF_PROG_LOAD (XDP engine, IPv6)", &e))?;
+    let fd = prog
+        .fd()
+        .map_err(|e| bpf::error(PROGRAM6, &e))?
+        .try_clone()?;
+    let map = ebpf
+        .map_mut("engine6")
+        .ok_or_else(|| io::Error::other("XDP engine object without its engine6 map"))?;
+    let mut m: ProgramArray<&mut MapData> =
+        ProgramArray::try_from(map).map_err(map_err("engine6 map"))?;
+    m.set(0, &fd, 0).map_err(map_err("engine6 map"))
+}
+
 /// Writes `values` into the array map `name` from index 0.
 fn fill<T: aya::Pod>(ebpf: &mut Ebpf, name: &str, values: &[T]) -> io::Result<()> {
     let map = ebpf
@@ -1299,6 +1417,12 @@ fn ue_key(a: Ipv4Addr) -> u32 {
     u32::from_ne_bytes(a.octets())
 }
 
+/// The IPv6 downlink key: the /64's first 8 octets as in a header.
+fn ue6_key(a: Ipv6Addr) -> u64 {
+    let o = a.octets();
+    u64::from_ne_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]])
+}
+
 /// `struct shape` for `pdrs` (at most MAX_PDRS, as `compile` ensures) under a key whose UE
 /// address is `ue`: a PDR of another UE address, matched as the destination, matches
 /// nothing there; what is each session's own is left out (`KeyPlan::session`).
@@ -1307,21 +1431,37 @@ fn encode_shape(
     pdrs: &[CPdr],
     ue: Option<Ipv4Addr>,
     urrs: &[Option<UrrId>; URR_SLOTS],
-) -> Result<ShapeValue, Punt> {
+) -> Result<Shape, Punt> {
     let mut v = [0u8; SHAPE_LEN];
+    let mut v6 = None;
     let n = pdrs.len().min(MAX_PDRS);
     v[0..4].copy_from_slice(&(n as u32).to_ne_bytes());
     for (k, p) in pdrs.iter().take(MAX_PDRS).enumerate() {
         let b = &mut v[8 + k * PDR_LEN..8 + (k + 1) * PDR_LEN];
         b[0..8].copy_from_slice(&p.qfis.to_ne_bytes());
         let mut flags = 0u8;
-        if let Some((a, dst)) = p.ue {
-            flags |= 1 | if dst { 2 } else { 0 };
-            if Some(a) != ue {
-                if !dst {
-                    return Err(Punt::PdrForm("PDRs of one key with different UE addresses"));
+        if let Some(u) = p.ue {
+            flags |= 1 | if u.dst { 2 } else { 0 };
+            match u.v4 {
+                Some(a) if Some(a) != ue => {
+                    if !u.dst {
+                        return Err(Punt::PdrForm("PDRs of one key with different UE addresses"));
+                    }
+                    flags |= 32;
                 }
-                flags |= 32;
+                Some(_) => {}
+                None => b[9] |= P6_NO_V4,
+            }
+            if u.v6.is_none() {
+                b[9] |= P6_NO_V6;
+            }
+        }
+        // IPv6 packets can reach this PDR's filters: the shape has its IPv6 part.
+        if !p.sdf6.is_empty() && b[9] & P6_NO_V6 == 0 {
+            let s6 = v6.get_or_insert_with(|| Box::new([0u8; SHAPE6_LEN]));
+            for (j, f) in p.sdf6.iter().take(MAX_SDF).enumerate() {
+                let o = (k * MAX_SDF + j) * SDF6_LEN;
+                encode_sdf6(&mut s6[o..o + SDF6_LEN], f);
             }
         }
         if p.gate_shut {
@@ -1410,7 +1550,59 @@ fn encode_shape(
             }
         }
     }
-    Ok(v)
+    Ok(Shape { pdrs: v, v6 })
+}
+
+/// `struct pdr`'s `flags6`: its UE IP has no IPv4 address, no IPv6 prefix.
+const P6_NO_V4: u8 = 1;
+const P6_NO_V6: u8 = 2;
+
+/// `struct sdf6` `o` of filter `f`.
+fn encode_sdf6(o: &mut [u8], f: &CSdf6) {
+    let end = |o: &mut [u8], e: &CEnd6| {
+        let kind = match e.addr {
+            CAddr6::Any => 0,
+            CAddr6::Assigned => 1,
+            CAddr6::Prefix(net, len) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                o[0..16].copy_from_slice(&net.octets());
+                o[16..32].copy_from_slice(&mask.to_be_bytes());
+                2
+            }
+            CAddr6::None => 3,
+        };
+        o[32..34].copy_from_slice(&e.ports.0.to_ne_bytes());
+        o[34..36].copy_from_slice(&e.ports.1.to_ne_bytes());
+        o[36] = kind;
+        o[37] = u8::from(e.negated);
+    };
+    let mut flags = 0u8;
+    if let Some(fd) = &f.flow {
+        flags |= 16;
+        if !fd.permit {
+            flags |= 1;
+        }
+        if let Some(p) = fd.proto {
+            flags |= 2;
+            o[89] = p;
+        }
+        if fd.out {
+            flags |= 32;
+        }
+        end(&mut o[0..40], &fd.from);
+        end(&mut o[40..80], &fd.to);
+    }
+    if let Some(l) = f.flow_label {
+        flags |= 8;
+        o[80..84].copy_from_slice(&l.to_ne_bytes());
+    }
+    if let Some(spi) = f.spi {
+        flags |= 4;
+        o[84..88].copy_from_slice(&spi.to_be_bytes());
+    }
+    o[88] = flags;
+    o[90] = f.tos.0;
+    o[91] = f.tos.1;
 }
 
 /// One side of `struct sdf` `o`: net and mask at `a`, port range at `p`; returns its flags
@@ -1440,16 +1632,18 @@ enum Key {
     Teid(u32),
     Ue(Ipv4Addr),
     Route(Route),
+    /// The /64 of a UE IPv6 prefix.
+    Ue6(Ipv6Addr),
 }
 
-/// The keys a session had: TEIDs, UE addresses, Framed Routes.
-type OldKeys = (Vec<u32>, Vec<Ipv4Addr>, Vec<Route>);
+/// The keys a session had: TEIDs, UE addresses, Framed Routes, the UE IPv6 /64.
+type OldKeys = (Vec<u32>, Vec<Ipv4Addr>, Vec<Route>, Option<Ipv6Addr>);
 
 /// A key with what its value holds: the shape of its PDRs and the session's own part.
 #[derive(Debug)]
 struct KeyPlan {
     key: Key,
-    shape: ShapeValue,
+    shape: Shape,
     ue: Option<Ipv4Addr>,
     /// Each PDR's tunnel (far end, TEID) when it forwards into one.
     tunnels: [(Ipv4Addr, u32); MAX_PDRS],

@@ -1,6 +1,6 @@
 //! `upf-xdp`: the XDP engine of the UPF (issue #27), first slice. Sessions of `upf-rules` are
 //! compiled by [`compile`] into the maps of `bpf/engine.bpf.c`, an XDP program that runs the
-//! common IPv4 case in the kernel exactly as the user-space `upf_dataplane::Pipeline` does;
+//! common case (IPv4 and IPv6 UEs) in the kernel exactly as the user-space `upf_dataplane::Pipeline` does;
 //! a session it does not run is punted ([`Punt`]), and so is every packet it does not claim:
 //! counted, and tail-called unchanged into upf-io's AF_XDP steering program of the arriving
 //! interface ([`Engine::attach`]), so it reaches the user-space engine as it would without
@@ -15,6 +15,15 @@
 //!   port-range filter then matches only if its range holds 0); a TEID the engine holds;
 //! - downlink: Ethernet, the same inner form to a UE address the engine holds, else in the
 //!   longest Framed Route it holds (an LPM trie; a route is one session's);
+//! - IPv6 inner packets, both ways, by a second program tail-called for them
+//!   (`xdp_engine6`, so that each stays within the verifier's limits): no extension
+//!   header, at least 8 octets of payload (ports, an ICMPv6 echo's identifier, an ESP SPI;
+//!   Traffic Class and flow label read); downlink found by the /64 of the destination (a
+//!   session's UE prefix must be a /64, one a session); a PDR's UE IP matches an address in
+//!   that /64, and its SDF filters are matched as `Filter::matches` does for IPv6, which
+//!   end is the UE's decided per packet; Hop Limit decremented. The uplink ACL: an IPv6
+//!   packet from the UE gets the ACL's default when no rule can match an IPv6 packet
+//!   ([`upf_dataplane::Acl::judges_ipv6`]), else it is punted;
 //! - the PDRs of the TEID (or of the session, by UE address) in precedence order, matched
 //!   by QFI, UE address (or one in the PDR's Framed Routes, up to 4, IPv4; `assigned` is
 //!   then that address, as the reference reads it) and up to 4 SDF filters each (protocol, ToS, addresses with masks
@@ -61,8 +70,10 @@
 //!
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
-//! with more than one port range a side, IPv6, Framed Routes of a session with two UE
-//! addresses or whose SDF prefixes tell the UE address from a routed one, GBR, packet
+//! with more than one port range a side, IPv6 outer headers, UE prefixes other than a /64,
+//! IPv6 Framed Routes, IPv6 packets with extension headers or judged by ACL rules, Framed
+//! Routes of a session with two UE addresses or whose SDF prefixes tell the UE address
+//! from a routed one, GBR, packet
 //! rates, QER Correlation IDs (rates shared between sessions), URR time thresholds and quotas,
 //! triggers other than periodic and volume ones, Quota Action FARs, buffering,
 //! duplication, tunnels in tunnels, times. Network Instances are not looked at: the engine

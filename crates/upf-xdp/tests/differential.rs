@@ -15,7 +15,7 @@
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use proptest::prelude::*;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use upf_dataplane::{
@@ -50,6 +50,8 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     routed: 0,
     volth: 0,
     volqu: 0,
+    v6_up: 0,
+    v6_down: 0,
 });
 
 #[derive(Debug)]
@@ -69,6 +71,9 @@ struct Tally {
     /// Reports raised: thresholds reached, quotas exhausted.
     volth: u64,
     volqu: u64,
+    /// IPv6 packets forwarded up and down.
+    v6_up: u64,
+    v6_down: u64,
 }
 
 fn tally(f: impl FnOnce(&mut Tally)) {
@@ -108,13 +113,26 @@ const REMOTES: [Ipv4Addr; 2] = [
 const PORTS: [u16; 6] = [0, 53, 80, 443, 2000, 2152];
 
 /// A random SDF filter: a Flow Description over the UE's and the remote addresses and ports
-/// (sometimes deny, negated, IPv6, a ToS, an SPI or a flow label).
-fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
+/// (sometimes deny, negated, IPv6, a ToS, an SPI or a flow label); IPv6 prefixes around the
+/// UE's /64 `ue6` when it has one.
+fn sdf(r: &mut Rng, ue: Ipv4Addr, ue6: Option<Ipv6Addr>) -> SdfFilter {
     let endpoint = |r: &mut Rng| {
         let neg = if r.chance(8) { "!" } else { "" };
         let addr = match r.below(6) {
             0 | 1 => "any".to_string(),
             2 => "assigned".to_string(),
+            3 | 4 if ue6.is_some() && r.chance(2) => {
+                let u = ue6.unwrap_or(Ipv6Addr::UNSPECIFIED);
+                let host = Ipv6Addr::from(u128::from(u) | 1);
+                let remote = REMOTES6[0];
+                match r.below(5) {
+                    0 => format!("{u}/64"),
+                    1 => format!("{host}/128"),
+                    2 => format!("{remote}/128"),
+                    3 => "2001:db8:ffff::/48".to_string(),
+                    _ => "2001:db8::/32".to_string(),
+                }
+            }
             3 if r.chance(4) => "2001:db8::/32".to_string(),
             _ => {
                 let a = if r.chance(2) { ue } else { r.pick(&REMOTES) };
@@ -150,9 +168,22 @@ fn sdf(r: &mut Rng, ue: Ipv4Addr) -> SdfFilter {
     }
 }
 
-/// A random session within the slice: UE `ue`, local TEIDs `teids`. `policing`: QERs with
-/// MBRs, more quotas, open gates and forwarding FARs, so that the frames test them.
-fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) -> Session {
+/// The remote IPv6 ends frames use.
+const REMOTES6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 9),
+    Ipv6Addr::new(0x2001, 0xdb9, 0, 0, 0, 0, 0, 1),
+];
+
+/// A random session within the slice: UE `ue` (and /64 `ue6`; no IPv4 address if
+/// `v6_only`), local TEIDs `teids`. `policing`: QERs with MBRs, more quotas, open gates and
+/// forwarding FARs, so that the frames test them.
+fn session(
+    r: &mut Rng,
+    seid: u64,
+    (ue, ue6, v6_only): (Ipv4Addr, Option<Ipv6Addr>, bool),
+    teids: &[u32],
+    policing: bool,
+) -> Session {
     let mut s = Session::new(Seid(seid), Seid(1), "192.0.2.9".parse().unwrap());
     let n_qers = if policing { 1 + r.below(3) } else { r.below(4) } as u32;
     for id in 1..=n_qers {
@@ -239,15 +270,15 @@ fn session(r: &mut Rng, seid: u64, ue: Ipv4Addr, teids: &[u32], policing: bool) 
         }
         if !policing && r.chance(2) {
             pdi.sdf_filters = (0..1 + r.below(4))
-                .map(|_| sdf(r, ue))
+                .map(|_| sdf(r, ue, ue6))
                 .collect::<Vec<_>>()
                 .into();
         }
         // The first downlink PDR names the UE, so that the session is found by it.
         if k == n_ul || r.chance(2) {
             pdi.ue_ip = Some(UeIp {
-                ipv4: Some(ue),
-                ipv6: None,
+                ipv4: (!v6_only).then_some(ue),
+                ipv6: ue6.map(|a| (a, 64)),
                 is_destination: !uplink,
             });
             // Networks behind the UE, some nested, one holding the UE address.
@@ -347,6 +378,79 @@ fn finds(s: &Session, a: Ipv4Addr) -> bool {
     })
 }
 
+/// Whether session `s` is found downlink by the IPv6 address `a` (its UE's /64).
+fn finds6(s: &Session, a: Ipv6Addr) -> bool {
+    s.pdrs.iter().any(|p| {
+        p.pdi
+            .ue_ip
+            .is_some_and(|u| u.contains(IpAddr::V6(a)) && u.ipv6.is_some())
+    })
+}
+
+/// IPv6 + a TCP, UDP, SCTP or UDP-Lite header (ports from [`PORTS`]), an ICMPv6 one (echo or
+/// not, identifier from [`PORTS`]), an ESP SPI, another protocol, or an extension header,
+/// then random octets; and whether the program claims its form (no extension header, 8
+/// octets of payload at least).
+fn inner6(r: &mut Rng, src: Ipv6Addr, dst: Ipv6Addr) -> (Vec<u8>, bool) {
+    let proto = match r.below(10) {
+        0..=2 => 6,
+        3..=5 => 17,
+        6 | 7 => 58,
+        _ => r.pick(&[50, 132, 136, 47, 1, 0, 60, 44, 59]),
+    };
+    let l4 = match proto {
+        6 => 20,
+        47 | 59 => 0,
+        50 => 4,
+        _ => 8,
+    };
+    let payload = l4
+        + if r.chance(10) {
+            1300 + r.below(100)
+        } else {
+            r.below(80)
+        } as usize;
+    let mut v = vec![0u8; 40 + payload];
+    for b in &mut v[40..] {
+        *b = r.next() as u8;
+    }
+    let tc = if r.chance(3) {
+        r.pick(&[0xb8, 0xb9, 0x00, 0x20])
+    } else {
+        r.next() as u8
+    };
+    let label = r.pick(&[0u32, 1, 1, 0x12345]);
+    let word = 6 << 28 | u32::from(tc) << 20 | label;
+    v[0..4].copy_from_slice(&word.to_be_bytes());
+    v[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
+    v[6] = proto;
+    v[7] = r.pick(&[0, 1, 2, 64, 255]);
+    v[8..24].copy_from_slice(&src.octets());
+    v[24..40].copy_from_slice(&dst.octets());
+    match proto {
+        58 | 1 if payload >= 8 => {
+            v[40] = r.pick(&[128, 129, 129, 1, 3, 135]);
+            if !r.chance(8) {
+                v[44..46].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+            }
+        }
+        50 if payload >= 4 => v[40..44].copy_from_slice(&r.pick(&[1u32, 2]).to_be_bytes()),
+        6 | 17 | 132 | 136 => {
+            for at in [40, 42] {
+                if !r.chance(8) && payload >= 4 {
+                    v[at..at + 2].copy_from_slice(&r.pick(&PORTS).to_be_bytes());
+                }
+            }
+            if proto == 17 && payload >= 8 {
+                v[44..46].copy_from_slice(&(payload as u16).to_be_bytes());
+            }
+        }
+        _ => {}
+    }
+    let claimed = payload >= 8 && ![0, 60, 44].contains(&proto);
+    (v, claimed)
+}
+
 /// IPv4 (checksum right) + a TCP, UDP, SCTP or UDP-Lite header (ports from [`PORTS`]), an
 /// ICMP one (echo or not, identifier from [`PORTS`]), an ESP SPI (1 or 2), or some other
 /// protocol + random octets.
@@ -415,6 +519,10 @@ fn eth(frame: &mut Vec<u8>) {
     frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00]);
 }
 
+fn eth6(frame: &mut Vec<u8>) {
+    frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd]);
+}
+
 /// A G-PDU to N3 for `teid` carrying `ip` (PSC with `qfi` if given; `pad` octets after the
 /// inner packet inside the G-PDU).
 fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u8> {
@@ -450,8 +558,61 @@ fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u
     f
 }
 
+/// An IPv6 address in the /64 `ue6` (hosts 1, 2 or any), or another one.
+fn addr6(r: &mut Rng, ue6: Option<Ipv6Addr>) -> Ipv6Addr {
+    match ue6 {
+        Some(u) if !r.chance(4) => {
+            let any = u128::from(r.next());
+            let host = r.pick(&[1, 2, any]);
+            Ipv6Addr::from(u128::from(u) | host)
+        }
+        _ => {
+            let any = Ipv6Addr::from(u128::from(r.next()) << 64 | u128::from(r.next()));
+            r.pick(&[Ipv6Addr::new(0x2001, 0xdb8, 0, 9, 0, 0, 0, 1), any])
+        }
+    }
+}
+
+/// An IPv6 frame: uplink in a G-PDU or downlink, for a session with /64 `ue6`; and whether
+/// it is a valid one the program claims (`acl_v6`: the ACL has rules for IPv6 packets, which
+/// the program leaves to the workers).
+fn frame6(
+    r: &mut Rng,
+    s: &Session,
+    ue6: Option<Ipv6Addr>,
+    teids: &[u32],
+    acl_v6: bool,
+) -> (Vec<u8>, bool) {
+    let ue = addr6(r, ue6);
+    let remote = r.pick(&REMOTES6);
+    if r.chance(2) {
+        let teid = if r.chance(8) {
+            r.next() as u32
+        } else {
+            r.pick(teids)
+        };
+        let (ip, ok) = inner6(r, ue, remote);
+        let qfi = r.chance(4).then(|| r.below(6) as u8);
+        let pad = if r.chance(6) { 1 + r.below(8) } else { 0 } as usize;
+        let claimed = ok && teids.contains(&teid) && !acl_v6;
+        (gpdu(r, teid, qfi, &ip, pad), claimed)
+    } else {
+        let (ip, ok) = inner6(r, remote, ue);
+        let mut f = Vec::new();
+        eth6(&mut f);
+        f.extend_from_slice(&ip);
+        (f, ok && finds6(s, ue))
+    }
+}
+
 /// A frame and whether it is a valid one the program claims (must not be punted).
-fn frame(r: &mut Rng, s: &Session, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, bool) {
+fn frame(
+    r: &mut Rng,
+    s: &Session,
+    (ue, ue6): (Ipv4Addr, Option<Ipv6Addr>),
+    teids: &[u32],
+    acl_v6: bool,
+) -> (Vec<u8>, bool) {
     let other = if r.chance(3) {
         // Next to the UE (in its /24: a route may hold it), or behind it.
         let near = Ipv4Addr::from(u32::from(ue) ^ (1 + r.below(254) as u32));
@@ -459,7 +620,8 @@ fn frame(r: &mut Rng, s: &Session, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, boo
     } else {
         Ipv4Addr::from(r.next() as u32)
     };
-    let (mut f, mut claimed) = match r.below(5) {
+    let (mut f, mut claimed) = match r.below(if ue6.is_some() { 8 } else { 6 }) {
+        5.. => frame6(r, s, ue6, teids, acl_v6),
         0 | 1 => {
             let teid = if r.chance(8) {
                 r.next() as u32
@@ -516,11 +678,12 @@ fn frame(r: &mut Rng, s: &Session, ue: Ipv4Addr, teids: &[u32]) -> (Vec<u8>, boo
 /// The IP packet in a frame, without Ethernet padding (upf_io's af_xdp `ip_trim`).
 fn ip_of(f: &[u8]) -> &[u8] {
     let ip = &f[14..];
-    if ip.len() >= 20 && ip[0] >> 4 == 4 {
-        let len = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        return ip.get(..len).unwrap_or(ip);
-    }
-    ip
+    let len = match ip.first().map(|b| b >> 4) {
+        Some(4) if ip.len() >= 20 => usize::from(u16::from_be_bytes([ip[2], ip[3]])),
+        Some(6) if ip.len() >= 40 => 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+        _ => ip.len(),
+    };
+    ip.get(..len).unwrap_or(ip)
 }
 
 /// The reports the pipeline made for the last frame against the reports the program raised
@@ -651,10 +814,16 @@ fn check_on(
 ) -> Result<(), TestCaseError> {
     let mut r = Rng(seed | 1);
     let ue = Ipv4Addr::new(10, 0, r.below(4) as u8, 1 + r.below(250) as u8);
+    // Half the sessions dual-stack, some of them IPv6 only.
+    let ue6 = r
+        .chance(2)
+        .then(|| Ipv6Addr::new(0x2001, 0xdb8, 0, r.below(4) as u16, 0, 0, 0, 0));
+    let v6_only = ue6.is_some() && r.chance(4);
     let teids: Vec<u32> = (0..1 + r.below(2))
         .map(|_| 1 + r.below(1000) as u32)
         .collect();
-    let s = session(&mut r, seed, ue, &teids, policing);
+    let s = session(&mut r, seed, (ue, ue6, v6_only), &teids, policing);
+    let acl_v6 = acl.judges_ipv6();
     // The TEIDs the PDRs took (the others are unknown: punted).
     let teids: Vec<u32> = teids
         .into_iter()
@@ -704,7 +873,7 @@ fn check_on(
             .fix_clock(Some(now.duration_since(epoch).as_nanos() as u64))
             .unwrap();
         let prog = engine.program().unwrap();
-        let (f, claimed) = frame(&mut r, &s, ue, &teids);
+        let (f, claimed) = frame(&mut r, &s, (ue, ue6), &teids, acl_v6);
         let before = engine.stats().unwrap();
         let res = upf_io::bpf::run(prog, &f, &mut buf, 1, None).unwrap();
         let after = engine.stats().unwrap();
@@ -734,7 +903,9 @@ fn check_on(
             Port::N3 => 36,
             _ => 0,
         };
-        if ip.get(inner_at + 9).is_some_and(|p| *p != 6 && *p != 17) {
+        let v6 = ip.get(inner_at).is_some_and(|b| b >> 4 == 6);
+        let proto = ip.get(inner_at + if v6 { 6 } else { 9 });
+        if proto.is_some_and(|p| *p != 6 && *p != 17) {
             tally(|t| t.other_protocols += 1);
         }
         let dropped_before = pipeline.counters().dropped;
@@ -778,7 +949,12 @@ fn check_on(
                 };
                 prop_assert_eq!(&got[..6], &hop.dst[..], "egress {:?}: {}", p.port(), ctx());
                 prop_assert_eq!(&got[6..12], &hop.src[..]);
-                prop_assert_eq!(&got[12..14], &[8u8, 0][..]);
+                let ethertype: &[u8] = if got[14] >> 4 == 6 {
+                    &[0x86, 0xdd]
+                } else {
+                    &[8, 0]
+                };
+                prop_assert_eq!(&got[12..14], ethertype, "{}", ctx());
                 let mut mine = got[14..].to_vec();
                 let mut theirs = p.data().to_vec();
                 if egress == Port::N3 {
@@ -796,6 +972,11 @@ fn check_on(
                         t.down += 1
                     }
                     t.rewrapped += u64::from(port == Port::N3 && egress == Port::N3);
+                    if v6 {
+                        t.v6_up += u64::from(egress == Port::N6);
+                        t.v6_down += u64::from(egress == Port::N3);
+                        return;
+                    }
                     let ue_side = match port {
                         Port::N6 => ip.get(16..20),
                         _ => ip.get(inner_at + 12..inner_at + 16),
@@ -864,6 +1045,10 @@ fn xdp_program_does_what_the_pipeline_does() {
     assert!(t.punted > 0 && t.up > 0 && t.down > 0 && t.usage > 0 && t.other_protocols > 0);
     assert!(t.rewrapped > 0, "no frame from one tunnel into another");
     assert!(t.routed > 0, "no frame to or from a Framed Route");
+    assert!(
+        t.v6_up > 0 && t.v6_down > 0,
+        "no IPv6 packet forwarded both ways"
+    );
     assert!(t.volth > 0 && t.volqu > 0, "reports raised");
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());

@@ -8,10 +8,12 @@
 //! neighbour table; (b) a downlink packet into N6 leaves N3 encapsulated; (c) a G-PDU of an
 //! unknown TEID reaches the AF_XDP socket of its queue unchanged; (d) a G-PDU whose next hop
 //! has no neighbour entry is punted the same way, counted as `no_neighbour`; (e) so is one
-//! whose egress interface does not forward (`forwarding_disabled`).
+//! whose egress interface does not forward (`forwarding_disabled`). And for an IPv6 UE (in
+//! IPv4 tunnels): (f) uplink to N6 with its IPv6 next hop from the neighbour table, Hop
+//! Limit - 1; (g) downlink into the tunnel.
 
 use aya::programs::XdpMode;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 use upf_io::af_xdp::{AttachMode, XdpConfig, XdpInterface};
 use upf_io::{PacketIo, Pool, Port};
@@ -185,17 +187,23 @@ fn unrouted(e: &Engine, u: Unrouted) -> u64 {
         .map_or(0, |(_, n)| *n)
 }
 
-#[test]
-#[ignore = "needs root"]
-fn exits_on_veths() {
-    assert!(upf_netns::is_root(), "needs root (BPF, namespaces)");
-    let upf = Netns::unique("xdpx-upf").unwrap();
-    let peer = Netns::unique("xdpx-peer").unwrap();
-    // No IPv6 neighbour discovery or MLD: the punt counts are the test's packets only.
-    for ns in [&upf, &peer] {
-        ns.sysctl("net/ipv6/conf/default/disable_ipv6", "1")
+/// The MAC addresses of the rig: N3, N6, the gNB's, the DN's.
+struct Macs {
+    n3: [u8; 6],
+    n6: [u8; 6],
+    gnb: [u8; 6],
+    dn: [u8; 6],
+}
+
+/// The veths between `upf` and `peer`, forwarding on, the gNB and DN in the neighbour table
+/// (and with `v6`, the DN's IPv6 address `DN6` on N6 too; else IPv6 off).
+fn rig(upf: &Netns, peer: &Netns, v6: bool) -> Macs {
+    // Without IPv6: no neighbour discovery or MLD, so the punt counts are the test's only.
+    for ns in [upf, peer] {
+        let off = if v6 { "0" } else { "1" };
+        ns.sysctl("net/ipv6/conf/default/disable_ipv6", off)
             .unwrap();
-        ns.sysctl("net/ipv6/conf/all/disable_ipv6", "1").unwrap();
+        ns.sysctl("net/ipv6/conf/all/disable_ipv6", off).unwrap();
     }
     for (dev, a, p) in [
         ("n3", "10.61.3.1/24", "10.61.3.2/24"),
@@ -213,10 +221,42 @@ fn exits_on_veths() {
     }
     // bpf_fib_lookup answers only for interfaces that forward.
     upf.sysctl("net/ipv4/ip_forward", "1").unwrap();
-    let (n3_mac, n6_mac) = (mac(&upf, "n3"), mac(&upf, "n6"));
-    let (gnb_mac, dn_mac) = (mac(&peer, "n3p"), mac(&peer, "n6p"));
-    for (addr, lladdr, dev) in [(GNB, gnb_mac, "n3"), (DN, dn_mac, "n6")] {
-        let a = Ipv4Addr::from(addr).to_string();
+    let m = Macs {
+        n3: mac(upf, "n3"),
+        n6: mac(upf, "n6"),
+        gnb: mac(peer, "n3p"),
+        dn: mac(peer, "n6p"),
+    };
+    let mut neighbours = vec![
+        (IpAddr::from(GNB), m.gnb, "n3"),
+        (IpAddr::from(DN), m.dn, "n6"),
+    ];
+    if v6 {
+        upf.sysctl("net/ipv6/conf/all/forwarding", "1").unwrap();
+        upf.ip(&[
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:6::1/64",
+            "dev",
+            "n6",
+            "nodad",
+        ])
+        .unwrap();
+        peer.ip(&[
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:6::2/64",
+            "dev",
+            "n6p",
+            "nodad",
+        ])
+        .unwrap();
+        neighbours.push((IpAddr::V6(DN6), m.dn, "n6"));
+    }
+    for (addr, lladdr, dev) in neighbours {
+        let a = addr.to_string();
         let l = lladdr.map(|b| format!("{b:02x}")).join(":");
         upf.ip(&[
             "neigh",
@@ -231,6 +271,88 @@ fn exits_on_veths() {
         ])
         .unwrap();
     }
+    m
+}
+
+const DN6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 2);
+/// The UE's /64 and its address in it.
+const UE6_PREFIX: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x45, 0, 0, 0, 0, 0);
+const UE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x45, 0, 0, 0, 0, 7);
+
+/// An IPv6 packet carrying UDP (checksum 0: nothing on the path checks it).
+fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, hops: u8, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&u16::try_from(payload.len()).unwrap().to_be_bytes());
+    h.extend_from_slice(&[17, hops]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(payload);
+    h
+}
+
+#[test]
+#[ignore = "needs root"]
+fn ipv6_ue_exits_on_veths() {
+    assert!(upf_netns::is_root(), "needs root (BPF, namespaces)");
+    let upf = Netns::unique("xdp6-upf").unwrap();
+    let peer = Netns::unique("xdp6-peer").unwrap();
+    let m = rig(&upf, &peer, true);
+    let mut engine = Engine::load(Config {
+        sessions: 4,
+        n3: Ipv4Addr::from(N3),
+        n9: Ipv4Addr::from(N3),
+        outer_ttl: 64,
+        hops: None,
+        acl: Default::default(),
+    })
+    .unwrap();
+    let mut s = session();
+    for p in &mut s.pdrs {
+        if let Some(u) = &mut p.pdi.ue_ip {
+            u.ipv6 = Some((UE6_PREFIX, 64));
+        }
+    }
+    engine.install(&s).unwrap();
+    upf.run(|| {
+        engine.attach(Port::N3, "n3", None, XdpMode::Driver)?;
+        engine.attach(Port::N6, "n6", None, XdpMode::Driver)
+    })
+    .unwrap()
+    .unwrap();
+
+    // (f) uplink: decapsulated, Hop Limit - 1, Ethernet from the IPv6 neighbour table.
+    let inner = ipv6(UE6, DN6, 64, &udp(4000, 5000, b"uplink payload"));
+    let frame = gpdu_frame(m.n3, m.gnb, TEID_UP, &inner);
+    let got = send_and_capture(&peer, "n3p", "n6p", 1, &frame);
+    assert_eq!(got.len(), 1, "the uplink packet left N6");
+    let mut want = [&m.dn[..], &m.n6[..], &[0x86, 0xdd]].concat();
+    want.extend_from_slice(&inner);
+    want[14 + 7] -= 1;
+    assert_eq!(got[0], want);
+
+    // (g) downlink: into the tunnel to the gNB.
+    let dl = ipv6(DN6, UE6, 64, &udp(5000, 4000, b"downlink payload"));
+    let mut f = [&m.n6[..], &m.dn[..], &[0x86, 0xdd]].concat();
+    f.extend_from_slice(&dl);
+    let got = send_and_capture(&peer, "n6p", "n3p", 1, &f);
+    assert_eq!(got.len(), 1, "the downlink packet left N3");
+    let ip = &got[0][14..];
+    assert_eq!(&got[0][..12], &[m.gnb, m.n3].concat()[..]);
+    assert_eq!(&ip[32..36], &TEID_DOWN.to_be_bytes(), "the gNB's TEID");
+    let mut inner_dl = dl.clone();
+    inner_dl[7] -= 1;
+    assert_eq!(&ip[36..], &inner_dl[..], "the inner packet, Hop Limit - 1");
+    assert_eq!(engine.stats().unwrap().forwarded, 2);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn exits_on_veths() {
+    assert!(upf_netns::is_root(), "needs root (BPF, namespaces)");
+    let upf = Netns::unique("xdpx-upf").unwrap();
+    let peer = Netns::unique("xdpx-peer").unwrap();
+    let m = rig(&upf, &peer, false);
+    let (n3_mac, n6_mac, gnb_mac, dn_mac) = (m.n3, m.n6, m.gnb, m.dn);
 
     let mut engine = Engine::load(Config {
         sessions: 4,
