@@ -422,6 +422,33 @@ impl Load {
     }
 }
 
+/// Bound of each group's software queue, in packets, by default.
+pub const QUEUE_PACKETS: usize = 4096;
+/// Bound of each group's software queue, in bytes, by default (2,048 full-size packets).
+pub const QUEUE_BYTES: usize = 4 << 20;
+
+/// A worker's priority settings (`RuntimeConfig::priority`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityConfig {
+    pub mode: Mode,
+    pub classes: Classes,
+    /// Each group's software queue bound, in packets and in bytes.
+    pub queue_packets: usize,
+    pub queue_bytes: usize,
+}
+
+impl Default for PriorityConfig {
+    /// FIFO: no classification, today's loop.
+    fn default() -> Self {
+        Self {
+            mode: Mode::Fifo,
+            classes: Classes::default(),
+            queue_packets: QUEUE_PACKETS,
+            queue_bytes: QUEUE_BYTES,
+        }
+    }
+}
+
 /// How many packets a poll takes from each group (0 past the last group), to be processed
 /// in group order.
 pub type Plan = [usize; MAX_GROUPS];

@@ -33,6 +33,8 @@ pub struct RuntimeConfig {
     /// How long an idle worker keeps polling its queues before it sleeps on them; `None`:
     /// it never sleeps (busy polling: a core at 100 %, no wake-up latency).
     pub idle_poll: Option<Duration>,
+    /// Queue groups and how a worker takes from them (seed 001); FIFO by default.
+    pub priority: crate::priority::PriorityConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -44,6 +46,7 @@ impl Default for RuntimeConfig {
             batch: 256,
             spread_ues: Vec::new(),
             idle_poll: Some(IDLE_POLL),
+            priority: crate::priority::PriorityConfig::default(),
         }
     }
 }
