@@ -341,6 +341,28 @@ impl<T: Octets> GroupQueues<T> {
     }
 }
 
+/// One group's state as a worker reports it (metrics, `upf show workers`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// Packets and bytes queued now.
+    pub depth: usize,
+    pub bytes: usize,
+    pub stats: GroupStats,
+}
+
+impl<T: Octets> GroupQueues<T> {
+    /// Each group's depth and counters.
+    pub fn status(&self) -> Vec<GroupStatus> {
+        (self.queues.iter().zip(&self.bytes).zip(&self.stats))
+            .map(|((q, &bytes), &stats)| GroupStatus {
+                depth: q.len(),
+                bytes,
+                stats,
+            })
+            .collect()
+    }
+}
+
 /// How a worker takes from its queue groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
