@@ -188,6 +188,7 @@ fn strict_sends_the_high_group_ahead_of_a_low_backlog() {
     let max_rbs = 4;
     let (sent, stats) = run(Mode::Strict { max_rbs });
     let low_before = low_before_last_high(&sent);
+    println!("strict, max_rbs {max_rbs}: {low_before} low-priority packets before the last high");
     // The worker reads a batch a poll from N3: the high packets, queued last, are all read
     // by the poll that empties the backlog, and each poll before took at most max_rbs low.
     let polls = usize::from(LOW + HIGH).div_ceil(BATCH);
@@ -208,6 +209,7 @@ fn weighted_serves_both_groups_and_keeps_each_in_order() {
         weights: [4, 1, 0, 0],
     });
     let low_before = low_before_last_high(&sent);
+    println!("weighted 4:1: {low_before} low-priority packets before the last high");
     assert!(low_before < usize::from(LOW), "{low_before} low before");
     assert_eq!(stats.groups[0].stats.queued, u64::from(HIGH));
 }
