@@ -100,6 +100,11 @@ const BATCH: usize = 64;
 /// What one worker in `mode` sent on N6 for a backlog of [`LOW`] low-priority G-PDUs (QFI 9)
 /// followed by [`HIGH`] high-priority ones (QFI 1), two UEs each, and its statistics.
 fn run(mode: Mode) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
+    run_with(mode, None)
+}
+
+/// [`run`], MAX_RBS set to `max_rbs` at run time before the backlog is let in.
+fn run_with(mode: Mode, max_rbs: Option<usize>) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
     let cfg = RuntimeConfig {
         workers: 1,
         batch: BATCH,
@@ -147,6 +152,11 @@ fn run(mode: Mode) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
     }
     for seq in 0..HIGH {
         n3_peer.inject(&gpdu_qfi(u32::from(seq % 2), 1, seq / 2, HIGH_PORT));
+    }
+    if let Some(n) = max_rbs {
+        w.set_max_rbs(n);
+        // Control messages are applied in order: once this is answered, so is that.
+        let _ = w.stats();
     }
     open.store(true, Ordering::Release);
     let total = usize::from(LOW + HIGH);
@@ -201,6 +211,17 @@ fn strict_sends_the_high_group_ahead_of_a_low_backlog() {
         .iter()
         .all(|g| g.stats.dropped == 0 && g.depth == 0));
     assert!(stats.utilisation_permille.is_some());
+}
+
+#[test]
+fn max_rbs_changes_at_run_time() {
+    let (sent, _) = run_with(Mode::Strict { max_rbs: 256 }, Some(1));
+    let low_before = low_before_last_high(&sent);
+    let polls = usize::from(LOW + HIGH).div_ceil(BATCH);
+    assert!(low_before <= polls, "{low_before} low before");
+    // Unchanged, the same backlog lets far more low packets out first.
+    let (sent, _) = run(Mode::Strict { max_rbs: 256 });
+    assert!(low_before_last_high(&sent) > 4 * polls);
 }
 
 #[test]
