@@ -333,12 +333,6 @@ impl<T: Octets> GroupQueues<T> {
     pub fn is_empty(&self) -> bool {
         self.queues.iter().all(VecDeque::is_empty)
     }
-
-    /// Every queued item, groups in order (a stopping worker returns them to its pool).
-    pub fn drain_all(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.bytes.fill(0);
-        self.queues.iter_mut().flat_map(|q| q.drain(..))
-    }
 }
 
 /// One group's state as a worker reports it (metrics, `upf show workers`).

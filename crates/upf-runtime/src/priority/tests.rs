@@ -256,7 +256,8 @@ fn queues_are_bounded_in_packets_and_bytes_and_count_their_drops() {
     assert_eq!(out[0].octets, 900);
     assert!(q.push(1, item(1, 800)).is_ok(), "room again");
     assert_eq!(q.take(3, 5, &mut out), 0);
-    assert_eq!(q.drain_all().count(), 5);
+    out.clear();
+    assert_eq!(q.take(0, 10, &mut out) + q.take(1, 10, &mut out), 5);
     assert!(q.is_empty());
     assert_eq!(q.bytes(1), 0);
 }
