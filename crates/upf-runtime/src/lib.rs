@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod engines;
+pub mod priority;
 pub mod reports;
 pub mod steer;
 mod workers;

@@ -1,5 +1,8 @@
 //! The worker threads and the control path to them.
 
+use crate::priority::{
+    Classes, GroupQueues, GroupStatus, Mode, PriorityConfig, Scheduler, MAX_GROUPS,
+};
 use crate::reports::{Piece, Reports, Step};
 use crate::steer;
 use std::collections::VecDeque;
@@ -33,6 +36,8 @@ pub struct RuntimeConfig {
     /// How long an idle worker keeps polling its queues before it sleeps on them; `None`:
     /// it never sleeps (busy polling: a core at 100 %, no wake-up latency).
     pub idle_poll: Option<Duration>,
+    /// Queue groups and how a worker takes from them (seed 001); FIFO by default.
+    pub priority: crate::priority::PriorityConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -44,6 +49,7 @@ impl Default for RuntimeConfig {
             batch: 256,
             spread_ues: Vec::new(),
             idle_poll: Some(IDLE_POLL),
+            priority: crate::priority::PriorityConfig::default(),
         }
     }
 }
@@ -74,6 +80,8 @@ enum Control {
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
+    /// A new MAX_RBS (priority modes strict and load-aware).
+    MaxRbs(usize),
     /// A GTP-U peer to probe or to stop probing (to [`PATH_OWNER`] only).
     Path(PathChange),
 }
@@ -114,6 +122,10 @@ pub struct WorkerStats {
     /// Packets the pipeline sent by a port this worker has no queue for.
     pub no_queue: u64,
     pub batch: BatchStats,
+    /// Per queue group, highest first (empty in FIFO mode): what it holds, its counters.
+    pub groups: Vec<GroupStatus>,
+    /// The worker's utilisation, per mille (`None` in FIFO mode, which does not track it).
+    pub utilisation_permille: Option<u32>,
 }
 
 /// How long an idle worker keeps polling its queues before it sleeps on them, by default (a
@@ -243,6 +255,41 @@ struct Worker {
     batch: usize,
     idle_poll: Option<Duration>,
     stats: WorkerStats,
+    /// Queue groups and their scheduler; `None` in FIFO mode (the loop as before).
+    priority: Option<Box<Prio>>,
+}
+
+/// A worker's queue groups (seed 001): packets classified as they are received, taken by
+/// the scheduler, each group's take processed and sent before the next group's.
+struct Prio {
+    classes: Classes,
+    queues: GroupQueues<Packet>,
+    scheduler: Scheduler,
+}
+
+impl Prio {
+    fn new(cfg: &PriorityConfig, batch: usize, now: Instant) -> Option<Box<Self>> {
+        if cfg.mode == Mode::Fifo {
+            return None;
+        }
+        let groups = cfg.classes.groups();
+        Some(Box::new(Self {
+            classes: cfg.classes.clone(),
+            queues: GroupQueues::new(groups, cfg.queue_packets, cfg.queue_bytes),
+            scheduler: Scheduler::new(cfg.mode.clone(), groups, batch, now),
+        }))
+    }
+
+    /// Moves `rx` into the group queues; what a full queue refuses goes back to the pool
+    /// (counted per group).
+    fn enqueue(&mut self, rx: &mut Vec<Packet>, pool: &mut Pool) {
+        for p in rx.drain(..) {
+            let g = self.classes.group_of(&p);
+            if let Err(p) = self.queues.push(g, p) {
+                pool.put(p);
+            }
+        }
+    }
 }
 
 impl Worker {
@@ -278,7 +325,10 @@ impl Worker {
                 match next {
                     Ok(Input::Packets(mut b)) => {
                         self.backlog.taken(self.index, b.len());
-                        self.process_io(&mut b, &mut out, &mut pool, &mut tx);
+                        match self.priority.as_mut() {
+                            None => self.process_io(&mut b, &mut out, &mut pool, &mut tx),
+                            Some(p) => p.enqueue(&mut b, &mut pool),
+                        }
                     }
                     Ok(Input::Control(c)) => {
                         self.control(c);
@@ -297,6 +347,8 @@ impl Worker {
                 }
             }
             let mut got = 0;
+            // Priority modes: when this poll started (the busy time it reports).
+            let poll_start = self.priority.is_some().then(Instant::now);
             for qi in 0..self.queues.queues.len() {
                 rx.clear();
                 // Errors are counted by the backend; a queue that keeps failing stays idle.
@@ -315,7 +367,13 @@ impl Worker {
                 if !self.queues.steered && self.peers.len() > 1 {
                     self.hand_off(&mut rx, &mut keep, &mut away, &mut pool);
                 }
-                self.process_io(&mut rx, &mut out, &mut pool, &mut tx);
+                match self.priority.as_mut() {
+                    None => self.process_io(&mut rx, &mut out, &mut pool, &mut tx),
+                    Some(p) => p.enqueue(&mut rx, &mut pool),
+                }
+            }
+            if let Some(t0) = poll_start {
+                got += self.poll_groups(t0, &mut rx, &mut out, &mut pool, &mut tx);
             }
             let now = Instant::now();
             self.pipeline.handle_timeout(now);
@@ -398,6 +456,49 @@ impl Worker {
             let _ = self.peers[w].send(Input::Packets(std::mem::take(b)));
             self.wakers[w].wake();
         }
+    }
+
+    /// One poll of the queue groups: the scheduler's take of each group, highest first, each
+    /// processed and sent before the next (high priority first on transmit too); the time
+    /// since `t0` reported as busy. How many packets it processed.
+    fn poll_groups(
+        &mut self,
+        t0: Instant,
+        rx: &mut Vec<Packet>,
+        out: &mut Output,
+        pool: &mut Pool,
+        tx: &mut [Vec<Packet>],
+    ) -> usize {
+        let Some(p) = self.priority.as_mut() else {
+            return 0;
+        };
+        if p.queues.is_empty() {
+            return 0;
+        }
+        let plan = p.scheduler.plan(t0, &p.queues.depths());
+        let mut done = 0;
+        for (g, &n) in plan.iter().enumerate().take(MAX_GROUPS) {
+            let mut left = n;
+            while left > 0 {
+                rx.clear();
+                let Some(p) = self.priority.as_mut() else {
+                    return done;
+                };
+                let took = p.queues.take(g, left.min(self.batch), rx);
+                if took == 0 {
+                    break;
+                }
+                left -= took;
+                done += took;
+                self.process_io(rx, out, pool, tx);
+            }
+        }
+        if let Some(p) = self.priority.as_mut() {
+            let now = Instant::now();
+            p.scheduler
+                .record_busy(now, now.saturating_duration_since(t0));
+        }
+        done
     }
 
     fn process_io(
@@ -535,8 +636,19 @@ impl Worker {
                 let _ = r.send(self.pipeline.counters().clone());
             }
             Control::Path(c) => self.pipeline.path_change(now, c),
+            Control::MaxRbs(n) => {
+                if let Some(p) = self.priority.as_mut() {
+                    p.scheduler.set_max_rbs(n);
+                }
+            }
             Control::Stats(r) => {
                 let mut s = self.stats.clone();
+                if let Some(p) = self.priority.as_mut() {
+                    // The idle time since its last poll counts.
+                    p.scheduler.record_busy(now, Duration::ZERO);
+                    s.groups = p.queues.status();
+                    s.utilisation_permille = Some(p.scheduler.utilisation());
+                }
                 s.counters = self.pipeline.counters().clone();
                 s.sessions = self.pipeline.sessions();
                 for q in &mut self.queues.queues {
@@ -610,13 +722,16 @@ impl Workers {
         let backlog = Arc::new(Backlog::new(cfg.workers));
         let mut threads = Vec::new();
         for (i, rx) in receivers.into_iter().enumerate() {
+            let own = queues.next().unwrap_or_default();
+            // A poll takes up to a batch from each of the worker's queues, as in FIFO.
+            let per_poll = cfg.batch.max(1) * own.queues.len().max(1);
             let w = Worker {
                 index: i,
                 pipeline: Pipeline::new(Instant::now(), cfg.pipeline.clone()),
                 input: rx,
                 events: ev_tx.clone(),
                 output: out_tx.clone(),
-                queues: queues.next().unwrap_or_default(),
+                queues: own,
                 peers: inputs.clone(),
                 wakers: wakers.clone(),
                 waker: wakers[i].clone(),
@@ -625,6 +740,7 @@ impl Workers {
                 batch: cfg.batch.max(1),
                 idle_poll: cfg.idle_poll,
                 stats: WorkerStats::default(),
+                priority: Prio::new(&cfg.priority, per_poll, Instant::now()),
             };
             let core = if cfg.cores.is_empty() {
                 (cfg.workers <= cores.len()).then(|| cores[i])
@@ -777,6 +893,14 @@ impl Workers {
                 rx.recv_timeout(Duration::from_secs(2)).ok()
             })
             .collect()
+    }
+
+    /// Sets MAX_RBS on every worker (priority modes strict and load-aware; no effect in
+    /// the others), between two of their polls; not waited for.
+    pub fn set_max_rbs(&self, max_rbs: usize) {
+        for i in 0..self.inputs.len() {
+            self.send(i, Input::Control(Control::MaxRbs(max_rbs)));
+        }
     }
 
     /// Queues `input` for worker `i` and wakes it if it sleeps; false if it has stopped.

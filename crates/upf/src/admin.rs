@@ -381,6 +381,11 @@ fn worker(i: usize, w: &WorkerStats) -> Value {
         "buffered": w.counters.buffered,
         "handed_off": w.handed_off,
         "hand_off_dropped": w.hand_off_dropped,
+        "utilisation_permille": w.utilisation_permille,
+        "groups": w.groups.iter().enumerate().map(|(g, s)| json!({
+            "group": g, "depth": s.depth, "bytes": s.bytes,
+            "queued": s.stats.queued, "dropped": s.stats.dropped, "dropped_bytes": s.stats.dropped_bytes,
+        })).collect::<Vec<_>>(),
         "batches": w.batch.batches,
         "mean_batch": if w.batch.batches == 0 { 0.0 } else { w.batch.packets as f64 / w.batch.batches as f64 },
         "mean_batch_us": if w.batch.batches == 0 { 0.0 } else { w.batch.time_ns_sum as f64 / w.batch.batches as f64 / 1e3 },

@@ -18,6 +18,7 @@ pub struct FileConfig {
     pub n9: Option<Interface>,
     pub n6: N6s,
     pub workers: WorkersCfg,
+    pub priority: Priority,
     pub gtpu: Gtpu,
     #[serde(rename = "ue_pool")]
     pub ue_pools: Vec<UePool>,
@@ -255,6 +256,127 @@ impl Gtpu {
     }
 }
 
+/// How a worker orders what it receives (seed 001): each packet in one of `groups` queue
+/// groups by its QFI (N3/N9) or DSCP (N6), group 0 the highest, and a scheduler taking from
+/// the groups (`upf_runtime::priority`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Priority {
+    pub mode: PriorityMode,
+    /// Queue groups, 2 to 4.
+    pub groups: usize,
+    /// strict, load-aware: packets of lower groups a poll takes at most (under load).
+    pub max_rbs: usize,
+    /// load-aware: the bound while the worker is at most half busy.
+    pub idle_rbs: usize,
+    /// weighted: one weight per group; empty: 2^(groups - 1 - g) for group g.
+    pub weights: Vec<u32>,
+    /// The QFIs of group 0, 1, ...; unlisted QFIs go to the lowest group. Default: 1-5.
+    pub qfi: Option<Vec<Vec<u8>>>,
+    /// The DSCPs of group 0, 1, ...; unlisted ones go to the lowest group. Default: RFC
+    /// 4594's real-time classes.
+    pub dscp: Option<Vec<Vec<u8>>>,
+    /// Each group's software queue bound (backends that classify in software).
+    pub queue_packets: usize,
+    pub queue_bytes: usize,
+}
+
+/// `upf_runtime::priority::Mode` by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PriorityMode {
+    /// One queue in arrival order: no classification.
+    #[default]
+    Fifo,
+    Strict,
+    Weighted,
+    LoadAware,
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Self {
+            mode: PriorityMode::Fifo,
+            groups: 2,
+            max_rbs: 32,
+            idle_rbs: 256,
+            weights: Vec::new(),
+            qfi: None,
+            dscp: None,
+            queue_packets: upf_runtime::priority::QUEUE_PACKETS,
+            queue_bytes: upf_runtime::priority::QUEUE_BYTES,
+        }
+    }
+}
+
+impl Priority {
+    /// The workers' settings; errors name the key.
+    pub fn runtime(&self) -> anyhow::Result<upf_runtime::priority::PriorityConfig> {
+        use upf_runtime::priority::{
+            Classes, Mode, PriorityConfig, DEFAULT_HIGH_DSCP, DEFAULT_HIGH_QFI, MAX_GROUPS,
+        };
+        let qfi = (self.qfi.clone()).unwrap_or_else(|| vec![DEFAULT_HIGH_QFI.to_vec()]);
+        let dscp = (self.dscp.clone()).unwrap_or_else(|| vec![DEFAULT_HIGH_DSCP.to_vec()]);
+        let classes =
+            Classes::new(self.groups, &qfi, &dscp).map_err(|e| anyhow::anyhow!("priority.{e}"))?;
+        if !(1..=1024).contains(&self.max_rbs) {
+            bail!("priority.max_rbs: {} is not within 1..=1024", self.max_rbs);
+        }
+        if !(self.max_rbs..=1024).contains(&self.idle_rbs) {
+            bail!(
+                "priority.idle_rbs: {} is not within max_rbs ({})..=1024",
+                self.idle_rbs,
+                self.max_rbs
+            );
+        }
+        let mut weights = [0u32; MAX_GROUPS];
+        if self.weights.is_empty() {
+            for (g, w) in weights.iter_mut().enumerate().take(self.groups) {
+                *w = 1 << (self.groups - 1 - g);
+            }
+        } else if self.weights.len() != self.groups {
+            bail!(
+                "priority.weights: {} weights for {} groups",
+                self.weights.len(),
+                self.groups
+            );
+        } else {
+            for (i, (&w, to)) in self.weights.iter().zip(&mut weights).enumerate() {
+                if !(1..=1000).contains(&w) {
+                    bail!("priority.weights[{i}]: {w} is not within 1..=1000");
+                }
+                *to = w;
+            }
+        }
+        if self.queue_packets == 0 {
+            bail!("priority.queue_packets: must be at least 1");
+        }
+        if self.queue_bytes < 2048 {
+            bail!(
+                "priority.queue_bytes: {} is below one packet buffer (2048)",
+                self.queue_bytes
+            );
+        }
+        let mode = match self.mode {
+            PriorityMode::Fifo => Mode::Fifo,
+            PriorityMode::Strict => Mode::Strict {
+                max_rbs: self.max_rbs,
+            },
+            PriorityMode::Weighted => Mode::Weighted { weights },
+            PriorityMode::LoadAware => Mode::LoadAware {
+                max_rbs: self.max_rbs,
+                idle_rbs: self.idle_rbs,
+            },
+        };
+        Ok(PriorityConfig {
+            mode,
+            classes,
+            queue_packets: self.queue_packets,
+            queue_bytes: self.queue_bytes,
+        })
+    }
+}
+
 /// A UE address pool the UPF allocates from (CHV4/CHV6), per DNN and network instance.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -470,6 +592,7 @@ impl FileConfig {
                 self.workers.idle_poll_us
             );
         }
+        self.priority.runtime()?;
         if !(1..=1024).contains(&self.workers.batch) {
             bail!(
                 "workers.batch: {} is not within 1..=1024",
@@ -669,6 +792,7 @@ mod tests {
         assert_eq!(c.n4.teid_reuse_after_s, d.n4.teid_reuse_after_s);
         assert_eq!(c.gtpu.echo(), d.gtpu.echo());
         assert_eq!(d.gtpu.echo(), upf_dataplane::paths::EchoConfig::default());
+        assert_eq!(c.priority.runtime().unwrap(), d.priority.runtime().unwrap());
         assert!(FileConfig::parse("").is_ok());
     }
 
@@ -701,6 +825,53 @@ mod tests {
             .echo
             .interval
             .is_zero());
+    }
+
+    #[test]
+    fn priority_settings_reach_the_workers_and_fifo_is_the_default() {
+        use upf_runtime::priority::{Mode, PriorityConfig};
+        let d = crate::run::runtime_config(&FileConfig::default()).unwrap();
+        assert_eq!(d.priority, PriorityConfig::default());
+        assert_eq!(d.priority.mode, Mode::Fifo);
+        let c = FileConfig::parse(
+            "[priority]\nmode = \"load-aware\"\ngroups = 3\nmax_rbs = 8\nidle_rbs = 128\n\
+             qfi = [[1, 2], [5]]\ndscp = [[46], [40, 34]]\nqueue_packets = 100",
+        )
+        .unwrap();
+        let p = crate::run::runtime_config(&c).unwrap().priority;
+        assert_eq!(
+            p.mode,
+            Mode::LoadAware {
+                max_rbs: 8,
+                idle_rbs: 128
+            }
+        );
+        assert_eq!(p.classes.groups(), 3);
+        let qfi: Vec<u8> = (0..7).map(|q| p.classes.of_qfi(q)).collect();
+        assert_eq!(qfi, [2, 0, 0, 2, 2, 1, 2]);
+        assert_eq!(
+            (
+                p.classes.of_dscp(46),
+                p.classes.of_dscp(34),
+                p.classes.of_dscp(0)
+            ),
+            (0, 1, 2)
+        );
+        assert_eq!(p.queue_packets, 100);
+        // Weights by default halve from one group to the next.
+        let w = FileConfig::parse("[priority]\nmode = \"weighted\"\ngroups = 3").unwrap();
+        let m = w.priority.runtime().unwrap().mode;
+        assert_eq!(
+            m,
+            Mode::Weighted {
+                weights: [4, 2, 1, 0]
+            }
+        );
+        let s = FileConfig::parse("[priority]\nmode = \"strict\"\nmax_rbs = 16").unwrap();
+        assert_eq!(
+            s.priority.runtime().unwrap().mode,
+            Mode::Strict { max_rbs: 16 }
+        );
     }
 
     #[test]
@@ -761,6 +932,20 @@ mod tests {
             ("[workers]\ncount = 0", "workers.count"),
             ("[workers]\nbatch = 5000", "workers.batch"),
             ("[workers]\nidle_poll_us = 2000000", "workers.idle_poll_us"),
+            ("[priority]\nmode = \"fast\"", "mode"),
+            ("[priority]\ngroups = 5", "priority.groups"),
+            ("[priority]\nqfi = [[1, 64]]", "priority.qfi[0]"),
+            ("[priority]\nqfi = [[1], [1]]", "priority.qfi[1]"),
+            ("[priority]\ndscp = [[46], [0], [8]]", "priority.dscp"),
+            ("[priority]\nmax_rbs = 0", "priority.max_rbs"),
+            (
+                "[priority]\nmax_rbs = 64\nidle_rbs = 32",
+                "priority.idle_rbs",
+            ),
+            ("[priority]\nweights = [4, 2, 1]", "priority.weights"),
+            ("[priority]\nweights = [4, 0]", "priority.weights[1]"),
+            ("[priority]\nqueue_packets = 0", "priority.queue_packets"),
+            ("[priority]\nqueue_bytes = 100", "priority.queue_bytes"),
             ("[[ue_pool]]\nipv4 = \"10.0.0.0/33\"", "ue_pool[0].ipv4"),
             ("[[ue_pool]]\ndnn = \"x\"", "ue_pool[0]"),
             (

@@ -105,6 +105,21 @@ impl Scrape {
         v
     }
 
+    /// A value per worker and queue group (priority modes; none in FIFO).
+    fn per_group(
+        &self,
+        f: impl Fn(&upf_runtime::priority::GroupStatus) -> u64,
+    ) -> Vec<(Labels, u64)> {
+        let mut v = Vec::new();
+        for (w, s) in self.workers.iter().enumerate() {
+            for (g, st) in s.groups.iter().enumerate() {
+                let labels = vec![("worker", w.to_string()), ("group", g.to_string())];
+                v.push((labels, f(st)));
+            }
+        }
+        v
+    }
+
     /// A counter per worker and interface queue.
     fn per_queue(&self, f: impl Fn(&upf_io::IoStats) -> u64) -> Vec<(Labels, u64)> {
         let mut v = Vec::new();
@@ -375,6 +390,35 @@ impl Collector for Scrape {
         self.batch_duration(&mut e)?;
         family(
             &mut e,
+            Gauge,
+            "upf_priority_queue_packets",
+            "Packets waiting in the worker's queue group (group 0 the highest; priority modes).",
+            self.per_group(|g| g.depth as u64),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_priority_queued_total",
+            "Packets classified into the queue group.",
+            self.per_group(|g| g.stats.queued),
+        )?;
+        family(
+            &mut e,
+            Counter,
+            "upf_priority_dropped_total",
+            "Packets dropped at the queue group's bound (priority.queue_packets, queue_bytes).",
+            self.per_group(|g| g.stats.dropped),
+        )?;
+        family(
+            &mut e,
+            Gauge,
+            "upf_worker_utilisation_permille",
+            "Share of the worker's time spent busy, per mille, as the load-aware scheduler sees it (priority modes).",
+            (self.workers.iter().enumerate())
+                .filter_map(|(w, s)| Some((worker(w), u64::from(s.utilisation_permille?)))),
+        )?;
+        family(
+            &mut e,
             Counter,
             "upf_io_received_packets_total",
             "Packets the interface queue received.",
@@ -545,6 +589,19 @@ mod tests {
     fn renders_counters_drops_and_histogram() {
         let mut w = WorkerStats::default();
         w.counters.rx_packets[Port::N3.index()] = 7;
+        w.groups = vec![
+            upf_runtime::priority::GroupStatus::default(),
+            upf_runtime::priority::GroupStatus {
+                depth: 5,
+                bytes: 500,
+                stats: upf_runtime::priority::GroupStats {
+                    queued: 9,
+                    dropped: 4,
+                    dropped_bytes: 400,
+                },
+            },
+        ];
+        w.utilisation_permille = Some(730);
         w.counters.dropped[DropReason::UnknownTeid as usize] = 2;
         w.batch.batches = 3;
         w.batch.time[0] = 1;
@@ -598,6 +655,10 @@ mod tests {
         assert!(t.contains("upf_xdp_packets_forwarded_total 11\n"));
         assert!(t.contains("upf_xdp_reports_unannounced_total 1\n"));
         assert!(t.contains("upf_xdp_sessions 9\n"));
+        assert!(t.contains("upf_priority_queue_packets{worker=\"1\",group=\"1\"} 5\n"));
+        assert!(t.contains("upf_priority_dropped_total{worker=\"0\",group=\"1\"} 4\n"));
+        assert!(t.contains("upf_priority_queued_total{worker=\"0\",group=\"0\"} 0\n"));
+        assert!(t.contains("upf_worker_utilisation_permille{worker=\"1\"} 730\n"));
         assert!(
             t.contains("upf_packets_received_total{worker=\"1\",port=\"n3\"} 7\n"),
             "{t}"

@@ -261,6 +261,7 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
         spread_ues: c.workers.spread_ues.clone(),
         idle_poll: (!c.workers.busy_poll)
             .then(|| std::time::Duration::from_micros(c.workers.idle_poll_us)),
+        priority: c.priority.runtime()?,
         pipeline: upf_dataplane::PipelineConfig {
             n3,
             n9,
