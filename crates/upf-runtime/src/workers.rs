@@ -259,6 +259,21 @@ struct Worker {
     priority: Option<Box<Prio>>,
 }
 
+/// The scratch space of hand-offs to other workers, so that no vector reallocates.
+struct HandOff {
+    keep: Vec<Packet>,
+    away: Vec<Vec<Packet>>,
+}
+
+/// The loop's buffers, lent to a step of it.
+struct Io<'a> {
+    rx: &'a mut Vec<Packet>,
+    handing: &'a mut HandOff,
+    out: &'a mut Output,
+    pool: &'a mut Pool,
+    tx: &'a mut [Vec<Packet>],
+}
+
 /// A worker's queue groups (seed 001): packets classified as they are received, taken by
 /// the scheduler, each group's take processed and sent before the next group's.
 struct Prio {
@@ -307,8 +322,10 @@ impl Worker {
         let mut out = Output::default();
         let mut pool = Pool::new(4 * self.batch.max(256));
         let mut rx: Vec<Packet> = Vec::with_capacity(self.batch);
-        let mut keep: Vec<Packet> = Vec::with_capacity(self.batch);
-        let mut away: Vec<Vec<Packet>> = (0..self.peers.len()).map(|_| Vec::new()).collect();
+        let mut handing = HandOff {
+            keep: Vec::with_capacity(self.batch),
+            away: (0..self.peers.len()).map(|_| Vec::new()).collect(),
+        };
         let mut tx: Vec<Vec<Packet>> = (0..self.queues.queues.len()).map(|_| Vec::new()).collect();
         let mut last_busy = Instant::now();
         // Busy polling: whether the queues were flushed since the last packet.
@@ -346,34 +363,18 @@ impl Worker {
                     Err(mpsc::TryRecvError::Empty) => break,
                 }
             }
-            let mut got = 0;
             // Priority modes: when this poll started (the busy time it reports).
             let poll_start = self.priority.is_some().then(Instant::now);
-            for qi in 0..self.queues.queues.len() {
-                rx.clear();
-                // Errors are counted by the backend; a queue that keeps failing stays idle.
-                let q = &mut self.queues.queues[qi];
-                let n = q.io.rx_batch(&mut pool, &mut rx, self.batch).unwrap_or(0);
-                if n == 0 {
-                    continue;
-                }
-                // The N6 of a named network instance: its packets say so (before a hand-off).
-                if q.instance != 0 {
-                    for p in &mut rx {
-                        p.set_instance(q.instance);
-                    }
-                }
-                got += n;
-                if !self.queues.steered && self.peers.len() > 1 {
-                    self.hand_off(&mut rx, &mut keep, &mut away, &mut pool);
-                }
-                match self.priority.as_mut() {
-                    None => self.process_io(&mut rx, &mut out, &mut pool, &mut tx),
-                    Some(p) => p.enqueue(&mut rx, &mut pool),
-                }
-            }
+            let mut io = Io {
+                rx: &mut rx,
+                handing: &mut handing,
+                out: &mut out,
+                pool: &mut pool,
+                tx: &mut tx,
+            };
+            let mut got = self.receive(&mut io, self.batch);
             if let Some(t0) = poll_start {
-                got += self.poll_groups(t0, &mut rx, &mut out, &mut pool, &mut tx);
+                got += self.poll_groups(t0, &mut io);
             }
             let now = Instant::now();
             self.pipeline.handle_timeout(now);
@@ -427,6 +428,43 @@ impl Worker {
         }
     }
 
+    /// Up to `max` packets from each of the worker's queues: processed (FIFO), or put into
+    /// the queue groups (priority modes). How many packets came.
+    fn receive(&mut self, io: &mut Io<'_>, max: usize) -> usize {
+        let Io {
+            rx,
+            handing,
+            out,
+            pool,
+            tx,
+        } = io;
+        let mut got = 0;
+        for qi in 0..self.queues.queues.len() {
+            rx.clear();
+            // Errors are counted by the backend; a queue that keeps failing stays idle.
+            let q = &mut self.queues.queues[qi];
+            let n = q.io.rx_batch(pool, rx, max).unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            // The N6 of a named network instance: its packets say so (before a hand-off).
+            if q.instance != 0 {
+                for p in rx.iter_mut() {
+                    p.set_instance(q.instance);
+                }
+            }
+            got += n;
+            if !self.queues.steered && self.peers.len() > 1 {
+                self.hand_off(rx, &mut handing.keep, &mut handing.away, pool);
+            }
+            match self.priority.as_mut() {
+                None => self.process_io(rx, out, pool, tx),
+                Some(p) => p.enqueue(rx, pool),
+            }
+        }
+        got
+    }
+
     /// Moves the packets of other workers' UEs out of `rx` to their owners (`keep` is
     /// scratch space, so that neither vector reallocates).
     fn hand_off(
@@ -458,39 +496,49 @@ impl Worker {
         }
     }
 
-    /// One poll of the queue groups: the scheduler's take of each group, highest first, each
-    /// processed and sent before the next (high priority first on transmit too); the time
-    /// since `t0` reported as busy. How many packets it processed.
-    fn poll_groups(
-        &mut self,
-        t0: Instant,
-        rx: &mut Vec<Packet>,
-        out: &mut Output,
-        pool: &mut Pool,
-        tx: &mut [Vec<Packet>],
-    ) -> usize {
-        let Some(p) = self.priority.as_mut() else {
-            return 0;
-        };
-        if p.queues.is_empty() {
-            return 0;
-        }
-        let plan = p.scheduler.plan(t0, &p.queues.depths());
+    /// The queue groups' turn in a poll: as many packets as a FIFO poll takes (a batch a
+    /// queue), in the scheduler's takes, each group's share processed and sent before the
+    /// next group's (high priority first on transmit too). After a take that served lower
+    /// groups the queues are read again, so that a high-priority packet that came
+    /// meanwhile waits behind at most MAX_RBS of them, while lower groups alone still get
+    /// a FIFO poll's worth (work-conserving: MAX_RBS bounds what they take between two
+    /// reads, not in a poll). Reads drain the queues as fast as they come: under overload
+    /// the lower groups' software queues fill and drop (counted), not the interfaces'
+    /// queues, where a high-priority packet would wait behind them. The time since `t0` is
+    /// reported as busy. How many packets it processed.
+    fn poll_groups(&mut self, t0: Instant, io: &mut Io<'_>) -> usize {
+        let budget = self.batch * self.queues.queues.len().max(1);
         let mut done = 0;
-        for (g, &n) in plan.iter().enumerate().take(MAX_GROUPS) {
-            let mut left = n;
-            while left > 0 {
-                rx.clear();
-                let Some(p) = self.priority.as_mut() else {
-                    return done;
-                };
-                let took = p.queues.take(g, left.min(self.batch), rx);
-                if took == 0 {
-                    break;
+        while done < budget {
+            let Some(p) = self.priority.as_mut() else {
+                return done;
+            };
+            if p.queues.is_empty() {
+                break;
+            }
+            let plan = p.scheduler.plan(Instant::now(), &p.queues.depths());
+            let before = done;
+            for (g, &n) in plan.iter().enumerate().take(MAX_GROUPS) {
+                let mut left = n;
+                while left > 0 {
+                    io.rx.clear();
+                    let Some(p) = self.priority.as_mut() else {
+                        return done;
+                    };
+                    let took = p.queues.take(g, left.min(self.batch), io.rx);
+                    if took == 0 {
+                        break;
+                    }
+                    left -= took;
+                    done += took;
+                    self.process_io(io.rx, io.out, io.pool, io.tx);
                 }
-                left -= took;
-                done += took;
-                self.process_io(rx, out, pool, tx);
+            }
+            if done == before {
+                break;
+            }
+            if plan[1..].iter().any(|&n| n > 0) {
+                self.receive(io, self.batch);
             }
         }
         if let Some(p) = self.priority.as_mut() {

@@ -199,8 +199,9 @@ fn strict_sends_the_high_group_ahead_of_a_low_backlog() {
     let (sent, stats) = run(Mode::Strict { max_rbs });
     let low_before = low_before_last_high(&sent);
     println!("strict, max_rbs {max_rbs}: {low_before} low-priority packets before the last high");
-    // The worker reads a batch a poll from N3: the high packets, queued last, are all read
-    // by the poll that empties the backlog, and each poll before took at most max_rbs low.
+    // The worker reads a batch at a time from N3: the high packets, queued last, are all
+    // read by the read that empties the backlog, and between two reads it takes at most
+    // max_rbs low.
     let polls = usize::from(LOW + HIGH).div_ceil(BATCH);
     assert!(low_before <= polls * max_rbs, "{low_before} low before");
     assert_eq!(stats.groups.len(), 2);
