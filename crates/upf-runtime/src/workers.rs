@@ -225,6 +225,8 @@ pub struct Workers {
     /// Every session's live tunnels per GTP-U peer, when path management is on: a peer's
     /// first and last go to [`PATH_OWNER`], which probes it.
     tunnels: Option<Tunnels>,
+    /// The priority mode the workers started with.
+    priority: Mode,
 }
 
 /// The workers a session is installed on and the session they hold: what a failed install
@@ -818,6 +820,7 @@ impl Workers {
             placement: Default::default(),
             steering,
             tunnels: (!cfg.pipeline.echo.interval.is_zero()).then(Tunnels::default),
+            priority: cfg.priority.mode.clone(),
         })
     }
 
@@ -943,12 +946,16 @@ impl Workers {
             .collect()
     }
 
-    /// Sets MAX_RBS on every worker (priority modes strict and load-aware; no effect in
-    /// the others), between two of their polls; not waited for.
-    pub fn set_max_rbs(&self, max_rbs: usize) {
+    /// Sets MAX_RBS (at least 1) on every worker, between two of their polls, not waited
+    /// for; refused in the priority modes without one (fifo, weighted).
+    pub fn set_max_rbs(&self, max_rbs: usize) -> Result<(), &'static str> {
+        if !matches!(self.priority, Mode::Strict { .. } | Mode::LoadAware { .. }) {
+            return Err("MAX_RBS: the priority mode is neither strict nor load-aware");
+        }
         for i in 0..self.inputs.len() {
             self.send(i, Input::Control(Control::MaxRbs(max_rbs)));
         }
+        Ok(())
     }
 
     /// Queues `input` for worker `i` and wakes it if it sleeps; false if it has stopped.

@@ -154,7 +154,7 @@ fn run_with(mode: Mode, max_rbs: Option<usize>) -> (Vec<Vec<u8>>, upf_runtime::W
         n3_peer.inject(&gpdu_qfi(u32::from(seq % 2), 1, seq / 2, HIGH_PORT));
     }
     if let Some(n) = max_rbs {
-        w.set_max_rbs(n);
+        w.set_max_rbs(n).unwrap();
         // Control messages are applied in order: once this is answered, so is that.
         let _ = w.stats();
     }
@@ -234,6 +234,27 @@ fn weighted_serves_both_groups_and_keeps_each_in_order() {
     println!("weighted 4:1: {low_before} low-priority packets before the last high");
     assert!(low_before < usize::from(LOW), "{low_before} low before");
     assert_eq!(stats.groups[0].stats.queued, u64::from(HIGH));
+}
+
+#[test]
+fn max_rbs_is_refused_where_the_mode_has_none() {
+    for mode in [
+        Mode::Fifo,
+        Mode::Weighted {
+            weights: [2, 1, 0, 0],
+        },
+    ] {
+        let cfg = RuntimeConfig {
+            workers: 1,
+            priority: PriorityConfig {
+                mode,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let w = Workers::start(&cfg).unwrap();
+        assert!(w.set_max_rbs(8).is_err());
+    }
 }
 
 #[test]

@@ -48,6 +48,8 @@ pub enum Query {
     /// Move every session to this engine (answered by the main loop, which holds the data
     /// path mutably: [`set_engine`]).
     SetEngine(EngineMode),
+    /// Set the workers' MAX_RBS (priority modes strict and load-aware).
+    SetMaxRbs(usize),
 }
 
 /// A query the main loop answers, and where the answer goes.
@@ -94,7 +96,7 @@ impl IntoResponse for Response {
     }
 }
 
-const ENDPOINTS: &str = "endpoints: /metrics /api/sessions /api/session/SEID /api/associations /api/workers /api/drops /api/counters /api/engine (POST /api/engine/xdp|auto|user)";
+const ENDPOINTS: &str = "endpoints: /metrics /api/sessions /api/session/SEID /api/associations /api/workers /api/drops /api/counters /api/engine (POST /api/engine/xdp|auto|user, POST /api/priority/max_rbs/N)";
 
 /// The routes: each asks the main loop one [`Query`]. GET (and HEAD), 405 otherwise, but for
 /// the one change, POST /api/engine/MODE; a trailing slash and a query string are ignored;
@@ -130,6 +132,18 @@ fn router(to_main: mpsc::Sender<Request>) -> Router {
             ),
         )
         .route(
+            "/api/priority/max_rbs/{n}",
+            on(
+                MethodFilter::POST,
+                |Main(tx): Main<mpsc::Sender<Request>>, Path(n): Path<String>| async move {
+                    match n.parse::<usize>() {
+                        Ok(n) if n > 0 => ask(tx, Query::SetMaxRbs(n)).await,
+                        _ => Response::text(404, "MAX_RBS: a number of packets, at least 1"),
+                    }
+                },
+            ),
+        )
+        .route(
             "/api/session/{seid}",
             on(
                 MethodFilter::GET,
@@ -142,7 +156,10 @@ fn router(to_main: mpsc::Sender<Request>) -> Router {
             ),
         )
         .method_not_allowed_fallback(|| async {
-            Response::text(405, "only GET (POST: /api/engine/MODE)")
+            Response::text(
+                405,
+                "only GET (POST: /api/engine/MODE, /api/priority/max_rbs/N)",
+            )
         })
         .fallback(|method: Method| async move {
             if method == Method::GET {
@@ -266,6 +283,10 @@ pub fn answer(query: Query, st: &State<'_>) -> Response {
         Query::Engine => Response::json(&engine_status(&engines.status())),
         // The main loop answers it (set_engine); here only if it did not.
         Query::SetEngine(_) => Response::text(500, "not answered by the main loop"),
+        Query::SetMaxRbs(n) => match engines.workers().set_max_rbs(n) {
+            Ok(()) => Response::json(&json!({ "max_rbs": n })),
+            Err(why) => Response::text(409, why),
+        },
     }
 }
 

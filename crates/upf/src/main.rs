@@ -49,6 +49,30 @@ enum Command {
     /// Move every session of a running UPF to another engine, while traffic flows:
     /// `upf engine set xdp|auto|user` (it must have started with engine = "xdp" or "auto").
     Engine(EngineArgs),
+    /// Change a running UPF's priority settings: `upf priority max-rbs N` (the most
+    /// lower-priority packets a worker takes between two reads; modes strict, load-aware).
+    Priority(PriorityArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PriorityArgs {
+    /// max-rbs
+    setting: String,
+    /// Packets, at least 1.
+    value: usize,
+    /// The UPF's admin address (admin.address in its config).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    admin: std::net::SocketAddr,
+}
+
+fn priority(a: &PriorityArgs) -> anyhow::Result<String> {
+    if a.setting != "max-rbs" {
+        bail!("priority {:?}: expected `priority max-rbs N`", a.setting);
+    }
+    if a.value == 0 {
+        bail!("priority max-rbs 0: at least 1");
+    }
+    upf::admin::post(a.admin, &format!("/api/priority/max_rbs/{}", a.value))
 }
 
 #[derive(Debug, clap::Args)]
@@ -130,6 +154,16 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("upf show: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Priority(a) => match priority(&a) {
+            Ok(body) => {
+                print!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("upf priority: {e:#}");
                 ExitCode::FAILURE
             }
         },
