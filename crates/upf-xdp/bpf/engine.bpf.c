@@ -7,13 +7,14 @@
  * is punted unchanged, counted by the FIB's answer. The adaptor (src/compile.rs) decides which
  * sessions may be here and fills the maps; src/lib.rs says what is claimed.
  *
- * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) + UDP to port 2152 at
- * our N3 address + a G-PDU without options, or with exactly one one-word PDU Session Container
+ * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) or IPv6 (no extension
+ * headers; run as an IPv4 one past its first 20 octets) + UDP to port 2152 at our N3 address
+ * + a G-PDU without options, or with exactly one one-word PDU Session Container
  * (its QFI read), lengths consistent; the inner packet IPv4 without options, not a later
  * fragment, at least 24 octets (any protocol). Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
- * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
+ * address); FAR drop, or forward into the GTP-U/UDP/IPv4 or IPv6 tunnel (inner TTL decremented; PSC
  * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas;
  * volume thresholds and quotas reached announced on the `crossings` ring buffer. */
 #include <linux/bpf.h>
@@ -35,6 +36,7 @@
 #define ACT_NO_TARGET 1 /* no_forwarding_target: FORW without a target (Access, no tunnel) */
 #define ACT_N6 2	/* strip GTP-U, forward the inner packet to N6 */
 #define ACT_ENCAP 3	/* forward into a GTP-U/UDP/IPv4 tunnel on N3 (N9 shares it) */
+#define ACT_ENCAP6 4	/* ... a GTP-U/UDP/IPv6 one (its peer in `peers6`) */
 
 #define PDR_UE 1	 /* match the UE address */
 #define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
@@ -73,12 +75,20 @@
 #define N_PORTS 2
 #define MAX_INTERFACES 16
 #define AF_INET 2
+#define AF_INET6 10
+#define ETH_P_IPV6_ 0x86DD
 
 /* Set at load: our N3 address (as in a header) and the TTL of the outer headers we write. */
 const volatile __u32 n3_addr = 0;
 /* Our N9 address (N9 shares N3's interface): the source of tunnels on N9. */
 const volatile __u32 n9_addr = 0;
 const volatile __u32 outer_ttl = 64;
+/* Our N3 and N9 IPv6 addresses (as in a header), when `has_n3_addr6` (N3's) and the adaptor
+ * compiles tunnels from N9's (it has one): G-PDUs in IPv6 are taken at N3's, IPv6 tunnels
+ * leave from them. */
+const volatile __u32 has_n3_addr6 = 0;
+const volatile __u32 n3_addr6[4] = {};
+const volatile __u32 n9_addr6[4] = {};
 /* Set for BPF_PROG_TEST_RUN, which cannot redirect: every forwarded packet gets the PDR's
  * fixed Ethernet addresses (`eth`) and XDP_TX, no FIB lookup. */
 const volatile __u32 fixed_hops = 0;
@@ -144,12 +154,21 @@ struct session {
 	__u32 shape; /* index in `shapes` */
 	__u32 ue;    /* its UE address (PDR_UE, SDF_UE_ASSIGNED), as in a header */
 	__u32 pad;
-	__u32 peer[MAX_PDRS]; /* ACT_ENCAP: each PDR's tunnel's far end, as in a header */
+	/* ACT_ENCAP: each PDR's tunnel's far end, as in a header; ACT_ENCAP6: its index in the
+	 * slot's `struct peers6` */
+	__u32 peer[MAX_PDRS];
 	__u32 teid[MAX_PDRS]; /* ... and its TEID, network order */
 };
 
 struct usage {
 	__u64 ul_bytes, ul_packets, dl_bytes, dl_packets;
+};
+
+/* A session's IPv6 tunnel peers (as in a header), apart from `struct session` so that it
+ * stays one cache line: read only for an IPv6 tunnel. */
+#define V6_PEERS 4
+struct peers6 {
+	__u32 a[V6_PEERS][4];
 };
 
 /* A QER's MBR in one direction: upf_dataplane::meter::TokenBucket, kept as its backlog in
@@ -290,6 +309,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct usage);
 } urrs SEC(".maps");
+
+/* Session slot → its IPv6 tunnel peers. Its size is set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct peers6);
+} peers6 SEC(".maps");
+
+/* 1 while an IPv6 G-PDU runs shifted (`run`), else 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} shifted SEC(".maps");
 
 /* Session slot → its MBR buckets. */
 struct {
@@ -975,32 +1010,51 @@ static __always_inline int police(const struct session *s, const struct pdr *p, 
 	return why;
 }
 
-static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs)
+/* The Ethernet header: addresses `addrs` (destination, source), IPv6 if `v6` else IPv4. */
+static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs, int v6)
 {
 	__builtin_memcpy(eth->h_dest, addrs, 6);
 	__builtin_memcpy(eth->h_source, addrs + 6, 6);
-	eth->h_proto = bpf_htons(ETH_P_IP);
+	eth->h_proto = v6 ? bpf_htons(ETH_P_IPV6_) : bpf_htons(ETH_P_IP);
+}
+
+/* The answer of bpf_fib_lookup for `f` (all but the interface filled in) leaving by `port`:
+ * 0 with the Ethernet destination and source in `addrs`, else the stats index of why there
+ * is none (the packet is punted unchanged). An output lookup on the port's interface: the
+ * kernel's routes and neighbours, as the user-space engine sends. */
+static __always_inline int fib_answer(struct xdp_md *ctx, struct bpf_fib_lookup *f, __u32 port,
+				      __u8 *addrs)
+{
+	__u32 *ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
+	long rc;
+
+	if (!ifi || !*ifi)
+		return S_OTHER_INTERFACE;
+	f->ifindex = *ifi;
+	rc = bpf_fib_lookup(ctx, f, sizeof(*f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc < 0)
+		return S_FIB_ERROR;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
+	if (f->ifindex != *ifi)
+		return S_OTHER_INTERFACE;
+	__builtin_memcpy(addrs, f->dmac, 6);
+	__builtin_memcpy(addrs + 6, f->smac, 6);
+	return 0;
 }
 
 /* The next hop of an IPv4 packet (src, dst, proto, tos, ports as in a header, its total
- * length) leaving by `port`: 0 with the Ethernet destination and source in `addrs`, else the
- * stats index of why there is none (the packet is punted unchanged). An output lookup on the
- * port's interface: the kernel's routes and neighbours, as the user-space engine sends. */
+ * length) leaving by `port` (fib_answer; `p`'s fixed hop with fixed_hops). */
 static __always_inline int next_hop(struct xdp_md *ctx, const struct pdr *p, __u32 port,
 				    __u32 src, __u32 dst, __u8 proto, __u8 tos, __u16 sport,
 				    __u16 dport, __u32 tot_len, __u8 *addrs)
 {
 	struct bpf_fib_lookup f = {};
-	__u32 *ifi;
-	long rc;
 
 	if (fixed_hops) {
 		__builtin_memcpy(addrs, p->eth, 12);
 		return 0;
 	}
-	ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
-	if (!ifi || !*ifi)
-		return S_OTHER_INTERFACE;
 	f.family = AF_INET;
 	f.l4_protocol = proto;
 	f.sport = sport;
@@ -1009,17 +1063,34 @@ static __always_inline int next_hop(struct xdp_md *ctx, const struct pdr *p, __u
 	f.tos = tos;
 	f.ipv4_src = src;
 	f.ipv4_dst = dst;
-	f.ifindex = *ifi;
-	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc < 0)
-		return S_FIB_ERROR;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
-	if (f.ifindex != *ifi)
-		return S_OTHER_INTERFACE;
-	__builtin_memcpy(addrs, f.dmac, 6);
-	__builtin_memcpy(addrs + 6, f.smac, 6);
-	return 0;
+	return fib_answer(ctx, &f, port, addrs);
+}
+
+/* The same for a UDP/IPv6 packet from `src` to `dst` (as in a header), traffic class `tc`,
+ * flow label 0, `tot_len` octets in all. */
+static __always_inline int next_hop6(struct xdp_md *ctx, const struct pdr *p, __u32 port,
+				     const volatile __u32 *src, const __u32 *dst, __u8 tc,
+				     __u16 sport, __u16 dport, __u32 tot_len, __u8 *addrs)
+{
+	struct bpf_fib_lookup f = {};
+	int k;
+
+	if (fixed_hops) {
+		__builtin_memcpy(addrs, p->eth, 12);
+		return 0;
+	}
+	f.family = AF_INET6;
+	f.l4_protocol = 17;
+	f.sport = sport;
+	f.dport = dport;
+	f.tot_len = (__u16)tot_len;
+	f.flowinfo = bpf_htonl((__u32)tc << 20);
+#pragma unroll
+	for (k = 0; k < 4; k++) {
+		f.ipv6_src[k] = src[k];
+		f.ipv6_dst[k] = dst[k];
+	}
+	return fib_answer(ctx, &f, port, addrs);
 }
 
 /* Sends the rewritten frame out of `port`: XDP_TX when that is the arriving interface (or
@@ -1061,6 +1132,37 @@ static __always_inline __u32 local_of(const struct pdr *p)
 	return (p->flags & PDR_ON_N9) ? n9_addr : n3_addr;
 }
 
+/* ... of its IPv6 tunnel. */
+static __always_inline const volatile __u32 *local6_of(const struct pdr *p)
+{
+	return (p->flags & PDR_ON_N9) ? n9_addr6 : n3_addr6;
+}
+
+/* The UDP header (checksum 0) and the GTP-U G-PDU header of a tunnel at `u`: `ulen` octets of
+ * UDP, TEID `teid` (network order); with `psc`, sequence and N-PDU 0, next extension 0x85,
+ * a one-word PDU Session Information `c`. */
+static __always_inline void write_udp_gtpu(__u8 *u, __u32 ulen, __u32 teid, int psc,
+					   const __u8 *c)
+{
+	*(__u16 *)(u + 0) = bpf_htons(GTPU_PORT);
+	*(__u16 *)(u + 2) = bpf_htons(GTPU_PORT);
+	*(__u16 *)(u + 4) = bpf_htons(ulen);
+	*(__u16 *)(u + 6) = 0;
+	u[9] = 0xff;
+	*(__u16 *)(u + 10) = bpf_htons(ulen - 16);
+	*(__u32 *)(u + 12) = teid;
+	if (psc) {
+		u[8] = 0x34;
+		*(__u32 *)(u + 16) = bpf_htonl(0x85);
+		u[20] = 1;
+		u[21] = c[0];
+		u[22] = c[1];
+		u[23] = 0;
+	} else {
+		u[8] = 0x30;
+	}
+}
+
 /* Puts the inner packet, `len` octets `at` octets after the Ethernet header of a frame of
  * `frame` octets, into `p`'s tunnel to `peer`/`teid` (network order) with a header of `hdr`
  * octets (44: container `c`), the Ethernet addresses `addrs`, and sends it out of N3
@@ -1071,7 +1173,7 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 127);
 	__u32 zero = 0, *id;
 	__u16 *o;
 	__u8 *h, ecn;
@@ -1088,7 +1190,7 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	h = data + sizeof(struct ethhdr);
 	if ((void *)(h + 44) > end)
 		return drop(R_ENCAP_FAILED);
-	write_eth(data, addrs);
+	write_eth(data, addrs, 0);
 	id = bpf_map_lookup_elem(&ident, &zero);
 	if (!id)
 		return drop(R_ENCAP_FAILED);
@@ -1103,50 +1205,199 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	*(__u16 *)(h + 10) = 0;
 	*(__u32 *)(h + 12) = local_of(p);
 	*(__u32 *)(h + 16) = peer;
-	*(__u16 *)(h + 20) = bpf_htons(GTPU_PORT);
-	*(__u16 *)(h + 22) = bpf_htons(GTPU_PORT);
-	*(__u16 *)(h + 24) = bpf_htons(hdr - 20 + len);
-	*(__u16 *)(h + 26) = 0;
-	/* GTP-U G-PDU; with the container: sequence and N-PDU 0, next extension 0x85, a
-	 * one-word PDU Session Information. */
-	h[29] = 0xff;
-	*(__u16 *)(h + 30) = bpf_htons(hdr - 36 + len);
-	*(__u32 *)(h + 32) = teid;
-	if (hdr == 44) {
-		h[28] = 0x34;
-		*(__u32 *)(h + 36) = bpf_htonl(0x85);
-		h[40] = 1;
-		h[41] = c[0];
-		h[42] = c[1];
-		h[43] = 0;
-	} else {
-		h[28] = 0x30;
-	}
+	write_udp_gtpu(h + 20, hdr - 20 + len, teid, hdr == 44, c);
 	o = (__u16 *)h;
 	o[5] = ~sum20(o);
 	return leave(ctx, PORT_N3);
 }
 
+/* The one's-complement sum (`acc`, host-order words, unfolded) of `left` octets of the frame
+ * from `at` (from its start), by bpf_loop steps: 512 octets at a time (bpf_csum_diff's
+ * most), then 32, then 4, then the last 1 to 3 padded with zeros. `left` is 0 once done. */
+struct csum_walk {
+	struct xdp_md *ctx;
+	__u64 acc;
+	__u32 at, left;
+};
+
+#define CSUM_STEPS 160 /* 65,535 octets: 127 steps of 512, 15 of 32, 7 of 4, the rest */
+
+static long csum_step(__u64 n, struct csum_walk *w)
+{
+	void *data = (void *)(long)w->ctx->data;
+	void *end = (void *)(long)w->ctx->data_end;
+	__u8 *q = data + (w->at & 0x3fff);
+	__u32 t = 0;
+	__s64 r;
+
+	if (w->left >= 512) {
+		if ((void *)(q + 512) > end)
+			return 1;
+		r = bpf_csum_diff(0, 0, (__be32 *)q, 512, 0);
+		if (r < 0)
+			return 1;
+		w->acc += (__u32)r;
+		w->at += 512;
+		w->left -= 512;
+		return 0;
+	}
+	if (w->left >= 32) {
+		if ((void *)(q + 32) > end)
+			return 1;
+		r = bpf_csum_diff(0, 0, (__be32 *)q, 32, 0);
+		if (r < 0)
+			return 1;
+		w->acc += (__u32)r;
+		w->at += 32;
+		w->left -= 32;
+		return 0;
+	}
+	if (w->left >= 4) {
+		if ((void *)(q + 4) > end)
+			return 1;
+		w->acc += *(__u32 *)q;
+		w->at += 4;
+		w->left -= 4;
+		return 0;
+	}
+	if (w->left) {
+		if ((void *)(q + 1) > end)
+			return 1;
+		((__u8 *)&t)[0] = q[0];
+		if (w->left > 1) {
+			if ((void *)(q + 2) > end)
+				return 1;
+			((__u8 *)&t)[1] = q[1];
+		}
+		if (w->left > 2) {
+			if ((void *)(q + 3) > end)
+				return 1;
+			((__u8 *)&t)[2] = q[2];
+		}
+		w->acc += t;
+		w->left = 0;
+	}
+	return 1;
+}
+
+/* The Internet checksum of a sum of host-order words: its complement, folded; 0 is sent as
+ * 0xffff (UDP: RFC 768, RFC 8200 §8.1). Stored as it is, it is in network order. */
+static __always_inline __u16 udp_csum(__u64 acc)
+{
+	__u16 c;
+
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	c = (__u16)~fold((__u32)acc);
+	return c ? c : 0xffff;
+}
+
+/* The IPv6 peer of session `s`'s `k`th PDR's tunnel (its slot's `struct peers6`), or 0. */
+static __always_inline const __u32 *peer6_of(const struct session *s, __u32 k)
+{
+	__u32 slot = s->slot;
+	struct peers6 *ps = bpf_map_lookup_elem(&peers6, &slot);
+
+	return ps ? ps->a[s->peer[k & (MAX_PDRS - 1)] & (V6_PEERS - 1)] : 0;
+}
+
+/* into_tunnel for `p`'s IPv6 tunnel (the `k`th of session `s`), `hdr` 56 or 64 octets
+ * (upf_wire::encap::encapsulate_gtpu_v6: traffic class the marking with the inner ECN, flow
+ * label 0, hop limit outer_ttl; the UDP checksum over the pseudo-header and the datagram). */
+static __always_inline int into_tunnel6(struct xdp_md *ctx, const struct session *s,
+					const struct pdr *p, __u32 k, __u32 frame, __u32 at,
+					__u32 len, __u32 hdr, const __u8 *c, const __u8 *addrs)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 127);
+	const volatile __u32 *src = local6_of(p);
+	const __u32 *peer = peer6_of(s, k);
+	__u32 ulen = hdr - 40 + len;
+	struct csum_walk w = {};
+	__u8 *h, tc;
+	__s64 r;
+	int j;
+
+	if (!peer || (void *)(ip + 2) > end)
+		return drop(R_ENCAP_FAILED);
+	tc = p->tos | (ip[1] & 3);
+	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
+		return drop(R_ENCAP_FAILED);
+	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	h = data + sizeof(struct ethhdr);
+	if ((void *)(h + 64) > end)
+		return drop(R_ENCAP_FAILED);
+	write_eth(data, addrs, 1);
+	*(__u32 *)h = bpf_htonl(0x60000000 | (__u32)tc << 20);
+	*(__u16 *)(h + 4) = bpf_htons(ulen);
+	h[6] = 17;
+	h[7] = outer_ttl;
+#pragma unroll
+	for (j = 0; j < 4; j++) {
+		*(__u32 *)(h + 8 + 4 * j) = src[j];
+		*(__u32 *)(h + 24 + 4 * j) = peer[j];
+	}
+	write_udp_gtpu(h + 40, ulen, s->teid[k & (MAX_PDRS - 1)], hdr == 64, c);
+	/* The pseudo-header: both addresses, the UDP length, the protocol. */
+	r = bpf_csum_diff(0, 0, (__be32 *)(h + 8), 32, 0);
+	if (r < 0)
+		return drop(R_ENCAP_FAILED);
+	w.acc = (__u32)r + (__u64)bpf_htonl(ulen) + bpf_htonl(17);
+	w.ctx = ctx;
+	w.at = sizeof(struct ethhdr) + 40;
+	w.left = ulen;
+	bpf_loop(CSUM_STEPS, csum_step, &w, 0);
+	if (w.left)
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	h = data + sizeof(struct ethhdr);
+	if ((void *)(h + 48) > end)
+		return drop(R_ENCAP_FAILED);
+	*(__u16 *)(h + 46) = udp_csum(w.acc);
+	return leave(ctx, PORT_N3);
+}
+
+/* Whether `p` forwards into an IPv6 tunnel: read again where it is needed, so that the
+ * verifier's states of the two kinds of tunnel are alike in between (and pruned as one). */
+static __always_inline int tunnel6(const struct pdr *p)
+{
+	return *(volatile const __u8 *)&p->action == ACT_ENCAP6;
+}
+
 /* The inner packet (`len` octets, `at` after the Ethernet header of a `frame`-octet frame,
  * arrived with QFI `qfi` if `has_qfi`) of session `s`, forwarded by its `i`th PDR `p` into
- * its tunnel: the next hop first (none: punted, nothing charged), then the QERs and URRs,
- * the routed hop if `routed` (from N6). */
+ * its tunnel (IPv4 or IPv6): the next hop first (none: punted, nothing charged), then the
+ * QERs and URRs, the routed hop if `routed` (from N6). */
 static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *s,
 				      const struct pdr *p, int i, __u32 frame, __u32 at, __u32 len,
 				      int has_qfi, __u32 qfi, int routed)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 127);
 	__u32 k = i & (MAX_PDRS - 1), peer = s->peer[k], hdr;
+	const __u32 *peer6;
 	__u8 addrs[12], c[2];
 	int why;
 
 	if ((void *)(ip + 20) > end)
 		return drop(R_ENCAP_FAILED);
 	hdr = container(p, has_qfi, qfi, c) ? 44 : 36;
-	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
-		       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
+	if (tunnel6(p)) {
+		peer6 = peer6_of(s, k);
+		if (!peer6)
+			return punt();
+		why = next_hop6(ctx, p, PORT_N3, local6_of(p), peer6, p->tos | (ip[1] & 3),
+				bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + 20 + len, addrs);
+	} else {
+		why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | (ip[1] & 3),
+			       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
+	}
 	if (why) {
 		count(why);
 		return punt();
@@ -1157,45 +1408,97 @@ static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *
 	if (routed)
 		route_hop(ip);
 	count_urrs(s, p, len);
+	if (tunnel6(p))
+		return into_tunnel6(ctx, s, p, k, frame, at, len, hdr + 20, c, addrs);
 	return into_tunnel(ctx, p, frame, at, len, hdr, peer, s->teid[k], c, addrs);
 }
 
-static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
+/* What the outer headers of a G-PDU to us say: the octets before the inner packet, the outer
+ * IP packet's, the TEID, and the QFI of its container (`has_qfi`). */
+struct outer {
+	__u32 hdr, total, teid, qfi;
+	int has_qfi;
+};
+
+/* The GTP-U header at `g` (`at` octets into the outer IP packet) of a message of `n` octets
+ * (the UDP payload) in the frame (`end`), as upf_dataplane::fast::gpdu_v4 takes it: a G-PDU
+ * whose length is `n`'s, without options or with exactly one one-word PDU Session Container
+ * (its QFI read), 24 octets of the inner packet readable. 1 with `o` filled but its `total`,
+ * else 0. */
+static __always_inline int gtpu_of(const __u8 *g, const void *end, __u32 n, __u32 at,
+				   struct outer *o)
+{
+	if (bpf_ntohs(*(__u16 *)(g + 2)) + 8 != n || g[1] != 0xff)
+		return 0;
+	o->teid = bpf_ntohl(*(__u32 *)(g + 4));
+	if (g[0] == 0x30) {
+		o->hdr = at + 8;
+		o->has_qfi = 0;
+		o->qfi = 0;
+		return 1;
+	}
+	if (g[0] == 0x34 && n >= 16 && (void *)(g + 16 + 24) <= end && g[11] == 0x85 &&
+	    g[12] == 1 && g[15] == 0 && g[13] >> 4 <= 1) {
+		o->hdr = at + 16;
+		o->has_qfi = 1;
+		o->qfi = g[14] & 0x3f;
+		return 1;
+	}
+	return 0;
+}
+
+/* A G-PDU in IPv4 (`d`, the frame `frame` octets from it): upf_dataplane::fast::gpdu_v4, and
+ * UDP to our GTP-U port at our N3 address. */
+static __always_inline int gpdu4(const __u8 *d, const void *end, __u32 frame, struct outer *o)
+{
+	__u32 total;
+
+	if ((void *)(d + 36 + 24) > end)
+		return 0;
+	total = bpf_ntohs(*(__u16 *)(d + 2));
+	if (total > frame || (bpf_ntohs(*(__u16 *)(d + 6)) & 0x3fff) != 0 ||
+	    bpf_ntohs(*(__u16 *)(d + 24)) + 20 != total || sum20((const __u16 *)d) != 0xffff)
+		return 0;
+	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
+		return 0;
+	o->total = total;
+	return gtpu_of(d + 28, end, total - 28, 28, o);
+}
+
+/* A G-PDU in IPv6 without extension headers to our N3 address and GTP-U port, its lengths
+ * consistent (as upf_wire::encap::decapsulate reads it, which checks no UDP checksum). */
+static __always_inline int gpdu6(const __u8 *d, const void *end, __u32 frame, struct outer *o)
+{
+	__u32 plen;
+
+	if (!has_n3_addr6 || (void *)(d + 56 + 24) > end)
+		return 0;
+	plen = bpf_ntohs(*(__u16 *)(d + 4));
+	if (d[0] >> 4 != 6 || d[6] != 17 || 40 + plen > frame)
+		return 0;
+	if (*(__u32 *)(d + 24) != n3_addr6[0] || *(__u32 *)(d + 28) != n3_addr6[1] ||
+	    *(__u32 *)(d + 32) != n3_addr6[2] || *(__u32 *)(d + 36) != n3_addr6[3])
+		return 0;
+	if (*(__u16 *)(d + 42) != bpf_htons(GTPU_PORT) || bpf_ntohs(*(__u16 *)(d + 44)) != plen)
+		return 0;
+	o->total = 40 + plen;
+	return gtpu_of(d + 48, end, plen - 8, 48, o);
+}
+
+/* A G-PDU whose outer headers (`o`) were read: its inner packet by the PDRs of its TEID. */
+static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame, const struct outer *o)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *d = data + sizeof(struct ethhdr);
-	__u32 total, hdr, qfi = 0, len;
-	int has_qfi = 0, why, i;
+	__u32 hdr = o->hdr, teid = o->teid, qfi = o->qfi, len;
+	int has_qfi = o->has_qfi, why, i;
 	struct flow fl;
 	struct session *s;
 	const struct shape *sh;
 	const struct pdr *p;
-	__u32 teid;
 	__u8 *ip, addrs[12];
 
-	if ((void *)(d + 36 + 24) > end)
-		return punt();
-	total = bpf_ntohs(*(__u16 *)(d + 2));
-	/* upf_dataplane::fast::gpdu_v4, and UDP to our GTP-U port at our address. */
-	if (total > frame || (bpf_ntohs(*(__u16 *)(d + 6)) & 0x3fff) != 0 ||
-	    bpf_ntohs(*(__u16 *)(d + 24)) + 20 != total ||
-	    bpf_ntohs(*(__u16 *)(d + 30)) + 36 != total || d[29] != 0xff ||
-	    sum20((const __u16 *)d) != 0xffff)
-		return punt();
-	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
-		return punt();
-	if (d[28] == 0x30) {
-		hdr = 36;
-	} else if (d[28] == 0x34 && total >= 44 && (void *)(d + 44 + 24) <= end &&
-		   d[39] == 0x85 && d[40] == 1 && d[43] == 0 && d[41] >> 4 <= 1) {
-		hdr = 44;
-		has_qfi = 1;
-		qfi = d[42] & 0x3f;
-	} else {
-		return punt();
-	}
-	teid = bpf_ntohl(*(__u32 *)(d + 32));
 	{
 		__u32 i = teid & direct_mask;
 		struct direct *d = bpf_map_lookup_elem(&uplink_direct, &i);
@@ -1203,10 +1506,10 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	}
 	if (!s)
 		return punt();
-	ip = d + hdr;
+	ip = d + (hdr & 127);
 	if ((void *)(ip + 24) > end)
 		return punt();
-	len = inner_len(ip, total - hdr);
+	len = inner_len(ip, o->total - hdr);
 	if (!len)
 		return punt();
 	sh = shape_of(s);
@@ -1224,8 +1527,9 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	if (why >= 0)
 		return drop(why);
 	/* The next hop before the QERs and URRs: a packet punted for want of one is policed
-	 * and counted by the workers, not here too. */
-	if (p->action == ACT_ENCAP) /* tunnel to tunnel (N3 to N9, N9 to N3): no routed hop */
+	 * and counted by the workers, not here too. Tunnel to tunnel (N3 to N9, N9 to N3): no
+	 * routed hop. */
+	if (p->action == ACT_ENCAP || p->action == ACT_ENCAP6)
 		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other target */
@@ -1250,7 +1554,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	end = (void *)(long)ctx->data_end;
 	if (data + sizeof(struct ethhdr) > end)
 		return drop(R_ENCAP_FAILED);
-	write_eth(data, addrs);
+	write_eth(data, addrs, 0);
 	return leave(ctx, PORT_N6);
 }
 
@@ -1294,7 +1598,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip, 1);
 	if (why >= 0)
 		return drop(why);
-	if (p->action != ACT_ENCAP)
+	if (p->action != ACT_ENCAP && p->action != ACT_ENCAP6)
 		return punt(); /* the adaptor compiles no other downlink target */
 	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1);
 }
@@ -1305,14 +1609,41 @@ static __always_inline int run(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	__u8 *ip = data + sizeof(*eth);
+	__u32 zero = 0, *shift;
+	struct outer o;
 	__u32 frame;
+	int rc;
 
-	if ((void *)(ip + 24) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if ((void *)(ip + 24) > end)
 		return punt();
 	frame = (__u32)(end - (void *)ip);
-	if (ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr)
-		return uplink_gpdu(ctx, frame);
-	return downlink_ip(ctx, frame);
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		if (!(ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr))
+			return downlink_ip(ctx, frame);
+		if (!gpdu4(ip, end, frame, &o))
+			return punt();
+	} else {
+		if (eth->h_proto != bpf_htons(ETH_P_IPV6_) || !gpdu6(ip, end, frame, &o))
+			return punt();
+		/* An IPv6 header is 20 octets longer than an IPv4 one without options: past
+		 * its first 20, the G-PDU is where an IPv4 one's would be, and runs as one (the
+		 * verifier prunes its states as the IPv4 ones'). Undone for a punt. */
+		shift = bpf_map_lookup_elem(&shifted, &zero);
+		if (!shift || bpf_xdp_adjust_head(ctx, 20))
+			return punt();
+		*shift = 1;
+		o.hdr -= 20;
+		o.total -= 20;
+		frame -= 20;
+	}
+	rc = uplink_gpdu(ctx, frame, &o);
+	shift = bpf_map_lookup_elem(&shifted, &zero);
+	if (shift && *shift) {
+		*shift = 0;
+		if (rc == XDP_PASS && bpf_xdp_adjust_head(ctx, -20))
+			return drop(R_ENCAP_FAILED); /* cannot fail: the 20 octets were there */
+	}
+	return rc;
 }
 
 SEC("xdp")

@@ -236,6 +236,8 @@ fn exits_on_veths() {
         sessions: 4,
         n3: Ipv4Addr::from(N3),
         n9: Ipv4Addr::from(N3),
+        n3_v6: None,
+        n9_v6: None,
         outer_ttl: 64,
         hops: None,
         acl: Default::default(),

@@ -361,6 +361,8 @@ fn xdp_engine(
         sessions,
         n3,
         n9: rt.pipeline.n9.v4.unwrap_or(n3),
+        n3_v6: rt.pipeline.n3.v6,
+        n9_v6: rt.pipeline.n9.v6,
         outer_ttl: rt.pipeline.outer_ttl,
         hops: None,
         acl: rt.pipeline.uplink_acl.clone(),
