@@ -1423,10 +1423,12 @@ struct outer {
 /* The GTP-U header at `g` (`at` octets into the outer IP packet) of a message of `n` octets
  * (the UDP payload) in the frame (`end`), as upf_dataplane::fast::gpdu_v4 takes it: a G-PDU
  * whose length is `n`'s, without options or with exactly one one-word PDU Session Container
- * (its QFI read), 24 octets of the inner packet readable. 1 with `o` filled but its `total`,
- * else 0. */
+ * (its QFI read), 24 octets of the inner packet readable. `general`: as upf_wire's decoder
+ * takes it (the reference's for IPv6), which also refuses a DL container whose PPP flag asks
+ * for a PPI octet the one word has no room for (the fast path reads its QFI). 1 with `o`
+ * filled but its `total`, else 0. */
 static __always_inline int gtpu_of(const __u8 *g, const void *end, __u32 n, __u32 at,
-				   struct outer *o)
+				   struct outer *o, int general)
 {
 	if (bpf_ntohs(*(__u16 *)(g + 2)) + 8 != n || g[1] != 0xff)
 		return 0;
@@ -1438,7 +1440,8 @@ static __always_inline int gtpu_of(const __u8 *g, const void *end, __u32 n, __u3
 		return 1;
 	}
 	if (g[0] == 0x34 && n >= 16 && (void *)(g + 16 + 24) <= end && g[11] == 0x85 &&
-	    g[12] == 1 && g[15] == 0 && g[13] >> 4 <= 1) {
+	    g[12] == 1 && g[15] == 0 && g[13] >> 4 <= 1 &&
+	    !(general && g[13] >> 4 == 0 && (g[14] & 0x80))) {
 		o->hdr = at + 16;
 		o->has_qfi = 1;
 		o->qfi = g[14] & 0x3f;
@@ -1462,11 +1465,12 @@ static __always_inline int gpdu4(const __u8 *d, const void *end, __u32 frame, st
 	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
 		return 0;
 	o->total = total;
-	return gtpu_of(d + 28, end, total - 28, 28, o);
+	return gtpu_of(d + 28, end, total - 28, 28, o, 0);
 }
 
 /* A G-PDU in IPv6 without extension headers to our N3 address and GTP-U port, its lengths
- * consistent (as upf_wire::encap::decapsulate reads it, which checks no UDP checksum). */
+ * consistent, as upf_wire::encap::decapsulate reads it (the reference has no fast path for
+ * IPv6; it checks no UDP checksum). */
 static __always_inline int gpdu6(const __u8 *d, const void *end, __u32 frame, struct outer *o)
 {
 	__u32 plen;
@@ -1482,7 +1486,7 @@ static __always_inline int gpdu6(const __u8 *d, const void *end, __u32 frame, st
 	if (*(__u16 *)(d + 42) != bpf_htons(GTPU_PORT) || bpf_ntohs(*(__u16 *)(d + 44)) != plen)
 		return 0;
 	o->total = 40 + plen;
-	return gtpu_of(d + 48, end, plen - 8, 48, o);
+	return gtpu_of(d + 48, end, plen - 8, 48, o, 1);
 }
 
 /* A G-PDU whose outer headers (`o`) were read: its inner packet by the PDRs of its TEID. */

@@ -468,7 +468,9 @@ fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u
         h[39] = 0x85;
         h[40] = 1;
         h[41] = if r.chance(4) { 0x00 } else { 0x10 }; // DL or UL PDU Session Information
-        h[42] = q;
+                                                       // The PPP flag of a DL container without its PPI octet: the reference's IPv4 fast
+                                                       // path reads the QFI all the same.
+        h[42] = q | if h[41] == 0 && r.chance(4) { 0x80 } else { 0 };
     }
     let c = checksum(&h[..20]);
     h[10..12].copy_from_slice(&c.to_be_bytes());
@@ -480,7 +482,9 @@ fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u
 
 /// A G-PDU in IPv6 for `teid` carrying `ip` as [`gpdu`], and whether the program claims its
 /// outer headers: to our N3 address (else to our N9 one), without extension headers (else a
-/// Destination Options header); its UDP checksum right, zero or wrong.
+/// Destination Options header), a DL container without the PPP flag (with it, it asks for a
+/// PPI octet the one word has no room for: upf_wire's decoder, the reference's for IPv6,
+/// refuses it; its IPv4 fast path reads the QFI); its UDP checksum right, zero or wrong.
 fn gpdu6(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> (Vec<u8>, bool) {
     let ext = if qfi.is_some() { 8 } else { 0 };
     let ulen = 16 + ext + ip.len() + pad;
@@ -492,11 +496,13 @@ fn gpdu6(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> (Vec
     u[9] = 0xff;
     u[10..12].copy_from_slice(&((ulen - 16) as u16).to_be_bytes());
     u[12..16].copy_from_slice(&teid.to_be_bytes());
+    let mut ppp = false;
     if let Some(q) = qfi {
         u[19] = 0x85;
         u[20] = 1;
         u[21] = if r.chance(4) { 0x00 } else { 0x10 };
-        u[22] = q;
+        ppp = u[21] == 0 && r.chance(4);
+        u[22] = q | if ppp { 0x80 } else { 0 };
     }
     u.extend_from_slice(ip);
     u.extend(std::iter::repeat_n(0u8, pad));
@@ -527,7 +533,7 @@ fn gpdu6(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> (Vec
     let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
     f.extend_from_slice(&h);
     f.extend_from_slice(&u);
-    (f, ours && !options)
+    (f, ours && !options && !ppp)
 }
 
 /// A frame and whether it is a valid one the program claims (must not be punted).
