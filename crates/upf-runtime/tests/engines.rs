@@ -44,6 +44,8 @@ fn engines(sessions: u32, mode: EngineMode) -> Engines {
         sessions,
         n3: UPF,
         n9: UPF,
+        n3_v6: None,
+        n9_v6: None,
         outer_ttl: 64,
         hops: Some(Hops { n3: none, n6: none }),
         acl: Default::default(),

@@ -7,13 +7,14 @@
  * is punted unchanged, counted by the FIB's answer. The adaptor (src/compile.rs) decides which
  * sessions may be here and fills the maps; src/lib.rs says what is claimed.
  *
- * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) + UDP to port 2152 at
- * our N3 address + a G-PDU without options, or with exactly one one-word PDU Session Container
+ * Uplink: Ethernet + IPv4 (no options, checksum right, not a fragment) or IPv6 (no extension
+ * headers; run as an IPv4 one past its first 20 octets) + UDP to port 2152 at our N3 address
+ * + a G-PDU without options, or with exactly one one-word PDU Session Container
  * (its QFI read), lengths consistent; the inner packet IPv4 without options, not a later
  * fragment, at least 24 octets (any protocol). Looked up by TEID; the PDRs of that TEID in precedence order (QFI, UE source
  * address); FAR drop, or forward to N6 with the outer headers stripped (inner TTL decremented).
  * Downlink: Ethernet + the same inner form to a UE address; its PDRs in order (UE destination
- * address); FAR drop, or forward into the GTP-U/UDP/IPv4 tunnel (inner TTL decremented; PSC
+ * address); FAR drop, or forward into the GTP-U/UDP/IPv4 or IPv6 tunnel (inner TTL decremented; PSC
  * with the QERs' QFI and RQI when they have one). QER gates and MBRs; URR volume and packet counts, volume quotas;
  * volume thresholds and quotas reached announced on the `crossings` ring buffer.
  * IPv6 inner packets (no extension header) are run the same way by `xdp_engine6`, which
@@ -38,6 +39,7 @@
 #define ACT_NO_TARGET 1 /* no_forwarding_target: FORW without a target (Access, no tunnel) */
 #define ACT_N6 2	/* strip GTP-U, forward the inner packet to N6 */
 #define ACT_ENCAP 3	/* forward into a GTP-U/UDP/IPv4 tunnel on N3 (N9 shares it) */
+#define ACT_ENCAP6 4	/* ... a GTP-U/UDP/IPv6 one (its peer in `peers6`) */
 
 #define PDR_UE 1	 /* match the UE address */
 #define PDR_UE_DST 2	 /* ... as the packet's destination (else its source) */
@@ -89,6 +91,12 @@ const volatile __u32 n3_addr = 0;
 /* Our N9 address (N9 shares N3's interface): the source of tunnels on N9. */
 const volatile __u32 n9_addr = 0;
 const volatile __u32 outer_ttl = 64;
+/* Our N3 and N9 IPv6 addresses (as in a header), when `has_n3_addr6` (N3's) and the adaptor
+ * compiles tunnels from N9's (it has one): G-PDUs in IPv6 are taken at N3's, IPv6 tunnels
+ * leave from them. */
+const volatile __u32 has_n3_addr6 = 0;
+const volatile __u32 n3_addr6[4] = {};
+const volatile __u32 n9_addr6[4] = {};
 /* Set for BPF_PROG_TEST_RUN, which cannot redirect: every forwarded packet gets the PDR's
  * fixed Ethernet addresses (`eth`) and XDP_TX, no FIB lookup. */
 const volatile __u32 fixed_hops = 0;
@@ -155,12 +163,21 @@ struct session {
 	__u32 shape; /* index in `shapes` */
 	__u32 ue;    /* its UE address (PDR_UE, SDF_UE_ASSIGNED), as in a header */
 	__u32 pad;
-	__u32 peer[MAX_PDRS]; /* ACT_ENCAP: each PDR's tunnel's far end, as in a header */
+	/* ACT_ENCAP: each PDR's tunnel's far end, as in a header; ACT_ENCAP6: its index in the
+	 * slot's `struct peers6` */
+	__u32 peer[MAX_PDRS];
 	__u32 teid[MAX_PDRS]; /* ... and its TEID, network order */
 };
 
 struct usage {
 	__u64 ul_bytes, ul_packets, dl_bytes, dl_packets;
+};
+
+/* A session's IPv6 tunnel peers (as in a header), apart from `struct session` so that it
+ * stays one cache line: read only for an IPv6 tunnel. */
+#define V6_PEERS 4
+struct peers6 {
+	__u32 a[V6_PEERS][4];
 };
 
 /* A QER's MBR in one direction: upf_dataplane::meter::TokenBucket, kept as its backlog in
@@ -362,6 +379,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct usage);
 } urrs SEC(".maps");
+
+/* Session slot → its IPv6 tunnel peers. Its size is set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct peers6);
+} peers6 SEC(".maps");
+
+/* 1 while an IPv6 G-PDU runs shifted (`run`), else 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} shifted SEC(".maps");
 
 /* Session slot → its MBR buckets. */
 struct {
@@ -1262,32 +1295,51 @@ static __always_inline int police(const struct session *s, const struct pdr *p, 
 	return why;
 }
 
-static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs, __u16 proto)
+/* The Ethernet header: addresses `addrs` (destination, source), IPv6 if `v6` else IPv4. */
+static __always_inline void write_eth(struct ethhdr *eth, const __u8 *addrs, int v6)
 {
 	__builtin_memcpy(eth->h_dest, addrs, 6);
 	__builtin_memcpy(eth->h_source, addrs + 6, 6);
-	eth->h_proto = bpf_htons(proto);
+	eth->h_proto = v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+}
+
+/* The answer of bpf_fib_lookup for `f` (all but the interface filled in) leaving by `port`:
+ * 0 with the Ethernet destination and source in `addrs`, else the stats index of why there
+ * is none (the packet is punted unchanged). An output lookup on the port's interface: the
+ * kernel's routes and neighbours, as the user-space engine sends. */
+static __always_inline int fib_answer(struct xdp_md *ctx, struct bpf_fib_lookup *f, __u32 port,
+				      __u8 *addrs)
+{
+	__u32 *ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
+	long rc;
+
+	if (!ifi || !*ifi)
+		return S_OTHER_INTERFACE;
+	f->ifindex = *ifi;
+	rc = bpf_fib_lookup(ctx, f, sizeof(*f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc < 0)
+		return S_FIB_ERROR;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
+	if (f->ifindex != *ifi)
+		return S_OTHER_INTERFACE;
+	__builtin_memcpy(addrs, f->dmac, 6);
+	__builtin_memcpy(addrs + 6, f->smac, 6);
+	return 0;
 }
 
 /* The next hop of an IPv4 packet (src, dst, proto, tos, ports as in a header, its total
- * length) leaving by `port`: 0 with the Ethernet destination and source in `addrs`, else the
- * stats index of why there is none (the packet is punted unchanged). An output lookup on the
- * port's interface: the kernel's routes and neighbours, as the user-space engine sends. */
+ * length) leaving by `port` (fib_answer; `p`'s fixed hop with fixed_hops). */
 static __always_inline int next_hop(struct xdp_md *ctx, const struct pdr *p, __u32 port,
 				    __u32 src, __u32 dst, __u8 proto, __u8 tos, __u16 sport,
 				    __u16 dport, __u32 tot_len, __u8 *addrs)
 {
 	struct bpf_fib_lookup f = {};
-	__u32 *ifi;
-	long rc;
 
 	if (fixed_hops) {
 		__builtin_memcpy(addrs, p->eth, 12);
 		return 0;
 	}
-	ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
-	if (!ifi || !*ifi)
-		return S_OTHER_INTERFACE;
 	f.family = AF_INET;
 	f.l4_protocol = proto;
 	f.sport = sport;
@@ -1296,55 +1348,35 @@ static __always_inline int next_hop(struct xdp_md *ctx, const struct pdr *p, __u
 	f.tos = tos;
 	f.ipv4_src = src;
 	f.ipv4_dst = dst;
-	f.ifindex = *ifi;
-	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc < 0)
-		return S_FIB_ERROR;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
-	if (f.ifindex != *ifi)
-		return S_OTHER_INTERFACE;
-	__builtin_memcpy(addrs, f.dmac, 6);
-	__builtin_memcpy(addrs + 6, f.smac, 6);
-	return 0;
+	return fib_answer(ctx, &f, port, addrs);
 }
 
-/* next_hop for an IPv6 packet (`src`, `dst` 16 octets each, as in a header; `flowinfo` its
- * first word's Traffic Class and flow label, as in a header). */
+/* The same for an IPv6 packet from `src` to `dst` (as in a header) of protocol `proto`,
+ * `flowinfo` its traffic class and flow label (as in a header), `tot_len` octets in all. */
 static __always_inline int next_hop6(struct xdp_md *ctx, const struct pdr *p, __u32 port,
-				     const __u8 *src, const __u8 *dst, __u8 proto, __u32 flowinfo,
-				     __u16 sport, __u16 dport, __u32 tot_len, __u8 *addrs)
+				     const volatile __u32 *src, const __u32 *dst, __u8 proto,
+				     __u32 flowinfo, __u16 sport, __u16 dport, __u32 tot_len,
+				     __u8 *addrs)
 {
 	struct bpf_fib_lookup f = {};
-	__u32 *ifi;
-	long rc;
+	int k;
 
 	if (fixed_hops) {
 		__builtin_memcpy(addrs, p->eth, 12);
 		return 0;
 	}
-	ifi = bpf_map_lookup_elem(&egress_ifindex, &port);
-	if (!ifi || !*ifi)
-		return S_OTHER_INTERFACE;
 	f.family = AF_INET6;
 	f.l4_protocol = proto;
 	f.sport = sport;
 	f.dport = dport;
 	f.tot_len = (__u16)tot_len;
 	f.flowinfo = flowinfo;
-	__builtin_memcpy(f.ipv6_src, src, 16);
-	__builtin_memcpy(f.ipv6_dst, dst, 16);
-	f.ifindex = *ifi;
-	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc < 0)
-		return S_FIB_ERROR;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return rc <= 9 ? S_FIB - 1 + (int)rc : S_FIB_ERROR;
-	if (f.ifindex != *ifi)
-		return S_OTHER_INTERFACE;
-	__builtin_memcpy(addrs, f.dmac, 6);
-	__builtin_memcpy(addrs + 6, f.smac, 6);
-	return 0;
+#pragma unroll
+	for (k = 0; k < 4; k++) {
+		f.ipv6_src[k] = src[k];
+		f.ipv6_dst[k] = dst[k];
+	}
+	return fib_answer(ctx, &f, port, addrs);
 }
 
 /* Sends the rewritten frame out of `port`: XDP_TX when that is the arriving interface (or
@@ -1386,6 +1418,37 @@ static __always_inline __u32 local_of(const struct pdr *p)
 	return (p->flags & PDR_ON_N9) ? n9_addr : n3_addr;
 }
 
+/* ... of its IPv6 tunnel. */
+static __always_inline const volatile __u32 *local6_of(const struct pdr *p)
+{
+	return (p->flags & PDR_ON_N9) ? n9_addr6 : n3_addr6;
+}
+
+/* The UDP header (checksum 0) and the GTP-U G-PDU header of a tunnel at `u`: `ulen` octets of
+ * UDP, TEID `teid` (network order); with `psc`, sequence and N-PDU 0, next extension 0x85,
+ * a one-word PDU Session Information `c`. */
+static __always_inline void write_udp_gtpu(__u8 *u, __u32 ulen, __u32 teid, int psc,
+					   const __u8 *c)
+{
+	*(__u16 *)(u + 0) = bpf_htons(GTPU_PORT);
+	*(__u16 *)(u + 2) = bpf_htons(GTPU_PORT);
+	*(__u16 *)(u + 4) = bpf_htons(ulen);
+	*(__u16 *)(u + 6) = 0;
+	u[9] = 0xff;
+	*(__u16 *)(u + 10) = bpf_htons(ulen - 16);
+	*(__u32 *)(u + 12) = teid;
+	if (psc) {
+		u[8] = 0x34;
+		*(__u32 *)(u + 16) = bpf_htonl(0x85);
+		u[20] = 1;
+		u[21] = c[0];
+		u[22] = c[1];
+		u[23] = 0;
+	} else {
+		u[8] = 0x30;
+	}
+}
+
 /* Puts the inner packet, `len` octets `at` octets after the Ethernet header of a frame of
  * `frame` octets, into `p`'s tunnel to `peer`/`teid` (network order) with a header of `hdr`
  * octets (44: container `c`), the Ethernet addresses `addrs`, and sends it out of N3
@@ -1410,7 +1473,7 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	h = data + sizeof(struct ethhdr);
 	if ((void *)(h + 44) > end)
 		return drop(R_ENCAP_FAILED);
-	write_eth(data, addrs, ETH_P_IP);
+	write_eth(data, addrs, 0);
 	id = bpf_map_lookup_elem(&ident, &zero);
 	if (!id)
 		return drop(R_ENCAP_FAILED);
@@ -1425,33 +1488,175 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	*(__u16 *)(h + 10) = 0;
 	*(__u32 *)(h + 12) = local_of(p);
 	*(__u32 *)(h + 16) = peer;
-	*(__u16 *)(h + 20) = bpf_htons(GTPU_PORT);
-	*(__u16 *)(h + 22) = bpf_htons(GTPU_PORT);
-	*(__u16 *)(h + 24) = bpf_htons(hdr - 20 + len);
-	*(__u16 *)(h + 26) = 0;
-	/* GTP-U G-PDU; with the container: sequence and N-PDU 0, next extension 0x85, a
-	 * one-word PDU Session Information. */
-	h[29] = 0xff;
-	*(__u16 *)(h + 30) = bpf_htons(hdr - 36 + len);
-	*(__u32 *)(h + 32) = teid;
-	if (hdr == 44) {
-		h[28] = 0x34;
-		*(__u32 *)(h + 36) = bpf_htonl(0x85);
-		h[40] = 1;
-		h[41] = c[0];
-		h[42] = c[1];
-		h[43] = 0;
-	} else {
-		h[28] = 0x30;
-	}
+	write_udp_gtpu(h + 20, hdr - 20 + len, teid, hdr == 44, c);
 	o = (__u16 *)h;
 	o[5] = ~sum20(o);
 	return leave(ctx, PORT_N3);
 }
 
+/* The one's-complement sum (`acc`, host-order words, unfolded) of `left` octets of the frame
+ * from `at` (from its start), by bpf_loop steps: 512 octets at a time (bpf_csum_diff's
+ * most), then 32, then 4, then the last 1 to 3 padded with zeros. `left` is 0 once done. */
+struct csum_walk {
+	struct xdp_md *ctx;
+	__u64 acc;
+	__u32 at, left;
+};
+
+#define CSUM_STEPS 160 /* 65,535 octets: 127 steps of 512, 15 of 32, 7 of 4, the rest */
+
+static long csum_step(__u64 n, struct csum_walk *w)
+{
+	void *data = (void *)(long)w->ctx->data;
+	void *end = (void *)(long)w->ctx->data_end;
+	__u8 *q = data + (w->at & 0x3fff);
+	__u32 t = 0;
+	__s64 r;
+
+	if (w->left >= 512) {
+		if ((void *)(q + 512) > end)
+			return 1;
+		r = bpf_csum_diff(0, 0, (__be32 *)q, 512, 0);
+		if (r < 0)
+			return 1;
+		w->acc += (__u32)r;
+		w->at += 512;
+		w->left -= 512;
+		return 0;
+	}
+	if (w->left >= 32) {
+		if ((void *)(q + 32) > end)
+			return 1;
+		r = bpf_csum_diff(0, 0, (__be32 *)q, 32, 0);
+		if (r < 0)
+			return 1;
+		w->acc += (__u32)r;
+		w->at += 32;
+		w->left -= 32;
+		return 0;
+	}
+	if (w->left >= 4) {
+		if ((void *)(q + 4) > end)
+			return 1;
+		w->acc += *(__u32 *)q;
+		w->at += 4;
+		w->left -= 4;
+		return 0;
+	}
+	if (w->left) {
+		if ((void *)(q + 1) > end)
+			return 1;
+		((__u8 *)&t)[0] = q[0];
+		if (w->left > 1) {
+			if ((void *)(q + 2) > end)
+				return 1;
+			((__u8 *)&t)[1] = q[1];
+		}
+		if (w->left > 2) {
+			if ((void *)(q + 3) > end)
+				return 1;
+			((__u8 *)&t)[2] = q[2];
+		}
+		w->acc += t;
+		w->left = 0;
+	}
+	return 1;
+}
+
+/* The Internet checksum of a sum of host-order words: its complement, folded; 0 is sent as
+ * 0xffff (UDP: RFC 768, RFC 8200 §8.1). Stored as it is, it is in network order. */
+static __always_inline __u16 udp_csum(__u64 acc)
+{
+	__u16 c;
+
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	c = (__u16)~fold((__u32)acc);
+	return c ? c : 0xffff;
+}
+
+/* The IPv6 peer of session `s`'s `k`th PDR's tunnel (its slot's `struct peers6`), or 0. */
+static __always_inline const __u32 *peer6_of(const struct session *s, __u32 k)
+{
+	__u32 slot = s->slot;
+	struct peers6 *ps = bpf_map_lookup_elem(&peers6, &slot);
+
+	return ps ? ps->a[s->peer[k & (MAX_PDRS - 1)] & (V6_PEERS - 1)] : 0;
+}
+
+/* into_tunnel for `p`'s IPv6 tunnel (the `k`th of session `s`), `hdr` 56 or 64 octets
+ * (upf_wire::encap::encapsulate_gtpu_v6: traffic class the marking with the inner ECN, flow
+ * label 0, hop limit outer_ttl; the UDP checksum over the pseudo-header and the datagram). */
+static __always_inline int into_tunnel6(struct xdp_md *ctx, const struct session *s,
+					const struct pdr *p, __u32 k, __u32 frame, __u32 at,
+					__u32 len, __u32 hdr, const __u8 *c, const __u8 *addrs,
+					__u8 ecn)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 127);
+	const volatile __u32 *src = local6_of(p);
+	const __u32 *peer = peer6_of(s, k);
+	__u32 ulen = hdr - 40 + len;
+	struct csum_walk w = {};
+	__u8 *h, tc;
+	__s64 r;
+	int j;
+
+	if (!peer || (void *)(ip + 2) > end)
+		return drop(R_ENCAP_FAILED);
+	tc = p->tos | ecn;
+	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
+		return drop(R_ENCAP_FAILED);
+	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	h = data + sizeof(struct ethhdr);
+	if ((void *)(h + 64) > end)
+		return drop(R_ENCAP_FAILED);
+	write_eth(data, addrs, 1);
+	*(__u32 *)h = bpf_htonl(0x60000000 | (__u32)tc << 20);
+	*(__u16 *)(h + 4) = bpf_htons(ulen);
+	h[6] = 17;
+	h[7] = outer_ttl;
+#pragma unroll
+	for (j = 0; j < 4; j++) {
+		*(__u32 *)(h + 8 + 4 * j) = src[j];
+		*(__u32 *)(h + 24 + 4 * j) = peer[j];
+	}
+	write_udp_gtpu(h + 40, ulen, s->teid[k & (MAX_PDRS - 1)], hdr == 64, c);
+	/* The pseudo-header: both addresses, the UDP length, the protocol. */
+	r = bpf_csum_diff(0, 0, (__be32 *)(h + 8), 32, 0);
+	if (r < 0)
+		return drop(R_ENCAP_FAILED);
+	w.acc = (__u32)r + (__u64)bpf_htonl(ulen) + bpf_htonl(17);
+	w.ctx = ctx;
+	w.at = sizeof(struct ethhdr) + 40;
+	w.left = ulen;
+	bpf_loop(CSUM_STEPS, csum_step, &w, 0);
+	if (w.left)
+		return drop(R_ENCAP_FAILED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	h = data + sizeof(struct ethhdr);
+	if ((void *)(h + 48) > end)
+		return drop(R_ENCAP_FAILED);
+	*(__u16 *)(h + 46) = udp_csum(w.acc);
+	return leave(ctx, PORT_N3);
+}
+
+/* Whether `p` forwards into an IPv6 tunnel: read again where it is needed, so that the
+ * verifier's states of the two kinds of tunnel are alike in between (and pruned as one). */
+static __always_inline int tunnel6(const struct pdr *p)
+{
+	return *(volatile const __u8 *)&p->action == ACT_ENCAP6;
+}
+
 /* The inner packet (`len` octets, `at` after the Ethernet header of a `frame`-octet frame,
  * IPv6 if `v6`, arrived with QFI `qfi` if `has_qfi`) of session `s`, forwarded by its `i`th
- * PDR `p` into its tunnel: the next hop first (none: punted, nothing charged), then the
+ * PDR `p` into its tunnel (IPv4 or IPv6): the next hop first (none: punted, nothing charged),
+ * then the
  * QERs and URRs, the routed hop if `routed` (from N6). */
 static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *s,
 				      const struct pdr *p, int i, __u32 frame, __u32 at, __u32 len,
@@ -1459,8 +1664,9 @@ static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u8 *ip = data + sizeof(struct ethhdr) + (at & 63);
+	__u8 *ip = data + sizeof(struct ethhdr) + (at & 127);
 	__u32 k = i & (MAX_PDRS - 1), peer = s->peer[k], hdr;
+	const __u32 *peer6;
 	__u8 addrs[12], c[2], ecn;
 	int why;
 
@@ -1469,8 +1675,17 @@ static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *
 	/* RFC 6040: the outer ECN is the inner's (steps::ecn_of). */
 	ecn = v6 ? (ip[1] >> 4) & 3 : ip[1] & 3;
 	hdr = container(p, has_qfi, qfi, c) ? 44 : 36;
-	why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | ecn, bpf_htons(GTPU_PORT),
-		       bpf_htons(GTPU_PORT), hdr + len, addrs);
+	if (tunnel6(p)) {
+		peer6 = peer6_of(s, k);
+		if (!peer6)
+			return punt();
+		why = next_hop6(ctx, p, PORT_N3, local6_of(p), peer6, 17,
+				bpf_htonl((__u32)(p->tos | ecn) << 20), bpf_htons(GTPU_PORT),
+				bpf_htons(GTPU_PORT), hdr + 20 + len, addrs);
+	} else {
+		why = next_hop(ctx, p, PORT_N3, local_of(p), peer, 17, p->tos | ecn,
+			       bpf_htons(GTPU_PORT), bpf_htons(GTPU_PORT), hdr + len, addrs);
+	}
 	if (why) {
 		count(why);
 		return punt();
@@ -1485,6 +1700,8 @@ static __always_inline int tunnel_out(struct xdp_md *ctx, const struct session *
 			route_hop(ip);
 	}
 	count_urrs(s, p, len);
+	if (tunnel6(p))
+		return into_tunnel6(ctx, s, p, k, frame, at, len, hdr + 20, c, addrs, ecn);
 	return into_tunnel(ctx, p, frame, at, len, hdr, peer, s->teid[k], c, addrs, ecn);
 }
 
@@ -1516,17 +1733,105 @@ static __always_inline int acl6(void)
 	return acl_judges_v6 ? -1 : (int)acl_default_deny;
 }
 
-/* The IPv6 inner packet of a G-PDU of session `s` (`hdr` octets of outer headers of
- * `total` octets, `qfi`: the QFI | 256 when the header has one), as uplink_gpdu does an
- * IPv4 one. */
-static __always_inline int uplink6(struct xdp_md *ctx, const struct session *s, __u32 total,
-			      __u32 hdr, __u32 qfi)
+/* What the outer headers of a G-PDU to us say: the octets before the inner packet, the outer
+ * IP packet's, the TEID, and the QFI of its container (`has_qfi`). */
+struct outer {
+	__u32 hdr, total, teid, qfi;
+	int has_qfi;
+};
+
+/* The GTP-U header at `g` (`at` octets into the outer IP packet) of a message of `n` octets
+ * (the UDP payload) in the frame (`end`), as upf_dataplane::fast::gpdu_v4 takes it: a G-PDU
+ * whose length is `n`'s, without options or with exactly one one-word PDU Session Container
+ * (its QFI read), 24 octets of the inner packet readable. `general`: as upf_wire's decoder
+ * takes it (the reference's for IPv6), which also refuses a DL container whose PPP flag asks
+ * for a PPI octet the one word has no room for (the fast path reads its QFI). 1 with `o`
+ * filled but its `total`, else 0. */
+static __always_inline int gtpu_of(const __u8 *g, const void *end, __u32 n, __u32 at,
+				   struct outer *o, int general)
+{
+	if (bpf_ntohs(*(__u16 *)(g + 2)) + 8 != n || g[1] != 0xff)
+		return 0;
+	o->teid = bpf_ntohl(*(__u32 *)(g + 4));
+	if (g[0] == 0x30) {
+		o->hdr = at + 8;
+		o->has_qfi = 0;
+		o->qfi = 0;
+		return 1;
+	}
+	if (g[0] == 0x34 && n >= 16 && (void *)(g + 16 + 24) <= end && g[11] == 0x85 &&
+	    g[12] == 1 && g[15] == 0 && g[13] >> 4 <= 1 &&
+	    !(general && g[13] >> 4 == 0 && (g[14] & 0x80))) {
+		o->hdr = at + 16;
+		o->has_qfi = 1;
+		o->qfi = g[14] & 0x3f;
+		return 1;
+	}
+	return 0;
+}
+
+/* A G-PDU in IPv4 (`d`, the frame `frame` octets from it): upf_dataplane::fast::gpdu_v4, and
+ * UDP to our GTP-U port at our N3 address. */
+static __always_inline int gpdu4(const __u8 *d, const void *end, __u32 frame, struct outer *o)
+{
+	__u32 total;
+
+	if ((void *)(d + 36 + 24) > end)
+		return 0;
+	total = bpf_ntohs(*(__u16 *)(d + 2));
+	if (total > frame || (bpf_ntohs(*(__u16 *)(d + 6)) & 0x3fff) != 0 ||
+	    bpf_ntohs(*(__u16 *)(d + 24)) + 20 != total || sum20((const __u16 *)d) != 0xffff)
+		return 0;
+	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
+		return 0;
+	o->total = total;
+	return gtpu_of(d + 28, end, total - 28, 28, o, 0);
+}
+
+/* A G-PDU in IPv6 without extension headers to our N3 address and GTP-U port, its lengths
+ * consistent, as upf_wire::encap::decapsulate reads it (the reference has no fast path for
+ * IPv6; it checks no UDP checksum). */
+static __always_inline int gpdu6(const __u8 *d, const void *end, __u32 frame, struct outer *o)
+{
+	__u32 plen;
+
+	if (!has_n3_addr6 || (void *)(d + 56 + 24) > end)
+		return 0;
+	plen = bpf_ntohs(*(__u16 *)(d + 4));
+	if (d[0] >> 4 != 6 || d[6] != 17 || 40 + plen > frame)
+		return 0;
+	if (*(__u32 *)(d + 24) != n3_addr6[0] || *(__u32 *)(d + 28) != n3_addr6[1] ||
+	    *(__u32 *)(d + 32) != n3_addr6[2] || *(__u32 *)(d + 36) != n3_addr6[3])
+		return 0;
+	if (*(__u16 *)(d + 42) != bpf_htons(GTPU_PORT) || bpf_ntohs(*(__u16 *)(d + 44)) != plen)
+		return 0;
+	o->total = 40 + plen;
+	return gtpu_of(d + 48, end, plen - 8, 48, o, 1);
+}
+
+/* The session of uplink TEID `teid`, or NULL. */
+static __always_inline struct session *session_of_teid(__u32 teid)
+{
+	__u32 i = teid & direct_mask;
+	struct direct *d = bpf_map_lookup_elem(&uplink_direct, &i);
+
+	return d && d->used && d->key == teid ? &d->s : bpf_map_lookup_elem(&uplink, &teid);
+}
+
+/* uplink_gpdu's answer for an IPv6 inner packet: run() hands the frame, as it came, to
+ * `xdp_engine6`. */
+#define RC_INNER6 100
+
+/* The IPv6 inner packet of a G-PDU whose outer headers (`o`) were read, as uplink_gpdu does
+ * an IPv4 one (in `xdp_engine6`: the outer headers as they came). */
+static __always_inline int uplink6(struct xdp_md *ctx, __u32 frame, const struct outer *o)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u8 *ip = data + sizeof(struct ethhdr) + (hdr & 63);
-	__u32 frame = (__u32)(end - data) - sizeof(struct ethhdr);
-	int has_qfi = qfi >> 8;
+	__u32 hdr = o->hdr, qfi = o->qfi;
+	__u8 *ip = data + sizeof(struct ethhdr) + (hdr & 127);
+	int has_qfi = o->has_qfi;
+	const struct session *s = session_of_teid(o->teid);
 	const struct shape *sh;
 	const struct pdr *p;
 	struct flow fl;
@@ -1534,10 +1839,11 @@ static __always_inline int uplink6(struct xdp_md *ctx, const struct session *s, 
 	__u32 len;
 	int why, i;
 
-	qfi &= 63;
+	if (!s)
+		return punt();
 	if ((void *)(ip + 48) > end)
 		return punt();
-	len = inner_len6(ip, total - hdr);
+	len = inner_len6(ip, o->total - hdr);
 	if (!len)
 		return punt();
 	sh = shape_of(s);
@@ -1560,12 +1866,13 @@ static __always_inline int uplink6(struct xdp_md *ctx, const struct session *s, 
 	why = verdict(p, ip[7], p->action == ACT_N6);
 	if (why >= 0)
 		return drop(why);
-	if (p->action == ACT_ENCAP)
+	if (p->action == ACT_ENCAP || p->action == ACT_ENCAP6)
 		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0, 1);
 	if (p->action != ACT_N6)
 		return punt();
-	why = next_hop6(ctx, p, PORT_N6, ip + 8, ip + 24, ip[6], *(__u32 *)ip & bpf_htonl(0x0fffffff),
-			*(__u16 *)(ip + 40), *(__u16 *)(ip + 42), len, addrs);
+	why = next_hop6(ctx, p, PORT_N6, (const __u32 *)(ip + 8), (const __u32 *)(ip + 24), ip[6],
+			*(__u32 *)ip & bpf_htonl(0x0fffffff), *(__u16 *)(ip + 40),
+			*(__u16 *)(ip + 42), len, addrs);
 	if (why) {
 		count(why);
 		return punt();
@@ -1575,89 +1882,33 @@ static __always_inline int uplink6(struct xdp_md *ctx, const struct session *s, 
 		return drop(why);
 	ip[7] -= 1;
 	count_urrs(s, p, len);
-	return to_n6(ctx, frame, hdr, len, addrs, ETH_P_IPV6);
+	return to_n6(ctx, frame, hdr, len, addrs, 1);
 }
 
-/* What the outer headers of a G-PDU say: its session, their length, the IPv4 total
- * length, the QFI of its PDU Session Container. */
-struct gpdu {
-	struct session *s;
-	__u32 total, hdr, qfi;
-	int has_qfi;
-};
-
-/* The outer headers of the G-PDU in a frame of `frame` octets (after Ethernet), of the form
- * the program claims, for a TEID it holds: 0 with `g` filled (the inner packet's first 24
- * octets checked readable), else -1 to punt it. */
-static __always_inline int gpdu_of(struct xdp_md *ctx, __u32 frame, struct gpdu *g)
+/* A G-PDU whose outer headers (`o`) were read: its inner packet by the PDRs of its TEID. */
+static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame, const struct outer *o)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *d = data + sizeof(struct ethhdr);
-	__u32 total, teid;
-	struct session *s;
-
-	g->qfi = 0;
-	g->has_qfi = 0;
-	if ((void *)(d + 36 + 24) > end)
-		return -1;
-	total = bpf_ntohs(*(__u16 *)(d + 2));
-	/* upf_dataplane::fast::gpdu_v4, and UDP to our GTP-U port at our address. */
-	if (total > frame || (bpf_ntohs(*(__u16 *)(d + 6)) & 0x3fff) != 0 ||
-	    bpf_ntohs(*(__u16 *)(d + 24)) + 20 != total ||
-	    bpf_ntohs(*(__u16 *)(d + 30)) + 36 != total || d[29] != 0xff ||
-	    sum20((const __u16 *)d) != 0xffff)
-		return -1;
-	if (*(__u32 *)(d + 16) != n3_addr || *(__u16 *)(d + 22) != bpf_htons(GTPU_PORT))
-		return -1;
-	if (d[28] == 0x30) {
-		g->hdr = 36;
-	} else if (d[28] == 0x34 && total >= 44 && (void *)(d + 44 + 24) <= end &&
-		   d[39] == 0x85 && d[40] == 1 && d[43] == 0 && d[41] >> 4 <= 1) {
-		g->hdr = 44;
-		g->has_qfi = 1;
-		g->qfi = d[42] & 0x3f;
-	} else {
-		return -1;
-	}
-	teid = bpf_ntohl(*(__u32 *)(d + 32));
-	{
-		__u32 i = teid & direct_mask;
-		struct direct *d = bpf_map_lookup_elem(&uplink_direct, &i);
-		s = d && d->used && d->key == teid ? &d->s : bpf_map_lookup_elem(&uplink, &teid);
-	}
-	if (!s)
-		return -1;
-	g->s = s;
-	g->total = total;
-	return 0;
-}
-
-static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	__u32 total, hdr, qfi, len;
-	int has_qfi, why, i;
+	__u32 hdr = o->hdr, teid = o->teid, qfi = o->qfi, len;
+	int has_qfi = o->has_qfi, why, i;
 	struct flow fl;
 	struct session *s;
 	const struct shape *sh;
 	const struct pdr *p;
-	struct gpdu g;
 	__u8 *ip, addrs[12];
 
-	if (gpdu_of(ctx, frame, &g))
+	s = session_of_teid(teid);
+	if (!s)
 		return punt();
-	s = g.s, total = g.total, hdr = g.hdr, qfi = g.qfi, has_qfi = g.has_qfi;
-	ip = data + sizeof(struct ethhdr) + (hdr & 63);
+	ip = d + (hdr & 127);
 	if ((void *)(ip + 24) > end)
 		return punt();
-	/* IPv6 inside: the program of its own (`xdp_engine6`), else punted. */
-	if (ip[0] >> 4 == 6) {
-		bpf_tail_call(ctx, &engine6, 0);
-		return punt();
-	}
-	len = inner_len(ip, total - hdr);
+	/* IPv6 inside: for the program of its own (`xdp_engine6`), the frame as it came. */
+	if (ip[0] >> 4 == 6)
+		return RC_INNER6;
+	len = inner_len(ip, o->total - hdr);
 	if (!len)
 		return punt();
 	sh = shape_of(s);
@@ -1675,8 +1926,9 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 	if (why >= 0)
 		return drop(why);
 	/* The next hop before the QERs and URRs: a packet punted for want of one is policed
-	 * and counted by the workers, not here too. */
-	if (p->action == ACT_ENCAP) /* tunnel to tunnel (N3 to N9, N9 to N3): no routed hop */
+	 * and counted by the workers, not here too. Tunnel to tunnel (N3 to N9, N9 to N3): no
+	 * routed hop. */
+	if (p->action == ACT_ENCAP || p->action == ACT_ENCAP6)
 		return tunnel_out(ctx, s, p, i, frame, hdr, len, has_qfi, qfi, 0, 0);
 	if (p->action != ACT_N6)
 		return punt(); /* the adaptor compiles no other target */
@@ -1691,7 +1943,7 @@ static __always_inline int uplink_gpdu(struct xdp_md *ctx, __u32 frame)
 		return drop(why);
 	route_hop(ip);
 	count_urrs(s, p, len);
-	return to_n6(ctx, frame, hdr, len, addrs, ETH_P_IP);
+	return to_n6(ctx, frame, hdr, len, addrs, 0);
 }
 
 static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
@@ -1734,7 +1986,7 @@ static __always_inline int downlink_ip(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip[8], 1);
 	if (why >= 0)
 		return drop(why);
-	if (p->action != ACT_ENCAP)
+	if (p->action != ACT_ENCAP && p->action != ACT_ENCAP6)
 		return punt(); /* the adaptor compiles no other downlink target */
 	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1, 0);
 }
@@ -1775,7 +2027,7 @@ static __always_inline int downlink_ip6(struct xdp_md *ctx, __u32 frame)
 	why = verdict(p, ip[7], 1);
 	if (why >= 0)
 		return drop(why);
-	if (p->action != ACT_ENCAP)
+	if (p->action != ACT_ENCAP && p->action != ACT_ENCAP6)
 		return punt(); /* the adaptor compiles no other downlink target */
 	return tunnel_out(ctx, s, p, i, frame, 0, len, 0, 0, 1, 1);
 }
@@ -1786,40 +2038,74 @@ static __always_inline int run(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	__u8 *ip = data + sizeof(*eth);
+	__u32 zero = 0, *shift;
+	struct outer o;
 	__u32 frame;
+	int rc;
 
 	if ((void *)(ip + 24) > end)
 		return punt();
 	frame = (__u32)(end - (void *)ip);
-	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		if (!(ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr))
+			return downlink_ip(ctx, frame);
+		if (!gpdu4(ip, end, frame, &o))
+			return punt();
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		/* Downlink IPv6: the program of its own. */
+		if (!gpdu6(ip, end, frame, &o)) {
+			bpf_tail_call(ctx, &engine6, 0);
+			return punt();
+		}
+		/* An IPv6 header is 20 octets longer than an IPv4 one without options: past
+		 * its first 20, the G-PDU is where an IPv4 one's would be, and runs as one (the
+		 * verifier prunes its states as the IPv4 ones'). Undone for a punt. */
+		shift = bpf_map_lookup_elem(&shifted, &zero);
+		if (!shift || bpf_xdp_adjust_head(ctx, 20))
+			return punt();
+		*shift = 1;
+		o.hdr -= 20;
+		o.total -= 20;
+		frame -= 20;
+	} else {
+		return punt();
+	}
+	rc = uplink_gpdu(ctx, frame, &o);
+	shift = bpf_map_lookup_elem(&shifted, &zero);
+	if (shift && *shift) {
+		*shift = 0;
+		if ((rc == XDP_PASS || rc == RC_INNER6) && bpf_xdp_adjust_head(ctx, -20))
+			return drop(R_ENCAP_FAILED); /* cannot fail: the 20 octets were there */
+	}
+	/* An IPv6 inner packet: the program of its own, the frame as it came. */
+	if (rc == RC_INNER6) {
 		bpf_tail_call(ctx, &engine6, 0);
 		return punt();
 	}
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
-		return punt();
-	if (ip[0] == 0x45 && ip[9] == 17 && *(__u32 *)(ip + 16) == n3_addr)
-		return uplink_gpdu(ctx, frame);
-	return downlink_ip(ctx, frame);
+	return rc;
 }
 
-/* What xdp_engine6 runs: a downlink IPv6 packet, or the IPv6 inner packet of a G-PDU. */
+/* What xdp_engine6 runs: a downlink IPv6 packet, or the IPv6 inner packet of a G-PDU (in
+ * IPv4 or IPv6). */
 static __always_inline int run6(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	__u8 *ip = data + sizeof(*eth);
-	struct gpdu g;
+	struct outer o;
 	__u32 frame;
 
 	if ((void *)(ip + 24) > end)
 		return punt();
 	frame = (__u32)(end - (void *)ip);
-	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
-		return downlink_ip6(ctx, frame);
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || gpdu_of(ctx, frame, &g))
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		if (!gpdu6(ip, end, frame, &o))
+			return downlink_ip6(ctx, frame);
+	} else if (eth->h_proto != bpf_htons(ETH_P_IP) || !gpdu4(ip, end, frame, &o)) {
 		return punt();
-	return uplink6(ctx, g.s, g.total, g.hdr, g.qfi | (__u32)g.has_qfi << 8);
+	}
+	return uplink6(ctx, frame, &o);
 }
 
 /* A punt (the only XDP_PASS of run and run6): on to the steering program of the arriving

@@ -77,6 +77,14 @@ pub struct Hops {
     pub n6: NextHop,
 }
 
+/// Which of our GTP-U interfaces have an IPv6 address (the engine's [`crate::Config`]): a
+/// tunnel to an IPv6 peer leaves from its side's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ipv6Locals {
+    pub n3: bool,
+    pub n9: bool,
+}
+
 /// What a matched PDR's FAR does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -86,13 +94,13 @@ pub enum Action {
     NoTarget,
     /// Uplink: outer headers stripped, the inner packet routed to N6.
     ToN6,
-    /// Into the GTP-U/UDP/IPv4 tunnel `teid` to `peer` on N3 (N9 shares it): a packet from
+    /// Into the GTP-U/UDP/IP tunnel `teid` to `peer` on N3 (N9 shares it): a packet from
     /// N6, or one from a tunnel with its outer headers stripped. `tos` is the outer DSCP <<
     /// 2 (Transport Level Marking); `qfi` and `rqi` the QERs' marks; `to_access`: a tunnel
     /// to the access side (DL container, the QERs' QFI first), else to the core (N9: UL
     /// container, the arriving QFI first); `on_n9`: from our N9 address.
     Encap {
-        peer: Ipv4Addr,
+        peer: IpAddr,
         teid: u32,
         tos: u8,
         qfi: Option<u8>,
@@ -293,8 +301,9 @@ pub struct Compiled {
     pub volqu: Vec<UrrId>,
 }
 
-/// Compiles `s` for the XDP engine, or says why it is punted.
-pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
+/// Compiles `s` for the XDP engine (`v6`: our interfaces with an IPv6 address), or says why
+/// it is punted.
+pub fn compile(s: &Session, hops: &Hops, v6: Ipv6Locals) -> Result<Compiled, Punt> {
     if s.inactivity_timer_s.is_some() {
         return Err(Punt::InactivityTimer);
     }
@@ -315,7 +324,7 @@ pub fn compile(s: &Session, hops: &Hops) -> Result<Compiled, Punt> {
     let mut routes: Vec<(Ipv4Addr, u8)> = Vec::new();
     let mut buckets = Vec::new();
     for p in pdrs {
-        let c = compile_pdr(s, p, hops, &mut buckets)?;
+        let c = compile_pdr(s, p, (hops, v6), &mut buckets)?;
         if let Some(a) = c.ue.and_then(|u| u.v4).filter(|a| !ues.contains(a)) {
             ues.push(a);
         }
@@ -412,7 +421,7 @@ fn urr_form(u: &upf_rules::Urr) -> Result<(), Punt> {
 fn compile_pdr(
     s: &Session,
     p: &Pdr,
-    hops: &Hops,
+    (hops, v6): (&Hops, Ipv6Locals),
     buckets: &mut Vec<CBucket>,
 ) -> Result<CPdr, Punt> {
     let pdi = &p.pdi;
@@ -544,7 +553,7 @@ fn compile_pdr(
     };
     let (action, hop) = match far {
         None => (Action::Drop, NextHop::default()),
-        Some(f) => far_action(f, uplink, gtp, strips, (qfi.map(|q| q.0), rqi), hops)?,
+        Some(f) => far_action(f, uplink, gtp, strips, (qfi.map(|q| q.0), rqi), (hops, v6))?,
     };
     let c = CPdr {
         id: p.id,
@@ -750,14 +759,15 @@ fn in_prefix(net: IpAddr, len: u8, a: Ipv4Addr) -> bool {
 /// What FAR `f` does with a PDR's packets (from the UE if `uplink`; arriving by a tunnel if
 /// `tunneled`, stripped if `strips`): uplink ones may go to N6; those from N6 into a tunnel
 /// to the access side; stripped ones into a tunnel either side (N3 to N9, N9 to N3), marked
-/// with `mark` (the QERs' QFI, RQI).
+/// with `mark` (the QERs' QFI, RQI); a tunnel to an IPv6 peer only from a side with an IPv6
+/// address of ours (`v6`).
 fn far_action(
     f: &Far,
     uplink: bool,
     tunneled: bool,
     strips: bool,
     (qfi, rqi): (Option<u8>, bool),
-    hops: &Hops,
+    (hops, v6): (&Hops, Ipv6Locals),
 ) -> Result<(Action, NextHop), Punt> {
     let a = f.action;
     if a.intersects(ApplyAction::BUFF | ApplyAction::NOCP) {
@@ -800,9 +810,10 @@ fn far_action(
             dest == Interface::Access
         } =>
         {
-            let IpAddr::V4(peer) = peer else {
-                return Err(Punt::Ipv6("tunnel"));
-            };
+            let on_n9 = fw.tunnels_on_n9();
+            if peer.is_ipv6() && !(if on_n9 { v6.n9 } else { v6.n3 }) {
+                return Err(Punt::Ipv6("a tunnel from a side without an IPv6 address"));
+            }
             let tos = fw.transport_level_marking.map_or(0, |(tos, _)| tos & 0xfc);
             Ok((
                 Action::Encap {
@@ -812,7 +823,7 @@ fn far_action(
                     qfi,
                     rqi,
                     to_access: dest == Interface::Access,
-                    on_n9: fw.tunnels_on_n9(),
+                    on_n9,
                 },
                 hops.n3,
             ))
@@ -840,6 +851,9 @@ mod tests {
             src: [2, 0, 0, 0, 0, 1],
         },
     };
+
+    /// Our N3 and N9 have IPv6 addresses.
+    const V6: Ipv6Locals = Ipv6Locals { n3: true, n9: true };
 
     fn pdi(uplink: bool, teid: u32) -> Pdi {
         let mut pdi = Pdi::any(if uplink {
@@ -923,7 +937,7 @@ mod tests {
             }]
             .into();
         }
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         let prefix: Ipv6Addr = "2001:db8:0:7::".parse().unwrap();
         assert_eq!(c.downlink.len(), 1);
         assert_eq!(c.downlink6.len(), 1);
@@ -944,7 +958,7 @@ mod tests {
 
     #[test]
     fn plain_session_compiles_to_a_teid_and_a_ue_address() {
-        let c = compile(&session(), &HOPS).unwrap();
+        let c = compile(&session(), &HOPS, V6).unwrap();
         assert_eq!(c.uplink.len(), 1);
         let (teid, ul) = &c.uplink[0];
         assert_eq!(*teid, 7);
@@ -965,7 +979,7 @@ mod tests {
         assert_eq!(
             dl[0].action,
             Action::Encap {
-                peer: GNB,
+                peer: IpAddr::V4(GNB),
                 teid: 0x55,
                 tos: 0,
                 qfi: Some(9),
@@ -996,7 +1010,7 @@ mod tests {
         p3.pdi.qfis = [Qfi(5)].into_iter().collect();
         p3.far = None;
         s.insert_pdr(p3).unwrap();
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         let ul = &c.uplink[0].1;
         assert_eq!(ul.iter().map(|p| p.id.0).collect::<Vec<_>>(), [3, 1]);
         assert_eq!(ul[0].qfis, 1 << 5);
@@ -1007,7 +1021,7 @@ mod tests {
         assert_eq!(
             dl.action,
             Action::Encap {
-                peer: GNB,
+                peer: IpAddr::V4(GNB),
                 teid: 0x55,
                 tos: 0xb8,
                 qfi: Some(9),
@@ -1036,7 +1050,7 @@ mod tests {
             },
         ]
         .into();
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         let f = &c.downlink[0].1[0].sdf;
         let any = CAddr::Net {
             net: Ipv4Addr::UNSPECIFIED,
@@ -1082,7 +1096,7 @@ mod tests {
             ..SdfFilter::default()
         }]
         .into();
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert!(c.downlink[0].1[0].sdf[0].never);
     }
 
@@ -1109,7 +1123,7 @@ mod tests {
         for id in [1, 2, 3] {
             s.pdr_mut(PdrId(id)).unwrap().qers = [QerId(1), QerId(2)].into_iter().collect();
         }
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         let tick = 1u64 << 24;
         assert_eq!(
             c.buckets,
@@ -1138,7 +1152,7 @@ mod tests {
             uplink_kbps: 1,
             downlink_kbps: 0,
         });
-        let b = compile(&s, &HOPS).unwrap().buckets[0];
+        let b = compile(&s, &HOPS, V6).unwrap().buckets[0];
         assert_eq!(b.depth, 12_000 * b.cost);
         // A modified rate keeps the tokens left: half of 16,000 bits at 8 kbit/s is half
         // of the 12,000-bit bucket at 1 kbit/s, 4,000 bits short of full.
@@ -1159,7 +1173,7 @@ mod tests {
         u2.method = MeasurementMethod::VOLUM;
         s.insert_urr(u2).unwrap();
         s.pdr_mut(PdrId(2)).unwrap().urrs = [UrrId(2)].into_iter().collect();
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert_eq!(c.quotas, vec![(UrrId(1), q)]);
         assert!(c.uplink[0].1[0].quota);
         assert!(!c.downlink[0].1[0].quota, "URR 2 has none");
@@ -1178,17 +1192,17 @@ mod tests {
         u.volume_threshold = Some(t);
         // Without VOLTH the threshold is not reported (UrrState::update): nothing counted
         // under the lock.
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert!(c.thresholds.is_empty());
         assert!(!c.uplink[0].1[0].quota && !c.downlink[0].1[0].quota);
         let u = s.urr_mut(UrrId(1)).unwrap();
         u.triggers = ReportingTriggers::VOLTH | ReportingTriggers::VOLQU;
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert_eq!(c.thresholds, vec![(UrrId(1), t)]);
         assert!(c.volqu.is_empty(), "VOLQU without a quota reports nothing");
         assert!(c.uplink[0].1[0].quota && c.downlink[0].1[0].quota);
         s.urr_mut(UrrId(1)).unwrap().volume_quota = Some(t);
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert_eq!(c.volqu, vec![UrrId(1)]);
     }
 
@@ -1201,11 +1215,61 @@ mod tests {
             .as_mut()
             .unwrap()
             .outer_header_creation = None;
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert_eq!(c.downlink[0].1[0].action, Action::NoTarget);
         s.far_mut(FarId(2)).unwrap().action = ApplyAction::DROP;
-        let c = compile(&s, &HOPS).unwrap();
+        let c = compile(&s, &HOPS, V6).unwrap();
         assert_eq!(c.downlink[0].1[0].action, Action::Drop);
+    }
+
+    #[test]
+    fn ipv6_peers_are_tunnels_from_our_ipv6_address_on_their_side() {
+        let gnb6: IpAddr = "2001:db8::100".parse().unwrap();
+        let upf6: IpAddr = "2001:db8:9::1".parse().unwrap();
+        let mut s = session();
+        let fw = s.far_mut(FarId(2)).unwrap().forwarding.as_mut().unwrap();
+        fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+            teid: Teid(0x55),
+            peer: gnb6,
+        });
+        // Uplink into another UPF's tunnel (N9) instead of to N6.
+        let mut n9 = Forwarding::to(Interface::Core);
+        n9.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+            teid: Teid(0x66),
+            peer: upf6,
+        });
+        s.far_mut(FarId(1)).unwrap().forwarding = Some(n9);
+        let c = compile(&s, &HOPS, V6).unwrap();
+        assert_eq!(
+            c.downlink[0].1[0].action,
+            Action::Encap {
+                peer: gnb6,
+                teid: 0x55,
+                tos: 0,
+                qfi: Some(9),
+                rqi: false,
+                to_access: true,
+                on_n9: false,
+            }
+        );
+        assert!(matches!(
+            c.uplink[0].1[0].action,
+            Action::Encap { peer, on_n9: true, to_access: false, .. } if peer == upf6
+        ));
+        // Without our IPv6 address on a tunnel's side, the session is the workers'.
+        let why = Err(Punt::Ipv6("a tunnel from a side without an IPv6 address"));
+        let n3_only = Ipv6Locals {
+            n3: true,
+            n9: false,
+        };
+        assert_eq!(compile(&s, &HOPS, n3_only), why);
+        s.far_mut(FarId(1)).unwrap().forwarding = Some(Forwarding::to(Interface::Core));
+        assert!(compile(&s, &HOPS, n3_only).is_ok());
+        let n9_only = Ipv6Locals {
+            n3: false,
+            n9: true,
+        };
+        assert_eq!(compile(&s, &HOPS, n9_only), why);
     }
 
     #[test]
@@ -1302,7 +1366,7 @@ mod tests {
                         peer: "2001:db8::1".parse().unwrap(),
                     })
                 },
-                Punt::Ipv6("tunnel"),
+                Punt::Ipv6("a tunnel from a side without an IPv6 address"),
             ),
             (
                 |s| s.urr_mut(UrrId(1)).unwrap().triggers = ReportingTriggers::START,
@@ -1356,7 +1420,8 @@ mod tests {
         for (i, (change, why)) in cases.iter().enumerate() {
             let mut s = session();
             change(&mut s);
-            assert_eq!(compile(&s, &HOPS), Err(*why), "case {i}");
+            let none = Ipv6Locals::default();
+            assert_eq!(compile(&s, &HOPS, none), Err(*why), "case {i}");
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use crate::acl;
 use crate::compile::{
-    compile, Action, CAddr, CAddr6, CBucket, CEnd6, CPdr, CSdf6, CSide, Compiled, Hops, NextHop,
-    Punt, MAX_PDRS, MAX_PDR_MBRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
+    compile, Action, CAddr, CAddr6, CBucket, CEnd6, CPdr, CSdf6, CSide, Compiled, Hops, Ipv6Locals,
+    NextHop, Punt, MAX_PDRS, MAX_PDR_MBRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
 };
 use crate::keys::{Keys, SessionValue, SESSION_LEN};
 use crate::{Reason, Unrouted, URR_SLOTS};
@@ -16,7 +16,7 @@ use aya::programs::{ProgramFd, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use upf_dataplane::Acl;
@@ -53,6 +53,10 @@ struct Shape {
     v6: Option<Box<Shape6Value>>,
 }
 const _: () = assert!(SESSION_LEN == 16 + 8 * MAX_PDRS);
+/// IPv6 tunnel peers of one session (`struct peers6`: one cache line).
+pub const V6_PEERS: usize = 4;
+/// A session's IPv6 tunnel peers by their index in `struct peers6`.
+type Peers6 = [Option<Ipv6Addr>; V6_PEERS];
 /// Distinct PDR lists (shapes) the engine holds at most, and per session it is sized for.
 const MAX_SHAPES: u32 = 16_384;
 /// `struct usage`: uplink octets and packets, downlink octets and packets.
@@ -116,6 +120,12 @@ pub struct Config {
     /// Our N9 GTP-U address (`PipelineConfig::n9`; N3's when N9 has none of its own):
     /// tunnels on N9 leave from it, by N3's interface.
     pub n9: Ipv4Addr,
+    /// Our N3 IPv6 GTP-U address (`PipelineConfig::n3.v6`): G-PDUs in IPv6 are taken at it,
+    /// IPv6 tunnels leave from it. None: both are the workers'.
+    pub n3_v6: Option<Ipv6Addr>,
+    /// Our N9 IPv6 GTP-U address (`PipelineConfig::n9.v6`): IPv6 tunnels on N9 leave from
+    /// it. None: they are the workers'.
+    pub n9_v6: Option<Ipv6Addr>,
     /// TTL of the outer headers written (`PipelineConfig::outer_ttl`).
     pub outer_ttl: u8,
     /// `None`: forwarded packets leave by the DEVMAP to their port's interface with the
@@ -206,6 +216,8 @@ struct Held {
     /// generation of its `struct arm`, the `seen` of its last report and what was counted
     /// elsewhere since.
     reports: [Reports; URR_SLOTS],
+    /// Its IPv6 tunnel peers (`struct peers6`).
+    peers6: Peers6,
 }
 
 /// What a URR slot reports from the program, and its arming (`struct arm`).
@@ -319,6 +331,17 @@ impl Engine {
             .map_max_entries("acl_entries", at_least_one(acl.entries.len()))
             .override_global("n3_addr", &n3, true)
             .override_global("n9_addr", &u32::from_ne_bytes(cfg.n9.octets()), true)
+            .override_global("has_n3_addr6", &u32::from(cfg.n3_v6.is_some()), true)
+            .override_global(
+                "n3_addr6",
+                &cfg.n3_v6.unwrap_or(Ipv6Addr::UNSPECIFIED).octets(),
+                true,
+            )
+            .override_global(
+                "n9_addr6",
+                &cfg.n9_v6.unwrap_or(Ipv6Addr::UNSPECIFIED).octets(),
+                true,
+            )
             .override_global("outer_ttl", &ttl, true)
             .override_global("fixed_hops", &fixed, true)
             .override_global("direct_mask", &direct_mask, true)
@@ -326,6 +349,7 @@ impl Engine {
             .map_max_entries("downlink", entries(MAX_UES)?)
             .map_max_entries("urrs", entries(URR_SLOTS)?)
             .map_max_entries("qos", n)
+            .map_max_entries("peers6", n)
             .map_max_entries("arms", entries(URR_SLOTS)?)
             .map_max_entries("shapes", shape_capacity(n))
             .map_max_entries("shapes6", shape_capacity(n))
@@ -464,7 +488,11 @@ impl Engine {
     /// `s` compiled, its URR slots and its keys' shapes, if the engine can take it.
     fn admit(&self, s: &Session) -> Result<Plan, InstallError> {
         let none = NextHop::default();
-        let c = compile(s, &self.cfg.hops.unwrap_or(Hops { n3: none, n6: none }))?;
+        let v6 = Ipv6Locals {
+            n3: self.cfg.n3_v6.is_some(),
+            n9: self.cfg.n9_v6.is_some(),
+        };
+        let c = compile(s, &self.cfg.hops.unwrap_or(Hops { n3: none, n6: none }), v6)?;
         for (t, _) in &c.uplink {
             if self.teids.get(t).is_some_and(|o| *o != c.seid) {
                 return Err(InstallError::Conflict(format!("TEID {t:#x}")));
@@ -507,21 +535,26 @@ impl Engine {
                 fresh.push(i);
             }
         }
+        let old_peers = self
+            .held
+            .get(&c.seid)
+            .map_or([None; V6_PEERS], |h| h.peers6);
+        let peers6 = lay_out_peers(&old_peers, &c)?;
         let mut keys = Vec::new();
         for (t, pdrs) in &c.uplink {
             let ue = pdrs.iter().find_map(|p| p.ue.and_then(|u| u.v4));
-            keys.push(keyed(Key::Teid(*t), ue, pdrs, &urrs)?);
+            keys.push(keyed(Key::Teid(*t), ue, pdrs, &urrs, &peers6)?);
         }
         for (a, pdrs) in &c.downlink {
-            keys.push(keyed(Key::Ue(*a), Some(*a), pdrs, &urrs)?);
+            keys.push(keyed(Key::Ue(*a), Some(*a), pdrs, &urrs, &peers6)?);
         }
         let ue = c.downlink.first().map(|(a, _)| *a);
         // IPv6 packets look at no IPv4 address (PDR_NEVER does not apply to them).
         for (a, pdrs) in &c.downlink6 {
-            keys.push(keyed(Key::Ue6(*a), ue, pdrs, &urrs)?);
+            keys.push(keyed(Key::Ue6(*a), ue, pdrs, &urrs, &peers6)?);
         }
         for (r, pdrs) in &c.routes {
-            keys.push(keyed(Key::Route(*r), ue, pdrs, &urrs)?);
+            keys.push(keyed(Key::Route(*r), ue, pdrs, &urrs, &peers6)?);
         }
         let new: Vec<&Shape> = keys
             .iter()
@@ -538,6 +571,7 @@ impl Engine {
             urrs,
             fresh,
             keys,
+            peers6: (peers6, old_peers),
         })
     }
 
@@ -581,6 +615,7 @@ impl Engine {
             urrs,
             fresh,
             keys,
+            peers6,
         } = self.admit(s)?;
         let old = self.held.get(&c.seid).map(|h| {
             (
@@ -639,6 +674,7 @@ impl Engine {
             r.gen = before.map_or(0, |o| o.gen).wrapping_add(1).max(1);
         }
         self.write_arms(slot, &reports)?;
+        self.write_peers6(slot, peers6)?;
         if let Some((a, _)) = c.downlink6.first() {
             self.set_ue6(slot, *a)?;
         }
@@ -715,6 +751,7 @@ impl Engine {
             buckets: c.buckets.clone(),
             quotas: c.quotas.clone(),
             reports,
+            peers6: peers6.0,
         };
         self.slot_seid.insert(slot, c.seid);
         for &t in &held.teids {
@@ -877,6 +914,26 @@ impl Engine {
             })
             .collect();
         Ok(QosState { buckets, quotas })
+    }
+
+    /// Writes slot `slot`'s `struct peers6`: the new peers (`peers.0`), and where it has none
+    /// at an index, the old one's (`peers.1`), for a packet still on its way with the
+    /// session's keys before. Nothing when neither has any (IPv4 tunnels only).
+    fn write_peers6(&mut self, slot: u32, peers: (Peers6, Peers6)) -> io::Result<()> {
+        let (new, old) = peers;
+        if new.iter().chain(&old).all(Option::is_none) {
+            return Ok(());
+        }
+        let mut v = [[0u8; 16]; V6_PEERS];
+        for (i, a) in v.iter_mut().enumerate() {
+            if let Some(p) = new[i].or(old[i]) {
+                *a = p.octets();
+            }
+        }
+        let mut m: Array<&mut MapData, [[u8; 16]; V6_PEERS]> =
+            Array::try_from(self.map("peers6")?).map_err(map_err("peers6 map"))?;
+        m.set(slot, v, 0)
+            .map_err(map_err("writing IPv6 tunnel peers"))
     }
 
     /// Writes slot `slot`'s `struct arm`s (none when it has no reports and had none).
@@ -1475,6 +1532,7 @@ fn encode_shape(
             Action::NoTarget => 1,
             Action::ToN6 => 2,
             Action::Encap {
+                peer,
                 tos,
                 qfi,
                 rqi,
@@ -1493,7 +1551,12 @@ fn encode_shape(
                 if on_n9 {
                     flags |= 128;
                 }
-                3
+                // ACT_ENCAP, ACT_ENCAP6.
+                if peer.is_ipv6() {
+                    4
+                } else {
+                    3
+                }
             }
         };
         b[20] = flags;
@@ -1645,8 +1708,9 @@ struct KeyPlan {
     key: Key,
     shape: Shape,
     ue: Option<Ipv4Addr>,
-    /// Each PDR's tunnel (far end, TEID) when it forwards into one.
-    tunnels: [(Ipv4Addr, u32); MAX_PDRS],
+    /// Each PDR's tunnel when it forwards into one: its far end (an IPv4 address as in a
+    /// header; an IPv6 one's index in `struct peers6`), its TEID.
+    tunnels: [([u8; 4], u32); MAX_PDRS],
 }
 
 impl KeyPlan {
@@ -1659,7 +1723,7 @@ impl KeyPlan {
             v[8..12].copy_from_slice(&a.octets());
         }
         for (i, (peer, teid)) in self.tunnels.iter().enumerate() {
-            v[16 + 4 * i..20 + 4 * i].copy_from_slice(&peer.octets());
+            v[16 + 4 * i..20 + 4 * i].copy_from_slice(peer);
             let t = 16 + 4 * MAX_PDRS + 4 * i;
             v[t..t + 4].copy_from_slice(&teid.to_be_bytes());
         }
@@ -1667,17 +1731,27 @@ impl KeyPlan {
     }
 }
 
-/// The plan of `key` (its UE address `ue`) with `pdrs`.
+/// The plan of `key` (its UE address `ue`) with `pdrs`, the session's IPv6 tunnel peers at
+/// their indices in `peers6`.
 fn keyed(
     key: Key,
     ue: Option<Ipv4Addr>,
     pdrs: &[CPdr],
     urrs: &[Option<UrrId>; URR_SLOTS],
+    peers6: &Peers6,
 ) -> Result<KeyPlan, Punt> {
-    let mut tunnels = [(Ipv4Addr::UNSPECIFIED, 0); MAX_PDRS];
+    let mut tunnels = [([0; 4], 0); MAX_PDRS];
     for (t, p) in tunnels.iter_mut().zip(pdrs) {
         if let Action::Encap { peer, teid, .. } = p.action {
-            *t = (peer, teid);
+            let far = match peer {
+                IpAddr::V4(a) => a.octets(),
+                IpAddr::V6(a) => {
+                    let i = (peers6.iter().position(|p| *p == Some(a)))
+                        .ok_or(Punt::TooMany("IPv6 tunnel peers"))?;
+                    u32::try_from(i).unwrap_or(0).to_ne_bytes()
+                }
+            };
+            *t = (far, teid);
         }
     }
     Ok(KeyPlan {
@@ -1696,6 +1770,47 @@ struct Plan {
     /// URR slots that are new (their counters zeroed).
     fresh: Vec<usize>,
     keys: Vec<KeyPlan>,
+    /// The session's IPv6 tunnel peers, and those it had.
+    peers6: (Peers6, Peers6),
+}
+
+/// The IPv6 tunnel peers of `c` at their indices in `struct peers6`: a peer the session had
+/// (`old`) keeps its index, a new one takes one no peer had if there is one (a packet still
+/// on its way with the old keys finds the old peer at its index), else any free one.
+fn lay_out_peers(old: &Peers6, c: &Compiled) -> Result<Peers6, Punt> {
+    let lists = (c.uplink.iter().map(|(_, v)| v))
+        .chain(c.downlink.iter().map(|(_, v)| v))
+        .chain(c.downlink6.iter().map(|(_, v)| v))
+        .chain(c.routes.iter().map(|(_, v)| v));
+    let mut want: Vec<Ipv6Addr> = Vec::new();
+    for p in lists.flatten() {
+        if let Action::Encap {
+            peer: IpAddr::V6(a),
+            ..
+        } = p.action
+        {
+            if !want.contains(&a) {
+                want.push(a);
+            }
+        }
+    }
+    let mut new: Peers6 = [None; V6_PEERS];
+    for a in &want {
+        if let Some(i) = old.iter().position(|o| *o == Some(*a)) {
+            new[i] = Some(*a);
+        }
+    }
+    for a in want {
+        if new.contains(&Some(a)) {
+            continue;
+        }
+        let free = |i: &usize| new[*i].is_none();
+        let i = ((0..V6_PEERS).find(|i| free(i) && old[*i].is_none()))
+            .or_else(|| (0..V6_PEERS).find(free))
+            .ok_or(Punt::TooMany("IPv6 tunnel peers"))?;
+        new[i] = Some(a);
+    }
+    Ok(new)
 }
 
 /// Shapes for `sessions`: two keys each at most, within [`MAX_SHAPES`].
@@ -1769,5 +1884,77 @@ impl Ids {
     /// Free after the quarantine.
     fn retire(&mut self, id: u32) {
         self.retired.push_back((Instant::now(), id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encap(peer: &str) -> CPdr {
+        CPdr {
+            id: upf_rules::PdrId(1),
+            qfis: 0,
+            ue: None,
+            routes: Vec::new(),
+            uplink: false,
+            gate_shut: false,
+            action: Action::Encap {
+                peer: peer.parse().unwrap(),
+                teid: 1,
+                tos: 0,
+                qfi: None,
+                rqi: false,
+                to_access: true,
+                on_n9: false,
+            },
+            urrs: Vec::new(),
+            hop: NextHop::default(),
+            sdf: Vec::new(),
+            sdf6: Vec::new(),
+            mbrs: Vec::new(),
+            quota: false,
+        }
+    }
+
+    fn compiled(peers: &[&str]) -> Compiled {
+        Compiled {
+            seid: Seid(1),
+            uplink: vec![(7, peers.iter().map(|p| encap(p)).collect())],
+            downlink: Vec::new(),
+            downlink6: Vec::new(),
+            routes: Vec::new(),
+            urrs: Vec::new(),
+            buckets: Vec::new(),
+            quotas: Vec::new(),
+            thresholds: Vec::new(),
+            volqu: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn ipv6_peers_keep_their_index_and_new_ones_take_unused_ones() {
+        let a = |s: &str| Some(s.parse::<Ipv6Addr>().unwrap());
+        let none = [None; V6_PEERS];
+        let first = lay_out_peers(
+            &none,
+            &compiled(&["2001:db8::1", "192.0.2.1", "2001:db8::2"]),
+        );
+        assert_eq!(first, Ok([a("2001:db8::1"), a("2001:db8::2"), None, None]));
+        // ::1 goes, ::3 comes: ::2 stays at 1, ::3 takes 2 (not 0, where a packet on its way
+        // may still find ::1).
+        let second = lay_out_peers(&first.unwrap(), &compiled(&["2001:db8::3", "2001:db8::2"]));
+        assert_eq!(second, Ok([None, a("2001:db8::2"), a("2001:db8::3"), None]));
+        let five = [
+            "2001:db8::1",
+            "2001:db8::2",
+            "2001:db8::3",
+            "2001:db8::4",
+            "2001:db8::5",
+        ];
+        assert_eq!(
+            lay_out_peers(&none, &compiled(&five)),
+            Err(Punt::TooMany("IPv6 tunnel peers"))
+        );
     }
 }

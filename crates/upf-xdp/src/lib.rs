@@ -8,14 +8,16 @@
 //!
 //! What the program claims (held to the `Pipeline` by `tests/differential.rs`):
 //! - uplink: Ethernet, IPv4 without options (checksum right, not a fragment) to the N3
-//!   address, UDP to port 2152, a G-PDU without options or with exactly one one-word PDU
-//!   Session Container (its QFI read), lengths consistent; the inner packet IPv4 without
+//!   address, or IPv6 without extension headers to the N3 IPv6 address ([`Config::n3_v6`];
+//!   its UDP checksum not looked at, as the reference's `decapsulate` does not), UDP to port
+//!   2152, a G-PDU without options or with exactly one one-word PDU Session Container (its
+//!   QFI read), lengths consistent; the inner packet IPv4 without
 //!   options, not a later fragment, at least 24 octets, of any protocol (ports: TCP, UDP,
 //!   SCTP and UDP-Lite's; an ICMP echo's identifier as both; none, 0, for the rest, and a
 //!   port-range filter then matches only if its range holds 0); a TEID the engine holds;
 //! - downlink: Ethernet, the same inner form to a UE address the engine holds, else in the
 //!   longest Framed Route it holds (an LPM trie; a route is one session's);
-//! - IPv6 inner packets, both ways, by a second program tail-called for them
+//! - IPv6 inner packets (in IPv4 or IPv6 tunnels), both ways, by a second program tail-called for them
 //!   (`xdp_engine6`, so that each stays within the verifier's limits): no extension
 //!   header, at least 8 octets of payload (ports, an ICMPv6 echo's identifier, an ESP SPI;
 //!   Traffic Class and flow label read); downlink found by the /64 of the destination (a
@@ -29,10 +31,13 @@
 //!   then that address, as the reference reads it) and up to 4 SDF filters each (protocol, ToS, addresses with masks
 //!   and negation, one port range a side, an ESP packet's SPI; a flow label matches none);
 //! - FAR drop (`far_drop`), forward without a target (`no_forwarding_target`), forward to N6
-//!   with the outer headers removed, or into a GTP-U/UDP/IPv4 tunnel from the N3 address
-//!   (from N6 to the gNB) or, the outer headers removed, from the N3 or N9 address to the
-//!   gNB or another UPF (N9 leaves by N3's interface; no routed hop, as the reference);
-//!   Transport Level Marking, ECN copied, PSC with the QERs' QFI and RQI to the access
+//!   with the outer headers removed, or into a GTP-U/UDP/IPv4 or GTP-U/UDP/IPv6 tunnel from
+//!   the N3 address (from N6 to the gNB) or, the outer headers removed, from the N3 or N9
+//!   address to the gNB or another UPF (N9 leaves by N3's interface; no routed hop, as the
+//!   reference); an IPv6 one from our IPv6 address on its side (none: the session is
+//!   punted), as `upf_wire::encap::encapsulate_gtpu_v6` writes it (hop limit the outer TTL,
+//!   flow label 0, the UDP checksum over the pseudo-header and the whole datagram); Transport
+//!   Level Marking, ECN copied, PSC with the QERs' QFI and RQI to the access
 //!   side (else the arriving QFI), an UL container with the arriving QFI first to the core;
 //! - the uplink ACL on packets from the UE, after classification (`acl_denied`): the
 //!   tables `upf_dataplane::Acl` compiles, probed as `Acl::check4` probes them (src/acl.rs);
@@ -66,14 +71,18 @@
 //! The maps, for many sessions: a key (TEID, UE address) finds its session's own 48 octets
 //! (slot, UE address, each PDR's tunnel, the index of its PDR list) in a direct-mapped array
 //! entry, one cache line, or behind it in a hash map (`keys`); the PDR lists are interned
-//! (shapes), so sessions of one policy share them and they stay in cache.
+//! (shapes), so sessions of one policy share them and they stay in cache. An IPv6 tunnel's
+//! far end is in the session slot's own entry of `peers6` (up to [`V6_PEERS`] a session),
+//! read only for such a tunnel. An IPv6 G-PDU runs, past the first 20 octets of its header,
+//! as an IPv4 one (so that the verifier's states of the two are pruned as one).
 //!
 //! Not here yet (punted): inner packets shorter than 24 octets or later fragments,
 //! IPv4 options, VLAN tags, unknown TEIDs and UE addresses, GTP-U signalling, SDF filters
-//! with more than one port range a side, IPv6 outer headers, UE prefixes other than a /64,
-//! IPv6 Framed Routes, IPv6 packets with extension headers or judged by ACL rules, Framed
-//! Routes of a session with two UE addresses or whose SDF prefixes tell the UE address
-//! from a routed one, GBR, packet
+//! with more than one port range a side, UE prefixes other than a /64, IPv6 Framed Routes,
+//! IPv6 packets with extension headers or judged by ACL rules, G-PDUs in IPv6 with extension
+//! headers or to the N9 address (and in IPv4 to the N9 address), IPv6 tunnels without our
+//! IPv6 address on their side, Framed Routes of a session with two UE addresses or whose SDF
+//! prefixes tell the UE address from a routed one, GBR, packet
 //! rates, QER Correlation IDs (rates shared between sessions), URR time thresholds and quotas,
 //! triggers other than periodic and volume ones, Quota Action FARs, buffering,
 //! duplication, tunnels in tunnels, times. Network Instances are not looked at: the engine
@@ -87,12 +96,13 @@ mod keys;
 
 pub use acl::ACL_TABLES;
 pub use compile::{
-    compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, NextHop, Punt, MAX_PDRS,
-    MAX_PDR_MBRS, MAX_PDR_URRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS, URR_SLOTS,
+    compile, Action, CAddr, CBucket, CPdr, CSdf, CSide, Compiled, Hops, Ipv6Locals, NextHop, Punt,
+    MAX_PDRS, MAX_PDR_MBRS, MAX_PDR_URRS, MAX_ROUTES, MAX_SDF, MAX_TEIDS, MAX_UES, QOS_BUCKETS,
+    URR_SLOTS,
 };
 pub use engine::{
     BucketState, Config, Crossing, Detached, Engine, InstallError, QosState, Stats, Usage,
-    SLOT_QUARANTINE,
+    SLOT_QUARANTINE, V6_PEERS,
 };
 pub use keys::ENTRY_QUARANTINE;
 

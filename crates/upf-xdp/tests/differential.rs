@@ -11,7 +11,10 @@
 //! and drop the same frames. URRs with volume thresholds (VOLTH) and quotas (VOLQU): after
 //! each frame, the program has raised a report for exactly the URRs and triggers the pipeline
 //! reported, each with the volume the program counted since the URR's last report; the URRs
-//! are then re-armed as `upf_runtime::Engines` does.
+//! are then re-armed as `upf_runtime::Engines` does. Both engines have IPv4 and IPv6 N3 and
+//! N9 addresses; a third of the tunnels (to gNBs, to other UPFs) and of the uplink G-PDUs
+//! are IPv6 (some of the latter to the wrong address, with an extension header, with a wrong
+//! or zero UDP checksum, which the reference does not look at).
 #![allow(clippy::cast_possible_truncation)] // test frames are small
 
 use proptest::prelude::*;
@@ -28,6 +31,11 @@ use upf_xdp::{Config, Engine, Hops, NextHop};
 const N3: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 /// Our N9 address: tunnels on N9 leave from it (by N3's interface).
 const N9: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+/// Our IPv6 N3 and N9 addresses.
+const N3_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 3, 0, 0, 0, 0, 1);
+const N9_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 1);
+/// The gNB's IPv6 address (G-PDUs come from it).
+const GNB_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x100);
 const HOPS: Hops = Hops {
     n3: NextHop {
         dst: [2, 0, 0, 0, 3, 3],
@@ -52,6 +60,8 @@ static TALLY: Mutex<Tally> = Mutex::new(Tally {
     volqu: 0,
     v6_up: 0,
     v6_down: 0,
+    up6: 0,
+    down6: 0,
 });
 
 #[derive(Debug)]
@@ -74,6 +84,9 @@ struct Tally {
     /// IPv6 packets forwarded up and down.
     v6_up: u64,
     v6_down: u64,
+    /// Frames forwarded that came in an IPv6 tunnel, that left in one.
+    up6: u64,
+    down6: u64,
 }
 
 fn tally(f: impl FnOnce(&mut Tally)) {
@@ -259,7 +272,7 @@ fn session(
             pdi.local_f_teid = Some(LocalFTeid {
                 teid: Teid(r.pick(teids)),
                 ipv4: Some(N3),
-                ipv6: None,
+                ipv6: r.chance(3).then_some(N3_6),
             });
             for _ in 0..r.below(3) {
                 let q = Qfi(1 + r.below(4) as u8);
@@ -307,9 +320,24 @@ fn session(
                 } else {
                     Interface::Access
                 });
+                let k = r.below(3) as u8;
+                let peer = if r.chance(3) {
+                    IpAddr::V6(Ipv6Addr::new(
+                        0x2001,
+                        0xdb8,
+                        2,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0x100 + u16::from(k),
+                    ))
+                } else {
+                    IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100 + k))
+                };
                 fw.outer_header_creation = Some(OuterHeaderCreation::Gtpu {
                     teid: Teid(r.next() as u32),
-                    peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100 + r.below(3) as u8)),
+                    peer,
                 });
                 if r.chance(3) {
                     fw.transport_level_marking = Some((r.next() as u8, 0xff));
@@ -350,7 +378,7 @@ fn session(
     // Framed Routes the engine would leave to the workers (an SDF prefix that tells the UE
     // address from a routed one): none.
     if matches!(
-        upf_xdp::compile(&s, &HOPS),
+        upf_xdp::compile(&s, &HOPS, V6_LOCALS),
         Err(upf_xdp::Punt::FramedRoutes(_))
     ) {
         for p in &mut s.pdrs {
@@ -548,7 +576,9 @@ fn gpdu(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> Vec<u
         h[39] = 0x85;
         h[40] = 1;
         h[41] = if r.chance(4) { 0x00 } else { 0x10 }; // DL or UL PDU Session Information
-        h[42] = q;
+                                                       // The PPP flag of a DL container without its PPI octet: the reference's IPv4 fast
+                                                       // path reads the QFI all the same.
+        h[42] = q | if h[41] == 0 && r.chance(4) { 0x80 } else { 0 };
     }
     let c = checksum(&h[..20]);
     h[10..12].copy_from_slice(&c.to_be_bytes());
@@ -595,6 +625,11 @@ fn frame6(
         let qfi = r.chance(4).then(|| r.below(6) as u8);
         let pad = if r.chance(6) { 1 + r.below(8) } else { 0 } as usize;
         let claimed = ok && teids.contains(&teid) && !acl_v6;
+        // In an IPv4 tunnel, or an IPv6 one.
+        if r.chance(3) {
+            let (f, outer_ok) = gpdu6(r, teid, qfi, &ip, pad);
+            return (f, claimed && outer_ok);
+        }
         (gpdu(r, teid, qfi, &ip, pad), claimed)
     } else {
         let (ip, ok) = inner6(r, remote, ue);
@@ -603,6 +638,62 @@ fn frame6(
         f.extend_from_slice(&ip);
         (f, ok && finds6(s, ue))
     }
+}
+
+/// A G-PDU in IPv6 for `teid` carrying `ip` as [`gpdu`], and whether the program claims its
+/// outer headers: to our N3 address (else to our N9 one), without extension headers (else a
+/// Destination Options header), a DL container without the PPP flag (with it, it asks for a
+/// PPI octet the one word has no room for: upf_wire's decoder, the reference's for IPv6,
+/// refuses it; its IPv4 fast path reads the QFI); its UDP checksum right, zero or wrong.
+fn gpdu6(r: &mut Rng, teid: u32, qfi: Option<u8>, ip: &[u8], pad: usize) -> (Vec<u8>, bool) {
+    let ext = if qfi.is_some() { 8 } else { 0 };
+    let ulen = 16 + ext + ip.len() + pad;
+    let mut u = vec![0u8; 16 + ext];
+    u[0..2].copy_from_slice(&(r.next() as u16).to_be_bytes());
+    u[2..4].copy_from_slice(&2152u16.to_be_bytes());
+    u[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
+    u[8] = if qfi.is_some() { 0x34 } else { 0x30 };
+    u[9] = 0xff;
+    u[10..12].copy_from_slice(&((ulen - 16) as u16).to_be_bytes());
+    u[12..16].copy_from_slice(&teid.to_be_bytes());
+    let mut ppp = false;
+    if let Some(q) = qfi {
+        u[19] = 0x85;
+        u[20] = 1;
+        u[21] = if r.chance(4) { 0x00 } else { 0x10 };
+        ppp = u[21] == 0 && r.chance(4);
+        u[22] = q | if ppp { 0x80 } else { 0 };
+    }
+    u.extend_from_slice(ip);
+    u.extend(std::iter::repeat_n(0u8, pad));
+    let ours = !r.chance(8);
+    let dst = if ours { N3_6 } else { N9_6 };
+    let mut d = upf_wire::udp::Packet::new_unchecked(&mut u[..]);
+    d.fill_checksum_v6(&GNB_6, &dst);
+    match r.below(6) {
+        0 => d.set_checksum(0),
+        1 => d.set_checksum(d.checksum() ^ 0x0101),
+        _ => {}
+    }
+    let options = r.chance(10);
+    let mut h = vec![0u8; 40];
+    h[0] = 0x60 | r.below(16) as u8;
+    h[1] = r.next() as u8;
+    h[6] = 17;
+    h[7] = 64;
+    h[8..24].copy_from_slice(&GNB_6.octets());
+    h[24..40].copy_from_slice(&dst.octets());
+    if options {
+        // Destination Options: PadN.
+        h[6] = 60;
+        h.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+    }
+    let plen = h.len() - 40 + u.len();
+    h[4..6].copy_from_slice(&(plen as u16).to_be_bytes());
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+    f.extend_from_slice(&h);
+    f.extend_from_slice(&u);
+    (f, ours && !options && !ppp)
 }
 
 /// A frame and whether it is a valid one the program claims (must not be punted).
@@ -638,7 +729,12 @@ fn frame(
                 0
             };
             let claimed = teids.contains(&teid) && ip[6] & 0x1f == 0 && ip.len() >= 24;
-            (gpdu(r, teid, qfi, &ip, pad), claimed)
+            if r.chance(3) {
+                let (f, outer) = gpdu6(r, teid, qfi, &ip, pad);
+                (f, claimed && outer)
+            } else {
+                (gpdu(r, teid, qfi, &ip, pad), claimed)
+            }
         }
         2 | 3 => {
             let dst = if r.chance(4) { other } else { ue };
@@ -840,11 +936,11 @@ fn check_on(
         PipelineConfig {
             n3: upf_dataplane::LocalAddrs {
                 v4: Some(N3),
-                v6: None,
+                v6: Some(N3_6),
             },
             n9: upf_dataplane::LocalAddrs {
                 v4: Some(N9),
-                v6: None,
+                v6: Some(N9_6),
             },
             uplink_acl: acl,
             ..Default::default()
@@ -893,12 +989,20 @@ fn check_on(
         }
         handled += 1;
         let ip = ip_of(&f);
-        let port = if ip.len() >= 20 && ip[0] == 0x45 && ip[9] == 17 && ip[16..20] == N3.octets() {
+        // Only G-PDUs to N3 (in IPv4 or IPv6) are claimed from N3; other IPv6 packets are
+        // downlink ones.
+        let outer6 =
+            ip.len() >= 40 && ip[0] >> 4 == 6 && ip[6] == 17 && ip[24..40] == N3_6.octets();
+        let port = if outer6
+            || ip.len() >= 20 && ip[0] == 0x45 && ip[9] == 17 && ip[16..20] == N3.octets()
+        {
             Port::N3
         } else {
             Port::N6
         };
         let inner_at = match port {
+            Port::N3 if outer6 && ip.get(48) == Some(&0x34) => 64,
+            Port::N3 if outer6 => 56,
             Port::N3 if ip.get(28) == Some(&0x34) => 44,
             Port::N3 => 36,
             _ => 0,
@@ -957,7 +1061,17 @@ fn check_on(
                 prop_assert_eq!(&got[12..14], ethertype, "{}", ctx());
                 let mut mine = got[14..].to_vec();
                 let mut theirs = p.data().to_vec();
-                if egress == Port::N3 {
+                let tunnel6 = egress == Port::N3 && theirs[0] >> 4 == 6;
+                if tunnel6 {
+                    // No identification: the same octets, the UDP checksum right.
+                    let dst: [u8; 16] = mine[24..40].try_into().unwrap();
+                    let u = upf_wire::udp::Packet::new_checked(&mine[40..]).unwrap();
+                    prop_assert!(
+                        u.verify_checksum_v6(&src6(&mine), &Ipv6Addr::from(dst)),
+                        "UDP checksum: {}",
+                        ctx()
+                    );
+                } else if egress == Port::N3 {
                     for h in [&mut mine, &mut theirs] {
                         prop_assert_eq!(checksum(&h[..20]), 0, "outer checksum: {}", ctx());
                         h[4..6].fill(0);
@@ -972,6 +1086,8 @@ fn check_on(
                         t.down += 1
                     }
                     t.rewrapped += u64::from(port == Port::N3 && egress == Port::N3);
+                    t.up6 += u64::from(outer6);
+                    t.down6 += u64::from(tunnel6);
                     if v6 {
                         t.v6_up += u64::from(egress == Port::N6);
                         t.v6_down += u64::from(egress == Port::N3);
@@ -1010,11 +1126,22 @@ fn check_on(
     Ok(())
 }
 
+/// The source address of an IPv6 packet.
+fn src6(ip: &[u8]) -> Ipv6Addr {
+    let a: [u8; 16] = ip[8..24].try_into().unwrap();
+    Ipv6Addr::from(a)
+}
+
+/// Both engines' N3 and N9 have IPv6 addresses.
+const V6_LOCALS: upf_xdp::Ipv6Locals = upf_xdp::Ipv6Locals { n3: true, n9: true };
+
 fn engine(acl: Arc<Acl>) -> Engine {
     Engine::load(Config {
         sessions: 64,
         n3: N3,
         n9: N9,
+        n3_v6: Some(N3_6),
+        n9_v6: Some(N9_6),
         outer_ttl: 64,
         hops: Some(HOPS),
         acl,
@@ -1049,6 +1176,8 @@ fn xdp_program_does_what_the_pipeline_does() {
         t.v6_up > 0 && t.v6_down > 0,
         "no IPv6 packet forwarded both ways"
     );
+    assert!(t.up6 > 0, "no frame from an IPv6 tunnel forwarded");
+    assert!(t.down6 > 0, "no frame into an IPv6 tunnel");
     assert!(t.volth > 0 && t.volqu > 0, "reports raised");
     for r in upf_xdp::Reason::ALL {
         let seen = t.drops.iter().any(|d| d.0 == r.name());

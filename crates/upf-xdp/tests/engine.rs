@@ -14,6 +14,8 @@ fn config(sessions: u32) -> Config {
         sessions,
         n3: Ipv4Addr::new(192, 0, 2, 1),
         n9: Ipv4Addr::new(192, 0, 2, 1),
+        n3_v6: None,
+        n9_v6: None,
         outer_ttl: 64,
         hops: Some(Hops {
             n3: NextHop::default(),

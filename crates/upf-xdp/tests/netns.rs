@@ -301,6 +301,8 @@ fn ipv6_ue_exits_on_veths() {
         sessions: 4,
         n3: Ipv4Addr::from(N3),
         n9: Ipv4Addr::from(N3),
+        n3_v6: None,
+        n9_v6: None,
         outer_ttl: 64,
         hops: None,
         acl: Default::default(),
@@ -358,6 +360,8 @@ fn exits_on_veths() {
         sessions: 4,
         n3: Ipv4Addr::from(N3),
         n9: Ipv4Addr::from(N3),
+        n3_v6: None,
+        n9_v6: None,
         outer_ttl: 64,
         hops: None,
         acl: Default::default(),
@@ -451,5 +455,150 @@ fn exits_on_veths() {
 
     drop(io);
     drop(steer);
+    drop(engine);
+}
+
+/// Our N3 IPv6 address and the gNB's.
+const N3_6: &str = "2001:db8:3::1";
+const GNB_6: &str = "2001:db8:3::2";
+
+/// An IPv6/UDP packet (checksum right) from `src` to `dst`.
+fn ipv6_udp(src: std::net::Ipv6Addr, dst: std::net::Ipv6Addr, payload: &[u8]) -> Vec<u8> {
+    let mut u = udp(2152, 2152, payload);
+    upf_wire::udp::Packet::new_unchecked(&mut u[..]).fill_checksum_v6(&src, &dst);
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&u16::try_from(u.len()).unwrap().to_be_bytes());
+    h.extend_from_slice(&[17, 64]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(&u);
+    h
+}
+
+/// The engine with an IPv6 N3 address on real interfaces (`bpf_fib_lookup` AF_INET6, a
+/// permanent neighbour entry for the gNB): (a) a downlink packet into N6 leaves N3 in the
+/// gNB's IPv6 tunnel, its UDP checksum right; (b) an uplink G-PDU in IPv6 into N3 leaves N6
+/// decapsulated.
+#[test]
+#[ignore = "needs root"]
+fn ipv6_tunnels_on_veths() {
+    assert!(upf_netns::is_root(), "needs root (BPF, namespaces)");
+    let (n3_6, gnb_6): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+        (N3_6.parse().unwrap(), GNB_6.parse().unwrap());
+    let upf = Netns::unique("xdp6-upf").unwrap();
+    let peer = Netns::unique("xdp6-peer").unwrap();
+    for (dev, a, p) in [
+        ("n3", "10.61.3.1/24", "10.61.3.2/24"),
+        ("n6", "10.61.6.1/24", "10.61.6.2/24"),
+    ] {
+        let pdev = format!("{dev}p");
+        upf_netns::veth_pair((upf.name(), dev, a), (peer.name(), &pdev, p)).unwrap();
+        let st = peer
+            .command("ethtool")
+            .args(["-K", &pdev, "gro", "on"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ethtool -K {pdev} gro on");
+    }
+    for (ns, dev, a) in [(&upf, "n3", N3_6), (&peer, "n3p", GNB_6)] {
+        ns.ip(&["addr", "add", &format!("{a}/64"), "dev", dev, "nodad"])
+            .unwrap();
+    }
+    upf.sysctl("net/ipv4/ip_forward", "1").unwrap();
+    upf.sysctl("net/ipv6/conf/all/forwarding", "1").unwrap();
+    let (n3_mac, n6_mac) = (mac(&upf, "n3"), mac(&upf, "n6"));
+    let (gnb_mac, dn_mac) = (mac(&peer, "n3p"), mac(&peer, "n6p"));
+    for (a, lladdr, dev) in [
+        (GNB_6.to_string(), gnb_mac, "n3"),
+        (Ipv4Addr::from(DN).to_string(), dn_mac, "n6"),
+    ] {
+        let l = lladdr.map(|b| format!("{b:02x}")).join(":");
+        upf.ip(&[
+            "neigh",
+            "replace",
+            &a,
+            "lladdr",
+            &l,
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+    }
+    let mut engine = Engine::load(Config {
+        sessions: 4,
+        n3: Ipv4Addr::from(N3),
+        n9: Ipv4Addr::from(N3),
+        n3_v6: Some(n3_6),
+        n9_v6: None,
+        outer_ttl: 64,
+        hops: None,
+        acl: Default::default(),
+    })
+    .unwrap();
+    let mut s = session();
+    s.far_mut(FarId(2))
+        .unwrap()
+        .forwarding
+        .as_mut()
+        .unwrap()
+        .outer_header_creation = Some(OuterHeaderCreation::Gtpu {
+        teid: Teid(TEID_DOWN),
+        peer: IpAddr::V6(gnb_6),
+    });
+    engine.install(&s).unwrap();
+    upf.run(|| {
+        engine.attach(Port::N3, "n3", None, XdpMode::Driver)?;
+        engine.attach(Port::N6, "n6", None, XdpMode::Driver)
+    })
+    .unwrap()
+    .unwrap();
+
+    // (a) downlink: into the gNB's IPv6 tunnel.
+    let dl = ipv4(DN, UE, 64, &udp(5000, 4000, b"downlink payload"));
+    let got = send_and_capture(&peer, "n6p", "n3p", 1, &eth(n6_mac, dn_mac, &dl));
+    assert_eq!(got.len(), 1, "the downlink packet left N3");
+    let f = &got[0];
+    assert_eq!(
+        &f[..14],
+        &[&gnb_mac[..], &n3_mac, &[0x86, 0xdd]].concat()[..]
+    );
+    let ip = &f[14..];
+    assert_eq!(
+        (ip[0], ip[6], ip[7]),
+        (0x60, 17, 64),
+        "IPv6, UDP, hop limit"
+    );
+    assert_eq!(
+        (&ip[8..24], &ip[24..40]),
+        (&n3_6.octets()[..], &gnb_6.octets()[..])
+    );
+    let u = upf_wire::udp::Packet::new_checked(&ip[40..]).unwrap();
+    assert!(u.verify_checksum_v6(&n3_6, &gnb_6), "UDP checksum");
+    assert_eq!(&ip[40..44], &[8, 104, 8, 104], "UDP 2152 → 2152");
+    assert_eq!(&ip[52..56], &TEID_DOWN.to_be_bytes(), "the gNB's TEID");
+    let mut inner_dl = dl.clone();
+    inner_dl[8] -= 1;
+    inner_dl[10..12].copy_from_slice(&[0, 0]);
+    let c = csum(&inner_dl[..20]);
+    inner_dl[10..12].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(&ip[56..], &inner_dl[..], "the inner packet, TTL - 1");
+
+    // (b) uplink: a G-PDU in IPv6, decapsulated.
+    let inner = uplink_inner(DN);
+    let mut frame = n3_mac.to_vec();
+    frame.extend_from_slice(&gnb_mac);
+    frame.extend_from_slice(&[0x86, 0xdd]);
+    frame.extend_from_slice(&ipv6_udp(gnb_6, n3_6, &gpdu(TEID_UP, &inner)));
+    let got = send_and_capture(&peer, "n3p", "n6p", 1, &frame);
+    assert_eq!(got.len(), 1, "the uplink packet left N6");
+    let mut want = inner.clone();
+    want[8] -= 1;
+    want[10..12].copy_from_slice(&[0, 0]);
+    let c = csum(&want[..20]);
+    want[10..12].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(got[0], eth(dn_mac, n6_mac, &want));
+    assert_eq!(engine.stats().unwrap().forwarded, 2);
     drop(engine);
 }

@@ -340,7 +340,8 @@ const PUNT_FRAMES: u32 = 4096;
 
 /// Loads the XDP engine with maps for `limits.sessions` and attaches it to the af_xdp
 /// interfaces `ports`, their steering programs getting what it punts. Forwarding is turned on
-/// on them: `bpf_fib_lookup` answers only for interfaces that forward.
+/// on them (IPv6 forwarding on N3 too when N3 has an IPv6 address): `bpf_fib_lookup` answers
+/// only for interfaces that forward.
 fn xdp_engine(
     c: &FileConfig,
     rt: &RuntimeConfig,
@@ -361,6 +362,8 @@ fn xdp_engine(
         sessions,
         n3,
         n9: rt.pipeline.n9.v4.unwrap_or(n3),
+        n3_v6: rt.pipeline.n3.v6,
+        n9_v6: rt.pipeline.n9.v6,
         outer_ttl: rt.pipeline.outer_ttl,
         hops: None,
         acl: rt.pipeline.uplink_acl.clone(),
@@ -370,6 +373,11 @@ fn xdp_engine(
         let key = port.name();
         let path = format!("/proc/sys/net/ipv4/conf/{name}/forwarding");
         std::fs::write(&path, "1").with_context(|| format!("{key}: turning on {path}"))?;
+        // IPv6 tunnels leave by N3: their next hops need IPv6 forwarding there.
+        if *port == Port::N3 && rt.pipeline.n3.v6.is_some() {
+            let path = format!("/proc/sys/net/ipv6/conf/{name}/forwarding");
+            std::fs::write(&path, "1").with_context(|| format!("{key}: turning on {path}"))?;
+        }
         let native = match engine.attach(*port, name, Some(fd), XdpMode::Driver) {
             Ok(()) => true,
             Err(_) => {
