@@ -1,5 +1,5 @@
-/* The XDP engine (issue #27), first slice: the common IPv4 case of a session, run in the
- * kernel as upf_dataplane::Pipeline runs it. Whatever this program does not claim is punted
+/* The XDP engine (issue #27): the common case of a session, run in the kernel as
+ * upf_dataplane::Pipeline runs it. Whatever this program does not claim is punted
  * unchanged (counted): tail-called into upf-io's AF_XDP steering program of the arriving
  * interface (`punt_to`), so it goes where it would go without the engine; XDP_PASS when there
  * is none. Forwarded packets leave by the DEVMAP `egress` (XDP_TX on the arriving interface)

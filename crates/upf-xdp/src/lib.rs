@@ -1,4 +1,4 @@
-//! `upf-xdp`: the XDP engine of the UPF (issue #27), first slice. Sessions of `upf-rules` are
+//! `upf-xdp`: the XDP engine of the UPF (issue #27). Sessions of `upf-rules` are
 //! compiled by [`compile`] into the maps of `bpf/engine.bpf.c`, an XDP program that runs the
 //! common case (IPv4 and IPv6 UEs) in the kernel exactly as the user-space `upf_dataplane::Pipeline` does;
 //! a session it does not run is punted ([`Punt`]), and so is every packet it does not claim:
