@@ -40,6 +40,8 @@ pub struct UeSession {
     pub dl_teid: u32,
     /// QFI put in the uplink PDU Session Container.
     pub qfi: u8,
+    /// The high-priority QoS flow: an uplink packet with its DSCP gets its QFI instead.
+    pub high: Option<crate::smf::HighPriority>,
 }
 
 impl From<&crate::smf::Session> for UeSession {
@@ -50,6 +52,7 @@ impl From<&crate::smf::Session> for UeSession {
             upf_n3: SocketAddr::new(IpAddr::V4(s.upf_n3), GTPU_PORT),
             dl_teid: s.dl_teid,
             qfi: s.qfi,
+            high: s.high,
         }
     }
 }
@@ -114,15 +117,15 @@ impl SessionTable {
     }
 }
 
-/// The GTP-U header of an uplink G-PDU of `len` octets for `s`.
-fn ul_header(s: &UeSession, len: usize) -> gtpu::Repr {
+/// The GTP-U header of an uplink G-PDU of `len` octets for `s`, its QoS flow `qfi`.
+fn ul_header(s: &UeSession, qfi: u8, len: usize) -> gtpu::Repr {
     gtpu::Repr {
         msg_type: MessageType::GPdu,
         teid: s.ul_teid,
         seq_number: None,
         npdu_number: None,
         ext: Extensions {
-            psc: Some(PduSessionContainer::ul(s.qfi)),
+            psc: Some(PduSessionContainer::ul(qfi)),
             ..Extensions::default()
         },
         payload_len: len,
@@ -138,7 +141,15 @@ pub fn encap_uplink(
     len: usize,
     s: &UeSession,
 ) -> Result<usize, upf_wire::Error> {
-    let h = ul_header(s, len);
+    // The QoS flow by the inner packet's DSCP, as a UE's NAS QoS rules would map it.
+    let dscp = (buf.get(start..start + len))
+        .filter(|ip| ip.len() >= 20 && ip[0] >> 4 == 4)
+        .map(|ip| ip[1] >> 2);
+    let qfi = match s.high {
+        Some(h) if dscp == Some(h.dscp) => h.qfi,
+        _ => s.qfi,
+    };
+    let h = ul_header(s, qfi, len);
     let at = start
         .checked_sub(h.header_len())
         .ok_or(upf_wire::Error::NoHeadroom)?;
@@ -586,6 +597,7 @@ mod tests {
             upf_n3: "192.168.3.1:2152".parse().unwrap(),
             dl_teid: dl,
             qfi: 9,
+            high: None,
         }
     }
 
@@ -631,6 +643,25 @@ mod tests {
             sess([10, 60, 0, 2], 2, 100)
         ])
         .is_err());
+    }
+
+    #[test]
+    fn uplink_encap_marks_the_high_flow_by_dscp() {
+        let mut s = sess([10, 60, 0, 1], 7, 100);
+        s.high = Some(crate::smf::HighPriority { qfi: 1, dscp: 46 });
+        for (tos, qfi) in [(46 << 2, 1), ((46 << 2) | 1, 1), (0, 9), (34 << 2, 9)] {
+            let mut inner = ip_udp(s.ue, Ipv4Addr::new(192, 168, 6, 2));
+            inner[1] = tos;
+            let mut buf = vec![0u8; HEADROOM + inner.len()];
+            buf[HEADROOM..].copy_from_slice(&inner);
+            let at = encap_uplink(&mut buf, HEADROOM, inner.len(), &s).unwrap();
+            let (repr, _) = Message::parse(&buf[at..]).unwrap();
+            assert_eq!(
+                repr.ext.psc,
+                Some(PduSessionContainer::ul(qfi)),
+                "ToS {tos:#x}"
+            );
+        }
     }
 
     #[test]

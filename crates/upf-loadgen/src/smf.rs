@@ -141,7 +141,7 @@ pub struct Qos {
 /// downlink packets with DSCP `dscp` (an SDF filter on the ToS octet), the latter sent to the
 /// gNB marked with `qfi`. Its PDRs take precedence over the default flow's; it shares the
 /// FARs and the URR, and has its own QER (same MBR as the default one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HighPriority {
     pub qfi: u8,
     pub dscp: u8,
@@ -203,6 +203,8 @@ pub struct Session {
     pub dl_teid: u32,
     pub gnb: Ipv4Addr,
     pub qfi: u8,
+    /// The high-priority QoS flow, if the session has one.
+    pub high: Option<HighPriority>,
 }
 
 /// What the downlink FAR does.
@@ -695,6 +697,7 @@ impl Smf {
             dl_teid: spec.dl_teid,
             gnb: spec.gnb,
             qfi: spec.qfi,
+            high: spec.high_priority,
         })
     }
 

@@ -86,6 +86,7 @@ fn tun_to_gtpu_and_back_in_a_netns() {
         upf_n3: UPF_N3.parse().unwrap(),
         dl_teid: DL_TEID,
         qfi: 9,
+        high: None,
     }])
     .unwrap();
     let (gnb, upf) = ns
