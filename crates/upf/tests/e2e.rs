@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use upf_loadgen::gnb::{Gnb, GnbConfig, SessionTable, UeSession};
 use upf_loadgen::smf::{
-    ue_pool, Downlink, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr, UpfEvent,
+    ue_pool, Downlink, HighPriority, Qos, Session, SessionSpec, Smf, SmfConfig, UeAddr, UpfEvent,
 };
 use upf_netns::in_netns;
 use upf_netns::topology::{Layout, Topology, DN, GNB as GNB_N3, UPF_N3, UPF_N4};
@@ -125,6 +125,12 @@ impl Backends {
         } else {
             ""
         };
+        // Priority: strict, a small MAX_RBS.
+        let priority = if test == "priority" {
+            "[priority]\nmode = \"strict\"\nmax_rbs = 8\n\n"
+        } else {
+            ""
+        };
         let acl = if test == "acl" {
             format!("[acl]\nuplink_rules = [\"deny in udp from any to {DN} {DENIED_PORT}\"]\n\n")
         } else {
@@ -143,6 +149,7 @@ impl Backends {
              {interfaces}\n\
              {gtpu}\
              {acl}\
+             {priority}\
              [workers]\ncount = {}\n\n\
              {pools}\n\
              [admin]\naddress = \"127.0.0.1:9464\"\n",
@@ -874,6 +881,96 @@ fn udp(h: &mut Harness) {
     );
 }
 
+/// Priority (issue #28), workers in strict mode: a UE with two QoS flows (QFI 1 / DSCP 46
+/// high, QFI 9 / DSCP 0 low; the gNB marks by DSCP) sends and receives both at once: each
+/// flow arrives whole and in order both ways, the workers classified each into its group (by
+/// the QFI on N3, the DSCP on N6), and MAX_RBS changes at run time.
+fn priority(h: &mut Harness) {
+    const N: u32 = 300;
+    const HIGH: u32 = 1;
+    const LOW: u32 = 2;
+    let mut spec = Harness::spec(0);
+    spec.high_priority = Some(HighPriority { qfi: 1, dscp: 46 });
+    h.connect(&[spec]);
+    h.wait_path(0);
+    let groups_before = queued_per_group(&h.show("workers"));
+    let (ue, dn) = (IpAddr::V4(h.ue(0)), IpAddr::V4(DN));
+    let socks = |ns: &str, ip: IpAddr, base: u16| {
+        let hi = h.udp(ns, SocketAddr::new(ip, base));
+        socket2::SockRef::from(&hi)
+            .set_tos_v4(46 << 2)
+            .expect("IP_TOS");
+        let lo = h.udp(ns, SocketAddr::new(ip, base + 1));
+        (hi, lo)
+    };
+    let (ue_hi, ue_lo) = socks(h.topo.ue().name(), ue, 40_020);
+    let (dn_hi, dn_lo) = socks(h.topo.dn().name(), dn, 40_030);
+    for (dir, (from_hi, from_lo), (to_hi, to_lo)) in [
+        ("UE → DN", (&ue_hi, &ue_lo), (&dn_hi, &dn_lo)),
+        ("DN → UE", (&dn_hi, &dn_lo), (&ue_hi, &ue_lo)),
+    ] {
+        let rx_hi = Receiver::start(to_hi.try_clone().expect("clone"));
+        let rx_lo = Receiver::start(to_lo.try_clone().expect("clone"));
+        let (at_hi, at_lo) = (
+            to_hi.local_addr().expect("addr"),
+            to_lo.local_addr().expect("addr"),
+        );
+        for seq in 0..N {
+            send_one(from_lo, at_lo, &datagram(LOW, seq, 200));
+            send_one(from_hi, at_hi, &datagram(HIGH, seq, 200));
+            std::thread::sleep(Duration::from_micros(1500));
+        }
+        rx_hi.wait_for(N as usize, Duration::from_secs(10));
+        rx_lo.wait_for(N as usize, Duration::from_secs(10));
+        let (hi, lo) = (rx_hi.finish(), rx_lo.finish());
+        let want: Vec<u32> = (0..N).collect();
+        assert_eq!(seqs(&hi), want, "{dir}, high: all, in order\n{}", h.state());
+        assert_eq!(seqs(&lo), want, "{dir}, low: all, in order\n{}", h.state());
+        println!(
+            "e2e: priority {dir}: {}/{N} high, {}/{N} low",
+            hi.len(),
+            lo.len()
+        );
+    }
+    // Each flow went through its group, both ways (the pings before in the low one).
+    let groups = queued_per_group(&h.show("workers"));
+    let more: Vec<u64> = groups
+        .iter()
+        .zip(&groups_before)
+        .map(|(a, b)| a - b)
+        .collect();
+    println!("e2e: priority: queued per group {more:?}");
+    assert_eq!(more.len(), 2, "two groups: {more:?}");
+    assert!(more[0] >= u64::from(2 * N), "high group: {more:?}");
+    assert!(more[1] >= u64::from(2 * N), "low group: {more:?}");
+    // MAX_RBS at run time, by the command line.
+    let out = run_for(
+        in_ns(h.topo.upf().name(), env!("CARGO_BIN_EXE_upf")).args(["priority", "max-rbs", "4"]),
+        Duration::from_secs(15),
+    );
+    let answer: Option<Value> = serde_json::from_slice(&out.stdout).ok();
+    assert!(
+        out.status.success() && answer.is_some_and(|a| a["max_rbs"] == 4),
+        "upf priority max-rbs 4: {} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// Packets each queue group took in, summed over the workers.
+fn queued_per_group(workers: &Value) -> Vec<u64> {
+    let mut sum: Vec<u64> = Vec::new();
+    for w in workers.as_array().expect("workers") {
+        for (g, q) in w["groups"].as_array().expect("groups").iter().enumerate() {
+            if sum.len() <= g {
+                sum.resize(g + 1, 0);
+            }
+            sum[g] += q["queued"].as_u64().expect("queued");
+        }
+    }
+    sum
+}
+
 /// The uplink ACL: of two flows from the UE to the DN, the one to a port it denies is
 /// dropped (`acl_denied`, in the kernel with the XDP engine), the other arrives whole.
 fn acl(h: &mut Harness) {
@@ -1540,7 +1637,8 @@ e2e_tests!(
         mbr,
         idle_buffering,
         many_sessions,
-        gtpu_echo
+        gtpu_echo,
+        priority
     ]
 );
 e2e_tests!(
@@ -1554,7 +1652,8 @@ e2e_tests!(
         idle_buffering,
         many_sessions,
         gtpu_echo,
-        two_dns
+        two_dns,
+        priority
     ]
 );
 e2e_tests!(
@@ -1568,7 +1667,8 @@ e2e_tests!(
         mbr,
         idle_buffering,
         many_sessions,
-        gtpu_echo
+        gtpu_echo,
+        priority
     ]
 );
 e2e_tests!(
