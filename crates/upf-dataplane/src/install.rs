@@ -126,6 +126,8 @@ impl Pipeline {
             }
         }
         self.index(slot, &new, &prefixes);
+        let was_gbr = (self.slots[slot as usize].as_ref()).is_some_and(Compiled::has_gbr);
+        self.gbr_sessions = self.gbr_sessions + usize::from(new.has_gbr()) - usize::from(was_gbr);
         self.slots[slot as usize] = Some(new);
         self.build_hot(slot);
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
@@ -230,6 +232,7 @@ impl Pipeline {
         let mut s = self.slots[slot as usize]
             .take()
             .ok_or(DatapathError::UnknownSession(seid))?;
+        self.gbr_sessions -= usize::from(s.has_gbr());
         self.build_hot(slot);
         self.unindex(slot, &s);
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);

@@ -60,6 +60,9 @@ pub(crate) struct CPdr {
     /// One of its QERs has a packet rate, or draws on a shared bucket, in its direction:
     /// the one test the packets of other PDRs pay for both.
     pub packet_rate: bool,
+    /// One of its QERs has a Guaranteed Bit Rate: its packets are a GBR QoS flow's, which
+    /// priority processing serves ahead of non-GBR traffic of its class (issue #28).
+    pub gbr: bool,
     /// The UE addresses and routes: the downlink table's keys, and the slow form's match.
     ue: Option<UeMatch>,
     framed: Vec<Prefix>,
@@ -623,6 +626,11 @@ impl Compiled {
         pdrs.iter().position(|p| p.matches(teid, qfi, instance, f))
     }
 
+    /// Whether a PDR of it has a GBR QER.
+    pub fn has_gbr(&self) -> bool {
+        self.gtp_pdrs.iter().chain(&self.ip_pdrs).any(|p| p.gbr)
+    }
+
     /// Local TEIDs this session receives on.
     pub fn teids(&self) -> impl Iterator<Item = u32> + '_ {
         self.gtp_pdrs.iter().filter_map(|p| p.teid)
@@ -754,6 +762,7 @@ fn compile_pdr(
             }
         })
     });
+    let gbr = (qers.iter()).any(|&q| s.qers.get(usize::from(q)).is_some_and(|q| q.gbr.is_some()));
     let urrs = p
         .urrs
         .iter()
@@ -801,6 +810,7 @@ fn compile_pdr(
         qers,
         urrs,
         packet_rate,
+        gbr,
         ue,
         framed,
         instance,

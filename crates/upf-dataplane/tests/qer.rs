@@ -414,3 +414,71 @@ fn an_mbr_backlog_carried_to_another_engine_keeps_the_tokens_spent() {
         assert_eq!(b.send(burst(teid, 200)).len(), 125, "hot: {hot}");
     }
 }
+
+// ---- GBR flows, found before processing (issue #28) ------------------------------------------
+
+/// A session with two QoS flows each way, the second (QFI 5 uplink; UDP from 198.51.100.0/24
+/// downlink) under a GBR QER: `gbr_flow` names exactly the second flow's packets, as
+/// processing classifies them, and nothing once the session is gone.
+#[test]
+fn gbr_flows_are_named_before_processing() {
+    let mut r = Rig::new();
+    assert!(!r.dp().has_gbr());
+    let mut req = simple_session(UE, 0xabcd);
+    let mut pdrs: Vec<CreatePdr> = req.create_pdrs.iter().cloned().collect();
+    let mut ul5 = pdrs[0].clone();
+    ul5.pdr_id = PdrId(3);
+    ul5.precedence = Precedence(50);
+    ul5.pdi.qfis = [Qfi(5)].into_iter().collect();
+    ul5.qer_ids = [QerId(2)].into_iter().collect();
+    let mut dl5 = pdrs[1].clone();
+    dl5.pdr_id = PdrId(4);
+    dl5.precedence = Precedence(50);
+    dl5.pdi.sdf_filters = [SdfFilter {
+        flow_description: Some("permit out 17 from 198.51.100.0/24 to assigned".into()),
+        ..Default::default()
+    }]
+    .into_iter()
+    .collect();
+    dl5.qer_ids = [QerId(2)].into_iter().collect();
+    pdrs.extend([ul5, dl5]);
+    req.create_pdrs = pdrs.into_iter().collect();
+    req.create_qers = [
+        smf::create_qer(1, None, Some(9)),
+        CreateQer {
+            gbr: Some(Gbr {
+                uplink_kbps: 64,
+                downlink_kbps: 64,
+            }),
+            ..smf::create_qer(2, None, Some(5))
+        },
+    ]
+    .into_iter()
+    .collect();
+    let (seid, resp) = r.establish(req);
+    let teid = local_teid(&resp);
+    assert!(r.dp().has_gbr());
+    let up = udp4(UE, DN, 4000, 5000, 100, 0);
+    let from = |a: [u8; 4]| udp4(Ipv4Addr::from(a), UE, 5000, 4000, 100, 0);
+    let cases = [
+        (gpdu(teid, Some(5), &up), true),
+        (gpdu(teid, Some(9), &up), false),
+        (gpdu(teid, None, &up), false),
+        (gpdu(teid ^ 1, Some(5), &up), false),
+        (n6(&from([198, 51, 100, 7])), true),
+        (n6(&from([203, 0, 113, 7])), false),
+        (
+            n6(&udp4(DN, Ipv4Addr::new(10, 60, 0, 99), 5000, 4000, 100, 0)),
+            false,
+        ),
+    ];
+    for (i, (p, want)) in cases.iter().enumerate() {
+        assert_eq!(r.dp().gbr_flow(p), *want, "case {i}");
+    }
+    // The same packets, processed: the GBR flow's leave with QFI 5.
+    let out = r.send(vec![n6(&from([198, 51, 100, 7]))]);
+    assert_eq!(open(&out[0]).0.gtpu.ext.psc.map(|c| c.qfi), Some(5));
+    r.delete(seid);
+    assert!(!r.dp().has_gbr());
+    assert!(!r.dp().gbr_flow(&cases[0].0));
+}

@@ -2,6 +2,7 @@
 //! of packets to completion (decapsulate → classify → PDR → FAR → QER → URR → encapsulate).
 
 mod batch;
+mod gbr;
 mod general;
 mod gtpu;
 mod hot_path;
@@ -79,6 +80,8 @@ pub struct Pipeline {
     pub(crate) over_budget: Vec<u32>,
     pub(crate) generations: Vec<u32>,
     pub(crate) free_slots: Vec<u32>,
+    /// Sessions with a GBR QER ([`Pipeline::gbr_flow`] looks at nothing while there is none).
+    pub(crate) gbr_sessions: usize,
     pub(crate) by_seid: FastMap<Seid, u32>,
     pub(crate) teids: IntMap,
     pub(crate) ue: UeTables,
@@ -134,6 +137,7 @@ impl Pipeline {
             over_budget: Vec::new(),
             generations: reserved(n),
             free_slots: Vec::new(),
+            gbr_sessions: 0,
             by_seid: FastMap::with_capacity_and_hasher(n, Default::default()),
             // Two uplink TEIDs a session is common (one per QoS flow, or N3 and N9).
             teids: IntMap::with_capacity(2 * n),
