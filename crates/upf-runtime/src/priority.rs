@@ -451,6 +451,9 @@ pub struct PriorityConfig {
     /// Each group's software queue bound, in packets and in bytes.
     pub queue_packets: usize,
     pub queue_bytes: usize,
+    /// A GBR QoS flow's packets go one group above their class's (`Pipeline::gbr_flow`):
+    /// under overload its guaranteed rate is served before non-GBR traffic of its class.
+    pub gbr_first: bool,
 }
 
 impl Default for PriorityConfig {
@@ -461,6 +464,7 @@ impl Default for PriorityConfig {
             classes: Classes::default(),
             queue_packets: QUEUE_PACKETS,
             queue_bytes: QUEUE_BYTES,
+            gbr_first: true,
         }
     }
 }

@@ -280,6 +280,7 @@ struct Io<'a> {
 /// the scheduler, each group's take processed and sent before the next group's.
 struct Prio {
     classes: Classes,
+    gbr_first: bool,
     queues: GroupQueues<Packet>,
     scheduler: Scheduler,
 }
@@ -292,16 +293,22 @@ impl Prio {
         let groups = cfg.classes.groups();
         Some(Box::new(Self {
             classes: cfg.classes.clone(),
+            gbr_first: cfg.gbr_first,
             queues: GroupQueues::new(groups, cfg.queue_packets, cfg.queue_bytes),
             scheduler: Scheduler::new(cfg.mode.clone(), groups, batch, now),
         }))
     }
 
-    /// Moves `rx` into the group queues; what a full queue refuses goes back to the pool
+    /// Moves `rx` into the group queues, a GBR flow's packets (as `pipeline` classifies
+    /// them) one group above their class's; what a full queue refuses goes back to the pool
     /// (counted per group).
-    fn enqueue(&mut self, rx: &mut Vec<Packet>, pool: &mut Pool) {
+    fn enqueue(&mut self, rx: &mut Vec<Packet>, pool: &mut Pool, pipeline: &Pipeline) {
+        let gbr = self.gbr_first && pipeline.has_gbr();
         for p in rx.drain(..) {
-            let g = self.classes.group_of(&p);
+            let mut g = self.classes.group_of(&p);
+            if gbr && g > 0 && pipeline.gbr_flow(&p) {
+                g -= 1;
+            }
             if let Err(p) = self.queues.push(g, p) {
                 pool.put(p);
             }
@@ -346,7 +353,7 @@ impl Worker {
                         self.backlog.taken(self.index, b.len());
                         match self.priority.as_mut() {
                             None => self.process_io(&mut b, &mut out, &mut pool, &mut tx),
-                            Some(p) => p.enqueue(&mut b, &mut pool),
+                            Some(p) => p.enqueue(&mut b, &mut pool, &self.pipeline),
                         }
                     }
                     Ok(Input::Control(c)) => {
@@ -461,7 +468,7 @@ impl Worker {
             }
             match self.priority.as_mut() {
                 None => self.process_io(rx, out, pool, tx),
-                Some(p) => p.enqueue(rx, pool),
+                Some(p) => p.enqueue(rx, pool, &self.pipeline),
             }
         }
         got

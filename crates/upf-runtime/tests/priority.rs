@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use upf_dataplane::{LocalAddrs, Packet, PipelineConfig, Port};
 use upf_io::mem::{self, MemIo};
 use upf_io::{IoStats, PacketIo, Pool};
-use upf_rules::{Datapath, InstallFlags};
+use upf_rules::{Bitrate, Datapath, InstallFlags, Qer, QerId, Session};
 use upf_runtime::priority::{Mode, PriorityConfig};
 use upf_runtime::{PortQueue, RuntimeConfig, WorkerQueues, Workers};
 use upf_wire::encap::{encapsulate_gtpu_v4, EncapV4, GtpuTunnel};
@@ -100,11 +100,15 @@ const BATCH: usize = 64;
 /// What one worker in `mode` sent on N6 for a backlog of [`LOW`] low-priority G-PDUs (QFI 9)
 /// followed by [`HIGH`] high-priority ones (QFI 1), two UEs each, and its statistics.
 fn run(mode: Mode) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
-    run_with(mode, None)
+    run_with(mode, None, session)
 }
 
 /// [`run`], MAX_RBS set to `max_rbs` at run time before the backlog is let in.
-fn run_with(mode: Mode, max_rbs: Option<usize>) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
+fn run_with(
+    mode: Mode,
+    max_rbs: Option<usize>,
+    sessions: fn(u32) -> Arc<Session>,
+) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
     let cfg = RuntimeConfig {
         workers: 1,
         batch: BATCH,
@@ -144,7 +148,7 @@ fn run_with(mode: Mode, max_rbs: Option<usize>) -> (Vec<Vec<u8>>, upf_runtime::W
     }];
     let mut w = Workers::start_io(&cfg, queues).unwrap();
     for i in 0..2 {
-        w.install(Instant::now(), session(i), InstallFlags::default())
+        w.install(Instant::now(), sessions(i), InstallFlags::default())
             .unwrap();
     }
     for seq in 0..LOW {
@@ -216,7 +220,7 @@ fn strict_sends_the_high_group_ahead_of_a_low_backlog() {
 
 #[test]
 fn max_rbs_changes_at_run_time() {
-    let (sent, _) = run_with(Mode::Strict { max_rbs: 256 }, Some(1));
+    let (sent, _) = run_with(Mode::Strict { max_rbs: 256 }, Some(1), session);
     let low_before = low_before_last_high(&sent);
     let polls = usize::from(LOW + HIGH).div_ceil(BATCH);
     assert!(low_before <= polls, "{low_before} low before");
@@ -234,6 +238,39 @@ fn weighted_serves_both_groups_and_keeps_each_in_order() {
     println!("weighted 4:1: {low_before} low-priority packets before the last high");
     assert!(low_before < usize::from(LOW), "{low_before} low before");
     assert_eq!(stats.groups[0].stats.queued, u64::from(HIGH));
+}
+
+/// [`session`], UE 0's under a QER with a Guaranteed Bit Rate.
+fn gbr_for_ue0(i: u32) -> Arc<Session> {
+    let mut s = Arc::unwrap_or_clone(session(i));
+    if i == 0 {
+        let mut q = Qer::open(QerId(1));
+        q.gbr = Some(Bitrate {
+            uplink_kbps: 64,
+            downlink_kbps: 64,
+        });
+        s.insert_qer(q).unwrap();
+        s.pdrs[0].qers = [QerId(1)].into_iter().collect();
+    }
+    Arc::new(s)
+}
+
+/// GBR first: UE 0's flow has a GBR, so its low-QFI packets go one group up, with the high
+/// ones, ahead of UE 1's; each (UE, class) still in order.
+#[test]
+fn a_gbr_flow_goes_one_group_up() {
+    let (sent, stats) = run_with(Mode::Strict { max_rbs: 4 }, None, gbr_for_ue0);
+    low_before_last_high(&sent);
+    let half = u64::from(LOW / 2);
+    assert_eq!(stats.groups[0].stats.queued, u64::from(HIGH) + half);
+    assert_eq!(stats.groups[1].stats.queued, half);
+    // UE 0's low packets all left before the last of UE 1's.
+    let ue0 = |d: &Vec<u8>| d[12..16] == ue(0).octets();
+    let last_ue1 = sent.iter().rposition(|d| !ue0(d)).unwrap();
+    let last_ue0_low = (sent.iter())
+        .rposition(|d| ue0(d) && u16::from_be_bytes([d[20], d[21]]) == LOW_PORT)
+        .unwrap();
+    assert!(last_ue0_low < last_ue1, "{last_ue0_low} {last_ue1}");
 }
 
 #[test]

@@ -279,6 +279,8 @@ pub struct Priority {
     /// Each group's software queue bound (backends that classify in software).
     pub queue_packets: usize,
     pub queue_bytes: usize,
+    /// A GBR QoS flow one group above its class (its guaranteed rate served first).
+    pub gbr_first: bool,
 }
 
 /// `upf_runtime::priority::Mode` by name.
@@ -305,6 +307,7 @@ impl Default for Priority {
             dscp: None,
             queue_packets: upf_runtime::priority::QUEUE_PACKETS,
             queue_bytes: upf_runtime::priority::QUEUE_BYTES,
+            gbr_first: true,
         }
     }
 }
@@ -373,6 +376,7 @@ impl Priority {
             classes,
             queue_packets: self.queue_packets,
             queue_bytes: self.queue_bytes,
+            gbr_first: self.gbr_first,
         })
     }
 }
