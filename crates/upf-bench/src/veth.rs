@@ -155,6 +155,13 @@ pub struct Args {
     /// The UPF's workers never sleep (`workers.busy_poll`): no wake-up latency at low load.
     #[arg(long)]
     pub busy_poll: bool,
+    /// The workers' priority mode (`[priority] mode`: fifo, strict, weighted, load-aware);
+    /// with --latency, one JSON line per load as well (issue #28's fields).
+    #[arg(long)]
+    pub priority: Option<String>,
+    /// `[priority] max_rbs` (strict, load-aware).
+    #[arg(long, default_value_t = 32)]
+    pub max_rbs: usize,
     /// Downlink only: this share of the sessions has its downlink FAR set to buffer
     /// (BUFF|NOCP, by the SMF emulator's Session Modification) while the generator keeps
     /// sending to every session; measures the other sessions' delivered packets per second
@@ -356,12 +363,16 @@ impl Rig {
         } else {
             String::new()
         };
+        let priority = match &a.priority {
+            Some(mode) => format!("[priority]\nmode = \"{mode}\"\nmax_rbs = {}\n\n", a.max_rbs),
+            None => String::new(),
+        };
         format!(
             "# Written by `upf-bench veth`.\nengine = \"{engine}\"\n\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
              [n3]\nbackend = \"{b}\"\ninterface = \"{N3_UPF}\"\naddresses = [\"{UPF_N3}\"]\n\n\
              [n6]\nbackend = \"{b}\"\ninterface = \"{N6_UPF}\"\n\n\
              [workers]\ncount = {}\ncores = [{}]\nbusy_poll = {}\n\n[[ue_pool]]\nipv4 = \"{UE_POOL}\"\n\n\
-             {acl}[admin]\naddress = \"{ADMIN}\"\n",
+             {acl}{priority}[admin]\naddress = \"{ADMIN}\"\n",
             a.workers,
             cores.join(", "),
             a.busy_poll
@@ -818,6 +829,35 @@ fn latency_run(
     }))
 }
 
+/// One load of a priority sitting as issue #28 reports it: the classes' p99 and jitter, the
+/// low class's delivered rate (its stamped packets over the run).
+fn priority_point(a: &Args, mode: &str, run: &serde_json::Value, seconds: f64) -> String {
+    let class = |i: usize, k: &str| run["classes"][i][k].clone();
+    let low_packets = run["classes"][0]["packets"].as_f64().unwrap_or(0.0);
+    json!({
+        "mode": mode,
+        "max_rbs": a.max_rbs,
+        "profile": a.profile,
+        "direction": a.direction,
+        "sessions": a.sessions,
+        "size": a.size,
+        "high_share": a.high_share,
+        "load_percent": run["load_percent"],
+        "offered_mpps": run["offered_mpps"],
+        "loss": run["loss"],
+        "high_p50_us": class(1, "p50_us"),
+        "high_p99_us": class(1, "p99_us"),
+        "high_p999_us": class(1, "p999_us"),
+        "low_p50_us": class(0, "p50_us"),
+        "low_p99_us": class(0, "p99_us"),
+        "low_p999_us": class(0, "p999_us"),
+        "high_jitter_us": class(1, "jitter_mean_us"),
+        "low_jitter_us": class(0, "jitter_mean_us"),
+        "low_mpps": low_packets / seconds / 1e6,
+    })
+    .to_string()
+}
+
 fn quantiles(c: &xdpgen::ClassLatency) -> String {
     let f = |v: Option<u64>| v.map_or("–".into(), |n| format!("{:.1}", n as f64 / 1e3));
     format!(
@@ -1118,6 +1158,11 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
     if a.engine == Engine::Xdp && a.backend != Backend::AfXdp {
         bail!("--engine xdp: the XDP engine runs in front of the af-xdp backend");
     }
+    if let Some(m) = &a.priority {
+        if !["fifo", "strict", "weighted", "load-aware"].contains(&m.as_str()) {
+            bail!("--priority {m:?}: fifo, strict, weighted or load-aware");
+        }
+    }
     if a.latency {
         if !a.search && a.rate == 0 {
             bail!("--latency: loads are % of the zero-loss rate (--search) or of --rate");
@@ -1320,16 +1365,21 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
             for &load in &a.latency_loads {
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let rate = (base * load / 100.0).round().max(1.0) as u64;
-                runs.push(latency_run(
+                let seconds = a.latency_seconds.unwrap_or(a.trial_seconds);
+                let run = latency_run(
                     &upf_gen,
                     &s,
                     &counter,
                     (a.rig.gen_cpu, a.rig.nice),
-                    a.latency_seconds.unwrap_or(a.trial_seconds),
+                    seconds,
                     rate,
                     load,
                     stop,
-                )?);
+                )?;
+                if let Some(mode) = &a.priority {
+                    println!("{}", priority_point(a, mode, &run, seconds));
+                }
+                runs.push(run);
                 rig.upf_alive()?;
             }
         }
@@ -1387,6 +1437,8 @@ pub fn measure_point(a: &Args) -> anyhow::Result<serde_json::Value> {
         "direction": a.direction,
         "backend": a.backend,
         "workers": a.workers,
+        "priority": a.priority,
+        "max_rbs": a.priority.as_ref().map(|_| a.max_rbs),
         "acl_rules": a.acl_rules,
         "acl_near_dn": a.acl_near_dn,
         "busy_poll": a.busy_poll,
