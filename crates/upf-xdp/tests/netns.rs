@@ -196,7 +196,7 @@ struct Macs {
 }
 
 /// The veths between `upf` and `peer`, forwarding on, the gNB and DN in the neighbour table
-/// (and with `v6`, the DN's IPv6 address `DN6` on N6 too; else IPv6 off).
+/// (and with `v6`, their IPv6 addresses too, `GNB_6` on N3 and `DN6` on N6; else IPv6 off).
 fn rig(upf: &Netns, peer: &Netns, v6: bool) -> Macs {
     // Without IPv6: no neighbour discovery or MLD, so the punt counts are the test's only.
     for ns in [upf, peer] {
@@ -233,27 +233,17 @@ fn rig(upf: &Netns, peer: &Netns, v6: bool) -> Macs {
     ];
     if v6 {
         upf.sysctl("net/ipv6/conf/all/forwarding", "1").unwrap();
-        upf.ip(&[
-            "-6",
-            "addr",
-            "add",
-            "2001:db8:6::1/64",
-            "dev",
-            "n6",
-            "nodad",
-        ])
-        .unwrap();
-        peer.ip(&[
-            "-6",
-            "addr",
-            "add",
-            "2001:db8:6::2/64",
-            "dev",
-            "n6p",
-            "nodad",
-        ])
-        .unwrap();
+        for (ns, dev, a) in [
+            (upf, "n6", "2001:db8:6::1"),
+            (peer, "n6p", "2001:db8:6::2"),
+            (upf, "n3", N3_6),
+            (peer, "n3p", GNB_6),
+        ] {
+            ns.ip(&["-6", "addr", "add", &format!("{a}/64"), "dev", dev, "nodad"])
+                .unwrap();
+        }
         neighbours.push((IpAddr::V6(DN6), m.dn, "n6"));
+        neighbours.push((IpAddr::V6(GNB_6.parse().unwrap()), m.gnb, "n3"));
     }
     for (addr, lladdr, dev) in neighbours {
         let a = addr.to_string();
@@ -487,45 +477,8 @@ fn ipv6_tunnels_on_veths() {
         (N3_6.parse().unwrap(), GNB_6.parse().unwrap());
     let upf = Netns::unique("xdp6-upf").unwrap();
     let peer = Netns::unique("xdp6-peer").unwrap();
-    for (dev, a, p) in [
-        ("n3", "10.61.3.1/24", "10.61.3.2/24"),
-        ("n6", "10.61.6.1/24", "10.61.6.2/24"),
-    ] {
-        let pdev = format!("{dev}p");
-        upf_netns::veth_pair((upf.name(), dev, a), (peer.name(), &pdev, p)).unwrap();
-        let st = peer
-            .command("ethtool")
-            .args(["-K", &pdev, "gro", "on"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ethtool -K {pdev} gro on");
-    }
-    for (ns, dev, a) in [(&upf, "n3", N3_6), (&peer, "n3p", GNB_6)] {
-        ns.ip(&["addr", "add", &format!("{a}/64"), "dev", dev, "nodad"])
-            .unwrap();
-    }
-    upf.sysctl("net/ipv4/ip_forward", "1").unwrap();
-    upf.sysctl("net/ipv6/conf/all/forwarding", "1").unwrap();
-    let (n3_mac, n6_mac) = (mac(&upf, "n3"), mac(&upf, "n6"));
-    let (gnb_mac, dn_mac) = (mac(&peer, "n3p"), mac(&peer, "n6p"));
-    for (a, lladdr, dev) in [
-        (GNB_6.to_string(), gnb_mac, "n3"),
-        (Ipv4Addr::from(DN).to_string(), dn_mac, "n6"),
-    ] {
-        let l = lladdr.map(|b| format!("{b:02x}")).join(":");
-        upf.ip(&[
-            "neigh",
-            "replace",
-            &a,
-            "lladdr",
-            &l,
-            "dev",
-            dev,
-            "nud",
-            "permanent",
-        ])
-        .unwrap();
-    }
+    let m = rig(&upf, &peer, true);
+    let (n3_mac, n6_mac, gnb_mac, dn_mac) = (m.n3, m.n6, m.gnb, m.dn);
     let mut engine = Engine::load(Config {
         sessions: 4,
         n3: Ipv4Addr::from(N3),
