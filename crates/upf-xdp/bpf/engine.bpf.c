@@ -1505,36 +1505,34 @@ struct csum_walk {
 
 #define CSUM_STEPS 160 /* 65,535 octets: 127 steps of 512, 15 of 32, 7 of 4, the rest */
 
+/* One step of `size` octets (a constant where it is called: bpf_csum_diff wants one) at
+ * `q`: 0 to go on, 1 to stop (the frame ends first, or the helper failed). */
+static __always_inline long csum_chunk(struct csum_walk *w, __u8 *q, void *end, __u32 size)
+{
+	__s64 r;
+
+	if ((void *)(q + size) > end)
+		return 1;
+	r = bpf_csum_diff(0, 0, (__be32 *)q, size, 0);
+	if (r < 0)
+		return 1;
+	w->acc += (__u32)r;
+	w->at += size;
+	w->left -= size;
+	return 0;
+}
+
 static long csum_step(__u64 n, struct csum_walk *w)
 {
 	void *data = (void *)(long)w->ctx->data;
 	void *end = (void *)(long)w->ctx->data_end;
 	__u8 *q = data + (w->at & 0x3fff);
 	__u32 t = 0;
-	__s64 r;
 
-	if (w->left >= 512) {
-		if ((void *)(q + 512) > end)
-			return 1;
-		r = bpf_csum_diff(0, 0, (__be32 *)q, 512, 0);
-		if (r < 0)
-			return 1;
-		w->acc += (__u32)r;
-		w->at += 512;
-		w->left -= 512;
-		return 0;
-	}
-	if (w->left >= 32) {
-		if ((void *)(q + 32) > end)
-			return 1;
-		r = bpf_csum_diff(0, 0, (__be32 *)q, 32, 0);
-		if (r < 0)
-			return 1;
-		w->acc += (__u32)r;
-		w->at += 32;
-		w->left -= 32;
-		return 0;
-	}
+	if (w->left >= 512)
+		return csum_chunk(w, q, end, 512);
+	if (w->left >= 32)
+		return csum_chunk(w, q, end, 32);
 	if (w->left >= 4) {
 		if ((void *)(q + 4) > end)
 			return 1;
