@@ -1,5 +1,6 @@
 use super::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use upf_packet::Port;
 use upf_wire::encap::{encapsulate_gtpu_v4, encapsulate_gtpu_v6, EncapV4, EncapV6, GtpuTunnel};
 use upf_wire::ext::PduSessionContainer;
 
