@@ -1,7 +1,7 @@
 /* The XDP program in front of the AF_XDP sockets (see src/af_xdp/prog.rs for the rules and
- * `xdp_worker`, the reference in Rust): what the UPF handles is redirected into the socket of
- * the arriving queue, with the worker that owns its UE written into the frame's metadata;
- * everything else gets XDP_PASS. */
+ * `xdp_worker` and `xdp_group`, the references in Rust): what the UPF handles is redirected
+ * into the socket of the arriving queue and its queue group, with the worker that owns its UE
+ * written into the frame's metadata; everything else gets XDP_PASS. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -22,7 +22,15 @@ const volatile __u32 n_local4 = 0;
 const volatile __u32 local4[MAX_LOCAL] = {};
 const volatile __u32 n_local6 = 0;
 const volatile __u32 local6[MAX_LOCAL][4] = {};
-/* The AF_XDP sockets, by receive queue (entries: the interface's queues, set at load). */
+/* Queue groups (seed 001): 1, or 2 to 4 with a socket each per receive queue; the group of
+ * each QFI (N3/N9) and DSCP (N6), as upf_packet::classes::Classes maps them. */
+const volatile __u32 groups = 1;
+const volatile __u8 qfi_group[64] = {};
+const volatile __u8 dscp_group[64] = {};
+/* Extension headers looked at for the PDU Session Container (Classes' MAX_EXTENSIONS). */
+#define CLASS_EXT 4
+#define PSC_TYPE 0x85
+/* The AF_XDP sockets, by receive queue × groups + group (entries set at load). */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
 	__uint(max_entries, 1);
@@ -92,15 +100,22 @@ static __always_inline __u32 steer(void *end, __u8 *ip, int v4, int up, __u64 ke
 	return hash_worker(flow_hash(key, peer, ports, proto), workers);
 }
 
-/* The owner of the GTP-U message at offset g (worker 0 when it is not a readable G-PDU). */
-static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g)
+/* The owner of the GTP-U message at offset g (worker 0 when it is not a readable G-PDU) and
+ * its group in *group: a G-PDU's by the QFI of a PDU Session Container among its first
+ * CLASS_EXT extensions, another GTP-U message the highest, anything else the lowest. */
+static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g, __u32 *group)
 {
 	__u8 *p = data + g;
+	*group = groups - 1;
 	if ((void *)(p + 8) > end)
 		return 0;
 	__u8 flags = p[0];
-	if ((flags >> 5) != 1 || !(flags & 0x10) || p[1] != 255)
+	if ((flags >> 5) != 1 || !(flags & 0x10))
 		return 0;
+	if (p[1] != 255) {
+		*group = 0;
+		return 0;
+	}
 	__u64 off = g + 8;
 	if (flags & 7) {
 		if ((void *)(p + 12) > end)
@@ -108,7 +123,7 @@ static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g)
 		__u8 next = p[11];
 		off = g + 12;
 		if (flags & 4) {
-			int i;
+			int i, found = groups < 2;
 #pragma unroll
 			for (i = 0; i < MAX_EXT; i++) {
 				if (next == 0)
@@ -118,6 +133,7 @@ static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g)
 					return 0;
 				if (*l == 0)
 					return 0;
+				__u8 type = next;
 				off += (__u64)*l << 2;
 				if (off > MAX_OFF)
 					return 0;
@@ -128,6 +144,11 @@ static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g)
 				__u8 *n = data + at;
 				if ((void *)(n + 1) > end)
 					return 0;
+				/* The first container; it has 4 octets at least, the QFI third. */
+				if (!found && i < CLASS_EXT && type == PSC_TYPE && (void *)(l + 3) <= end) {
+					found = 1;
+					*group = qfi_group[l[2] & 0x3f];
+				}
 				next = *n;
 			}
 			if (next != 0)
@@ -153,19 +174,19 @@ static __always_inline __u32 gtp_worker(void *data, void *end, __u64 g)
 	}
 }
 
-/* Metadata [magic, worker] in front of the frame (without room, the socket recomputes), then
- * the socket of the arriving queue (none there: the kernel's). */
-static __always_inline int redirect(struct xdp_md *ctx, __u32 worker)
+/* Metadata [magic, worker | group << 24] in front of the frame (without room, the socket
+ * recomputes), then the socket of the arriving queue's group (none there: the kernel's). */
+static __always_inline int redirect(struct xdp_md *ctx, __u32 worker, __u32 group)
 {
 	if (bpf_xdp_adjust_meta(ctx, -8) == 0) {
 		__u32 *meta = (void *)(long)ctx->data_meta;
 		void *data = (void *)(long)ctx->data;
 		if ((void *)(meta + 2) <= data) {
 			meta[0] = META_MAGIC;
-			meta[1] = worker;
+			meta[1] = worker | group << 24;
 		}
 	}
-	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index * groups + group, XDP_PASS);
 }
 
 SEC("xdp")
@@ -202,11 +223,13 @@ int upf_xdp(struct xdp_md *ctx)
 				return XDP_PASS;
 			if (bpf_ntohs(*(__u16 *)(udp + 2)) != GTPU_PORT)
 				return XDP_PASS;
-			return redirect(ctx, gtp_worker(data, end, l3 + ihl + 8));
+			__u32 group;
+			__u32 w = gtp_worker(data, end, l3 + ihl + 8, &group);
+			return redirect(ctx, w, group);
 		}
 		if (ip[16] >= 224 || is_local4(dst))
 			return XDP_PASS;
-		return redirect(ctx, steer(end, ip, 1, 0, bpf_ntohl(dst)));
+		return redirect(ctx, steer(end, ip, 1, 0, bpf_ntohl(dst)), dscp_group[ip[1] >> 2]);
 	}
 	if (et == 0x86dd) {
 		__u8 *ip = data + l3;
@@ -223,14 +246,18 @@ int upf_xdp(struct xdp_md *ctx)
 				return XDP_PASS;
 			if (bpf_ntohs(*(__u16 *)(udp + 2)) != GTPU_PORT)
 				return XDP_PASS;
-			return redirect(ctx, gtp_worker(data, end, l3 + 48));
+			__u32 group;
+			__u32 w = gtp_worker(data, end, l3 + 48, &group);
+			return redirect(ctx, w, group);
 		}
 		/* Multicast, link-local, local, and router/neighbour discovery: the kernel's. */
 		if (ip[24] == 0xff || (ip[24] == 0xfe && (ip[25] & 0xc0) == 0x80) || local)
 			return XDP_PASS;
 		if (ip[6] == 58 && (void *)(ip + 41) <= end && ip[40] >= 133 && ip[40] <= 137)
 			return XDP_PASS;
-		return redirect(ctx, steer(end, ip, 0, 0, bpf_be64_to_cpu(*(__u64 *)(ip + 24))));
+		__u8 dscp = ((ip[0] & 0xf) << 2) | (ip[1] >> 6);
+		return redirect(ctx, steer(end, ip, 0, 0, bpf_be64_to_cpu(*(__u64 *)(ip + 24))),
+				dscp_group[dscp]);
 	}
 	return XDP_PASS;
 }

@@ -7,7 +7,8 @@
 //! batch, each is swapped with its successor with probability `reorder` (a swapped pair is not
 //! swapped again). Packets beyond the caller's `max` (copies can make a batch longer) wait for
 //! the next call, which hands them over before receiving more, so no packet is invented or
-//! lost: `delivered + dropped + waiting = received + duplicated` ([`FaultStats`]).
+//! lost: `delivered + dropped + waiting = received + duplicated` ([`FaultStats`]). A queue
+//! with queue groups is presented as one (the worker then classifies in software).
 
 use crate::{IoStats, PacketIo, Pool};
 use rand::rngs::SmallRng;

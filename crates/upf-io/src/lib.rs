@@ -92,6 +92,37 @@ pub trait PacketIo: Send + std::fmt::Debug {
         None
     }
 
+    /// Receive queues this queue has, one per queue group, highest priority first (seed 001:
+    /// a backend that classifies before it queues, by a BPF program); 1: one for all, the
+    /// worker classifies in software.
+    fn rx_groups(&self) -> usize {
+        1
+    }
+
+    /// Like [`PacketIo::rx_batch`], from the receive queue of group `group` alone.
+    fn rx_group(
+        &mut self,
+        group: usize,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        if group == 0 {
+            self.rx_batch(pool, batch, max)
+        } else {
+            Ok(0)
+        }
+    }
+
+    /// [`PacketIo::fd`] of group `group`'s receive queue.
+    fn group_fd(&self, group: usize) -> Option<BorrowedFd<'_>> {
+        if group == 0 {
+            self.fd()
+        } else {
+            None
+        }
+    }
+
     /// Pushes out anything queued for transmission (backends that batch TX); called by an idle
     /// worker.
     fn flush(&mut self) -> io::Result<()> {

@@ -160,6 +160,29 @@ impl<T: PacketIo> PacketIo for Capture<T> {
         Ok(n)
     }
 
+    fn rx_groups(&self) -> usize {
+        self.inner.rx_groups()
+    }
+
+    fn rx_group(
+        &mut self,
+        group: usize,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        let start = batch.len();
+        let n = self.inner.rx_group(group, pool, batch, max)?;
+        if self.dir.rx() {
+            self.record(batch.get(start..).unwrap_or(&[]));
+        }
+        Ok(n)
+    }
+
+    fn group_fd(&self, group: usize) -> Option<BorrowedFd<'_>> {
+        self.inner.group_fd(group)
+    }
+
     fn tx_batch(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> io::Result<usize> {
         if self.dir.tx() {
             self.record(batch);

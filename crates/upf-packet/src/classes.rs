@@ -145,8 +145,12 @@ impl Classes {
     /// uplink). GTP-U messages other than G-PDUs (Echo, Error Indication) go to the highest:
     /// path supervision must survive an overload, and they are few.
     pub fn group_of(&self, p: &Packet) -> u8 {
-        let d = p.data();
-        let g = match p.port() {
+        self.group_of_ip(p.port(), p.data())
+    }
+
+    /// [`Classes::group_of`] of the IP packet `d` arriving on `port`.
+    pub fn group_of_ip(&self, port: Port, d: &[u8]) -> u8 {
+        let g = match port {
             Port::N3 | Port::N9 => self.gtpu_group(d),
             Port::N6 => dscp(d).map(|c| self.of_dscp(c)),
         };

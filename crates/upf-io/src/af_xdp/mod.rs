@@ -15,6 +15,12 @@
 //! outer one for GTP-U) and the packet into a free TX frame. Copy mode copies anyway (veth and
 //! most virtual NICs have no zero-copy); zero-copy is tried first when asked for.
 //!
+//! Queue groups (seed 001, [`XdpConfig::classes`]): each queue has a socket per group, the
+//! first owning the UMEM and its fill and completion rings, the others bound to it with
+//! `XDP_SHARED_UMEM` and an RX ring each ([`PacketIo::rx_group`]). The RX rings together
+//! hold no more frames than the fill ring, so a group whose ring is full loses its own
+//! packets, never another group's frames.
+//!
 //! Steering: the kernel only redirects to the socket of the arriving queue. Each socket
 //! reports, per received packet, the worker that owns it ([`XskIo::last_workers`], from the
 //! metadata the program wrote, recomputed with [`prog::xdp_worker`] when there is none); a
@@ -28,7 +34,7 @@ mod sys;
 #[cfg(test)]
 mod tests;
 
-pub use prog::{worker_of_key, xdp_worker, Filter};
+pub use prog::{worker_of_key, xdp_group, xdp_worker, Filter};
 pub use sys::XdpStatistics;
 
 use crate::link::{Link, NextHops};
@@ -43,6 +49,7 @@ use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use sys::{Mmap, XdpDesc};
+use upf_packet::classes::Classes;
 use upf_packet::{Packet, Port};
 
 /// How the XDP program is attached.
@@ -80,6 +87,8 @@ pub struct XdpConfig {
     pub frame_size: u32,
     /// Peak-rate UEs the program steers per flow.
     pub spread_ues: Vec<IpAddr>,
+    /// Queue groups, a socket each on every queue (`None`: one socket per queue).
+    pub classes: Option<Classes>,
 }
 
 impl XdpConfig {
@@ -93,6 +102,7 @@ impl XdpConfig {
             frames: 1024,
             frame_size: 2048,
             spread_ues: Vec::new(),
+            classes: None,
         }
     }
 }
@@ -134,7 +144,9 @@ pub fn capabilities(ifname: &str) -> io::Result<Capabilities> {
     };
     drop(probe);
     let zero_copy = if af_xdp {
-        match Umem::new(64, 2048).and_then(|u| Xsk::bind(&u, link.ifindex, 0, sys::XDP_ZEROCOPY)) {
+        match Umem::new(64, 2048)
+            .and_then(|u| Xsk::bind(&u, link.ifindex, 0, sys::XDP_ZEROCOPY, 32))
+        {
             Ok(_) => Some(true),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => None,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
@@ -239,7 +251,8 @@ impl XdpInterface {
             cfg.local.clone()
         };
         let filter = Filter::new(cfg.port != Port::N6, local, cfg.workers)
-            .with_spread(cfg.spread_ues.iter().copied());
+            .with_spread(cfg.spread_ues.iter().copied())
+            .with_classes(cfg.classes.clone());
         let mut ebpf = prog::object(&filter, queues)?;
         let prog = prog::load(&mut ebpf, prog::PROGRAM)?;
         let what = format!("attach XDP to {ifname}");
@@ -312,7 +325,8 @@ impl XdpInterface {
             .try_clone()
     }
 
-    /// A socket on `queue`, registered in the program's map.
+    /// A socket on `queue` (with queue groups: one per group, as one [`XskIo`]), registered
+    /// in the program's map.
     pub fn socket(&self, queue: u32) -> io::Result<XskIo> {
         if queue >= self.queues {
             return Err(io::Error::new(
@@ -328,32 +342,45 @@ impl XdpInterface {
             ));
         }
         let umem = Umem::new(c.frames, c.frame_size)?;
+        let groups = self.attached.filter.groups();
+        // Each group's RX ring a power of two, together no more than the fill ring.
+        let rx = prev_power_of_two(c.frames / 2 / groups);
         let mut flags = if c.zero_copy {
             sys::XDP_ZEROCOPY
         } else {
             sys::XDP_COPY
         };
-        let xsk = match Xsk::bind(&umem, self.link.ifindex, queue, flags) {
+        let ifindex = self.link.ifindex;
+        let xsk = match Xsk::bind(&umem, ifindex, queue, flags, rx) {
             Ok(x) => x,
             Err(_) if c.zero_copy => {
                 flags = sys::XDP_COPY;
-                Xsk::bind(&umem, self.link.ifindex, queue, flags)?
+                Xsk::bind(&umem, ifindex, queue, flags, rx)?
             }
             Err(e) => return Err(e),
         };
-        self.attached
-            .map
-            .lock()
-            .map_err(|_| io::Error::other("XSKMAP lock poisoned"))?
-            .set(queue, xsk.fd.as_raw_fd(), 0)
-            .map_err(|e| crate::bpf::error("registering the socket in the XSKMAP", &e))?;
-        Ok(XskIo::new(
-            self,
-            queue,
-            umem,
-            xsk,
-            flags == sys::XDP_ZEROCOPY,
-        ))
+        let others = (1..groups)
+            .map(|_| GroupRx::bind(&xsk, ifindex, queue, rx))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut map =
+            (self.attached.map.lock()).map_err(|_| io::Error::other("XSKMAP lock poisoned"))?;
+        let fds = std::iter::once(&xsk.fd).chain(others.iter().map(|g| &g.fd));
+        for (g, fd) in (0..).zip(fds) {
+            map.set(queue * groups + g, fd.as_raw_fd(), 0)
+                .map_err(|e| crate::bpf::error("registering the socket in the XSKMAP", &e))?;
+        }
+        drop(map);
+        let mut io = XskIo::new(self, queue, umem, xsk, flags == sys::XDP_ZEROCOPY);
+        io.others = others;
+        Ok(io)
+    }
+}
+
+fn prev_power_of_two(n: u32) -> u32 {
+    if n == 0 {
+        1
+    } else {
+        1 << (31 - n.leading_zeros())
     }
 }
 
@@ -407,9 +434,10 @@ struct Xsk {
 }
 
 impl Xsk {
-    /// Registers `umem`, creates the rings (each as big as half the frames), fills the fill
-    /// ring with the first half and binds to (ifindex, queue) with `mode` (copy/zero-copy).
-    fn bind(umem: &Umem, ifindex: u32, queue: u32, mode: u16) -> io::Result<Xsk> {
+    /// Registers `umem`, creates the rings (the RX ring of `rx` descriptors, the others as
+    /// big as half the frames), fills the fill ring with the first half and binds to
+    /// (ifindex, queue) with `mode` (copy/zero-copy).
+    fn bind(umem: &Umem, ifindex: u32, queue: u32, mode: u16, rx: u32) -> io::Result<Xsk> {
         let fd = sys::xdp_socket()?;
         let reg = sys::XdpUmemReg {
             addr: umem.area.ptr as u64,
@@ -431,7 +459,7 @@ impl Xsk {
             &half,
             "XDP_UMEM_COMPLETION_RING",
         )?;
-        sys::setsockopt(&fd, sys::XDP_RX_RING, &half, "XDP_RX_RING")?;
+        sys::setsockopt(&fd, sys::XDP_RX_RING, &rx, "XDP_RX_RING")?;
         sys::setsockopt(&fd, sys::XDP_TX_RING, &half, "XDP_TX_RING")?;
         let off: sys::XdpMmapOffsets =
             sys::getsockopt(&fd, sys::XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")?;
@@ -454,7 +482,7 @@ impl Xsk {
         let rx = DescRing::map(
             &fd,
             &off.rx,
-            half,
+            rx,
             sys::XDP_PGOFF_RX_RING,
             false,
             "mmap RX ring",
@@ -478,17 +506,19 @@ impl Xsk {
             x.fill.push(u64::from(i) * u64::from(umem.frame_size));
         }
         x.fill.submit();
-        sys::bind_xdp(&x.fd, ifindex, queue, mode | sys::XDP_USE_NEED_WAKEUP).map_err(|e| {
-            let m = if mode == sys::XDP_ZEROCOPY {
-                "zero-copy"
-            } else {
-                "copy"
-            };
-            sys::context(
-                e,
-                &format!("bind AF_XDP socket to ifindex {ifindex} queue {queue} ({m} mode)"),
-            )
-        })?;
+        sys::bind_xdp(&x.fd, ifindex, queue, mode | sys::XDP_USE_NEED_WAKEUP, None).map_err(
+            |e| {
+                let m = if mode == sys::XDP_ZEROCOPY {
+                    "zero-copy"
+                } else {
+                    "copy"
+                };
+                sys::context(
+                    e,
+                    &format!("bind AF_XDP socket to ifindex {ifindex} queue {queue} ({m} mode)"),
+                )
+            },
+        )?;
         Ok(x)
     }
 
@@ -519,10 +549,44 @@ impl Xsk {
     }
 }
 
-/// One AF_XDP socket: a queue of an interface, owned by one worker.
+/// Another queue group's socket on a queue: its RX ring, on the first socket's UMEM.
+#[derive(Debug)]
+struct GroupRx {
+    fd: OwnedFd,
+    rx: DescRing,
+}
+
+impl GroupRx {
+    fn bind(first: &Xsk, ifindex: u32, queue: u32, rx: u32) -> io::Result<GroupRx> {
+        let fd = sys::xdp_socket()?;
+        sys::setsockopt(&fd, sys::XDP_RX_RING, &rx, "XDP_RX_RING")?;
+        let off: sys::XdpMmapOffsets =
+            sys::getsockopt(&fd, sys::XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")?;
+        let ring = DescRing::map(
+            &fd,
+            &off.rx,
+            rx,
+            sys::XDP_PGOFF_RX_RING,
+            false,
+            "mmap RX ring",
+        )?;
+        sys::bind_xdp(&fd, ifindex, queue, 0, Some(&first.fd)).map_err(|e| {
+            sys::context(
+                e,
+                &format!("bind a queue group's AF_XDP socket to ifindex {ifindex} queue {queue}"),
+            )
+        })?;
+        Ok(GroupRx { fd, rx: ring })
+    }
+}
+
+/// One AF_XDP socket (with queue groups: one per group): a queue of an interface, owned by
+/// one worker.
 #[derive(Debug)]
 pub struct XskIo {
-    // Field order: socket (and rings) before the UMEM, both before the program.
+    // Field order: sockets (and rings) before the UMEM, both before the program.
+    /// The sockets of groups 1 and up (group 0's is `xsk`).
+    others: Vec<GroupRx>,
     xsk: Xsk,
     umem: Umem,
     _attached: Arc<Attached>,
@@ -547,6 +611,7 @@ impl XskIo {
             .map(|i| u64::from(i) * u64::from(umem.frame_size))
             .collect();
         XskIo {
+            others: Vec::new(),
             xsk,
             umem,
             _attached: iface.attached.clone(),
@@ -568,9 +633,16 @@ impl XskIo {
         &self.workers
     }
 
-    /// The kernel's counters of this socket (drops for a full RX ring or an empty fill ring).
+    /// The kernel's counters of this socket (drops for a full RX ring or an empty fill ring),
+    /// with queue groups summed over their sockets.
     pub fn kernel_stats(&self) -> io::Result<XdpStatistics> {
-        sys::getsockopt(&self.xsk.fd, sys::XDP_STATISTICS, "XDP_STATISTICS")
+        let mut sum: XdpStatistics =
+            sys::getsockopt(&self.xsk.fd, sys::XDP_STATISTICS, "XDP_STATISTICS")?;
+        for o in &self.others {
+            let k: XdpStatistics = sys::getsockopt(&o.fd, sys::XDP_STATISTICS, "XDP_STATISTICS")?;
+            sum.add(&k);
+        }
+        Ok(sum)
     }
 
     pub fn queue(&self) -> u32 {
@@ -640,25 +712,34 @@ fn ip_dst(ip: &[u8]) -> Option<IpAddr> {
     }
 }
 
-impl PacketIo for XskIo {
-    fn rx_batch(
-        &mut self,
-        pool: &mut Pool,
-        batch: &mut Vec<Packet>,
-        max: usize,
-    ) -> io::Result<usize> {
-        self.workers.clear();
-        let avail = self
-            .xsk
-            .rx
-            .available()
-            .min(u32::try_from(max).unwrap_or(u32::MAX));
+impl XskIo {
+    /// Up to `max` packets from group `g`'s RX ring into `batch` (their owners appended to
+    /// `workers`), each frame given straight back to the fill ring.
+    fn rx_ring(&mut self, g: usize, pool: &mut Pool, batch: &mut Vec<Packet>, max: usize) -> usize {
+        let XskIo {
+            others,
+            xsk,
+            umem,
+            filter,
+            port,
+            workers,
+            stats,
+            ..
+        } = self;
+        let rx = match g {
+            0 => &mut xsk.rx,
+            _ => match others.get_mut(g - 1) {
+                Some(o) => &mut o.rx,
+                None => return 0,
+            },
+        };
+        let avail = rx.available().min(u32::try_from(max).unwrap_or(u32::MAX));
         if avail == 0 {
-            if self.xsk.fill.needs_wakeup() {
+            if xsk.fill.needs_wakeup() {
                 // SAFETY: a zero-length non-blocking receive on our socket wakes the driver.
                 unsafe {
                     libc::recvfrom(
-                        self.xsk.fd.as_raw_fd(),
+                        xsk.fd.as_raw_fd(),
                         std::ptr::null_mut(),
                         0,
                         libc::MSG_DONTWAIT,
@@ -667,18 +748,18 @@ impl PacketIo for XskIo {
                     );
                 }
             }
-            return Ok(0);
+            return 0;
         }
-        let mask = !u64::from(self.umem.frame_size - 1);
+        let mask = !u64::from(umem.frame_size - 1);
         let mut n = 0;
         for i in 0..avail {
-            let XdpDesc { addr, len, .. } = self.xsk.rx.peek(i);
-            let worker = self.take_meta(addr);
-            let frame = self.umem.frame(addr, len as usize).unwrap_or(&[]);
+            let XdpDesc { addr, len, .. } = rx.peek(i);
+            let worker = take_meta(umem, addr, filter.workers);
+            let frame = umem.frame(addr, len as usize).unwrap_or(&[]);
             let accepted = ip_offset(frame).and_then(|off| {
                 let ip = ip_trim(frame.get(off..)?);
-                let mut p = pool.get(self.port);
-                if p.load(self.port, ip) {
+                let mut p = pool.get(*port);
+                if p.load(*port, ip) {
                     Some(p)
                 } else {
                     pool.put(p);
@@ -687,23 +768,60 @@ impl PacketIo for XskIo {
             });
             match accepted {
                 Some(p) => {
-                    self.stats.rx_packets += 1;
-                    self.stats.rx_bytes += p.len() as u64;
-                    let w = worker
-                        .or_else(|| xdp_worker(frame, &self.filter))
-                        .unwrap_or(0);
+                    stats.rx_packets += 1;
+                    stats.rx_bytes += p.len() as u64;
+                    let w = worker.or_else(|| xdp_worker(frame, filter)).unwrap_or(0);
                     batch.push(p);
-                    self.workers.push(w);
+                    workers.push(w);
                     n += 1;
                 }
-                None => self.stats.rx_discarded += 1,
+                None => stats.rx_discarded += 1,
             }
             // The fill ring holds every RX frame, so there is always room to give it back.
-            self.xsk.fill.push(addr & mask);
+            xsk.fill.push(addr & mask);
         }
-        self.xsk.rx.release(avail);
-        self.xsk.fill.submit();
+        rx.release(avail);
+        xsk.fill.submit();
+        n
+    }
+}
+
+impl PacketIo for XskIo {
+    /// Every group's ring, highest first, up to `max` in all.
+    fn rx_batch(
+        &mut self,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        self.workers.clear();
+        let mut n = 0;
+        for g in 0..=self.others.len() {
+            n += self.rx_ring(g, pool, batch, max - n);
+        }
         Ok(n)
+    }
+
+    fn rx_groups(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    fn rx_group(
+        &mut self,
+        group: usize,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        self.workers.clear();
+        Ok(self.rx_ring(group, pool, batch, max))
+    }
+
+    fn group_fd(&self, group: usize) -> Option<BorrowedFd<'_>> {
+        match group {
+            0 => Some(self.xsk.fd.as_fd()),
+            g => self.others.get(g - 1).map(|o| o.fd.as_fd()),
+        }
     }
 
     fn tx_batch(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> io::Result<usize> {
@@ -762,7 +880,7 @@ impl PacketIo for XskIo {
     }
 
     fn fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.xsk.fd.as_fd())
+        self.group_fd(0)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -782,33 +900,33 @@ impl PacketIo for XskIo {
 
     fn describe(&self) -> String {
         format!(
-            "{}: AF_XDP {} queue {} ({} XDP, {} mode, {} workers)",
+            "{}: AF_XDP {} queue {} ({} XDP, {} mode, {} workers, {} queue groups)",
             self.port.name(),
             self.link.name,
             self.queue,
             if self.native { "native" } else { "generic" },
             if self.zero_copy { "zero-copy" } else { "copy" },
             self.filter.workers,
+            self.rx_groups(),
         )
     }
 }
 
-impl XskIo {
-    /// The worker the program wrote in front of the frame at `addr`, erasing the mark so that
-    /// a later frame in the same place without metadata is not mistaken for it.
-    fn take_meta(&mut self, addr: u64) -> Option<u32> {
-        let m = addr.checked_sub(prog::META_LEN as u64)?;
-        // Metadata never crosses into the previous frame.
-        if m / u64::from(self.umem.frame_size) != addr / u64::from(self.umem.frame_size) {
-            return None;
-        }
-        let b = self.umem.frame_mut(m, prog::META_LEN)?;
-        let magic = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-        if magic != prog::META_MAGIC {
-            return None;
-        }
-        b[0..4].fill(0);
-        let w = u32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
-        (w < self.filter.workers).then_some(w)
+/// The worker the program wrote in front of the frame at `addr` (of `workers`), erasing the
+/// mark so that a later frame in the same place without metadata is not mistaken for it.
+fn take_meta(umem: &mut Umem, addr: u64, workers: u32) -> Option<u32> {
+    let m = addr.checked_sub(prog::META_LEN as u64)?;
+    // Metadata never crosses into the previous frame.
+    if m / u64::from(umem.frame_size) != addr / u64::from(umem.frame_size) {
+        return None;
     }
+    let b = umem.frame_mut(m, prog::META_LEN)?;
+    let magic = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+    if magic != prog::META_MAGIC {
+        return None;
+    }
+    b[0..4].fill(0);
+    // The group is in the top octet.
+    let w = u32::from_ne_bytes([b[4], b[5], b[6], b[7]]) & 0xff_ffff;
+    (w < workers).then_some(w)
 }

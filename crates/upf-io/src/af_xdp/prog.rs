@@ -23,13 +23,21 @@
 //! worker 0, like the software steering. UEs in `Filter::spread` (peak-rate UEs, in the
 //! `spread4`/`spread6` maps) are steered by `upf_packet::steer::flow_hash_key` of the flow, as
 //! by the fanout program; one whose ports are cut off goes to worker 0.
+//!
+//! Queue groups (seed 001, `Filter::classes`): each receive queue has a socket per group and
+//! the program redirects into the one of the packet's group ([`xdp_group`]: the
+//! `upf_packet::classes::Classes` of the packet, with the same tables), so that a worker
+//! reads a high-priority packet before the lower groups' backlog, not behind it. The group
+//! is also written into the metadata (bits 24–31 of the worker word).
 
 use crate::bpf;
 use aya::maps::HashMap;
 use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::net::IpAddr;
+use upf_packet::classes::{Classes, CODES};
 use upf_packet::steer::{self, Spread};
+use upf_packet::Port;
 
 /// First word of the metadata the program writes in front of a frame.
 pub const META_MAGIC: u32 = 0x5550_4658;
@@ -63,6 +71,8 @@ pub struct Filter {
     pub workers: u32,
     /// Peak-rate UEs steered per flow (`upf_packet::steer::flow_hash_key`), not by UE.
     pub spread: Spread,
+    /// Queue groups, a socket each per receive queue; `None`: one socket per queue.
+    pub classes: Option<Classes>,
 }
 
 impl Filter {
@@ -72,7 +82,21 @@ impl Filter {
             local,
             workers: workers.clamp(1, 1 << 16),
             spread: Spread::default(),
+            classes: None,
         }
+    }
+
+    /// The same, with a socket per queue group on each queue, chosen by `classes`.
+    pub fn with_classes(mut self, classes: Option<Classes>) -> Self {
+        self.classes = classes;
+        self
+    }
+
+    /// Sockets on each receive queue: one per queue group.
+    pub fn groups(&self) -> u32 {
+        self.classes
+            .as_ref()
+            .map_or(1, |c| u32::try_from(c.groups()).unwrap_or(1))
     }
 
     /// The same, spreading these UEs over the workers per flow.
@@ -169,6 +193,18 @@ pub fn xdp_worker(frame: &[u8], filter: &Filter) -> Option<u32> {
         }
         _ => None,
     }
+}
+
+/// The queue group the program puts a frame it redirects into (0 without classes): the
+/// `Classes` of its IP packet, as arriving on N3 (`Filter::gtpu`) or N6.
+pub fn xdp_group(frame: &[u8], filter: &Filter) -> u8 {
+    let Some(c) = &filter.classes else {
+        return 0;
+    };
+    let et = be16(frame, 12).unwrap_or(0);
+    let l3 = if et == 0x8100 || et == 0x88a8 { 18 } else { 14 };
+    let port = if filter.gtpu { Port::N3 } else { Port::N6 };
+    c.group_of_ip(port, frame.get(l3..).unwrap_or(&[]))
 }
 
 fn udp(frame: &[u8], l4: usize, filter: &Filter) -> Option<u32> {
@@ -292,6 +328,14 @@ pub(crate) fn object(filter: &Filter, queues: u32) -> io::Result<Ebpf> {
         )));
     }
     let any = u32::from(!sp.is_empty());
+    let (mut qfi, mut dscp) = ([0u8; CODES], [0u8; CODES]);
+    if let Some(c) = &filter.classes {
+        for (v, (q, d)) in (0u8..).zip(qfi.iter_mut().zip(dscp.iter_mut())) {
+            *q = c.of_qfi(v);
+            *d = c.of_dscp(v);
+        }
+    }
+    let groups = filter.groups();
     let mut ebpf = EbpfLoader::new()
         .override_global("workers", &filter.workers, true)
         .override_global("gtpu", &gtpu, true)
@@ -300,7 +344,10 @@ pub(crate) fn object(filter: &Filter, queues: u32) -> io::Result<Ebpf> {
         .override_global("n_local6", &n6, true)
         .override_global("local6", &local6, true)
         .override_global("spread", &any, true)
-        .map_max_entries(XSK_MAP, queues.max(1))
+        .override_global("groups", &groups, true)
+        .override_global("qfi_group", &qfi, true)
+        .override_global("dscp_group", &dscp, true)
+        .map_max_entries(XSK_MAP, queues.max(1) * groups)
         .load(OBJECT)
         .map_err(|e| bpf::error("loading the XDP object", &e))?;
     let no_map = |m: &str| io::Error::other(format!("XDP object without its {m} map"));

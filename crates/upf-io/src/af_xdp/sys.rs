@@ -15,6 +15,7 @@ pub const XDP_UMEM_FILL_RING: libc::c_int = 5;
 pub const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
 pub const XDP_STATISTICS: libc::c_int = 7;
 
+pub const XDP_SHARED_UMEM: u16 = 1;
 pub const XDP_COPY: u16 = 1 << 1;
 pub const XDP_ZEROCOPY: u16 = 1 << 2;
 pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
@@ -84,6 +85,17 @@ pub struct XdpStatistics {
     pub rx_ring_full: u64,
     pub rx_fill_ring_empty_descs: u64,
     pub tx_ring_empty_descs: u64,
+}
+
+impl XdpStatistics {
+    pub fn add(&mut self, o: &XdpStatistics) {
+        self.rx_dropped += o.rx_dropped;
+        self.rx_invalid_descs += o.rx_invalid_descs;
+        self.tx_invalid_descs += o.tx_invalid_descs;
+        self.rx_ring_full += o.rx_ring_full;
+        self.rx_fill_ring_empty_descs += o.rx_fill_ring_empty_descs;
+        self.tx_ring_empty_descs += o.tx_ring_empty_descs;
+    }
 }
 
 /// Adds what was being done (and a hint for the common causes) to an OS error.
@@ -215,13 +227,25 @@ pub fn xdp_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-pub fn bind_xdp(fd: &OwnedFd, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
+/// Binds `fd` to (ifindex, queue); with `shared`, as another socket of that socket's UMEM
+/// (`XDP_SHARED_UMEM`: its fill and completion rings, the mode it was bound in).
+pub fn bind_xdp(
+    fd: &OwnedFd,
+    ifindex: u32,
+    queue: u32,
+    flags: u16,
+    shared: Option<&OwnedFd>,
+) -> io::Result<()> {
+    let (flags, shared_umem_fd) = match shared {
+        Some(s) => (XDP_SHARED_UMEM, u32::try_from(s.as_raw_fd()).unwrap_or(0)),
+        None => (flags, 0),
+    };
     let sa = SockaddrXdp {
         family: u16::try_from(AF_XDP).unwrap_or_default(),
         flags,
         ifindex,
         queue_id: queue,
-        shared_umem_fd: 0,
+        shared_umem_fd,
     };
     // SAFETY: sa is a valid sockaddr_xdp of the length passed.
     let r = unsafe {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 /// The seeded generator of the fanout tests (SmallRng).
 use crate::fanout::tests::Rng;
+use upf_packet::classes::Classes;
 
 fn csum(b: &[u8]) -> u16 {
     let mut s: u32 = b
@@ -55,11 +56,16 @@ fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 
 /// A G-PDU with a PDU Session Container (uplink, QFI 9) around `inner`.
 fn gpdu_psc(teid: u32, inner: &[u8]) -> Vec<u8> {
+    gpdu_qfi(teid, 9, inner)
+}
+
+/// A G-PDU with a PDU Session Container (uplink, QFI `qfi`) around `inner`.
+fn gpdu_qfi(teid: u32, qfi: u8, inner: &[u8]) -> Vec<u8> {
     let mut g = vec![0x34, 255];
     g.extend_from_slice(&u16::try_from(4 + 4 + inner.len()).unwrap().to_be_bytes());
     g.extend_from_slice(&teid.to_be_bytes());
     g.extend_from_slice(&[0, 0, 0, 0x85]);
-    g.extend_from_slice(&[1, 0x10, 9, 0]);
+    g.extend_from_slice(&[1, 0x10, qfi, 0]);
     g.extend_from_slice(inner);
     g
 }
@@ -197,6 +203,11 @@ fn random_frame(r: &mut Rng) -> Vec<u8> {
             )
         }
     };
+    // Any DSCP (the checksum is not the program's business).
+    let mut l3 = l3;
+    if r.chance(50) && l3.len() > 1 {
+        l3[1] = r.next().to_le_bytes()[0];
+    }
     let vlan = r.chance(20).then_some(100);
     let mut f = eth([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], vlan, ethertype, &l3);
     if r.chance(15) {
@@ -306,7 +317,7 @@ static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn bind_lo(umem: &Umem, lo: &Link) -> Xsk {
     let mut tries = 0;
     loop {
-        match Xsk::bind(umem, lo.ifindex, 0, sys::XDP_COPY) {
+        match Xsk::bind(umem, lo.ifindex, 0, sys::XDP_COPY, 32) {
             Ok(x) => return x,
             Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 50 => {
                 tries += 1;
@@ -327,22 +338,37 @@ fn program_agrees_with_reference() {
     let lo = Link::by_name("lo").unwrap();
     let umem = Umem::new(64, 2048).unwrap();
     let xsk = bind_lo(&umem, &lo);
+    let two = Classes::default();
+    let four = Classes::new(
+        4,
+        &[vec![5, 9], vec![1, 2], vec![3]],
+        &[vec![46], vec![0, 10], vec![8, 12, 14]],
+    )
+    .unwrap();
     let filters = [
         Filter::new(true, vec![IpAddr::from(L4), IpAddr::from(L6)], 2),
         Filter::new(true, vec![IpAddr::from(L4), IpAddr::from([10, 0, 0, 9])], 3),
         Filter::new(false, vec![IpAddr::from(L4), IpAddr::from(L6)], 4),
         Filter::new(false, vec![], 1),
+        Filter::new(true, vec![IpAddr::from(L4), IpAddr::from(L6)], 2)
+            .with_classes(Some(two.clone())),
+        Filter::new(true, vec![IpAddr::from(L4), IpAddr::from(L6)], 3)
+            .with_classes(Some(four.clone())),
+        Filter::new(false, vec![IpAddr::from(L4), IpAddr::from(L6)], 4).with_classes(Some(two)),
+        Filter::new(false, vec![], 2).with_classes(Some(four)),
     ];
+    let mut groups_seen = [[false; 4]; 2];
     let mut r = Rng::new(0x5eed_1234_abcd_0001);
     let (mut redirected, mut passed) = (0, 0);
     let mut seen = [false; 4];
     let mut out = vec![0u8; 4096];
     for filter in &filters {
         let mut ebpf = prog::object(filter, 1).unwrap();
-        XskMap::try_from(ebpf.map_mut(prog::XSK_MAP).unwrap())
-            .unwrap()
-            .set(0, xsk.fd.as_raw_fd(), 0)
-            .unwrap();
+        // One socket for every group: what lands where is read from the metadata.
+        let mut map = XskMap::try_from(ebpf.map_mut(prog::XSK_MAP).unwrap()).unwrap();
+        for g in 0..filter.groups() {
+            map.set(g, xsk.fd.as_raw_fd(), 0).unwrap();
+        }
         let prog = prog::load(&mut ebpf, prog::PROGRAM).unwrap();
         for _ in 0..1000 {
             let f = random_frame(&mut r);
@@ -358,11 +384,15 @@ fn program_agrees_with_reference() {
                     assert_eq!(ret, 4, "XDP_REDIRECT expected for {f:02x?} ({filter:?})");
                     assert_eq!(out.len(), f.len() + prog::META_LEN, "metadata");
                     assert_eq!(out[..4], prog::META_MAGIC.to_ne_bytes());
+                    let g = xdp_group(&f, filter);
                     assert_eq!(
                         out[4..8],
-                        w.to_ne_bytes(),
-                        "worker of {f:02x?} ({filter:?})"
+                        (w | u32::from(g) << 24).to_ne_bytes(),
+                        "worker and group of {f:02x?} ({filter:?})"
                     );
+                    if filter.classes.is_some() {
+                        groups_seen[usize::from(!filter.gtpu)][usize::from(g)] = true;
+                    }
                     assert_eq!(out[8..], f[..]);
                     redirected += 1;
                     seen[w as usize] = true;
@@ -373,6 +403,7 @@ fn program_agrees_with_reference() {
     println!("program_agrees_with_reference: {redirected} redirected, {passed} passed");
     assert!(redirected > 600 && passed > 600);
     assert!(seen.iter().all(|&s| s), "every worker seen");
+    assert_eq!(groups_seen, [[true; 4]; 2], "every group seen, N3 and N6");
 }
 
 #[test]
@@ -755,6 +786,68 @@ fn veth_n3_gtpu_rx_arp_and_tx() {
     drop(io);
     drop(iface);
     assert!(v.xdp_detached(), "program detached with the last socket");
+}
+
+/// Queue groups: the high QFI's G-PDUs arrive on group 0's socket, the others on group 1's,
+/// each in order, and each socket's descriptor says when its ring has packets.
+#[test]
+#[ignore = "needs root"]
+fn veth_queue_groups_have_a_socket_each() {
+    assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
+    let v = Veth::new("g");
+    let peer = v.peer_socket();
+    let pmac = v.peer_mac();
+    let (local, remote) = (v.ip(1), v.ip(2));
+    let iface = XdpInterface::open(
+        &v.a,
+        XdpConfig {
+            frames: 512,
+            classes: Some(Classes::default()),
+            ..XdpConfig::new(Port::N3, 1)
+        },
+    )
+    .unwrap();
+    let mac = iface.link().mac;
+    let mut io = iface.socket(0).unwrap();
+    assert_eq!(io.rx_groups(), 2);
+    assert!(
+        io.describe().contains("2 queue groups"),
+        "{}",
+        io.describe()
+    );
+    let mut pool = Pool::new(256);
+    // 60 G-PDUs, every third of QFI 1 (high), the rest QFI 9; the inner UDP payload numbers
+    // them.
+    for i in 0..60u8 {
+        let qfi = if i % 3 == 0 { 1 } else { 9 };
+        let inner = ipv4([10, 61, 0, 1], [8, 8, 4, 4], 17, 0, &udp(1000, 53, &[i; 4]));
+        let outer = ipv4(
+            remote,
+            local,
+            17,
+            0,
+            &udp(2152, GTPU, &gpdu_qfi(7, qfi, &inner)),
+        );
+        send_frame(&peer, &eth(mac, pmac, None, 0x0800, &outer));
+    }
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut got: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+    while got[0].len() + got[1].len() < 60 && Instant::now() < end {
+        for (g, seq) in got.iter_mut().enumerate() {
+            let mut b = Vec::new();
+            if crate::wait_readable(&[io.group_fd(g).unwrap()], Duration::from_millis(5)).unwrap() {
+                io.rx_group(g, &mut pool, &mut b, 64).unwrap();
+            }
+            // The last octet of the inner packet: its number.
+            seq.extend(b.iter().map(|p| *p.data().last().unwrap()));
+            pool.put_all(b.drain(..));
+        }
+    }
+    let high: Vec<u8> = (0..60).filter(|i| i % 3 == 0).collect();
+    let low: Vec<u8> = (0..60).filter(|i| i % 3 != 0).collect();
+    assert_eq!(got, [high, low], "per group, in order");
+    io.refresh_stats();
+    assert_eq!(io.stats().rx_kernel_dropped, 0);
 }
 
 #[test]
