@@ -94,6 +94,17 @@ impl<T: Octets> GroupQueues<T> {
         n
     }
 
+    /// Packets group `group` takes before it is full by count (0 past the last group): what a
+    /// worker reads of that group's receive queue, leaving the rest where the backend keeps
+    /// it.
+    pub fn room(&self, group: usize) -> usize {
+        let len = self
+            .queues
+            .get(group)
+            .map_or(self.max_packets, VecDeque::len);
+        self.max_packets.saturating_sub(len)
+    }
+
     /// Each group's depth in packets (0 past the last group).
     pub fn depths(&self) -> [usize; MAX_GROUPS] {
         let mut d = [0; MAX_GROUPS];

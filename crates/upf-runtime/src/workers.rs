@@ -420,7 +420,7 @@ impl Worker {
                             .map_or(IDLE_SLEEP, |t| t.saturating_duration_since(now))
                             .min(IDLE_SLEEP);
                         let fds: Vec<_> = (self.queues.queues.iter())
-                            .filter_map(|q| q.io.fd())
+                            .flat_map(|q| (0..q.io.rx_groups()).filter_map(|g| q.io.group_fd(g)))
                             .chain([self.waker.fd()])
                             .collect();
                         let _ = upf_io::wait_readable(&fds, wait);
@@ -438,37 +438,46 @@ impl Worker {
     }
 
     /// Up to `max` packets from each of the worker's queues: processed (FIFO), or put into
-    /// the queue groups (priority modes). How many packets came.
+    /// the queue groups (priority modes). A queue with a receive queue per group (classified
+    /// by the backend's BPF program) is read group by group, highest first over all queues,
+    /// and a group's receive queue only as far as its software queue has room: under
+    /// overload a lower group's backlog waits, and is dropped, where the backend keeps it,
+    /// not where a higher group's packets are. How many packets came.
     fn receive(&mut self, io: &mut Io<'_>, max: usize) -> usize {
-        let Io {
-            rx,
-            handing,
-            out,
-            pool,
-            tx,
-        } = io;
+        let groups = self.priority.as_ref().map_or(1, |p| p.queues.groups());
         let mut got = 0;
-        for qi in 0..self.queues.queues.len() {
-            rx.clear();
-            // Errors are counted by the backend; a queue that keeps failing stays idle.
-            let q = &mut self.queues.queues[qi];
-            let n = q.io.rx_batch(pool, rx, max).unwrap_or(0);
-            if n == 0 {
-                continue;
-            }
-            // The N6 of a named network instance: its packets say so (before a hand-off).
-            if q.instance != 0 {
-                for p in rx.iter_mut() {
-                    p.set_instance(q.instance);
+        for g in 0..groups {
+            for qi in 0..self.queues.queues.len() {
+                io.rx.clear();
+                let q = &mut self.queues.queues[qi];
+                let (split, room) = match &self.priority {
+                    Some(p) if q.io.rx_groups() > 1 => (true, p.queues.room(g).min(max)),
+                    _ => (false, max),
+                };
+                // Errors are counted by the backend; a queue that keeps failing stays idle.
+                let n = match (split, g) {
+                    (true, _) if room > 0 => q.io.rx_group(g, io.pool, io.rx, room),
+                    (false, 0) => q.io.rx_batch(io.pool, io.rx, max),
+                    _ => Ok(0),
                 }
-            }
-            got += n;
-            if !self.queues.steered && self.peers.len() > 1 {
-                self.hand_off(rx, &mut handing.keep, &mut handing.away, pool);
-            }
-            match self.priority.as_mut() {
-                None => self.process_io(rx, out, pool, tx),
-                Some(p) => p.enqueue(rx, pool, &self.pipeline),
+                .unwrap_or(0);
+                if n == 0 {
+                    continue;
+                }
+                // The N6 of a named network instance: its packets say so (before a hand-off).
+                if q.instance != 0 {
+                    for p in io.rx.iter_mut() {
+                        p.set_instance(q.instance);
+                    }
+                }
+                got += n;
+                if !self.queues.steered && self.peers.len() > 1 {
+                    self.hand_off(io.rx, &mut io.handing.keep, &mut io.handing.away, io.pool);
+                }
+                match self.priority.as_mut() {
+                    None => self.process_io(io.rx, io.out, io.pool, io.tx),
+                    Some(p) => p.enqueue(io.rx, io.pool, &self.pipeline),
+                }
             }
         }
         got

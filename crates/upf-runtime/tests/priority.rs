@@ -53,6 +53,57 @@ impl PacketIo for Gated {
     }
 }
 
+/// An in-memory queue with a receive queue per group (as AF_XDP's socket per group, the test
+/// playing the BPF program that classifies), gated like [`Gated`].
+#[derive(Debug)]
+struct Grouped {
+    groups: [MemIo; 2],
+    open: Arc<AtomicBool>,
+}
+
+impl PacketIo for Grouped {
+    fn rx_batch(
+        &mut self,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        let n = self.rx_group(0, pool, batch, max)?;
+        Ok(n + self.rx_group(1, pool, batch, max - n)?)
+    }
+
+    fn rx_groups(&self) -> usize {
+        2
+    }
+
+    fn rx_group(
+        &mut self,
+        group: usize,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        if !self.open.load(Ordering::Acquire) {
+            return Ok(0);
+        }
+        self.groups[group].rx_batch(pool, batch, max)
+    }
+
+    fn tx_batch(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> io::Result<usize> {
+        self.groups[0].tx_batch(batch, pool)
+    }
+
+    fn stats(&self) -> IoStats {
+        let mut s = self.groups[0].stats();
+        s.add(&self.groups[1].stats());
+        s
+    }
+
+    fn describe(&self) -> String {
+        "grouped".into()
+    }
+}
+
 /// UDP source port of the inner packets: the class the test sent them in.
 const HIGH_PORT: u16 = 1;
 const LOW_PORT: u16 = 9;
@@ -100,14 +151,16 @@ const BATCH: usize = 64;
 /// What one worker in `mode` sent on N6 for a backlog of [`LOW`] low-priority G-PDUs (QFI 9)
 /// followed by [`HIGH`] high-priority ones (QFI 1), two UEs each, and its statistics.
 fn run(mode: Mode) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
-    run_with(mode, None, session)
+    run_with(mode, None, session, None)
 }
 
-/// [`run`], MAX_RBS set to `max_rbs` at run time before the backlog is let in.
+/// [`run`], MAX_RBS set to `max_rbs` at run time before the backlog is let in; with
+/// `grouped`, N3 has a receive queue per group and the group queues hold `grouped` packets.
 fn run_with(
     mode: Mode,
     max_rbs: Option<usize>,
     sessions: fn(u32) -> Arc<Session>,
+    grouped: Option<usize>,
 ) -> (Vec<Vec<u8>>, upf_runtime::WorkerStats) {
     let cfg = RuntimeConfig {
         workers: 1,
@@ -121,22 +174,31 @@ fn run_with(
         },
         priority: PriorityConfig {
             mode,
+            queue_packets: grouped.unwrap_or(upf_runtime::priority::QUEUE_PACKETS),
             ..Default::default()
         },
         ..Default::default()
     };
     let open = Arc::new(AtomicBool::new(false));
     let (n3, n3_peer) = mem::pair(Port::N3);
+    let (n3_low, n3_low_peer) = mem::pair(Port::N3);
     let (n6, n6_peer) = mem::pair(Port::N6);
+    let n3: Box<dyn PacketIo> = match grouped {
+        None => Box::new(Gated {
+            io: n3,
+            open: open.clone(),
+        }),
+        Some(_) => Box::new(Grouped {
+            groups: [n3, n3_low],
+            open: open.clone(),
+        }),
+    };
     let queues = vec![WorkerQueues {
         queues: vec![
             PortQueue {
                 port: Port::N3,
                 instance: 0,
-                io: Box::new(Gated {
-                    io: n3,
-                    open: open.clone(),
-                }),
+                io: n3,
             },
             PortQueue {
                 port: Port::N6,
@@ -151,8 +213,13 @@ fn run_with(
         w.install(Instant::now(), sessions(i), InstallFlags::default())
             .unwrap();
     }
+    let low_peer = if grouped.is_some() {
+        &n3_low_peer
+    } else {
+        &n3_peer
+    };
     for seq in 0..LOW {
-        n3_peer.inject(&gpdu_qfi(u32::from(seq % 2), 9, seq / 2, LOW_PORT));
+        low_peer.inject(&gpdu_qfi(u32::from(seq % 2), 9, seq / 2, LOW_PORT));
     }
     for seq in 0..HIGH {
         n3_peer.inject(&gpdu_qfi(u32::from(seq % 2), 1, seq / 2, HIGH_PORT));
@@ -218,9 +285,24 @@ fn strict_sends_the_high_group_ahead_of_a_low_backlog() {
     assert!(stats.utilisation_permille.is_some());
 }
 
+/// A receive queue per group (classified by the backend): the high group is read before the
+/// low backlog, so no low packet leaves before the last high one; and the low receive queue
+/// is read only as far as its group queue has room, so the small group queue drops nothing.
+#[test]
+fn a_receive_queue_per_group_is_read_highest_first_and_by_room() {
+    let (sent, stats) = run_with(Mode::Strict { max_rbs: 4 }, None, session, Some(40));
+    assert_eq!(low_before_last_high(&sent), 0);
+    assert_eq!(stats.groups[0].stats.queued, u64::from(HIGH));
+    assert_eq!(stats.groups[1].stats.queued, u64::from(LOW));
+    assert!(
+        stats.groups.iter().all(|g| g.stats.dropped == 0),
+        "{stats:?}"
+    );
+}
+
 #[test]
 fn max_rbs_changes_at_run_time() {
-    let (sent, _) = run_with(Mode::Strict { max_rbs: 256 }, Some(1), session);
+    let (sent, _) = run_with(Mode::Strict { max_rbs: 256 }, Some(1), session, None);
     let low_before = low_before_last_high(&sent);
     let polls = usize::from(LOW + HIGH).div_ceil(BATCH);
     assert!(low_before <= polls, "{low_before} low before");
@@ -259,7 +341,7 @@ fn gbr_for_ue0(i: u32) -> Arc<Session> {
 /// ones, ahead of UE 1's; each (UE, class) still in order.
 #[test]
 fn a_gbr_flow_goes_one_group_up() {
-    let (sent, stats) = run_with(Mode::Strict { max_rbs: 4 }, None, gbr_for_ue0);
+    let (sent, stats) = run_with(Mode::Strict { max_rbs: 4 }, None, gbr_for_ue0, None);
     low_before_last_high(&sent);
     let half = u64::from(LOW / 2);
     assert_eq!(stats.groups[0].stats.queued, u64::from(HIGH) + half);
