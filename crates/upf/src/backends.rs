@@ -14,6 +14,7 @@ use upf_io::pcap::{Capture, Direction};
 use upf_io::tun::TunIo;
 use upf_io::udp::{UdpConfig, UdpIo};
 use upf_io::{PacketIo, Port};
+use upf_runtime::priority::{Classes, Mode};
 use upf_runtime::{PortQueue, RuntimeConfig, WorkerQueues};
 
 /// What [`open`] made: the workers' queues, a start-up report, and what must live as long
@@ -70,6 +71,11 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
         }
     };
     let mut punt_to: Option<Vec<(Port, String, ProgramFd)>> = xdp_on.then(Vec::new);
+    let classes = (rt.priority.mode != Mode::Fifo).then_some(&rt.priority.classes);
+    let classify = Classify {
+        spread_ues: &c.workers.spread_ues,
+        classes,
+    };
 
     // N3 (and N9 when it has its own interface): GTP-U.
     let n3_addrs = c.n3_addresses();
@@ -119,7 +125,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     name,
                     backend,
                     iface,
-                    &c.workers.spread_ues,
+                    &classify,
                     &mut report,
                     &mut steered,
                     punt_to.as_mut(),
@@ -207,7 +213,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     name,
                     b6,
                     n6,
-                    &c.workers.spread_ues,
+                    &classify,
                     &mut report,
                     &mut steered,
                     punt_to.as_mut(),
@@ -238,6 +244,13 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
     })
 }
 
+/// How the BPF programs in front of an Ethernet interface's queues sort packets: by UE, by
+/// flow for these peak-rate UEs, and into these queue groups (priority modes).
+struct Classify<'a> {
+    spread_ues: &'a [IpAddr],
+    classes: Option<&'a Classes>,
+}
+
 /// One queue per worker on an Ethernet interface. AF_PACKET: every worker's socket joins one
 /// fanout group whose eBPF program picks the UE's owner (software hand-off if it cannot load).
 /// AF_XDP: one socket per NIC queue, worker i on queue i; the program passes the kernel what
@@ -251,7 +264,7 @@ fn ethernet(
     name: &str,
     backend: Backend,
     iface: &Interface,
-    spread_ues: &[IpAddr],
+    classify: &Classify<'_>,
     report: &mut Vec<String>,
     steered: &mut bool,
     punt_to: Option<&mut Vec<(Port, String, ProgramFd)>>,
@@ -266,7 +279,7 @@ fn ethernet(
                 .wrapping_add(u16::from(instance) << 8);
             for (i, q) in queues.iter_mut().enumerate() {
                 let mut cfg = AfPacketConfig::new(name, port);
-                cfg.spread_ues = spread_ues.to_vec();
+                cfg.spread_ues = classify.spread_ues.to_vec();
                 if n > 1 {
                     cfg.fanout = Some(Fanout {
                         group,
@@ -285,7 +298,8 @@ fn ethernet(
         }
         Backend::AfXdp => {
             let mut cfg = XdpConfig::new(port, u32::try_from(n).unwrap_or(1));
-            cfg.spread_ues = spread_ues.to_vec();
+            cfg.spread_ues = classify.spread_ues.to_vec();
+            cfg.classes = classify.classes.cloned();
             cfg.local = iface.addresses.clone();
             if punt_to.is_some() {
                 cfg.attach = AttachMode::TailCalled;

@@ -943,6 +943,11 @@ fn priority(h: &mut Harness) {
     assert_eq!(more.len(), 2, "two groups: {more:?}");
     assert!(more[0] >= u64::from(2 * N), "high group: {more:?}");
     assert!(more[1] >= u64::from(2 * N), "low group: {more:?}");
+    // AF_XDP classifies before queueing: a socket per group on every queue.
+    let log = std::fs::read_to_string(&h.log).unwrap_or_default();
+    for line in log.lines().filter(|l| l.contains(": AF_XDP ")) {
+        assert!(line.contains("2 queue groups"), "{line}");
+    }
     // MAX_RBS at run time, by the command line.
     let out = run_for(
         in_ns(h.topo.upf().name(), env!("CARGO_BIN_EXE_upf")).args(["priority", "max-rbs", "4"]),
