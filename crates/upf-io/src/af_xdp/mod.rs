@@ -8,8 +8,8 @@
 //! is C (`bpf/xdp.bpf.c`, built by clang), loaded with aya and attached as a BPF link, so it
 //! is detached when the last socket of the interface is dropped or the process exits.
 //!
-//! Frames: the first half of the UMEM's frames belong to the fill/RX rings, the second half to
-//! TX. Receiving copies the IP packet (Ethernet and one VLAN tag stripped) into a pool buffer
+//! Frames: the first half of the UMEM's frames belong to the fill/RX rings (with queue groups,
+//! a half per group), the second half to TX. Receiving copies the IP packet (Ethernet and one VLAN tag stripped) into a pool buffer
 //! and gives the frame straight back to the fill ring; sending writes the Ethernet header
 //! (source: the interface's MAC, destination: the next hop of the packet's IP destination, the
 //! outer one for GTP-U) and the packet into a free TX frame. Copy mode copies anyway (veth and
@@ -79,8 +79,9 @@ pub struct XdpConfig {
     pub attach: AttachMode,
     /// Try zero-copy first (falling back to copy mode).
     pub zero_copy: bool,
-    /// UMEM frames per socket (a power of two, ≥ 64): half for receiving, half for sending.
-    /// The UMEM may be charged to RLIMIT_MEMLOCK (8 MiB on the project's VMs): frames ×
+    /// UMEM frames per socket (a power of two, ≥ 64): half for receiving, half for sending
+    /// (with queue groups, another half for each group's receiving beyond the first). The
+    /// UMEM may be charged to RLIMIT_MEMLOCK (8 MiB on the project's VMs): frames ×
     /// frame_size octets per socket, 2 MiB by default.
     pub frames: u32,
     /// Octets per frame: 2048 or 4096.
@@ -144,7 +145,7 @@ pub fn capabilities(ifname: &str) -> io::Result<Capabilities> {
     };
     drop(probe);
     let zero_copy = if af_xdp {
-        match Umem::new(64, 2048)
+        match Umem::new(32, 32, 2048)
             .and_then(|u| Xsk::bind(&u, link.ifindex, 0, sys::XDP_ZEROCOPY, 32))
         {
             Ok(_) => Some(true),
@@ -341,10 +342,12 @@ impl XdpInterface {
                 "AF_XDP: frames must be a power of two ≥ 64, frame_size 2048 or 4096",
             ));
         }
-        let umem = Umem::new(c.frames, c.frame_size)?;
+        // Half the frames for receiving, half for sending; with queue groups, as many
+        // receiving frames again per group, so that each group's RX ring is as big as the
+        // one socket's would be and the rings together hold no more than the fill ring.
         let groups = self.attached.filter.groups();
-        // Each group's RX ring a power of two, together no more than the fill ring.
-        let rx = prev_power_of_two(c.frames / 2 / groups);
+        let rx = c.frames / 2;
+        let umem = Umem::new(rx * groups, rx, c.frame_size)?;
         let mut flags = if c.zero_copy {
             sys::XDP_ZEROCOPY
         } else {
@@ -376,30 +379,30 @@ impl XdpInterface {
     }
 }
 
-fn prev_power_of_two(n: u32) -> u32 {
-    if n == 0 {
-        1
-    } else {
-        1 << (31 - n.leading_zeros())
-    }
-}
-
 /// The packet memory shared with the kernel.
 #[derive(Debug)]
 struct Umem {
     area: Mmap,
+    /// The first `rx_frames` go to the fill ring (receiving), the rest are for sending.
+    rx_frames: u32,
     frames: u32,
     frame_size: u32,
 }
 
 impl Umem {
-    fn new(frames: u32, frame_size: u32) -> io::Result<Umem> {
+    fn new(rx_frames: u32, tx_frames: u32, frame_size: u32) -> io::Result<Umem> {
+        let frames = rx_frames + tx_frames;
         let len = frames as usize * frame_size as usize;
         Ok(Umem {
             area: Mmap::anonymous(len)?,
+            rx_frames,
             frames,
             frame_size,
         })
+    }
+
+    fn tx_frames(&self) -> u32 {
+        self.frames - self.rx_frames
     }
 
     fn frame(&self, addr: u64, len: usize) -> Option<&[u8]> {
@@ -434,9 +437,10 @@ struct Xsk {
 }
 
 impl Xsk {
-    /// Registers `umem`, creates the rings (the RX ring of `rx` descriptors, the others as
-    /// big as half the frames), fills the fill ring with the first half and binds to
-    /// (ifindex, queue) with `mode` (copy/zero-copy).
+    /// Registers `umem`, creates the rings (the RX ring of `rx` descriptors, the fill ring
+    /// big enough for the receiving frames, TX and completion rings as many as the sending
+    /// frames), fills the fill ring and binds to (ifindex, queue) with `mode`
+    /// (copy/zero-copy).
     fn bind(umem: &Umem, ifindex: u32, queue: u32, mode: u16, rx: u32) -> io::Result<Xsk> {
         let fd = sys::xdp_socket()?;
         let reg = sys::XdpUmemReg {
@@ -451,22 +455,23 @@ impl Xsk {
             &reg,
             "XDP_UMEM_REG (UMEM counts against RLIMIT_MEMLOCK)",
         )?;
-        let half = umem.frames / 2;
-        sys::setsockopt(&fd, sys::XDP_UMEM_FILL_RING, &half, "XDP_UMEM_FILL_RING")?;
+        let fills = umem.rx_frames.next_power_of_two();
+        let sends = umem.tx_frames();
+        sys::setsockopt(&fd, sys::XDP_UMEM_FILL_RING, &fills, "XDP_UMEM_FILL_RING")?;
         sys::setsockopt(
             &fd,
             sys::XDP_UMEM_COMPLETION_RING,
-            &half,
+            &sends,
             "XDP_UMEM_COMPLETION_RING",
         )?;
         sys::setsockopt(&fd, sys::XDP_RX_RING, &rx, "XDP_RX_RING")?;
-        sys::setsockopt(&fd, sys::XDP_TX_RING, &half, "XDP_TX_RING")?;
+        sys::setsockopt(&fd, sys::XDP_TX_RING, &sends, "XDP_TX_RING")?;
         let off: sys::XdpMmapOffsets =
             sys::getsockopt(&fd, sys::XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")?;
         let fill = AddrRing::map(
             &fd,
             &off.fr,
-            half,
+            fills,
             sys::XDP_UMEM_PGOFF_FILL_RING,
             true,
             "mmap fill ring",
@@ -474,7 +479,7 @@ impl Xsk {
         let comp = AddrRing::map(
             &fd,
             &off.cr,
-            half,
+            sends,
             sys::XDP_UMEM_PGOFF_COMPLETION_RING,
             false,
             "mmap completion ring",
@@ -490,7 +495,7 @@ impl Xsk {
         let tx = DescRing::map(
             &fd,
             &off.tx,
-            half,
+            sends,
             sys::XDP_PGOFF_TX_RING,
             true,
             "mmap TX ring",
@@ -502,7 +507,7 @@ impl Xsk {
             rx,
             tx,
         };
-        for i in 0..half {
+        for i in 0..umem.rx_frames {
             x.fill.push(u64::from(i) * u64::from(umem.frame_size));
         }
         x.fill.submit();
@@ -606,8 +611,7 @@ pub struct XskIo {
 
 impl XskIo {
     fn new(iface: &XdpInterface, queue: u32, umem: Umem, xsk: Xsk, zero_copy: bool) -> Self {
-        let half = umem.frames / 2;
-        let tx_free = (half..umem.frames)
+        let tx_free = (umem.rx_frames..umem.frames)
             .map(|i| u64::from(i) * u64::from(umem.frame_size))
             .collect();
         XskIo {
@@ -662,7 +666,7 @@ impl XskIo {
     fn push_tx(&mut self, posted: usize) -> io::Result<()> {
         // Copy mode sends at most 32 frames per kick.
         for _ in 0..posted / 32 + 4 {
-            if self.xsk.tx.free() == self.umem.frames / 2 {
+            if self.xsk.tx.free() == self.umem.tx_frames() {
                 break;
             }
             // With XDP_USE_NEED_WAKEUP the kernel says when it needs the kick; copy mode

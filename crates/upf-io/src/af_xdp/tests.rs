@@ -336,7 +336,7 @@ fn program_agrees_with_reference() {
     // attached to lo, so its traffic is untouched).
     let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let lo = Link::by_name("lo").unwrap();
-    let umem = Umem::new(64, 2048).unwrap();
+    let umem = Umem::new(32, 32, 2048).unwrap();
     let xsk = bind_lo(&umem, &lo);
     let two = Classes::default();
     let four = Classes::new(
@@ -1066,7 +1066,7 @@ fn program_agrees_with_reference_on_spread_ues() {
     assert!(upf_netns::is_root(), "needs root (BPF and AF_XDP)");
     let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let lo = Link::by_name("lo").unwrap();
-    let umem = Umem::new(64, 2048).unwrap();
+    let umem = Umem::new(32, 32, 2048).unwrap();
     let xsk = bind_lo(&umem, &lo);
     let frames = spread_corpus(600);
     let mut out = vec![0u8; 4096];
