@@ -390,7 +390,7 @@ fn join_fanout(
 ) -> io::Result<FanoutMode> {
     let arg = |ty: u32| u32::from(f.group) | ((ty | PACKET_FANOUT_FLAG_IGNORE_OUTGOING) << 16);
     let spread = upf_packet::steer::Spread::new(spread.iter().copied());
-    let why = match Program::shared(port, f.workers, &spread) {
+    let why = match Program::shared(port, f.workers, &spread, None) {
         Ok(prog) => match setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg(PACKET_FANOUT_EBPF)) {
             Ok(()) => {
                 // Every member sets the (same) program; the group keeps the last one.
