@@ -14,6 +14,7 @@ use upf_io::pcap::{Capture, Direction};
 use upf_io::tun::TunIo;
 use upf_io::udp::{UdpConfig, UdpIo};
 use upf_io::{PacketIo, Port};
+use upf_runtime::priority::{Classes, Mode};
 use upf_runtime::{PortQueue, RuntimeConfig, WorkerQueues};
 
 /// What [`open`] made: the workers' queues, a start-up report, and what must live as long
@@ -70,6 +71,8 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
         }
     };
     let mut punt_to: Option<Vec<(Port, String, ProgramFd)>> = xdp_on.then(Vec::new);
+    // Seed 001: with a priority mode, AF_PACKET classifies as it queues (a ring per group).
+    let classes = (rt.priority.mode != Mode::Fifo).then_some(&rt.priority.classes);
 
     // N3 (and N9 when it has its own interface): GTP-U.
     let n3_addrs = c.n3_addresses();
@@ -120,6 +123,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     backend,
                     iface,
                     &c.workers.spread_ues,
+                    classes,
                     &mut report,
                     &mut steered,
                     punt_to.as_mut(),
@@ -208,6 +212,7 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
                     b6,
                     n6,
                     &c.workers.spread_ues,
+                    classes,
                     &mut report,
                     &mut steered,
                     punt_to.as_mut(),
@@ -238,8 +243,9 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
     })
 }
 
-/// One queue per worker on an Ethernet interface. AF_PACKET: every worker's socket joins one
-/// fanout group whose eBPF program picks the UE's owner (software hand-off if it cannot load).
+/// One queue per worker on an Ethernet interface. AF_PACKET: every worker's socket (with
+/// `classes`, one per queue group) joins one fanout group whose eBPF program picks the UE's
+/// owner and the group (software hand-off and classification if it cannot load).
 /// AF_XDP: one socket per NIC queue, worker i on queue i; the program passes the kernel what
 /// is not the UPF's (ARP, ND, PFCP), and packets arriving on another worker's queue are
 /// handed over in software.
@@ -252,6 +258,7 @@ fn ethernet(
     backend: Backend,
     iface: &Interface,
     spread_ues: &[IpAddr],
+    classes: Option<&Classes>,
     report: &mut Vec<String>,
     steered: &mut bool,
     punt_to: Option<&mut Vec<(Port, String, ProgramFd)>>,
@@ -267,7 +274,9 @@ fn ethernet(
             for (i, q) in queues.iter_mut().enumerate() {
                 let mut cfg = AfPacketConfig::new(name, port);
                 cfg.spread_ues = spread_ues.to_vec();
-                if n > 1 {
+                cfg.classes = classes.cloned();
+                // Queue groups are fanout members, one worker's too.
+                if n > 1 || classes.is_some() {
                     cfg.fanout = Some(Fanout {
                         group,
                         worker: i,
