@@ -1,4 +1,5 @@
-//! The AF_PACKET backend: one socket on one interface, owned by one worker.
+//! The AF_PACKET backend: one socket on one interface (with queue groups, one per group),
+//! owned by one worker.
 //!
 //! - **Receive**: a TPACKET_V3 ring mapped into the process (`block_count` blocks of
 //!   `block_size` octets, 32 × 128 KiB by default). A block handed to user space is walked packet
@@ -15,10 +16,24 @@
 //! - **Fanout**: several workers open a socket each on the same interface and join one
 //!   PACKET_FANOUT group, **in worker order** (the kernel numbers group members in join order,
 //!   and the eBPF program returns a member index). The program ([`crate::fanout`]) returns the
-//!   owning worker by the steering hash of `upf_packet::steer`; when it cannot be loaded or
-//!   attached, the group is PACKET_FANOUT_HASH (flow hash: no UE pinning, software steering
-//!   needed) and [`PacketIo::describe`] says so. If a member socket closes, the kernel moves
+//!   owning worker by the steering hash of `upf_packet::steer` (with queue groups, that
+//!   worker's socket of the packet's group); when it cannot be loaded or attached, the group
+//!   is PACKET_FANOUT_HASH (flow hash: no UE pinning, software steering needed) and
+//!   [`PacketIo::describe`] says so. If a member socket closes, the kernel moves
 //!   the last member into its slot: restart every worker of the group together.
+//! - **Queue groups** (seed 001, [`AfPacketConfig::classes`]): each worker opens a socket and
+//!   ring per queue group, group 0 (the highest) first, so member `w × groups + g` of the
+//!   fanout group (at most 256 members) is worker w's socket of group g, and the program
+//!   returns that member: the
+//!   packet's group by the QFI of its PDU Session Container (N3/N9) or its DSCP (N6), as
+//!   `upf_packet::classes::Classes` has it ([`crate::fanout::fanout_member`]). A worker reads
+//!   a group's ring alone ([`PacketIo::rx_group`]) or all of them, highest first; it sends on
+//!   group 0's socket. The worker's ring memory is split, not multiplied: each group's ring has
+//!   `block_count` blocks of `block_size / groups` (at least a page), so each rides out the
+//!   same stall in milliseconds at moderate rates (a block is handed over after
+//!   `block_timeout_ms` however full) and the worker's rings hold as many octets as one did. A
+//!   full group loses its own packets, not another group's. Without the eBPF program there
+//!   are no groups: one socket per worker in a HASH group, the worker classifies in software.
 //! - Outgoing frames are not seen (PACKET_IGNORE_OUTGOING, and the fanout group's
 //!   IGNORE_OUTGOING flag); IP fragments are not reassembled (no FANOUT_FLAG_DEFRAG).
 
@@ -31,6 +46,7 @@ use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
+use upf_packet::classes::Classes;
 use upf_packet::HEADROOM;
 use upf_packet::{Packet, Port};
 
@@ -83,6 +99,9 @@ pub struct AfPacketConfig {
     pub fanout: Option<Fanout>,
     /// Peak-rate UEs the fanout program spreads over the workers per flow.
     pub spread_ues: Vec<std::net::IpAddr>,
+    /// Queue groups, a socket and ring each, chosen by the fanout program (needs `fanout`,
+    /// one worker too); `None`: one socket.
+    pub classes: Option<Classes>,
 }
 
 impl AfPacketConfig {
@@ -99,6 +118,7 @@ impl AfPacketConfig {
             block_timeout_ms: 1,
             fanout: None,
             spread_ues: Vec::new(),
+            classes: None,
         }
     }
 }
@@ -170,9 +190,9 @@ impl std::fmt::Debug for TxScratch {
     }
 }
 
-/// An AF_PACKET socket on one interface for one worker.
+/// A TPACKET_V3 socket bound to the interface, its RX ring, and where reading it stands.
 #[derive(Debug)]
-pub struct AfPacketIo {
+struct RxSocket {
     fd: OwnedFd,
     ring: Ring,
     /// Block being read, the offset of its next packet, packets left in it.
@@ -180,13 +200,23 @@ pub struct AfPacketIo {
     pkt_off: usize,
     pkts_left: u32,
     in_block: bool,
+    /// Frames the kernel dropped for a full ring, so far.
+    drops: u64,
+}
+
+/// An AF_PACKET socket on one interface for one worker (with queue groups: one per group).
+#[derive(Debug)]
+pub struct AfPacketIo {
+    /// By queue group, the highest first; group 0's also sends.
+    socks: Vec<RxSocket>,
+    /// Each ring's block size.
+    block_size: u32,
     port: Port,
     hops: NextHops,
     /// sockaddr_ll for IPv4 and IPv6 frames (protocol and interface of a send).
     sll: [libc::sockaddr_ll; 2],
     tx: TxScratch,
     stats: IoStats,
-    ring_drops: u64,
     mode: FanoutMode,
     cfg: AfPacketConfig,
 }
@@ -240,18 +270,9 @@ fn sockaddr_ll(protocol: u16, ifindex: u32) -> libc::sockaddr_ll {
     sll
 }
 
-impl AfPacketIo {
-    /// Opens the socket, maps its ring, binds it to the interface and joins the fanout group.
-    /// With fanout, call this for worker 0, 1, … in order.
-    pub fn open(cfg: AfPacketConfig) -> io::Result<AfPacketIo> {
-        let link = Link::by_name(&cfg.interface)?;
-        let page = 4096u32;
-        if cfg.block_size < page || !cfg.block_size.is_multiple_of(page) || cfg.block_count == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "AF_PACKET ring: block size must be a multiple of 4096, block count > 0",
-            ));
-        }
+impl RxSocket {
+    /// A socket with a ring of `block_count` blocks of `block_size`, bound to `ifindex`.
+    fn open(ifindex: u32, block_size: u32, cfg: &AfPacketConfig) -> io::Result<RxSocket> {
         // Protocol 0: nothing is received before the ring exists and the socket is bound.
         // SAFETY: plain socket(2); the result is checked.
         let fd = cvt(unsafe {
@@ -268,16 +289,16 @@ impl AfPacketIo {
         setsockopt(raw, SOL_PACKET, PACKET_VERSION, &TPACKET_V3).map_err(ctx("TPACKET_V3"))?;
         let frame_size = 2048u32;
         let req = TpacketReq3 {
-            block_size: cfg.block_size,
+            block_size,
             block_nr: cfg.block_count,
             frame_size,
-            frame_nr: cfg.block_size / frame_size * cfg.block_count,
+            frame_nr: block_size / frame_size * cfg.block_count,
             retire_blk_tov: cfg.block_timeout_ms,
             sizeof_priv: 0,
             feature_req_word: 0,
         };
         setsockopt(raw, SOL_PACKET, PACKET_RX_RING, &req).map_err(ctx("PACKET_RX_RING"))?;
-        let block_size = usize::try_from(cfg.block_size).map_err(io::Error::other)?;
+        let block_size = usize::try_from(block_size).map_err(io::Error::other)?;
         let blocks = usize::try_from(cfg.block_count).map_err(io::Error::other)?;
         let len = block_size * blocks;
         // SAFETY: maps the ring the kernel just allocated for this socket; checked below.
@@ -302,7 +323,7 @@ impl AfPacketIo {
         };
         setsockopt(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32)
             .map_err(ctx("PACKET_IGNORE_OUTGOING"))?;
-        let sll = sockaddr_ll(ETH_P_ALL, link.ifindex);
+        let sll = sockaddr_ll(ETH_P_ALL, ifindex);
         // SAFETY: sll is a valid sockaddr_ll of the size passed.
         cvt(unsafe {
             libc::bind(
@@ -312,47 +333,19 @@ impl AfPacketIo {
             )
         })
         .map_err(ctx("bind"))?;
-        let mode = match cfg.fanout {
-            None => FanoutMode::None,
-            Some(f) => join_fanout(raw, cfg.port, f, &cfg.spread_ues)?,
-        };
-        let sll = [
-            sockaddr_ll(ETH_P_IP, link.ifindex),
-            sockaddr_ll(ETH_P_IPV6, link.ifindex),
-        ];
-        Ok(AfPacketIo {
+        Ok(RxSocket {
             fd,
             ring,
             cur: 0,
             pkt_off: 0,
             pkts_left: 0,
             in_block: false,
-            port: cfg.port,
-            hops: NextHops::new(link),
-            sll,
-            tx: TxScratch {
-                iovs: Vec::new(),
-                msgs: Vec::new(),
-                kinds: Vec::new(),
-            },
-            stats: IoStats::default(),
-            ring_drops: 0,
-            mode,
-            cfg,
+            drops: 0,
         })
     }
 
-    pub fn fanout_mode(&self) -> &FanoutMode {
-        &self.mode
-    }
-
-    pub fn next_hops(&mut self) -> &mut NextHops {
-        &mut self.hops
-    }
-
-    /// Frames the kernel dropped because the ring was full, so far (PACKET_STATISTICS; read
-    /// off the fast path).
-    pub fn ring_drops(&mut self) -> u64 {
+    /// Frames the kernel dropped because the ring was full, so far (PACKET_STATISTICS).
+    fn drops(&mut self) -> u64 {
         let mut st = [0u32; 3];
         let mut len = crate::sys::socklen_of::<[u32; 3]>();
         // SAFETY: st is valid for writes of len octets; len is updated by the kernel.
@@ -367,9 +360,97 @@ impl AfPacketIo {
         };
         if r == 0 {
             // The kernel resets its counters on each read.
-            self.ring_drops += u64::from(st[1]);
+            self.drops += u64::from(st[1]);
         }
-        self.ring_drops
+        self.drops
+    }
+
+    /// Up to `max` packets from the ring into `batch`, counted in `stats`.
+    fn rx(
+        &mut self,
+        port: Port,
+        stats: &mut IoStats,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> usize {
+        let mut n = 0;
+        // Blocks visited at most per call, so a call is bounded even at line rate.
+        let mut blocks_left = self.ring.blocks;
+        while n < max {
+            if !self.in_block {
+                if blocks_left == 0 {
+                    break;
+                }
+                let st = self.ring.status(self.cur).load(Ordering::Acquire);
+                if st & TP_STATUS_USER == 0 {
+                    break;
+                }
+                blocks_left -= 1;
+                let b = self.ring.block(self.cur);
+                let rd = |o: usize| {
+                    b.get(o..o + 4)
+                        .and_then(|s| s.try_into().ok())
+                        .map(u32::from_ne_bytes)
+                };
+                // tpacket_hdr_v1: num_pkts at 12, offset_to_first_pkt at 16.
+                self.pkts_left = rd(12).unwrap_or(0);
+                self.pkt_off = rd(16).and_then(|o| usize::try_from(o).ok()).unwrap_or(0);
+                self.in_block = true;
+            }
+            if self.pkts_left == 0 || self.pkt_off == 0 {
+                self.release_block();
+                continue;
+            }
+            let b = self.ring.block(self.cur);
+            let h = b.get(self.pkt_off..).unwrap_or(&[]);
+            let r32 = |o: usize| {
+                h.get(o..o + 4)
+                    .and_then(|s| s.try_into().ok())
+                    .map(u32::from_ne_bytes)
+            };
+            let (Some(next), Some(snap), Some(len), Some(mac)) = (
+                r32(0),
+                r32(12),
+                r32(16),
+                h.get(24..26)
+                    .map(|s| usize::from(u16::from_ne_bytes([s[0], s[1]]))),
+            ) else {
+                // A header outside the block: the block is unusable from here.
+                self.release_block();
+                continue;
+            };
+            let pkttype = h.get(TPACKET3_HDRLEN + 10).copied().unwrap_or(0);
+            let snap = usize::try_from(snap).unwrap_or(usize::MAX);
+            let frame = h.get(mac..mac.saturating_add(snap));
+            let ip = match frame {
+                Some(f) if snap == usize::try_from(len).unwrap_or(0) => ip_of_frame(f),
+                _ => None, // truncated by the ring
+            };
+            match ip {
+                Some(ip) if pkttype != PACKET_OTHERHOST && pkttype != PACKET_OUTGOING => {
+                    let mut p = pool.get(port);
+                    if p.load(port, ip) {
+                        stats.rx_packets += 1;
+                        stats.rx_bytes += ip.len() as u64;
+                        batch.push(p);
+                        n += 1;
+                    } else {
+                        stats.rx_discarded += 1;
+                        pool.put(p);
+                    }
+                }
+                _ => stats.rx_discarded += 1,
+            }
+            self.pkts_left -= 1;
+            let next = usize::try_from(next).unwrap_or(0);
+            if self.pkts_left == 0 || next == 0 {
+                self.release_block();
+            } else {
+                self.pkt_off += next;
+            }
+        }
+        n
     }
 
     /// Gives the current block back to the kernel and moves to the next.
@@ -382,15 +463,104 @@ impl AfPacketIo {
     }
 }
 
+impl AfPacketIo {
+    /// Opens the socket (with queue groups: one per group, group 0 first), maps its ring,
+    /// binds it to the interface and joins the fanout group. With fanout, call this for
+    /// worker 0, 1, … in order.
+    pub fn open(cfg: AfPacketConfig) -> io::Result<AfPacketIo> {
+        let link = Link::by_name(&cfg.interface)?;
+        let page = 4096u32;
+        if cfg.block_size < page || !cfg.block_size.is_multiple_of(page) || cfg.block_count == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "AF_PACKET ring: block size must be a multiple of 4096, block count > 0",
+            ));
+        }
+        let groups = cfg.classes.as_ref().map_or(1, Classes::groups);
+        if groups > 1 && cfg.fanout.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "AF_PACKET queue groups need a fanout group (one worker too)",
+            ));
+        }
+        // The worker's ring memory split over its groups (module docs).
+        let group_count = u32::try_from(groups).unwrap_or(1);
+        let block_size = (cfg.block_size / group_count / page).max(1) * page;
+        let first = RxSocket::open(link.ifindex, block_size, &cfg)?;
+        let join = |fd: RawFd, f: Fanout| {
+            join_fanout(fd, cfg.port, f, &cfg.spread_ues, cfg.classes.as_ref())
+        };
+        let mode = match cfg.fanout {
+            None => FanoutMode::None,
+            Some(f) => join(first.fd.as_raw_fd(), f)?,
+        };
+        let mut socks = vec![first];
+        // Without the program there are no groups: one socket per worker, which classifies
+        // in software.
+        if let (FanoutMode::Ebpf, Some(f)) = (&mode, cfg.fanout) {
+            for _ in 1..groups {
+                let s = RxSocket::open(link.ifindex, block_size, &cfg)?;
+                let m = join(s.fd.as_raw_fd(), f)?;
+                if m != FanoutMode::Ebpf {
+                    return Err(io::Error::other(format!(
+                        "AF_PACKET: a queue group's socket could not join the eBPF fanout \
+                         group: {m:?}"
+                    )));
+                }
+                socks.push(s);
+            }
+        }
+        let sll = [
+            sockaddr_ll(ETH_P_IP, link.ifindex),
+            sockaddr_ll(ETH_P_IPV6, link.ifindex),
+        ];
+        Ok(AfPacketIo {
+            socks,
+            block_size,
+            port: cfg.port,
+            hops: NextHops::new(link),
+            sll,
+            tx: TxScratch {
+                iovs: Vec::new(),
+                msgs: Vec::new(),
+                kinds: Vec::new(),
+            },
+            stats: IoStats::default(),
+            mode,
+            cfg,
+        })
+    }
+
+    pub fn fanout_mode(&self) -> &FanoutMode {
+        &self.mode
+    }
+
+    pub fn next_hops(&mut self) -> &mut NextHops {
+        &mut self.hops
+    }
+
+    /// Frames the kernel dropped because a ring was full, so far, summed over the queue
+    /// groups' rings (PACKET_STATISTICS; read off the fast path).
+    pub fn ring_drops(&mut self) -> u64 {
+        self.socks.iter_mut().map(RxSocket::drops).sum()
+    }
+
+    /// Group 0's socket: the one that sends.
+    fn tx_fd(&self) -> RawFd {
+        self.socks.first().map_or(-1, |s| s.fd.as_raw_fd())
+    }
+}
+
 fn join_fanout(
     fd: RawFd,
     port: Port,
     f: Fanout,
     spread: &[std::net::IpAddr],
+    classes: Option<&Classes>,
 ) -> io::Result<FanoutMode> {
     let arg = |ty: u32| u32::from(f.group) | ((ty | PACKET_FANOUT_FLAG_IGNORE_OUTGOING) << 16);
     let spread = upf_packet::steer::Spread::new(spread.iter().copied());
-    let why = match Program::shared(port, f.workers, &spread) {
+    let why = match Program::shared(port, f.workers, &spread, classes) {
         Ok(prog) => match setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg(PACKET_FANOUT_EBPF)) {
             Ok(()) => {
                 // Every member sets the (same) program; the group keeps the last one.
@@ -447,6 +617,7 @@ fn ip_dst(p: &[u8]) -> Option<(IpAddr, usize)> {
 }
 
 impl PacketIo for AfPacketIo {
+    /// Every group's ring, highest first, up to `max` in all.
     fn rx_batch(
         &mut self,
         pool: &mut Pool,
@@ -454,82 +625,31 @@ impl PacketIo for AfPacketIo {
         max: usize,
     ) -> io::Result<usize> {
         let mut n = 0;
-        // Blocks visited at most per call, so a call is bounded even at line rate.
-        let mut blocks_left = self.ring.blocks;
-        while n < max {
-            if !self.in_block {
-                if blocks_left == 0 {
-                    break;
-                }
-                let st = self.ring.status(self.cur).load(Ordering::Acquire);
-                if st & TP_STATUS_USER == 0 {
-                    break;
-                }
-                blocks_left -= 1;
-                let b = self.ring.block(self.cur);
-                let rd = |o: usize| {
-                    b.get(o..o + 4)
-                        .and_then(|s| s.try_into().ok())
-                        .map(u32::from_ne_bytes)
-                };
-                // tpacket_hdr_v1: num_pkts at 12, offset_to_first_pkt at 16.
-                self.pkts_left = rd(12).unwrap_or(0);
-                self.pkt_off = rd(16).and_then(|o| usize::try_from(o).ok()).unwrap_or(0);
-                self.in_block = true;
-            }
-            if self.pkts_left == 0 || self.pkt_off == 0 {
-                self.release_block();
-                continue;
-            }
-            let b = self.ring.block(self.cur);
-            let h = b.get(self.pkt_off..).unwrap_or(&[]);
-            let r32 = |o: usize| {
-                h.get(o..o + 4)
-                    .and_then(|s| s.try_into().ok())
-                    .map(u32::from_ne_bytes)
-            };
-            let (Some(next), Some(snap), Some(len), Some(mac)) = (
-                r32(0),
-                r32(12),
-                r32(16),
-                h.get(24..26)
-                    .map(|s| usize::from(u16::from_ne_bytes([s[0], s[1]]))),
-            ) else {
-                // A header outside the block: the block is unusable from here.
-                self.release_block();
-                continue;
-            };
-            let pkttype = h.get(TPACKET3_HDRLEN + 10).copied().unwrap_or(0);
-            let snap = usize::try_from(snap).unwrap_or(usize::MAX);
-            let frame = h.get(mac..mac.saturating_add(snap));
-            let ip = match frame {
-                Some(f) if snap == usize::try_from(len).unwrap_or(0) => ip_of_frame(f),
-                _ => None, // truncated by the ring
-            };
-            match ip {
-                Some(ip) if pkttype != PACKET_OTHERHOST && pkttype != PACKET_OUTGOING => {
-                    let mut p = pool.get(self.port);
-                    if p.load(self.port, ip) {
-                        self.stats.rx_packets += 1;
-                        self.stats.rx_bytes += ip.len() as u64;
-                        batch.push(p);
-                        n += 1;
-                    } else {
-                        self.stats.rx_discarded += 1;
-                        pool.put(p);
-                    }
-                }
-                _ => self.stats.rx_discarded += 1,
-            }
-            self.pkts_left -= 1;
-            let next = usize::try_from(next).unwrap_or(0);
-            if self.pkts_left == 0 || next == 0 {
-                self.release_block();
-            } else {
-                self.pkt_off += next;
-            }
+        for s in &mut self.socks {
+            n += s.rx(self.port, &mut self.stats, pool, batch, max - n);
         }
         Ok(n)
+    }
+
+    fn rx_groups(&self) -> usize {
+        self.socks.len()
+    }
+
+    fn rx_group(
+        &mut self,
+        group: usize,
+        pool: &mut Pool,
+        batch: &mut Vec<Packet>,
+        max: usize,
+    ) -> io::Result<usize> {
+        Ok(match self.socks.get_mut(group) {
+            Some(s) => s.rx(self.port, &mut self.stats, pool, batch, max),
+            None => 0,
+        })
+    }
+
+    fn group_fd(&self, group: usize) -> Option<BorrowedFd<'_>> {
+        self.socks.get(group).map(|s| s.fd.as_fd())
     }
 
     /// One `sendmmsg(2)` per batch (up to 1024 frames). A TPACKET_V2 TX ring would save the
@@ -540,6 +660,7 @@ impl PacketIo for AfPacketIo {
     /// port, and a copy of each packet into the ring instead of sending it from its buffer.
     fn tx_batch(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> io::Result<usize> {
         let now = Instant::now();
+        let tx_fd = self.tx_fd();
         let src = self.hops.link().mac;
         let tx = &mut self.tx;
         tx.iovs.clear();
@@ -602,7 +723,7 @@ impl PacketIo for AfPacketIo {
             // (the packets of `batch`, not moved or freed until after this loop) are valid.
             let r = unsafe {
                 libc::sendmmsg(
-                    self.fd.as_raw_fd(),
+                    tx_fd,
                     tx.msgs.as_mut_ptr().add(at),
                     u32::try_from(chunk).unwrap_or(0),
                     libc::MSG_DONTWAIT,
@@ -635,7 +756,7 @@ impl PacketIo for AfPacketIo {
     }
 
     fn fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.fd.as_fd())
+        self.group_fd(0)
     }
 
     fn stats(&self) -> IoStats {
@@ -660,14 +781,20 @@ impl PacketIo for AfPacketIo {
                 f.group, f.worker, f.workers
             ),
         };
+        let groups = match (self.socks.len(), &self.cfg.classes) {
+            (1, Some(c)) => format!(", 1 queue group (not {}: no eBPF)", c.groups()),
+            (1, None) => String::new(),
+            (g, _) => format!(", {g} queue groups (a ring each)"),
+        };
         format!(
-            "{}: AF_PACKET {} (ifindex {}, mtu {}), rx TPACKET_V3 {}x{} KiB, tx sendmmsg{}",
+            "{}: AF_PACKET {} (ifindex {}, mtu {}), rx TPACKET_V3 {}x{} KiB{}, tx sendmmsg{}",
             self.port.name(),
             l.name,
             l.ifindex,
             l.mtu,
             self.cfg.block_count,
-            self.cfg.block_size / 1024,
+            self.block_size / 1024,
+            groups,
             fanout
         )
     }

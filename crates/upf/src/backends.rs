@@ -251,8 +251,9 @@ struct Classify<'a> {
     classes: Option<&'a Classes>,
 }
 
-/// One queue per worker on an Ethernet interface. AF_PACKET: every worker's socket joins one
-/// fanout group whose eBPF program picks the UE's owner (software hand-off if it cannot load).
+/// One queue per worker on an Ethernet interface. AF_PACKET: every worker's socket (with
+/// `classes`, one per queue group) joins one fanout group whose eBPF program picks the UE's
+/// owner and the group (software hand-off and classification if it cannot load).
 /// AF_XDP: one socket per NIC queue, worker i on queue i; the program passes the kernel what
 /// is not the UPF's (ARP, ND, PFCP), and packets arriving on another worker's queue are
 /// handed over in software.
@@ -280,7 +281,9 @@ fn ethernet(
             for (i, q) in queues.iter_mut().enumerate() {
                 let mut cfg = AfPacketConfig::new(name, port);
                 cfg.spread_ues = classify.spread_ues.to_vec();
-                if n > 1 {
+                cfg.classes = classify.classes.cloned();
+                // Queue groups are fanout members, one worker's too.
+                if n > 1 || classify.classes.is_some() {
                     cfg.fanout = Some(Fanout {
                         group,
                         worker: i,

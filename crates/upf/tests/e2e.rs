@@ -943,9 +943,10 @@ fn priority(h: &mut Harness) {
     assert_eq!(more.len(), 2, "two groups: {more:?}");
     assert!(more[0] >= u64::from(2 * N), "high group: {more:?}");
     assert!(more[1] >= u64::from(2 * N), "low group: {more:?}");
-    // AF_XDP classifies before queueing: a socket per group on every queue.
+    // AF_XDP and AF_PACKET classify before queueing: a socket per group on every queue.
     let log = std::fs::read_to_string(&h.log).unwrap_or_default();
-    for line in log.lines().filter(|l| l.contains(": AF_XDP ")) {
+    let ethernet = |l: &&str| l.contains(": AF_XDP ") || l.contains(": AF_PACKET ");
+    for line in log.lines().filter(ethernet) {
         assert!(line.contains("2 queue groups"), "{line}");
     }
     // MAX_RBS at run time, by the command line.

@@ -15,11 +15,20 @@
 //! the flow instead: `flow_hash_key(key, peer, ue_port, peer_port, proto)` of
 //! `upf_packet::steer` (see [`fanout_worker_spread`]); the lookup is skipped when none is.
 //!
+//! Queue groups (seed 001, [`Program::fanout_groups`] with `upf_packet::classes::Classes`):
+//! each worker has a socket per group, and the program returns the member `worker × groups +
+//! group` ([`fanout_member`]), the group being `Classes::group_of_ip` of the packet (the QFI
+//! of a G-PDU's PDU Session Container on N3/N9, the DSCP on N6) with the same tables, so a
+//! worker can read high-priority packets before the lower groups' backlog. Without classes
+//! the member is the worker.
+//!
 //! The program is C (`bpf/fanout.bpf.c`, BPF_PROG_TYPE_SOCKET_FILTER), built by clang and
-//! loaded with aya. It reads the packet with the legacy LD_ABS/LD_IND loads, which end the
-//! program with 0 when a read falls outside the packet: that is exactly "unparsable goes to
-//! worker 0", and [`fanout_worker`] (the plain-Rust reference) treats every out-of-range read
-//! the same way. The tests run both over generated frames with BPF_PROG_TEST_RUN.
+//! loaded with aya. It reads the packet with the legacy LD_ABS/LD_IND loads, each checked
+//! against the packet's length first: a read outside the packet makes the worker 0 (and the
+//! group part, computed apart, the lowest group, as `Classes` has it), and [`fanout_worker`]
+//! (the plain-Rust reference) treats every out-of-range read the same way. (Unchecked, such a
+//! load would end the program with 0: worker 0, but also group 0, the highest.) The tests run
+//! program and reference over generated frames with BPF_PROG_TEST_RUN.
 //!
 //! On receive the kernel runs the program with the packet starting at the network header and
 //! `skb->protocol` the Ethertype (VLAN tags already taken off); BPF_PROG_TEST_RUN starts it after
@@ -34,6 +43,7 @@ use aya::{Ebpf, EbpfLoader};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
+use upf_packet::classes::{Classes, CODES};
 use upf_packet::steer::{flow_hash_key, has_ports, ue_hash_key, worker_of, Spread};
 
 /// Extension headers walked at most (the chain is unrolled in the program).
@@ -182,6 +192,28 @@ pub fn fanout_worker_spread(port: Port, frame: &[u8], n: usize, spread: &Spread)
     spread_hash(frame, &ue, ingress == Ingress::Gtpu).map_or(0, |h| worker_of(h, n))
 }
 
+/// The fanout member an Ethernet frame arriving on `port` goes to, of `n` workers with a
+/// member per queue group of `classes` each (worker-major): `worker × groups + group`, where
+/// the worker is [`fanout_worker_spread`]'s and the group `Classes::group_of_ip` of what
+/// follows the Ethernet header (and one VLAN tag). Without classes, the worker. The plain-Rust
+/// reference of the fanout program.
+pub fn fanout_member(
+    port: Port,
+    frame: &[u8],
+    n: usize,
+    spread: &Spread,
+    classes: Option<&Classes>,
+) -> usize {
+    let w = fanout_worker_spread(port, frame, n, spread);
+    let Some(c) = classes else {
+        return w;
+    };
+    let tagged = matches!(frame.get(12..14), Some([0x81, 0x00] | [0x88, 0xa8]));
+    let l3 = if tagged { 18 } else { 14 };
+    let g = c.group_of_ip(port, frame.get(l3..).unwrap_or(&[]));
+    w * c.groups() + usize::from(g)
+}
+
 /// The flow hash of a spread UE's packet, read as the program reads it (`None`: a read past
 /// the end).
 fn spread_hash(frame: &[u8], ue: &Ue, up: bool) -> Option<u32> {
@@ -230,6 +262,17 @@ impl Program {
     /// The fanout program for `port` and `n` workers that spreads the UEs of `spread` over
     /// the workers per flow (at most [`MAX_SPREAD`] of each family).
     pub fn fanout_spread(port: Port, n: usize, spread: &Spread) -> io::Result<Program> {
+        Self::fanout_groups(port, n, spread, None)
+    }
+
+    /// The same with, when `classes` are given, a member per queue group for each worker:
+    /// the program returns `worker × groups + group` ([`fanout_member`]).
+    pub fn fanout_groups(
+        port: Port,
+        n: usize,
+        spread: &Spread,
+        classes: Option<&Classes>,
+    ) -> io::Result<Program> {
         if spread.v4.len() > MAX_SPREAD || spread.v6.len() > MAX_SPREAD {
             return Err(io::Error::other(format!(
                 "more than {MAX_SPREAD} spread UEs of one family"
@@ -238,10 +281,22 @@ impl Program {
         let workers = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let gtpu = u32::from(Ingress::of(port) == Ingress::Gtpu);
         let any = u32::from(!spread.is_empty());
+        let (mut qfi, mut dscp) = ([0u8; CODES], [0u8; CODES]);
+        let mut groups = 1u32;
+        if let Some(c) = classes {
+            for (v, (q, d)) in (0u8..).zip(qfi.iter_mut().zip(dscp.iter_mut())) {
+                *q = c.of_qfi(v);
+                *d = c.of_dscp(v);
+            }
+            groups = u32::try_from(c.groups()).unwrap_or(1);
+        }
         let mut ebpf = EbpfLoader::new()
             .override_global("workers", &workers, true)
             .override_global("gtpu", &gtpu, true)
             .override_global("spread", &any, true)
+            .override_global("groups", &groups, true)
+            .override_global("qfi_group", &qfi, true)
+            .override_global("dscp_group", &dscp, true)
             .load(OBJECT)
             .map_err(|e| bpf::error("loading the fanout object", &e))?;
         {
@@ -272,22 +327,26 @@ impl Program {
         Ok(Program { ebpf })
     }
 
-    /// The fanout program for `port` and `n` workers, loaded once per process and shared by
-    /// every socket that asks for the same (loading parses the kernel's BTF: a tenth of a
-    /// second; the members of a group all set the same program).
-    pub fn shared(port: Port, n: usize, spread: &Spread) -> io::Result<Arc<Program>> {
-        type Loaded = Vec<(Ingress, usize, Spread, Arc<Program>)>;
+    /// The fanout program for `port`, `n` workers and the queue groups of `classes`, loaded
+    /// once per process and shared by every socket that asks for the same (loading parses the
+    /// kernel's BTF: a tenth of a second; the members of a group all set the same program).
+    pub fn shared(
+        port: Port,
+        n: usize,
+        spread: &Spread,
+        classes: Option<&Classes>,
+    ) -> io::Result<Arc<Program>> {
+        type Loaded = Vec<(Ingress, usize, Spread, Option<Classes>, Arc<Program>)>;
         static LOADED: Mutex<Loaded> = Mutex::new(Vec::new());
         let ingress = Ingress::of(port);
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, _, _, p)) = loaded
-            .iter()
-            .find(|(i, m, s, _)| *i == ingress && *m == n && s == spread)
-        {
+        if let Some((.., p)) = loaded.iter().find(|(i, m, s, c, _)| {
+            *i == ingress && *m == n && s == spread && c.as_ref() == classes
+        }) {
             return Ok(p.clone());
         }
-        let p = Arc::new(Program::fanout_spread(port, n, spread)?);
-        loaded.push((ingress, n, spread.clone(), p.clone()));
+        let p = Arc::new(Program::fanout_groups(port, n, spread, classes)?);
+        loaded.push((ingress, n, spread.clone(), classes.cloned(), p.clone()));
         Ok(p)
     }
 

@@ -2,6 +2,7 @@ use super::*;
 use rand::rngs::SmallRng;
 use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use std::net::IpAddr;
+use upf_packet::classes::Classes;
 
 /// The tests' seeded generator: the same frames on every run.
 pub(crate) struct Rng(SmallRng);
@@ -516,4 +517,184 @@ fn bpf_program_agrees_with_reference_on_spread_ues() {
         checked > 5000 && refused < checked / 10,
         "{checked} {refused}"
     );
+}
+
+/// A GTP-U message of type `ty` whose extension headers are `exts` (type, length in 4-octet
+/// units, the octet at 2: a container's QFI), E set when there are any, S/PN as `sp`.
+pub(crate) fn gtpu_ext(teid: u32, ty: u8, sp: u8, exts: &[(u8, u8, u8)], inner: &[u8]) -> Vec<u8> {
+    let e = !exts.is_empty();
+    let flags = 0x30 | (sp & 0x03) | if e { 0x04 } else { 0 };
+    let mut g = vec![flags, ty, 0, 0];
+    g.extend_from_slice(&teid.to_be_bytes());
+    if flags & 0x07 != 0 {
+        g.extend_from_slice(&[0, 1, 0, exts.first().map_or(0, |x| x.0)]);
+    }
+    for (i, &(_, len, qfi)) in exts.iter().enumerate() {
+        let mut x = vec![0u8; usize::from(len) * 4];
+        if let Some(f) = x.first_mut() {
+            *f = len;
+        }
+        if let Some(q) = x.get_mut(2) {
+            *q = qfi;
+        }
+        if let Some(l) = x.last_mut() {
+            *l = exts.get(i + 1).map_or(0, |x| x.0);
+        }
+        g.extend_from_slice(&x);
+    }
+    g.extend_from_slice(inner);
+    let l = u16::try_from(g.len() - 8).unwrap();
+    g[2..4].copy_from_slice(&l.to_be_bytes());
+    g
+}
+
+/// A G-PDU with one PDU Session Container (uplink) of QFI `qfi` around `inner`.
+pub(crate) fn gpdu_qfi(teid: u32, qfi: u8, inner: &[u8]) -> Vec<u8> {
+    gtpu_ext(teid, 255, 0, &[(0x85, 1, qfi)], inner)
+}
+
+/// A frame for the queue-group tests: GTP-U (IPv4 or IPv6 outer; G-PDUs with containers
+/// of any QFI among other extension headers, more than Classes looks at sometimes, and Echo
+/// or Error Indication messages) or plain IP, any DSCP, then perhaps truncated or flipped.
+fn class_frame(rng: &mut Rng) -> (Port, Vec<u8>) {
+    let ue = random_ue(rng);
+    let vlan = rng.chance(15);
+    let (port, mut f, l3) = if rng.chance(60) {
+        let exts: Vec<(u8, u8, u8)> = (0..rng.below(6))
+            .map(|_| {
+                let ty = [0x85, 0x85, 0x40, 0x81, 0x85][usize::try_from(rng.below(5)).unwrap()];
+                let len = 1 + u8::try_from(rng.below(3)).unwrap();
+                (ty, len, rng.next().to_le_bytes()[0])
+            })
+            .collect();
+        let ty = [255, 255, 255, 255, 1, 2, 26][usize::try_from(rng.below(7)).unwrap()];
+        let sp = u8::try_from(rng.below(4)).unwrap();
+        let g = gtpu_ext(7, ty, sp, &exts, &inner_packet(ue, rng));
+        let u = udp(2152, 2152, &g);
+        if rng.chance(50) {
+            let mut f = eth(0x86dd, vlan);
+            let l3 = f.len();
+            f.extend_from_slice(&ipv6([0xfd; 16], [0xfe; 16], 17, &u));
+            (Port::N3, f, l3)
+        } else {
+            let mut f = eth(0x0800, vlan);
+            let l3 = f.len();
+            f.extend_from_slice(&ipv4([192, 168, 1, 1], [192, 168, 1, 2], 17, &u));
+            (Port::N9, f, l3)
+        }
+    } else {
+        let f = n6_frame(ue, rng, vlan);
+        let l3 = if vlan { 18 } else { 14 };
+        (Port::N6, f, l3)
+    };
+    // Any DSCP (and ECN), outer header.
+    let r = rng.next().to_le_bytes();
+    if f[l3] >> 4 == 4 {
+        f[l3 + 1] = r[0];
+    } else {
+        f[l3] = 0x60 | (r[0] & 0x0f);
+        f[l3 + 1] = (r[1] & 0xf0) | (f[l3 + 1] & 0x0f);
+    }
+    if rng.chance(25) {
+        let cut = 14 + usize::try_from(rng.below(f.len() as u64 - 14)).unwrap();
+        f.truncate(cut);
+    } else if rng.chance(10) {
+        let at = 12 + usize::try_from(rng.below(f.len() as u64 - 12)).unwrap();
+        f[at] ^= 1 << rng.below(8);
+    }
+    (port, f)
+}
+
+#[test]
+fn member_is_the_worker_and_the_group_of_classes() {
+    let classes = Classes::default();
+    let mut rng = Rng::new(5);
+    for _ in 0..500 {
+        let (port, f) = class_frame(&mut rng);
+        let w = fanout_worker(port, &f, 3);
+        let m = fanout_member(port, &f, 3, &Spread::default(), Some(&classes));
+        assert_eq!(m / 2, w);
+        assert_eq!(fanout_member(port, &f, 3, &Spread::default(), None), w);
+    }
+    // A G-PDU of QFI 1 (high) and one of QFI 9 (low) from the same UE: one worker, two
+    // groups; an Echo Request: the highest group, worker 0.
+    let ue: IpAddr = "10.45.0.7".parse().unwrap();
+    let inner = inner_packet(ue, &mut rng);
+    let frame = |g: Vec<u8>| {
+        let mut f = eth(0x0800, false);
+        f.extend_from_slice(&ipv4(
+            [192, 168, 1, 1],
+            [192, 168, 1, 2],
+            17,
+            &udp(2152, 2152, &g),
+        ));
+        f
+    };
+    let w = upf_packet::steer::worker_of(upf_packet::steer::ue_hash(ue), 4);
+    let member = |f: &[u8]| fanout_member(Port::N3, f, 4, &Spread::default(), Some(&classes));
+    assert_eq!(member(&frame(gpdu_qfi(1, 1, &inner))), w * 2);
+    assert_eq!(member(&frame(gpdu_qfi(1, 9, &inner))), w * 2 + 1);
+    assert_eq!(member(&frame(gtpu_ext(0, 1, 2, &[], &[]))), 0);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn bpf_program_agrees_with_reference_on_queue_groups() {
+    assert!(upf_netns::is_root(), "needs root");
+    let four = Classes::new(
+        4,
+        &[vec![5, 9], vec![1, 2], vec![3]],
+        &[vec![46], vec![0, 10], vec![8, 12, 14]],
+    )
+    .unwrap();
+    let mut rng = Rng::new(0x6e0f);
+    let frames: Vec<_> = (0..3000).map(|_| class_frame(&mut rng)).collect();
+    let spread = Spread::new(spread_ues());
+    let (mut checked, mut refused) = (0, 0);
+    // Per classes and ingress: each group seen, and each worker.
+    let mut seen = [[[false; 4]; 2]; 2];
+    let mut workers = [false; 3];
+    for (ci, classes) in [Classes::default(), four].iter().enumerate() {
+        for n in [1usize, 3] {
+            for port in [Port::N3, Port::N6] {
+                let sp = if n == 3 {
+                    spread.clone()
+                } else {
+                    Spread::default()
+                };
+                let prog = Program::fanout_groups(port, n, &sp, Some(classes))
+                    .expect("load fanout program");
+                for (p, f) in &frames {
+                    if Ingress::of(*p) != Ingress::of(port) && !rng.chance(20) {
+                        continue;
+                    }
+                    let got = match prog.test_run(f) {
+                        Ok(r) => usize::try_from(r).unwrap(),
+                        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                            refused += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("BPF_PROG_TEST_RUN: {e}"),
+                    };
+                    let want = fanout_member(port, f, n, &sp, Some(classes));
+                    assert_eq!(got, want, "n={n} {port:?} {classes:?} frame {f:02x?}");
+                    let g = classes.groups();
+                    seen[ci][usize::from(port == Port::N6)][want % g] = true;
+                    workers[want / g] = true;
+                    checked += 1;
+                }
+            }
+        }
+    }
+    println!("queue groups: {checked} checked, {refused} refused");
+    assert!(
+        checked > 10_000 && refused < checked / 10,
+        "{checked} {refused}"
+    );
+    assert_eq!(
+        seen,
+        [[[true, true, false, false]; 2], [[true; 4]; 2]],
+        "every group seen, N3 and N6"
+    );
+    assert_eq!(workers, [true; 3]);
 }
