@@ -152,6 +152,7 @@ pub(crate) fn s0_spec(
     s.qfi = qfi;
     s.qos = Some(Qos {
         mbr_kbps: Some((MBR_KBPS, MBR_KBPS)),
+        ..Qos::default()
     });
     s
 }

@@ -466,7 +466,7 @@ impl Rig {
                 let mut s = SessionSpec::new(UeAddr::Static(ue), DL_TEID_BASE + i, GNB);
                 s.ul_f_teid = Some((UL_TEID_BASE + i, UPF_N3));
                 s.qfi = QFI;
-                s.qos = Some(Qos { mbr_kbps: None });
+                s.qos = Some(Qos::default());
                 s.high_priority = high.then_some(HighPriority {
                     qfi: QFI_HIGH,
                     dscp: DSCP_HIGH,

@@ -220,7 +220,10 @@ fn specs(o: &SmfOpts, gnb: Ipv4Addr, upf_n3: Ipv4Addr) -> anyhow::Result<Vec<Ses
             .map(UeAddr::Static)
             .collect()
     };
-    let qos = (o.qer || o.mbr.is_some()).then_some(Qos { mbr_kbps: o.mbr });
+    let qos = (o.qer || o.mbr.is_some()).then_some(Qos {
+        mbr_kbps: o.mbr,
+        ..Qos::default()
+    });
     Ok(ues
         .into_iter()
         .zip(0u32..)

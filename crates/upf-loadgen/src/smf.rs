@@ -130,11 +130,14 @@ impl From<io::Error> for SmfError {
     }
 }
 
-/// QoS of a session: one QER (gates open) with an MBR and the QFI the UPF marks downlink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// QoS of a session: one QER (gates open) with an MBR, a GBR and the QFI the UPF marks
+/// downlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Qos {
     /// MBR uplink and downlink, kbit/s (None: no MBR).
     pub mbr_kbps: Option<(u64, u64)>,
+    /// GBR uplink and downlink, kbit/s (None: a non-GBR flow).
+    pub gbr_kbps: Option<(u64, u64)>,
 }
 
 /// A second QoS flow: uplink G-PDUs with QFI `qfi` in their PDU Session Container, and
@@ -549,7 +552,14 @@ impl Smf {
         .collect();
         let mut create_qers: List<CreateQer> = spec
             .qos
-            .map(|q| build::create_qer(ids::QER, q.mbr_kbps, Some(spec.qfi)))
+            .map(|q| {
+                let mut qer = build::create_qer(ids::QER, q.mbr_kbps, Some(spec.qfi));
+                qer.gbr = q.gbr_kbps.map(|(u, d)| Gbr {
+                    uplink_kbps: u,
+                    downlink_kbps: d,
+                });
+                qer
+            })
             .into_iter()
             .collect();
         if let Some(h) = spec.high_priority {
@@ -1271,6 +1281,7 @@ mod tests {
         let mut spec = SessionSpec::new(UeAddr::Choose, 0x77, Ipv4Addr::new(192, 168, 3, 2));
         spec.qos = Some(Qos {
             mbr_kbps: Some((1000, 2000)),
+            ..Qos::default()
         });
         let r = smf.establishment_request(5, &spec);
         // It round-trips through the codec, and has what the brief asks for.
@@ -1309,7 +1320,7 @@ mod tests {
     fn high_priority_flow_shape() {
         let smf = Smf::new(SmfConfig::new("127.0.0.1:8805".parse().unwrap())).unwrap();
         let mut spec = SessionSpec::new(UeAddr::Choose, 0x77, Ipv4Addr::new(192, 168, 3, 2));
-        spec.qos = Some(Qos { mbr_kbps: None });
+        spec.qos = Some(Qos::default());
         spec.high_priority = Some(HighPriority { qfi: 1, dscp: 46 });
         let r = smf.establishment_request(5, &spec);
         let bytes = build::encode(Some(0), 1, r.clone());

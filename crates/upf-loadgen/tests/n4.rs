@@ -97,6 +97,7 @@ fn specs(n: u32, ue: impl Fn(u32) -> UeAddr) -> Vec<SessionSpec> {
             let mut s = SessionSpec::new(ue(i), 0x0100_0000 + i, GNB);
             s.qos = Some(Qos {
                 mbr_kbps: Some((100_000, 200_000)),
+                ..Qos::default()
             });
             s
         })

@@ -1109,6 +1109,7 @@ fn mbr(h: &mut Harness) {
     let mut spec = Harness::spec(0);
     spec.qos = Some(Qos {
         mbr_kbps: Some((MBR_KBPS, MBR_KBPS)),
+        ..Qos::default()
     });
     h.connect(&[spec]);
     h.wait_path(0);

@@ -31,6 +31,7 @@ impl Demo {
                 let mut s = SessionSpec::new(UeAddr::Static(ue), DL_TEID_BASE + i, GNB);
                 s.qos = Some(Qos {
                     mbr_kbps: Some((a.mbr_kbps, a.mbr_kbps)),
+                    ..Qos::default()
                 });
                 s
             })
