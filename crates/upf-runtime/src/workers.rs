@@ -442,15 +442,21 @@ impl Worker {
     /// by the backend's BPF program) is read group by group, highest first over all queues,
     /// and a group's receive queue only as far as its software queue has room: under
     /// overload a lower group's backlog waits, and is dropped, where the backend keeps it,
-    /// not where a higher group's packets are. How many packets came.
+    /// not where a higher group's packets are. While GBR flows go first, every receive queue
+    /// is read whole instead: the BPF programs do not know which flows have a GBR, so a GBR
+    /// flow's packets in a lower group's ring must be read to be moved up (the lower groups'
+    /// software queues then drop). How many packets came.
     fn receive(&mut self, io: &mut Io<'_>, max: usize) -> usize {
         let groups = self.priority.as_ref().map_or(1, |p| p.queues.groups());
+        let greedy =
+            (self.priority.as_ref()).is_some_and(|p| p.gbr_first) && self.pipeline.has_gbr();
         let mut got = 0;
         for g in 0..groups {
             for qi in 0..self.queues.queues.len() {
                 io.rx.clear();
                 let q = &mut self.queues.queues[qi];
                 let (split, room) = match &self.priority {
+                    Some(_) if q.io.rx_groups() > 1 && greedy => (true, max),
                     Some(p) if q.io.rx_groups() > 1 => (true, p.queues.room(g).min(max)),
                     _ => (false, max),
                 };
