@@ -126,7 +126,7 @@ impl Backends {
             ""
         };
         // Priority: strict, a small MAX_RBS.
-        let priority = if test == "priority" {
+        let priority = if test == "priority" || test == "gbr" {
             "[priority]\nmode = \"strict\"\nmax_rbs = 8\n\n"
         } else {
             ""
@@ -154,7 +154,8 @@ impl Backends {
              {pools}\n\
              [admin]\naddress = \"127.0.0.1:9464\"\n",
             self.name(),
-            self.workers()
+            // GBR under overload: one worker, which the test can overload alone.
+            if test == "gbr" { 1 } else { self.workers() }
         )
     }
 }
@@ -299,12 +300,12 @@ fn text(b: &[u8]) -> String {
 
 /// The three namespaces of upf_netns::topology under unique names, a UE TUN in the ue
 /// namespace; removed when dropped.
-fn topology(b: Backends) -> Topology {
+fn topology(b: Backends, test: &str) -> Topology {
     let n = TOPOLOGY_SEQ.fetch_add(1, Ordering::Relaxed);
     let mut l = Layout::new(&format!("e2e{}{n}", std::process::id()));
     l.ue_pool = format!("{UE_NET}/16");
     l.ue_tun = Some(TUN.to_string());
-    l.veth_queues = b.veth_queues();
+    l.veth_queues = if test == "gbr" { 1 } else { b.veth_queues() };
     // With raw sockets the UPF owns the interfaces; the kernel must not forward (or ICMP) the
     // DN's packets to the UEs next to it. With a TUN N6 the kernel routes into the TUN.
     l.ip_forward = b == Backends::UdpTun;
@@ -332,7 +333,7 @@ struct Harness {
 
 impl Harness {
     fn start(b: Backends, test: &str) -> Self {
-        let topo = topology(b);
+        let topo = topology(b, test);
         let dn_b = (test == "two_dns").then(|| second_dn(&topo));
         let dir = std::env::temp_dir().join(format!("{}-{}", topo.upf().name(), b.name()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -751,6 +752,159 @@ fn send_paced(sock: &UdpSocket, to: SocketAddr, stream: u32, n: u32, size: usize
         }
         send_one(sock, to, &datagram(stream, seq, size));
     }
+}
+
+/// GBR first (seed 001): a GBR flow gets its GBR ±5 % while its worker is offered about
+/// twice what it forwards. One worker; G-PDUs go straight from the test to N3 (the gNB
+/// emulator would be the bottleneck). UE B's non-GBR flow first finds what the worker
+/// forwards (C, offered as fast as the test sends); then UE A's flow, under a QER whose GBR
+/// is a tenth of C, is offered at its GBR while B's is offered at 2 C. Both carry the
+/// session's QFI, of the low group: GBR first moves A's up.
+fn gbr(h: &mut Harness) {
+    const IP_LEN: u64 = GBR_PAYLOAD as u64 + 28;
+    let upf = SocketAddr::new(UPF_N3.into(), 2152);
+    let gnb = h.udp(h.topo.ue().name(), SocketAddr::new(GNB_N3.into(), 2152));
+    let dn = |port| h.udp(h.topo.dn().name(), SocketAddr::new(DN.into(), port));
+    let (dn_a, dn_b) = (dn(40_040), dn(40_041));
+    let establish = |h: &mut Harness, spec: SessionSpec, to: &UdpSocket, stream: u32| {
+        let s = (h.smf.establish_many(&[spec]).remove(0))
+            .unwrap_or_else(|e| panic!("establishment: {e}"));
+        let at = to.local_addr().expect("addr");
+        let p = g_pdu(
+            s.ul_teid,
+            s.qfi,
+            s.ue,
+            at,
+            &datagram(stream, 0, GBR_PAYLOAD),
+        );
+        // Until its packets reach the DN (the UPF resolves its next hop via the kernel).
+        let rx = Receiver::start(to.try_clone().expect("clone"));
+        let until = Instant::now() + Duration::from_secs(20);
+        while rx.count() == 0 && Instant::now() < until {
+            gnb.send_to(&p, upf).expect("send");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !rx.finish().is_empty(),
+            "no path for UE {}\n{}",
+            s.ue,
+            h.state()
+        );
+        p
+    };
+    let flow_b = establish(h, Harness::spec(1), &dn_b, 2);
+    // C: the most the worker forwards of B's flow, offered at twice the best so far,
+    // starting from what it forwards sent as fast as the test goes (flooded, reading and
+    // dropping take some of its time), until the offer is half again what it forwards.
+    let forwarded = |rates| {
+        let rx = Receiver::start(dn_b.try_clone().expect("clone"));
+        let (sent, secs) = blast(&gnb, upf, Duration::from_secs(2), None, &flow_b, rates);
+        std::thread::sleep(Duration::from_millis(300));
+        (rx.finish().len() as f64 / secs, f64::from(sent.1) / secs)
+    };
+    let (flooded, _) = forwarded(None);
+    let mut c = flooded;
+    for _ in 0..4 {
+        let (f, offered) = forwarded(Some((0.0, 2.0 * c)));
+        println!("e2e: gbr: the worker forwards {f:.0} pps of {offered:.0} offered");
+        c = c.max(f);
+        if offered > 1.5 * f {
+            break;
+        }
+    }
+    println!("e2e: gbr: C = {c:.0} pps ({flooded:.0} flooded)");
+    // A: a GBR of a tenth of C, offered at its GBR; B at 2 C (or as fast as the test goes).
+    let g = c / 10.0;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let g_kbps = (g * (IP_LEN * 8) as f64 / 1000.0).round() as u64;
+    let mut spec = Harness::spec(0);
+    spec.qos = Some(Qos {
+        gbr_kbps: Some((g_kbps, g_kbps)),
+        ..Qos::default()
+    });
+    let flow_a = establish(h, spec, &dn_a, 1);
+    let rx_a = Receiver::start(dn_a.try_clone().expect("clone"));
+    let rx_b = Receiver::start(dn_b.try_clone().expect("clone"));
+    let start = Instant::now();
+    let rates = Some((g, 2.0 * c));
+    let (sent, secs) = blast(
+        &gnb,
+        upf,
+        Duration::from_secs(4),
+        Some(&flow_a),
+        &flow_b,
+        rates,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (got_a, got_b) = (rx_a.finish(), rx_b.finish());
+    // The middle two seconds: the queues have filled, the test still sends.
+    let (from, to) = (
+        start + Duration::from_secs(1),
+        start + Duration::from_secs(3),
+    );
+    let window =
+        |got: &[Arrival]| got.iter().filter(|x| x.at >= from && x.at < to).count() as f64 / 2.0;
+    let (rate_a, rate_b) = (window(&got_a), window(&got_b));
+    let offered_b = f64::from(sent.1) / secs;
+    let dev = (rate_a / g - 1.0) * 100.0;
+    println!(
+        "E2E-GBR backend={} gbr_pps={g:.0} gbr_kbps={g_kbps} received_pps={rate_a:.0} deviation_pct={dev:+.1} background_offered_pps={offered_b:.0} background_received_pps={rate_b:.0} worker_pps={c:.0}",
+        h.b.name(),
+    );
+    assert!(
+        offered_b > 1.5 * c && rate_b < 0.8 * offered_b,
+        "the worker was not overloaded: B offered {offered_b:.0} pps, {rate_b:.0} came, C {c:.0}"
+    );
+    assert!(
+        dev.abs() <= 5.0,
+        "GBR flow: {rate_a:.0} pps for a GBR of {g:.0} ({dev:+.1} %)\n{}",
+        h.state()
+    );
+}
+
+/// UDP payload of the GBR test's datagrams.
+const GBR_PAYLOAD: usize = 172;
+
+/// Sends copies of `b` (and of `a`) numbered in their datagram's sequence field for `d`: at
+/// `rates` (A's, B's pps), or B's alone as fast as it goes. (A's, B's) sent, and seconds.
+fn blast(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    d: Duration,
+    a: Option<&[u8]>,
+    b: &[u8],
+    rates: Option<(f64, f64)>,
+) -> ((u32, u32), f64) {
+    // The sequence number: 4 octets after the magic and stream of the datagram at the end.
+    let seq_at = |p: &[u8]| p.len() - GBR_PAYLOAD + 8;
+    let (mut a, mut b) = (a.map(<[u8]>::to_vec), b.to_vec());
+    let start = Instant::now();
+    let (mut na, mut nb) = (0u32, 0u32);
+    loop {
+        let t = start.elapsed();
+        if t >= d {
+            break;
+        }
+        let secs = t.as_secs_f64();
+        let (due_a, due_b) = match rates {
+            Some((ra, rb)) => (f64::from(na) < secs * ra, f64::from(nb) < secs * rb),
+            None => (false, true),
+        };
+        if let Some(p) = a.as_mut().filter(|_| due_a) {
+            let o = seq_at(p);
+            p[o..o + 4].copy_from_slice(&na.to_be_bytes());
+            let _ = sock.send_to(p, to);
+            na += 1;
+        } else if due_b {
+            let o = seq_at(&b);
+            b[o..o + 4].copy_from_slice(&nb.to_be_bytes());
+            let _ = sock.send_to(&b, to);
+            nb += 1;
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    ((na, nb), start.elapsed().as_secs_f64())
 }
 
 fn send_one(sock: &UdpSocket, to: SocketAddr, d: &[u8]) {
@@ -1645,7 +1799,8 @@ e2e_tests!(
         idle_buffering,
         many_sessions,
         gtpu_echo,
-        priority
+        priority,
+        gbr
     ]
 );
 e2e_tests!(
@@ -1660,7 +1815,8 @@ e2e_tests!(
         many_sessions,
         gtpu_echo,
         two_dns,
-        priority
+        priority,
+        gbr
     ]
 );
 e2e_tests!(
@@ -1675,7 +1831,8 @@ e2e_tests!(
         idle_buffering,
         many_sessions,
         gtpu_echo,
-        priority
+        priority,
+        gbr
     ]
 );
 e2e_tests!(
