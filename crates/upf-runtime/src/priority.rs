@@ -3,8 +3,9 @@
 //! software ([`GroupQueues`]), and the [`Scheduler`] that decides how many packets of each
 //! group a worker takes in one poll. Group 0 is the highest priority (the seed's RQP 0).
 //!
-//! A worker processes what one poll took group by group, highest first, and sends each
-//! group's output before it processes the next: high priority first on transmit too.
+//! A worker processes what one take of the scheduler's plan holds group by group, highest
+//! first, and sends it in one batch a port, the higher groups' packets first: high priority
+//! first on transmit too.
 //! Within a group packets keep their arrival order, so a UE's packets of one class stay in
 //! order (UEs are pinned to their worker as before).
 
