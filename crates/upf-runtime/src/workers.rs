@@ -540,7 +540,9 @@ impl Worker {
             if p.queues.is_empty() {
                 break;
             }
-            let plan = p.scheduler.plan(Instant::now(), &p.queues.depths());
+            // One clock read a take (a few µs): the plan's, the pipeline's and the batch's.
+            let now = Instant::now();
+            let plan = p.scheduler.plan(now, &p.queues.depths());
             let before = done;
             for (g, &n) in plan.iter().enumerate().take(MAX_GROUPS) {
                 let mut left = n;
@@ -555,7 +557,7 @@ impl Worker {
                     }
                     left -= took;
                     done += took;
-                    self.process_then(io.rx, io.out, io.pool, io.tx, false);
+                    self.process(now, io.rx, io.out, io.pool, io.tx);
                 }
             }
             // One send for the plan's takes, each egress queue's higher groups first.
@@ -563,6 +565,8 @@ impl Worker {
             if done == before {
                 break;
             }
+            let ns = u64::try_from(now.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.stats.batch.record(done - before, ns);
             if plan[1..].iter().any(|&n| n > 0) {
                 self.receive(io, self.batch);
             }
@@ -575,6 +579,7 @@ impl Worker {
         done
     }
 
+    /// Runs `rx` through the pipeline and sends what it produced.
     fn process_io(
         &mut self,
         rx: &mut Vec<Packet>,
@@ -582,22 +587,25 @@ impl Worker {
         pool: &mut Pool,
         tx: &mut [Vec<Packet>],
     ) {
-        self.process_then(rx, out, pool, tx, true);
+        let packets = rx.len();
+        let t0 = Instant::now();
+        self.process(t0, rx, out, pool, tx);
+        self.send(tx, pool);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.batch.record(packets, ns);
     }
 
-    /// Runs `rx` through the pipeline and appends what it produced to `tx` by egress queue;
-    /// sends it when `send` (else the caller sends it, after what it appended first).
-    fn process_then(
+    /// Runs `rx` through the pipeline at `now` and appends what it produced to `tx` by
+    /// egress queue, for the caller to send.
+    fn process(
         &mut self,
+        now: Instant,
         rx: &mut Vec<Packet>,
         out: &mut Output,
         pool: &mut Pool,
         tx: &mut [Vec<Packet>],
-        send: bool,
     ) {
-        let packets = rx.len();
-        let t0 = Instant::now();
-        self.pipeline.process(t0, rx, out);
+        self.pipeline.process(now, rx, out);
         pool.put_all(out.free.drain(..));
         for p in out.tx.drain(..) {
             match self.queue_for(p.port(), p.instance()) {
@@ -608,11 +616,6 @@ impl Worker {
                 }
             }
         }
-        if send {
-            self.send(tx, pool);
-        }
-        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.stats.batch.record(packets, ns);
     }
 
     fn send(&mut self, tx: &mut [Vec<Packet>], pool: &mut Pool) {
