@@ -798,7 +798,7 @@ fn gbr(h: &mut Harness) {
     // dropping take some of its time), until the offer is half again what it forwards.
     let forwarded = |rates| {
         let rx = Receiver::start(dn_b.try_clone().expect("clone"));
-        let (sent, secs) = blast(&gnb, upf, Duration::from_secs(2), None, &flow_b, rates);
+        let (sent, secs) = blast(&gnb, upf, Duration::from_secs(1), None, &flow_b, rates);
         std::thread::sleep(Duration::from_millis(300));
         (rx.finish().len() as f64 / secs, f64::from(sent.1) / secs)
     };
@@ -830,20 +830,20 @@ fn gbr(h: &mut Harness) {
     let (sent, secs) = blast(
         &gnb,
         upf,
-        Duration::from_secs(4),
+        Duration::from_secs(3),
         Some(&flow_a),
         &flow_b,
         rates,
     );
     std::thread::sleep(Duration::from_millis(300));
     let (got_a, got_b) = (rx_a.finish(), rx_b.finish());
-    // The middle two seconds: the queues have filled, the test still sends.
+    // From 1 s to 2.5 s: the queues have filled, the test still sends.
     let (from, to) = (
         start + Duration::from_secs(1),
-        start + Duration::from_secs(3),
+        start + Duration::from_millis(2500),
     );
     let window =
-        |got: &[Arrival]| got.iter().filter(|x| x.at >= from && x.at < to).count() as f64 / 2.0;
+        |got: &[Arrival]| got.iter().filter(|x| x.at >= from && x.at < to).count() as f64 / 1.5;
     let (rate_a, rate_b) = (window(&got_a), window(&got_b));
     let offered_b = f64::from(sent.1) / secs;
     let dev = (rate_a / g - 1.0) * 100.0;
