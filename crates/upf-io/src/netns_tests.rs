@@ -318,17 +318,14 @@ fn tx_resolves_next_hops_through_the_kernel() {
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn fanout_pins_ues_to_their_worker() {
-    assert!(upf_netns::is_root(), "needs root");
-    let v = Veth::new();
-    let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
+/// Two N3 workers' AF_PACKET queues on `v.a` in one fanout group (its id unique by `salt`),
+/// joined in worker order (with `classes`, each opens its groups' sockets in group order),
+/// and the interface's MAC.
+fn two_workers(v: &Veth, salt: u16, classes: Option<Classes>) -> (AfPacketIo, AfPacketIo, [u8; 6]) {
     let group = u16::try_from(std::process::id() & 0x7fff).unwrap()
-        ^ 0x4000
+        ^ salt
         ^ u16::try_from(SEQ.load(Ordering::Relaxed) & 0xfff).unwrap();
-    // Joined in worker order.
-    let (mut w0, mut w1, a_mac) = in_ns(&v.a, || {
+    in_ns(&v.a, || {
         let open = |worker| {
             AfPacketIo::open(AfPacketConfig {
                 fanout: Some(Fanout {
@@ -336,6 +333,7 @@ fn fanout_pins_ues_to_their_worker() {
                     worker,
                     workers: 2,
                 }),
+                classes: classes.clone(),
                 ..small(&v.a_if, Port::N3)
             })
             .unwrap()
@@ -343,7 +341,16 @@ fn fanout_pins_ues_to_their_worker() {
         let w0 = open(0);
         let w1 = open(1);
         (w0, w1, Link::by_name(&v.a_if).unwrap().mac)
-    });
+    })
+}
+
+#[test]
+#[ignore = "needs root"]
+fn fanout_pins_ues_to_their_worker() {
+    assert!(upf_netns::is_root(), "needs root");
+    let v = Veth::new();
+    let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
+    let (mut w0, mut w1, a_mac) = two_workers(&v, 0x4000, None);
     assert_eq!(*w0.fanout_mode(), FanoutMode::Ebpf, "{}", w0.describe());
     assert!(w1.describe().contains("eBPF"), "{}", w1.describe());
     let mut rng = Rng::new(42);
@@ -408,27 +415,7 @@ fn fanout_queue_groups_have_a_socket_each() {
     assert!(upf_netns::is_root(), "needs root");
     let v = Veth::new();
     let peer = in_ns(&v.b, || RawSock::open(&v.b_if));
-    let group = u16::try_from(std::process::id() & 0x7fff).unwrap()
-        ^ 0x2000
-        ^ u16::try_from(SEQ.load(Ordering::Relaxed) & 0xfff).unwrap();
-    // Joined in worker order; each opens its groups' sockets in group order.
-    let (mut w0, mut w1, a_mac) = in_ns(&v.a, || {
-        let open = |worker| {
-            AfPacketIo::open(AfPacketConfig {
-                fanout: Some(Fanout {
-                    group,
-                    worker,
-                    workers: 2,
-                }),
-                classes: Some(Classes::default()),
-                ..small(&v.a_if, Port::N3)
-            })
-            .unwrap()
-        };
-        let w0 = open(0);
-        let w1 = open(1);
-        (w0, w1, Link::by_name(&v.a_if).unwrap().mac)
-    });
+    let (mut w0, mut w1, a_mac) = two_workers(&v, 0x2000, Some(Classes::default()));
     for io in [&w0, &w1] {
         assert_eq!(*io.fanout_mode(), FanoutMode::Ebpf, "{}", io.describe());
         assert_eq!(io.rx_groups(), 2);
