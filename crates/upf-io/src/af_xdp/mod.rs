@@ -484,14 +484,7 @@ impl Xsk {
             false,
             "mmap completion ring",
         )?;
-        let rx = DescRing::map(
-            &fd,
-            &off.rx,
-            rx,
-            sys::XDP_PGOFF_RX_RING,
-            false,
-            "mmap RX ring",
-        )?;
+        let rx = map_rx(&fd, &off, rx)?;
         let tx = DescRing::map(
             &fd,
             &off.tx,
@@ -554,6 +547,18 @@ impl Xsk {
     }
 }
 
+/// The RX ring of `rx` descriptors of socket `fd`, whose ring offsets are `off`.
+fn map_rx(fd: &OwnedFd, off: &sys::XdpMmapOffsets, rx: u32) -> io::Result<DescRing> {
+    DescRing::map(
+        fd,
+        &off.rx,
+        rx,
+        sys::XDP_PGOFF_RX_RING,
+        false,
+        "mmap RX ring",
+    )
+}
+
 /// Another queue group's socket on a queue: its RX ring, on the first socket's UMEM.
 #[derive(Debug)]
 struct GroupRx {
@@ -567,14 +572,7 @@ impl GroupRx {
         sys::setsockopt(&fd, sys::XDP_RX_RING, &rx, "XDP_RX_RING")?;
         let off: sys::XdpMmapOffsets =
             sys::getsockopt(&fd, sys::XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")?;
-        let ring = DescRing::map(
-            &fd,
-            &off.rx,
-            rx,
-            sys::XDP_PGOFF_RX_RING,
-            false,
-            "mmap RX ring",
-        )?;
+        let ring = map_rx(&fd, &off, rx)?;
         sys::bind_xdp(&fd, ifindex, queue, 0, Some(&first.fd)).map_err(|e| {
             sys::context(
                 e,
