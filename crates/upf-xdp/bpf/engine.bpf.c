@@ -1449,6 +1449,19 @@ static __always_inline void write_udp_gtpu(__u8 *u, __u32 ulen, __u32 teid, int 
 	}
 }
 
+/* Fits a frame of `frame` octets whose packet (`len` octets) is `at` octets after the
+ * Ethernet header to an Ethernet header, `hdr` octets of new headers and the packet: the
+ * tail cut at the packet's end, the head moved. Nonzero when the kernel refuses. */
+static __always_inline int fit_frame(struct xdp_md *ctx, __u32 frame, __u32 at, __u32 len,
+				     __u32 hdr)
+{
+	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
+		return -1;
+	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
+		return -1;
+	return 0;
+}
+
 /* Puts the inner packet, `len` octets `at` octets after the Ethernet header of a frame of
  * `frame` octets, into `p`'s tunnel to `peer`/`teid` (network order) with a header of `hdr`
  * octets (44: container `c`), the Ethernet addresses `addrs`, and sends it out of N3
@@ -1464,9 +1477,7 @@ static __always_inline int into_tunnel(struct xdp_md *ctx, const struct pdr *p, 
 	__u16 *o;
 	__u8 *h;
 
-	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
-		return drop(R_ENCAP_FAILED);
-	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
+	if (fit_frame(ctx, frame, at, len, hdr))
 		return drop(R_ENCAP_FAILED);
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
@@ -1604,9 +1615,7 @@ static __always_inline int into_tunnel6(struct xdp_md *ctx, const struct session
 	if (!peer || (void *)(ip + 2) > end)
 		return drop(R_ENCAP_FAILED);
 	tc = p->tos | ecn;
-	if (frame > at + len && bpf_xdp_adjust_tail(ctx, -(int)(frame - at - len)))
-		return drop(R_ENCAP_FAILED);
-	if (at != hdr && bpf_xdp_adjust_head(ctx, (int)at - (int)hdr))
+	if (fit_frame(ctx, frame, at, len, hdr))
 		return drop(R_ENCAP_FAILED);
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
