@@ -1,0 +1,500 @@
+//! The writer thread: ops queue in memory (coalesced by key), one thread commits all that is
+//! pending in one durable transaction at a time, and keeps what a failed commit held until a
+//! retry succeeds.
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use redb::Database;
+
+use crate::{
+    begin_write, guarded, open_db, Store, ASSOCIATIONS, KEY_RECOVERY, META, SESSIONS, USAGE,
+};
+
+/// How much a [`Writer`] may hold in memory, and how it retries a failed commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// The bound on bytes submitted but not yet durable (keys + values, coalesced): past it
+    /// [`Writer::submit`] refuses ops instead of growing without limit while the disk is slow
+    /// or full. Default 64 MiB.
+    pub queue_bytes: usize,
+    /// The wait after a failed commit before the next attempt. Default 500 ms.
+    pub retry: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            queue_bytes: 64 << 20,
+            retry: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One change to the state. Ops on the same key coalesce: only the latest reaches the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// The UPF's Recovery Time Stamp (`meta.recovery`).
+    SetRecovery(u32),
+    /// An association's record, by the peer's Node ID.
+    PutAssociation(Vec<u8>, Vec<u8>),
+    /// Removes an association's record.
+    DeleteAssociation(Vec<u8>),
+    /// A session's record, by UP SEID.
+    PutSession(u64, Vec<u8>),
+    /// Removes a session's record and its usage checkpoint.
+    DeleteSession(u64),
+    /// A session's usage checkpoint, by UP SEID.
+    PutUsage(u64, Vec<u8>),
+}
+
+/// What a [`Writer`] has done, for the caller to export or log (this crate logs nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Rows written or deleted (after coalescing).
+    pub ops_written: u64,
+    /// Bytes of keys and values written.
+    pub bytes_written: u64,
+    /// Rows submitted and not yet durable (queued or being committed).
+    pub pending_ops: u64,
+    /// Their bytes: what [`WriterOptions::queue_bytes`] bounds.
+    pub pending_bytes: u64,
+    /// Ops refused by [`Writer::submit`] (queue full, or writer closed).
+    pub dropped_ops: u64,
+    /// Their bytes.
+    pub dropped_bytes: u64,
+    /// Commits (or reopens of the file after one) that failed.
+    pub write_errors: u64,
+    /// The last commit failed (e.g. disk full) and is being retried.
+    pub failing: bool,
+}
+
+/// The handle of the writer thread: clone it freely. The thread ends when [`Writer::close`] is
+/// called or the last handle is dropped, after writing what is pending.
+#[derive(Clone)]
+pub struct Writer {
+    handle: Arc<Handle>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.handle.shared.path)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A failed commit while closing is retried this many times, then the thread gives up rather
+/// than hold the process's exit forever on a full disk.
+const CLOSE_ATTEMPTS: u32 = 3;
+
+impl Writer {
+    pub(crate) fn start(store: Store, opts: WriterOptions) -> Writer {
+        let shared = Arc::new(Shared {
+            path: store.path.clone(),
+            opts,
+            state: Mutex::new(State::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let thread = {
+            let shared = Arc::clone(&shared);
+            thread::Builder::new()
+                .name("upf-state".into())
+                .spawn(move || run(&shared, store.db))
+                .expect("spawning the upf-state thread")
+        };
+        Writer {
+            handle: Arc::new(Handle {
+                shared,
+                thread: Mutex::new(Some(thread)),
+            }),
+        }
+    }
+
+    /// Queues an op; never blocks on the disk. Ops on the same key coalesce (only the latest
+    /// value of a key is written; a delete replaces a pending put). Returns false, and counts
+    /// the op in `dropped_ops`/`dropped_bytes`, when the pending bytes would exceed
+    /// `queue_bytes` (an op that shrinks the pending bytes, such as a delete replacing a put,
+    /// is always taken), or when the writer is closed.
+    pub fn submit(&self, op: Op) -> bool {
+        let shared = &self.handle.shared;
+        let mut st = shared.lock();
+        let (old, new) = st.queued.cost_change(&op);
+        let total = st.queued_bytes + st.inflight_bytes;
+        let over = new > old && total - old + new > shared.opts.queue_bytes;
+        if st.closing || over {
+            st.stats.dropped_ops += 1;
+            st.stats.dropped_bytes += op_bytes(&op) as u64;
+            return false;
+        }
+        st.queued.apply(op);
+        st.queued_bytes = st.queued_bytes - old + new;
+        st.submitted += 1;
+        drop(st);
+        shared.work.notify_one();
+        true
+    }
+
+    /// Blocks until everything submitted before the call is committed durably, or `timeout`;
+    /// returns whether it was.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let shared = &self.handle.shared;
+        let deadline = Instant::now().checked_add(timeout);
+        let mut st = shared.lock();
+        let target = st.submitted;
+        while st.durable < target {
+            if st.stopped {
+                return false;
+            }
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(w) if !w.is_zero() => w,
+                    _ => return false,
+                },
+                None => Duration::from_secs(3600),
+            };
+            st = shared
+                .done
+                .wait_timeout(st, wait)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    /// The counters, and what is pending now.
+    pub fn stats(&self) -> WriterStats {
+        let st = self.handle.shared.lock();
+        WriterStats {
+            pending_ops: (st.queued.len() + st.inflight_ops) as u64,
+            pending_bytes: (st.queued_bytes + st.inflight_bytes) as u64,
+            ..st.stats
+        }
+    }
+
+    /// Tests: makes every commit fail (`true`) or not.
+    #[cfg(test)]
+    pub(crate) fn fail_commits(&self, fail: bool) {
+        self.handle.shared.lock().fail_commits = fail;
+        self.handle.shared.work.notify_all();
+    }
+
+    /// Flushes and stops the thread (also on drop of the last handle: the thread ends when every
+    /// Writer is dropped, after writing what is pending). Other handles' submits then return
+    /// false. On a disk that keeps failing the thread gives up after a few retries, and what it
+    /// could not write is lost.
+    pub fn close(self) {
+        self.handle.stop();
+    }
+}
+
+#[derive(Debug)]
+struct Handle {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Handle {
+    fn stop(&self) {
+        self.shared.lock().closing = true;
+        self.shared.work.notify_all();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            // A panic of the thread has nothing left for us to do; its pending ops are lost.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    path: PathBuf,
+    opts: WriterOptions,
+    state: Mutex<State>,
+    /// Signalled on submit and close: the thread waits on it for work.
+    work: Condvar,
+    /// Signalled after each commit and when the thread ends: flush waits on it.
+    done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Ops submitted and not yet taken by the thread.
+    queued: Pending,
+    queued_bytes: usize,
+    /// The batch the thread is committing.
+    inflight_ops: usize,
+    inflight_bytes: usize,
+    /// Ops accepted by submit, ever; `durable` is how many of them are committed.
+    submitted: u64,
+    durable: u64,
+    closing: bool,
+    stopped: bool,
+    stats: WriterStats,
+    /// Tests: every commit fails (as on a full disk), without root.
+    #[cfg(test)]
+    fail_commits: bool,
+}
+
+/// Ops coalesced by key: `None` is a delete.
+#[derive(Debug, Default)]
+struct Pending {
+    recovery: Option<u32>,
+    associations: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    sessions: BTreeMap<u64, Option<Vec<u8>>>,
+    usage: BTreeMap<u64, Option<Vec<u8>>>,
+}
+
+const SEID_BYTES: usize = 8;
+
+fn row_bytes(key: usize, value: Option<&Vec<u8>>) -> usize {
+    key + value.map_or(0, Vec::len)
+}
+
+fn op_bytes(op: &Op) -> usize {
+    match op {
+        Op::SetRecovery(_) => 4,
+        Op::PutAssociation(k, v) => k.len() + v.len(),
+        Op::DeleteAssociation(k) => k.len(),
+        Op::PutSession(_, v) | Op::PutUsage(_, v) => SEID_BYTES + v.len(),
+        Op::DeleteSession(_) => 2 * SEID_BYTES,
+    }
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.recovery.is_some())
+            + self.associations.len()
+            + self.sessions.len()
+            + self.usage.len()
+    }
+
+    /// The bytes of the rows `op` replaces here, and of the rows it leaves.
+    fn cost_change(&self, op: &Op) -> (usize, usize) {
+        let assoc = |k: &Vec<u8>| {
+            self.associations
+                .get(k)
+                .map_or(0, |v| row_bytes(k.len(), v.as_ref()))
+        };
+        let seid = |m: &BTreeMap<u64, Option<Vec<u8>>>, s: &u64| {
+            m.get(s).map_or(0, |v| row_bytes(SEID_BYTES, v.as_ref()))
+        };
+        let old = match op {
+            Op::SetRecovery(_) => 4 * usize::from(self.recovery.is_some()),
+            Op::PutAssociation(k, _) | Op::DeleteAssociation(k) => assoc(k),
+            Op::PutSession(s, _) => seid(&self.sessions, s),
+            Op::PutUsage(s, _) => seid(&self.usage, s),
+            Op::DeleteSession(s) => seid(&self.sessions, s) + seid(&self.usage, s),
+        };
+        (old, op_bytes(op))
+    }
+
+    fn apply(&mut self, op: Op) {
+        match op {
+            Op::SetRecovery(r) => self.recovery = Some(r),
+            Op::PutAssociation(k, v) => {
+                self.associations.insert(k, Some(v));
+            }
+            Op::DeleteAssociation(k) => {
+                self.associations.insert(k, None);
+            }
+            Op::PutSession(s, v) => {
+                self.sessions.insert(s, Some(v));
+            }
+            Op::DeleteSession(s) => {
+                self.sessions.insert(s, None);
+                self.usage.insert(s, None);
+            }
+            Op::PutUsage(s, v) => {
+                self.usage.insert(s, Some(v));
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        4 * usize::from(self.recovery.is_some())
+            + self
+                .associations
+                .iter()
+                .map(|(k, v)| row_bytes(k.len(), v.as_ref()))
+                .sum::<usize>()
+            + [&self.sessions, &self.usage]
+                .iter()
+                .flat_map(|m| m.values())
+                .map(|v| row_bytes(SEID_BYTES, v.as_ref()))
+                .sum::<usize>()
+    }
+
+    /// Puts back the rows of a batch that failed, under the newer ones queued since: returns the
+    /// bytes added.
+    fn merge_older(&mut self, older: Pending) -> usize {
+        let mut added = 0;
+        if self.recovery.is_none() && older.recovery.is_some() {
+            self.recovery = older.recovery;
+            added += 4;
+        }
+        for (k, v) in older.associations {
+            if let Entry::Vacant(e) = self.associations.entry(k) {
+                added += row_bytes(e.key().len(), v.as_ref());
+                e.insert(v);
+            }
+        }
+        for (mine, theirs) in [
+            (&mut self.sessions, older.sessions),
+            (&mut self.usage, older.usage),
+        ] {
+            for (s, v) in theirs {
+                mine.entry(s).or_insert_with(|| {
+                    added += row_bytes(SEID_BYTES, v.as_ref());
+                    v
+                });
+            }
+        }
+        added
+    }
+}
+
+fn run(shared: &Shared, db: Database) {
+    let mut db = Some(db);
+    let mut close_failures = 0;
+    loop {
+        let (batch, upto) = {
+            let mut st = shared.lock();
+            while st.queued.is_empty() && !st.closing {
+                st = shared.work.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+            if st.queued.is_empty() {
+                break;
+            }
+            let batch = std::mem::take(&mut st.queued);
+            st.inflight_ops = batch.len();
+            st.inflight_bytes = std::mem::take(&mut st.queued_bytes);
+            (batch, st.submitted)
+        };
+        #[cfg(test)]
+        let result = if shared.lock().fail_commits {
+            Err("injected failure".into())
+        } else {
+            write(&mut db, &shared.path, &batch)
+        };
+        #[cfg(not(test))]
+        let result = write(&mut db, &shared.path, &batch);
+        let mut st = shared.lock();
+        let bytes = std::mem::take(&mut st.inflight_bytes);
+        let ops = std::mem::take(&mut st.inflight_ops);
+        if result.is_ok() {
+            st.stats.commits += 1;
+            st.stats.ops_written += ops as u64;
+            st.stats.bytes_written += bytes as u64;
+            st.stats.failing = false;
+            st.durable = upto;
+            drop(st);
+            shared.done.notify_all();
+            continue;
+        }
+        // redb fails every later operation of a handle whose I/O failed: the next attempt
+        // reopens the file.
+        db = None;
+        st.stats.write_errors += 1;
+        st.stats.failing = true;
+        let added = st.queued.merge_older(batch);
+        st.queued_bytes += added;
+        debug_assert_eq!(st.queued_bytes, st.queued.bytes());
+        if st.closing {
+            close_failures += 1;
+            if close_failures >= CLOSE_ATTEMPTS {
+                break;
+            }
+        }
+        let deadline = Instant::now() + shared.opts.retry;
+        while let Some(wait) = deadline.checked_duration_since(Instant::now()) {
+            if wait.is_zero() {
+                break;
+            }
+            st = shared
+                .work
+                .wait_timeout(st, wait)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+    shared.lock().stopped = true;
+    shared.done.notify_all();
+}
+
+/// Writes one batch in one durable transaction, reopening the file first if a failure closed it.
+/// A panic inside redb counts as a failed commit.
+fn write(db: &mut Option<Database>, path: &Path, batch: &Pending) -> Result<(), Box<dyn Error>> {
+    let db = match db {
+        Some(db) => db,
+        None => db.insert(guarded(path, || open_db(path, false))?),
+    };
+    match panic::catch_unwind(AssertUnwindSafe(|| commit(db, batch))) {
+        Ok(result) => Ok(result?),
+        Err(_) => Err("redb panicked committing".into()),
+    }
+}
+
+fn commit(db: &Database, batch: &Pending) -> Result<(), redb::Error> {
+    let tx = begin_write(db)?;
+    {
+        if let Some(r) = batch.recovery {
+            let mut meta = tx.open_table(META)?;
+            meta.insert(KEY_RECOVERY, r.to_le_bytes().as_slice())?;
+        }
+        if !batch.associations.is_empty() {
+            let mut t = tx.open_table(ASSOCIATIONS)?;
+            for (k, v) in &batch.associations {
+                match v {
+                    Some(v) => t.insert(k.as_slice(), v.as_slice())?,
+                    None => t.remove(k.as_slice())?,
+                };
+            }
+        }
+        for (def, rows) in [(SESSIONS, &batch.sessions), (USAGE, &batch.usage)] {
+            if rows.is_empty() {
+                continue;
+            }
+            let mut t = tx.open_table(def)?;
+            for (s, v) in rows {
+                match v {
+                    Some(v) => t.insert(*s, v.as_slice())?,
+                    None => t.remove(*s)?,
+                };
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
