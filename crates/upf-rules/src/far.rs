@@ -5,7 +5,7 @@ use crate::ids::{BarId, FarId, Teid};
 use crate::pdr::Interface;
 use crate::shared::Shared;
 use compact_str::CompactString;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 flags!(
@@ -26,7 +26,7 @@ flags!(
 );
 
 /// Outer header to add when forwarding (TS 29.244 §8.2.56), resolved to one kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OuterHeaderCreation {
     /// GTP-U/UDP/IP towards `peer` with `teid` (N3 downlink, N9).
     Gtpu { teid: Teid, peer: IpAddr },
@@ -37,7 +37,7 @@ pub enum OuterHeaderCreation {
 }
 
 /// Redirect Information (TS 29.244 §8.2.20).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Redirect {
     Ipv4(Ipv4Addr),
     Ipv6(Ipv6Addr),
@@ -46,7 +46,7 @@ pub enum Redirect {
 }
 
 /// Forwarding Parameters (TS 29.244 §7.5.2.3-2).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Forwarding {
     pub destination: Interface,
     pub outer_header_creation: Option<OuterHeaderCreation>,
@@ -59,7 +59,7 @@ pub struct Forwarding {
 }
 
 /// The parts of [`Forwarding`] that many FARs have alike, or few have at all.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct ForwardingExtra {
     pub network_instance: Option<CompactString>,
     pub forwarding_policy: Option<CompactString>,
@@ -106,7 +106,7 @@ impl Forwarding {
 }
 
 /// Duplicating Parameters (TS 29.244 §7.5.2.3-3), e.g. towards a lawful-interception function.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Duplicating {
     pub destination: Interface,
     pub outer_header_creation: Option<OuterHeaderCreation>,
@@ -115,7 +115,7 @@ pub struct Duplicating {
 }
 
 /// A Forwarding Action Rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Far {
     pub id: FarId,
     pub action: ApplyAction,
@@ -128,7 +128,7 @@ pub struct Far {
 }
 
 /// A Buffering Action Rule (TS 29.244 §7.5.2.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Bar {
     pub id: BarId,
     /// Delay before the first Downlink Data Report (§8.2.28), in milliseconds.

@@ -18,6 +18,13 @@ macro_rules! flags {
                 self.bits().serialize(s)
             }
         }
+
+        /// Bits no flag names are kept: they were accepted once.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                <$t as serde::Deserialize>::deserialize(d).map(Self::from_bits_retain)
+            }
+        }
     };
 }
 

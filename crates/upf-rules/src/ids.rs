@@ -1,12 +1,12 @@
 //! Identifiers. PFCP rule ids are the SMF's names for rules within one session; data-path
 //! slots are a back-end's business and never appear here.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 macro_rules! id {
     ($(#[$m:meta])* $name:ident($t:ty)) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
         #[serde(transparent)]
         pub struct $name(pub $t);
 

@@ -4,14 +4,14 @@ use crate::ids::{FarId, PdrId, Precedence, QerId, Qfi, Teid, UrrId};
 use crate::sdf::SdfFilter;
 use crate::shared::{Shared, SharedSlice};
 use compact_str::CompactString;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Where a packet enters (Source Interface) or leaves (Destination Interface), TS 29.244
 /// §8.2.2 / §8.2.24. `Access` is N3 (from the gNB), `Core` is N9 (towards another UPF),
 /// `SgiLan` is N6 (the data network), `CpFunction` is the SMF (N4-u).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Interface {
     Access,
     Core,
@@ -51,7 +51,7 @@ impl Interface {
 
 /// The UP function's own tunnel endpoint a PDR matches (already chosen: the agent resolves
 /// CHOOSE before a session reaches the data path).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LocalFTeid {
     pub teid: Teid,
     pub ipv4: Option<Ipv4Addr>,
@@ -59,7 +59,7 @@ pub struct LocalFTeid {
 }
 
 /// The UE address of a PDI (TS 29.244 §8.2.62), already allocated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct UeIp {
     pub ipv4: Option<Ipv4Addr>,
     /// Address (or prefix) and prefix length; /128 for a single address.
@@ -81,7 +81,7 @@ impl UeIp {
 }
 
 /// A Framed-Route / Framed-IPv6-Route: a network behind the UE (TS 29.244 §5.2.1, RFC 2865).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FramedRoute {
     pub network: IpAddr,
     pub prefix_len: u8,
@@ -131,7 +131,7 @@ pub(crate) fn prefix_match(a: &[u8], b: &[u8], len: u8) -> bool {
 }
 
 /// Outer Header Removal (TS 29.244 §8.2.64), as the data path must apply it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OuterHeaderRemoval {
     /// GTP-U/UDP/IP of either version (descriptions 0, 1 and 6; see the agent for 0/1 leniency).
     GtpuUdpIp {
@@ -147,7 +147,7 @@ pub enum OuterHeaderRemoval {
 }
 
 /// Packet Detection Information (TS 29.244 §7.5.2.2-2): every present field must match.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pdi {
     pub source: Interface,
     pub local_f_teid: Option<LocalFTeid>,
@@ -166,7 +166,7 @@ pub struct Pdi {
 }
 
 /// The parts of a [`Pdi`] that many PDIs have alike, or few have at all.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct PdiExtra {
     pub network_instance: Option<CompactString>,
     pub application_id: Option<CompactString>,
@@ -207,7 +207,7 @@ impl Pdi {
 }
 
 /// A Packet Detection Rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pdr {
     pub id: PdrId,
     pub precedence: Precedence,

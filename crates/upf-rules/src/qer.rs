@@ -1,11 +1,11 @@
 //! QoS Enforcement Rules (TS 29.244 §5.2.2, §7.5.2.5).
 
 use crate::ids::{QerId, Qfi};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Gate status of one direction (§8.2.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Gate {
     #[default]
     Open,
@@ -13,14 +13,14 @@ pub enum Gate {
 }
 
 /// A bit rate pair, uplink and downlink, in kbit/s (§8.2.8 MBR, §8.2.9 GBR).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Bitrate {
     pub uplink_kbps: u64,
     pub downlink_kbps: u64,
 }
 
 /// Packet Rate (§8.2.70): maximum packets per time unit, each direction optional.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct PacketRate {
     /// (packets, per this many seconds)
     pub uplink: Option<(u16, u32)>,
@@ -53,7 +53,7 @@ impl Carried {
 }
 
 /// A QoS Enforcement Rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Qer {
     pub id: QerId,
     /// QERs sharing a correlation id across sessions police one aggregate (APN-AMBR, §5.2.2).
@@ -80,7 +80,7 @@ pub struct Qer {
 /// The name of an aggregate rate: the QERs of one CP node's sessions that carry the same
 /// Correlation ID (TS 29.244 §5.2.2, an APN/DNN-AMBR), while any session uses it. Its
 /// rate is the MBR of the QER last installed with it; its buckets are each engine's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AggregateKey(pub u64);
 
 impl Qer {

@@ -2,12 +2,12 @@
 //! (TS 29.212 §5.4.2, RFC 6733 §4.3.1), parsed once when a rule is created.
 
 use crate::pdr::{prefix_match, PacketMeta};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::net::IpAddr;
 
 /// One SDF filter: every present field must match (TS 29.244 §5.2.1).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct SdfFilter {
     pub flow: Option<FlowDescription>,
     /// ToS / Traffic Class value and mask.
@@ -40,21 +40,21 @@ impl SdfFilter {
 }
 
 /// `permit`/`deny` of an IPFilterRule. Only `permit` appears in PFCP; `deny` never matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Action {
     Permit,
     Deny,
 }
 
 /// `in` (from the UE) or `out` (towards the UE), TS 29.212 §5.4.2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Direction {
     In,
     Out,
 }
 
 /// The address part of an IPFilterRule endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Address {
     Any,
     /// The UE's own address(es) (keyword `assigned`).
@@ -63,14 +63,14 @@ pub enum Address {
 }
 
 /// An inclusive port range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PortRange {
     pub first: u16,
     pub last: u16,
 }
 
 /// One side of an IPFilterRule (`from …` or `to …`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Endpoint {
     pub address: Address,
     pub negated: bool,
@@ -115,7 +115,7 @@ fn in_prefix(net: IpAddr, len: u8, addr: IpAddr) -> bool {
 }
 
 /// A parsed IPFilterRule: `action dir proto from SRC [ports] to DST [ports] [options]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FlowDescription {
     pub action: Action,
     pub direction: Direction,

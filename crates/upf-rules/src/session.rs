@@ -6,13 +6,13 @@ use crate::pdr::Pdr;
 use crate::qer::Qer;
 use crate::urr::Urr;
 use compact_str::CompactString;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
 /// One PFCP session's rules. Immutable once handed to a data path (it is shared as an `Arc`);
 /// a modification builds a new `Session` and installs it whole, so packets see the old
 /// session or the new one, never a mix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     /// The UP function's SEID for this session.
     pub seid: Seid,
@@ -30,7 +30,7 @@ pub struct Session {
 }
 
 /// Names a rule of a session (what a Failed Rule ID carries, TS 29.244 §8.2.80).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RuleRef {
     Pdr(PdrId),
     Far(FarId),
@@ -40,7 +40,7 @@ pub enum RuleRef {
 }
 
 /// What is wrong with a rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RuleErrorKind {
     /// A rule with this id exists already.
     Duplicate,
@@ -53,7 +53,7 @@ pub enum RuleErrorKind {
 }
 
 /// A rule that makes a session inconsistent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleError {
     pub rule: RuleRef,
     pub kind: RuleErrorKind,

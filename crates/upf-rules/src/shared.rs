@@ -1,7 +1,7 @@
 //! Immutable lists that many sessions' rules hold alike (the SDF filters of one PCC rule), kept
 //! once and shared, and the interner that finds the copy to share.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
@@ -107,6 +107,14 @@ impl<T: Serialize> Serialize for SharedSlice<T> {
     }
 }
 
+/// A copy of its own: whoever reads rules back (the persisted state) shares them again.
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for SharedSlice<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<T>::deserialize(d)?;
+        Ok(Self((!v.is_empty()).then(|| v.into())))
+    }
+}
+
 /// A value many rules hold alike (a FAR's network instance, say), behind a shared pointer;
 /// absent (no allocation) stands for the default value. Reads through [`Self::get`].
 pub struct Shared<T>(Option<Arc<T>>);
@@ -176,6 +184,14 @@ impl<T: Serialize + Default> Serialize for Shared<T> {
             Some(v) => v.serialize(s),
             None => T::default().serialize(s),
         }
+    }
+}
+
+/// The default value reads back as absent, as it was before it was written.
+impl<'de, T: Deserialize<'de> + Default + PartialEq> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = T::deserialize(d)?;
+        Ok(Self((v != T::default()).then(|| Arc::new(v))))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::flags::flags;
 use crate::ids::{FarId, Seid, UrrId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
@@ -98,7 +98,7 @@ pub struct QuotaUse {
 }
 
 /// A volume threshold or quota (§8.2.13 / §8.2.50), bytes; each part optional.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct VolumeLimit {
     pub total: Option<u64>,
     pub uplink: Option<u64>,
@@ -115,7 +115,7 @@ impl VolumeLimit {
 }
 
 /// Measured traffic (§8.2.44 Volume Measurement, with packet counts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Volume {
     pub total_bytes: u64,
     pub uplink_bytes: u64,
@@ -166,7 +166,7 @@ impl Volume {
 
 /// A Usage Reporting Rule. Times are whole seconds as on the wire. What few URRs use lives
 /// in [`UrrExtra`], boxed, so that a session's URRs stay small.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Urr {
     pub id: UrrId,
     pub method: MeasurementMethod,
@@ -183,7 +183,7 @@ pub struct Urr {
 }
 
 /// The less common parts of a URR.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct UrrExtra {
     pub quota_validity_time_s: Option<u32>,
     /// Dropped DL traffic threshold in packets / bytes (§8.2.49).
