@@ -220,6 +220,10 @@ pub struct Agent<D: Datapath> {
     pub(crate) dp: D,
     /// `now` at construction and the NTP time (seconds) it corresponds to.
     epoch: (Instant, u32),
+    /// Our Recovery Time Stamp: when this node started, or the one a restored state kept.
+    pub(crate) recovery: u32,
+    /// What procedures changed, for the store (`persist.rs`); `None`: nobody stores it.
+    pub(crate) dirty: Option<crate::persist::Dirty>,
     pub(crate) assocs: HashMap<NodeId, Association>,
     /// Boxed: a hash table holds up to twice its entries' size in empty slots.
     pub(crate) sessions: HashMap<Seid, Box<SessionCtx>>,
@@ -239,7 +243,7 @@ pub struct Agent<D: Datapath> {
     cache: ResponseCache,
     pub(crate) outstanding: Outstanding<Pending>,
     /// UP-initiated setup: when to (re)try each configured SMF not yet associated.
-    setup_due: Vec<(SocketAddr, Option<Instant>)>,
+    pub(crate) setup_due: Vec<(SocketAddr, Option<Instant>)>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     pub stats: Stats,
@@ -266,6 +270,8 @@ impl<D: Datapath> Agent<D> {
             outstanding: Outstanding::new(cfg.t1, cfg.n1),
             setup_due: cfg.smfs.iter().map(|&a| (a, Some(now))).collect(),
             epoch: (now, ntp_now),
+            recovery: ntp_now,
+            dirty: None,
             assocs: HashMap::new(),
             sessions: HashMap::new(),
             by_cp: ByCpSeid::default(),
@@ -302,7 +308,7 @@ impl<D: Datapath> Agent<D> {
     }
     /// Our Recovery Time Stamp.
     pub fn recovery_time_stamp(&self) -> u32 {
-        self.epoch.1
+        self.recovery
     }
     /// Every associated peer's Node ID.
     pub fn associations(&self) -> impl Iterator<Item = (&NodeId, SocketAddr)> {
@@ -799,7 +805,7 @@ impl<D: Datapath> Agent<D> {
 
     fn heartbeat_response(&self) -> HeartbeatResponse {
         HeartbeatResponse {
-            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            recovery_time_stamp: RecoveryTimeStamp(self.recovery),
         }
     }
 
@@ -831,6 +837,7 @@ impl<D: Datapath> Agent<D> {
         a.next_heartbeat = now + interval;
         if a.recovery != recovery {
             a.recovery = recovery;
+            self.association_changed(node);
             self.peer_restarted(now, node);
         }
     }
@@ -842,7 +849,7 @@ impl<D: Datapath> Agent<D> {
         a.heartbeat_pending = true;
         let dest = a.addr;
         let m = HeartbeatRequest {
-            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            recovery_time_stamp: RecoveryTimeStamp(self.recovery),
             source_ip_address: None,
         };
         self.request(now, dest, None, m.into(), Pending::Heartbeat(node));
@@ -888,7 +895,7 @@ impl<D: Datapath> Agent<D> {
         AssociationSetupResponse {
             node_id: self.cfg.node_id.clone(),
             cause,
-            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            recovery_time_stamp: RecoveryTimeStamp(self.recovery),
             up_function_features: Some(crate::support::features()),
             ..Default::default()
         }
@@ -956,6 +963,7 @@ impl<D: Datapath> Agent<D> {
         if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == peer) {
             e.1 = None;
         }
+        self.association_changed(&node);
         match previous {
             Some(old) if old.recovery != recovery => self.peer_restarted(now, &node),
             Some(_) => {}
@@ -1023,6 +1031,7 @@ impl<D: Datapath> Agent<D> {
         let Some(a) = self.assocs.remove(node) else {
             return false;
         };
+        self.association_changed(node);
         self.release_sessions_of(now, node, reason);
         self.cache.forget_peer(a.addr);
         for (_, ctx) in self.outstanding.cancel_peer(a.addr) {
@@ -1046,7 +1055,7 @@ impl<D: Datapath> Agent<D> {
     fn send_association_setup(&mut self, now: Instant, smf: SocketAddr) {
         let m = AssociationSetupRequest {
             node_id: self.cfg.node_id.clone(),
-            recovery_time_stamp: RecoveryTimeStamp(self.epoch.1),
+            recovery_time_stamp: RecoveryTimeStamp(self.recovery),
             up_function_features: Some(crate::support::features()),
             ..Default::default()
         };

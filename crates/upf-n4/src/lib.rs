@@ -9,6 +9,7 @@ mod aggregates;
 pub mod alloc;
 mod config;
 pub mod convert;
+mod persist;
 mod reject;
 pub mod reliability;
 mod report;
@@ -18,5 +19,6 @@ mod trust;
 
 pub use agent::{Agent, Event, Stats, Transmit, MESSAGES_PER_DATAGRAM};
 pub use config::{AllowedPeer, Config, ConfigError, Limits, TunnelAddrs};
+pub use persist::{node_key, Changes, Restored};
 pub use reject::Reject;
 pub use trust::Refusal;

@@ -141,6 +141,8 @@ impl<D: Datapath> Agent<D> {
         }
         let (dest, cp_seid) = (ctx.cp.addr, ctx.rules.cp_seid.0);
         self.sessions.insert(seid, ctx);
+        // Its UR-SEQNs moved on: after a restart they go on from there.
+        self.session_changed(seid);
         self.request(
             now,
             dest,
@@ -206,6 +208,7 @@ impl<D: Datapath> Agent<D> {
                 if let Some(c) = self.sessions.get_mut(&seid) {
                     c.rules = rules;
                 }
+                self.session_changed(seid);
             }
             Err(_) => {
                 self.stats.internal_errors += 1;

@@ -272,6 +272,7 @@ impl<D: Datapath> Agent<D> {
                     a.sessions += 1;
                 }
                 self.sessions.insert(seid, Box::new(ctx));
+                self.session_changed(seid);
                 self.event(Event::SessionEstablished { seid });
                 Ok(SessionEstablishmentResponse {
                     node_id: self.cfg.node_id.clone(),
@@ -677,6 +678,7 @@ impl<D: Datapath> Agent<D> {
             .map(|u| self.usage_report(&mut ctx, u, query_ref, Some(&before)))
             .collect();
         self.sessions.insert(seid, ctx);
+        self.session_changed(seid);
         Ok(SessionModificationResponse {
             cause: Cause::REQUEST_ACCEPTED,
             created_pdrs: created,
@@ -854,6 +856,7 @@ impl<D: Datapath> Agent<D> {
         let Some(ctx) = self.sessions.remove(&seid) else {
             return (Vec::new(), None);
         };
+        self.session_changed(seid);
         let usage = match self.dp.remove(now, seid) {
             Ok(u) => u,
             Err(e) => {

@@ -1,0 +1,387 @@
+//! The agent's state as records for a store (seed 003, #29): what resumes every session
+//! without the SMF after a restart. Sans-IO like the rest of the agent: once the driver calls
+//! [`Agent::track_changes`], each procedure marks the sessions and associations it changed,
+//! the driver takes their records with [`Agent::take_changes`] (one record per key however
+//! often it changed in between) and writes them, and [`Agent::restore`] reads them back
+//! before the first datagram.
+//!
+//! Records are JSON of the same `upf_rules` types the admin API shows: self-describing, so a
+//! field added later reads back from an older record as its default, and a store can be read
+//! with `jq`. What is only meaningful in this process is written as wall-clock time: a
+//! URR's Monitoring Time as NTP seconds.
+
+use crate::agent::{Agent, Association, CpPeer};
+use crate::session::SessionCtx;
+use compact_str::CompactString;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+use upf_pfcp::ie::NodeId;
+use upf_rules::{Datapath, InstallFlags, Seid, Session, Teid, UrrId};
+
+/// What changed since the last [`Agent::take_changes`]: a record to write, or `None` for a
+/// key to delete.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// By the peer's Node ID ([`node_key`]).
+    pub associations: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// By our SEID.
+    pub sessions: Vec<(u64, Option<Vec<u8>>)>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.associations.is_empty() && self.sessions.is_empty()
+    }
+}
+
+/// What [`Agent::restore`] brought back.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub associations: usize,
+    pub sessions: usize,
+    /// Records that could not be restored: the key and why. Their sessions are lost (and
+    /// deleted from the store by the next [`Agent::take_changes`]).
+    pub failed: Vec<(String, String)>,
+}
+
+/// The keys changed since they were last taken.
+#[derive(Debug, Default)]
+pub(crate) struct Dirty {
+    sessions: HashSet<Seid>,
+    associations: HashSet<NodeId>,
+}
+
+/// A Node ID as records and keys hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Node {
+    Ipv4(Ipv4Addr),
+    Ipv6(Ipv6Addr),
+    Fqdn(CompactString),
+}
+
+impl From<&NodeId> for Node {
+    fn from(n: &NodeId) -> Self {
+        match n {
+            NodeId::Ipv4(a) => Self::Ipv4(*a),
+            NodeId::Ipv6(a) => Self::Ipv6(*a),
+            NodeId::Fqdn(s) => Self::Fqdn(s.clone()),
+        }
+    }
+}
+
+impl From<Node> for NodeId {
+    fn from(n: Node) -> Self {
+        match n {
+            Node::Ipv4(a) => Self::Ipv4(a),
+            Node::Ipv6(a) => Self::Ipv6(a),
+            Node::Fqdn(s) => Self::Fqdn(s),
+        }
+    }
+}
+
+/// The store's key of an association: its Node ID, as JSON (an FQDN that reads as an
+/// address stays apart from the address).
+pub fn node_key(node: &NodeId) -> Vec<u8> {
+    serde_json::to_vec(&Node::from(node)).unwrap_or_default()
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AssociationRecord {
+    node: Node,
+    addr: SocketAddr,
+    /// The peer's Recovery Time Stamp: a different one after our restart means it restarted
+    /// too, and its sessions go (TS 23.527).
+    recovery: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SessionRecord {
+    cp_node: Node,
+    /// Where its requests came from and its reports go.
+    cp_addr: SocketAddr,
+    teids: Vec<(Option<u8>, u32)>,
+    ue_v4: Option<Ipv4Addr>,
+    ue_v6: Option<(Ipv6Addr, u8)>,
+    ue_instance: Option<CompactString>,
+    ur_seqn: Vec<(u32, u32)>,
+    csids: Vec<u16>,
+    /// Each URR's Monitoring Time, NTP seconds: the rules hold it as an instant of this
+    /// process.
+    monitoring_times: Vec<(u32, u32)>,
+    rules: Session,
+}
+
+impl<D: Datapath> Agent<D> {
+    /// From now on, procedures record what they change for [`Agent::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.dirty.get_or_insert_with(Default::default);
+    }
+
+    pub(crate) fn session_changed(&mut self, seid: Seid) {
+        if let Some(d) = &mut self.dirty {
+            d.sessions.insert(seid);
+        }
+    }
+
+    pub(crate) fn association_changed(&mut self, node: &NodeId) {
+        if let Some(d) = &mut self.dirty {
+            d.associations.insert(node.clone());
+        }
+    }
+
+    /// The records of what changed since the last call (none unless tracking).
+    pub fn take_changes(&mut self) -> Changes {
+        let Some(d) = self
+            .dirty
+            .as_mut()
+            .filter(|d| !d.sessions.is_empty() || !d.associations.is_empty())
+        else {
+            return Changes::default();
+        };
+        let d = std::mem::take(d);
+        let associations = d
+            .associations
+            .into_iter()
+            .map(|n| {
+                let rec = self.assocs.get(&n).map(|a| {
+                    serde_json::to_vec(&AssociationRecord {
+                        node: Node::from(&n),
+                        addr: a.addr,
+                        recovery: a.recovery,
+                    })
+                });
+                (node_key(&n), rec.and_then(Result::ok))
+            })
+            .collect();
+        let sessions = d
+            .sessions
+            .into_iter()
+            .map(|s| {
+                let rec = self.sessions.get(&s).map(|c| self.session_record(c));
+                (s.0, rec.and_then(Result::ok))
+            })
+            .collect();
+        Changes {
+            associations,
+            sessions,
+        }
+    }
+
+    fn session_record(&self, c: &SessionCtx) -> serde_json::Result<Vec<u8>> {
+        let monitoring_times = c
+            .rules
+            .urrs
+            .iter()
+            .filter_map(|u| {
+                let t = u.extra.as_ref()?.monitoring_time?;
+                Some((u.id.0, self.ntp(t)))
+            })
+            .collect();
+        serde_json::to_vec(&SessionRecord {
+            cp_node: Node::from(&c.cp.node),
+            cp_addr: c.cp.addr,
+            teids: c.teids.iter().map(|&(ch, t)| (ch, t.0)).collect(),
+            ue_v4: c.ue_v4,
+            ue_v6: c.ue_v6,
+            ue_instance: c.ue_instance.clone(),
+            ur_seqn: c.ur_seqn.iter().map(|&(u, n)| (u.0, n)).collect(),
+            csids: c.csids.to_vec(),
+            monitoring_times,
+            rules: (*c.rules).clone(),
+        })
+    }
+
+    /// Brings back the state a store held, before any datagram: our Recovery Time Stamp
+    /// (so that the SMF sees no restart), the associations and every session, installed in
+    /// the data path. A session whose record does not read back, whose association is
+    /// gone, or whose allocations or install fail is left out and listed in `failed`.
+    pub fn restore(
+        &mut self,
+        now: Instant,
+        recovery: u32,
+        associations: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        sessions: impl IntoIterator<Item = (u64, Vec<u8>)>,
+    ) -> Restored {
+        self.recovery = recovery;
+        let mut out = Restored::default();
+        for (key, bytes) in associations {
+            match serde_json::from_slice::<AssociationRecord>(&bytes) {
+                Ok(r) => {
+                    self.restore_association(now, r);
+                    out.associations += 1;
+                }
+                Err(e) => {
+                    out.failed
+                        .push((String::from_utf8_lossy(&key).into_owned(), e.to_string()));
+                    self.key_lost_association(&key);
+                }
+            }
+        }
+        for (seid, bytes) in sessions {
+            let r = serde_json::from_slice::<SessionRecord>(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|r| self.restore_session(now, Seid(seid), r));
+            match r {
+                Ok(()) => out.sessions += 1,
+                Err(why) => {
+                    out.failed.push((format!("session {seid:#x}"), why));
+                    self.session_changed(Seid(seid));
+                }
+            }
+        }
+        out
+    }
+
+    /// An association record that does not read back: deleted from the store, as the
+    /// sessions that needed it will be.
+    fn key_lost_association(&mut self, key: &[u8]) {
+        if let Ok(n) = serde_json::from_slice::<Node>(key) {
+            self.association_changed(&n.into());
+        }
+    }
+
+    fn restore_association(&mut self, now: Instant, r: AssociationRecord) {
+        let node = NodeId::from(r.node);
+        self.assocs.insert(
+            node.clone(),
+            Association {
+                addr: r.addr,
+                cp: Arc::new(CpPeer { node, addr: r.addr }),
+                recovery: r.recovery,
+                next_heartbeat: now + self.cfg.heartbeat_interval,
+                heartbeat_pending: false,
+                sessions: 0,
+            },
+        );
+        // Associated already: an SMF we set up ourselves is not asked again.
+        if let Some(e) = self.setup_due.iter_mut().find(|(a, _)| *a == r.addr) {
+            e.1 = None;
+        }
+    }
+
+    fn restore_session(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        r: SessionRecord,
+    ) -> Result<(), String> {
+        let node = NodeId::from(r.cp_node);
+        let Some(assoc) = self.assocs.get(&node) else {
+            return Err(format!("its association ({node}) is not in the store"));
+        };
+        if self.sessions.contains_key(&seid) || r.rules.seid != seid {
+            return Err("a second record of its SEID".into());
+        }
+        let cp = if assoc.cp.addr == r.cp_addr {
+            assoc.cp.clone()
+        } else {
+            Arc::new(CpPeer {
+                node: node.clone(),
+                addr: r.cp_addr,
+            })
+        };
+        let mut s = r.rules;
+        for p in &mut s.pdrs {
+            p.pdi.sdf_filters = self.sdf_filters.intern(&p.pdi.sdf_filters);
+            self.pdi_extras.share(&mut p.pdi.extra);
+        }
+        for f in &mut s.fars {
+            if let Some(fw) = f.forwarding.as_mut() {
+                self.forwarding_extras.share(&mut fw.extra);
+            }
+        }
+        for (urr, ntp) in r.monitoring_times {
+            let at = self.instant(ntp);
+            if let Some(u) = s.urr_mut(UrrId(urr)) {
+                u.extra_mut().monitoring_time = Some(at);
+            }
+        }
+        s.validate().map_err(|e| format!("{e:?}"))?;
+        let ctx = SessionCtx {
+            rules: Arc::new(Session::new(seid, s.cp_seid, s.cp_addr)),
+            cp,
+            teids: r.teids.iter().map(|&(ch, t)| (ch, Teid(t))).collect(),
+            ue_v4: r.ue_v4,
+            ue_v6: r.ue_v6,
+            ue_instance: r.ue_instance,
+            ur_seqn: r.ur_seqn.iter().map(|&(u, n)| (UrrId(u), n)).collect(),
+            csids: r.csids.into(),
+        };
+        self.reserve_held(&ctx)?;
+        let touched = self.aggregates.attach(&node, &mut s);
+        let rules = Arc::new(s);
+        let installed = self.dp.install(now, rules.clone(), InstallFlags::default());
+        self.aggregates
+            .settle(&node, &touched, None, installed.is_ok().then_some(&*rules));
+        if let Err(e) = installed {
+            self.unreserve_held(&ctx);
+            return Err(format!("the data path refused it: {e}"));
+        }
+        let cp_addr = rules.cp_addr;
+        let cp_seid = rules.cp_seid.0;
+        self.by_cp.insert(&node, cp_addr, cp_seid, seid);
+        if let Some(a) = self.assocs.get_mut(&node) {
+            a.sessions += 1;
+        }
+        self.sessions
+            .insert(seid, Box::new(SessionCtx { rules, ..ctx }));
+        Ok(())
+    }
+
+    /// Takes the TEIDs and UE addresses a restored session held, all or none.
+    fn reserve_held(&mut self, ctx: &SessionCtx) -> Result<(), String> {
+        let ni = ctx.ue_instance.as_deref();
+        let ues = ctx
+            .ue_v4
+            .map(Into::into)
+            .into_iter()
+            .chain(ctx.ue_v6.map(|(a, _)| a.into()));
+        let mut teids = Vec::new();
+        let mut taken = Vec::new();
+        let mut result = Ok(());
+        for &(_, t) in &ctx.teids {
+            if self.teids.reserve(t).is_err() {
+                result = Err(format!("TEID {:#x} is out of range or held twice", t.0));
+                break;
+            }
+            teids.push(t);
+        }
+        if result.is_ok() {
+            for a in ues {
+                if self.ue_ips.reserve(a, ni).is_err() {
+                    result = Err(format!("UE address {a} is held twice"));
+                    break;
+                }
+                taken.push(a);
+            }
+        }
+        if result.is_err() {
+            for t in teids {
+                self.teids.unwind(t);
+            }
+            for a in taken {
+                self.ue_ips.free(a, ni);
+            }
+        }
+        result
+    }
+
+    /// Returns them again; nobody was told of them, so TEIDs are not held off.
+    fn unreserve_held(&mut self, ctx: &SessionCtx) {
+        for &(_, t) in &ctx.teids {
+            self.teids.unwind(t);
+        }
+        let ni = ctx.ue_instance.as_deref();
+        for a in ctx
+            .ue_v4
+            .map(Into::into)
+            .into_iter()
+            .chain(ctx.ue_v6.map(|(a, _)| a.into()))
+        {
+            self.ue_ips.free(a, ni);
+        }
+    }
+}

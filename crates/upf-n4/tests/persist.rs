@@ -1,0 +1,266 @@
+//! Persisted state (#29): what the agent writes for a store brings every session back in a new
+//! agent, with our Recovery Time Stamp, so that the SMF sees no restart and goes on with the
+//! sessions it had.
+
+mod harness;
+
+use harness::{Smf, NTP0, SMF_IP};
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use upf_n4::{Agent, Changes, Restored};
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::{Cause, Message};
+use upf_rules::mem::MemDatapath;
+use upf_rules::Session;
+use upf_smf as smf;
+
+/// A store as a map, fed as the driver feeds the real one.
+#[derive(Default)]
+struct Store {
+    recovery: u32,
+    associations: BTreeMap<Vec<u8>, Vec<u8>>,
+    sessions: BTreeMap<u64, Vec<u8>>,
+}
+
+impl Store {
+    fn apply(&mut self, c: Changes) {
+        for (k, v) in c.associations {
+            match v {
+                Some(v) => self.associations.insert(k, v),
+                None => self.associations.remove(&k),
+            };
+        }
+        for (k, v) in c.sessions {
+            match v {
+                Some(v) => self.sessions.insert(k, v),
+                None => self.sessions.remove(&k),
+            };
+        }
+    }
+
+    fn save(&mut self, s: &mut Smf) {
+        self.recovery = s.agent.recovery_time_stamp();
+        let c = s.agent.take_changes();
+        self.apply(c);
+    }
+}
+
+fn tracked() -> Smf {
+    let mut s = Smf::new();
+    s.agent.track_changes();
+    s.associate(1234);
+    s
+}
+
+/// The UPF restarts (a new agent, a later clock) and restores what the store holds.
+fn restart(s: &mut Smf, store: &Store) -> Restored {
+    // 5 s later, by both clocks.
+    s.now += Duration::from_secs(5);
+    let cfg = s.agent.config().clone();
+    let mut agent = Agent::new(cfg, MemDatapath::recording(), s.now, NTP0 + 5).unwrap();
+    agent.track_changes();
+    let r = agent.restore(
+        s.now,
+        store.recovery,
+        store.associations.clone(),
+        store.sessions.clone(),
+    );
+    s.agent = agent;
+    r
+}
+
+fn sessions(a: &Agent<MemDatapath>) -> BTreeMap<u64, Session> {
+    a.sessions().map(|s| (s.seid.0, s.clone())).collect()
+}
+
+/// The standard session with what only some sessions have: a Monitoring Time, a QER
+/// Correlation ID (an APN-AMBR aggregate), an inactivity timer, a static UE address.
+fn rich(s: &mut Smf, ue: Ipv4Addr) -> u64 {
+    s.cp_seid += 1;
+    let mut req = smf::establishment(s.node.clone(), s.cp_seid, SMF_IP, smf::UeAddr::Static(ue));
+    req.create_urrs[0].monitoring_time = Some(MonitoringTime(NTP0 + 3600));
+    req.create_qers[0].qer_correlation_id = Some(QerCorrelationId(7));
+    req.user_plane_inactivity_timer = Some(UserPlaneInactivityTimer(600));
+    let (_, r) = s.establish_with(req);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    r.up_f_seid.unwrap().seid
+}
+
+fn created_teids(r: &SessionEstablishmentResponse) -> Vec<u32> {
+    r.created_pdrs
+        .iter()
+        .filter_map(|c| match c.local_f_teid {
+            Some(FTeid::Assigned { teid, .. }) => Some(teid),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_restart_brings_back_every_session_and_our_recovery_time_stamp() {
+    let mut s = tracked();
+    let mut store = Store::default();
+    let a = s.establish_ok();
+    let b = rich(&mut s, Ipv4Addr::new(10, 45, 0, 9));
+    let c = s.establish_ok();
+    let d = s.establish_ok();
+    let mut m = smf::modification();
+    m.update_fars
+        .push(smf::update_far_to_gnb(2, 0x77, Ipv4Addr::new(192, 0, 2, 9)));
+    assert_eq!(s.modify(a, m).cause, Cause::REQUEST_ACCEPTED);
+    s.delete(c);
+    store.save(&mut s);
+    assert_eq!(
+        store.sessions.len(),
+        3,
+        "the deleted session is not in the store"
+    );
+    let before = sessions(&s.agent);
+
+    let r = restart(&mut s, &store);
+    assert_eq!((r.associations, r.sessions), (1, 3), "{:?}", r.failed);
+    assert!(r.failed.is_empty());
+    // Aggregates are named anew by the agent that installs them.
+    let unnamed = |mut m: BTreeMap<u64, Session>| {
+        m.values_mut()
+            .for_each(|s| s.qers.iter_mut().for_each(|q| q.aggregate = None));
+        m
+    };
+    assert!(unnamed(sessions(&s.agent)) == unnamed(before.clone()));
+    let rules = s.agent.session(upf_rules::Seid(b)).unwrap();
+    assert!(
+        rules.qers[0].aggregate.is_some(),
+        "the aggregate is attached again"
+    );
+    let installed: Vec<u64> = s.agent.datapath().sessions().map(|s| s.seid.0).collect();
+    assert_eq!(installed.len(), 3);
+    assert!(s.agent.take_changes().is_empty(), "nothing to write back");
+
+    // The SMF sees no restart: same Recovery Time Stamp, same association, same sessions.
+    assert_eq!(s.agent.recovery_time_stamp(), NTP0);
+    let hb = s.request(
+        None,
+        HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(1234),
+            source_ip_address: None,
+        },
+    );
+    assert_eq!(
+        hb.message,
+        Message::HeartbeatResponse(HeartbeatResponse {
+            recovery_time_stamp: RecoveryTimeStamp(NTP0)
+        })
+    );
+    assert_eq!(
+        s.agent.session_count(),
+        3,
+        "a heartbeat of the same peer keeps them"
+    );
+    let mut m = smf::modification();
+    m.update_fars
+        .push(smf::update_far_to_gnb(2, 0x78, Ipv4Addr::new(192, 0, 2, 9)));
+    assert_eq!(s.modify(b, m).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(s.delete(a).1.cause, Cause::REQUEST_ACCEPTED);
+
+    // What the restored sessions hold is not handed out again: b's TEIDs, d's UE address.
+    let held_teids: Vec<u32> = before[&b]
+        .pdrs
+        .iter()
+        .filter_map(|p| p.pdi.local_f_teid.map(|f| f.teid.0))
+        .collect();
+    let held_ue = ue_of(&s.agent, d);
+    for _ in 0..20 {
+        let (_, r) = s.establish(smf::UeAddr::Choose);
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        assert!(created_teids(&r).iter().all(|t| !held_teids.contains(t)));
+        let seid = r.up_f_seid.unwrap().seid;
+        assert_ne!(ue_of(&s.agent, seid), held_ue);
+    }
+}
+
+fn ue_of(a: &Agent<MemDatapath>, seid: u64) -> Option<Ipv4Addr> {
+    a.session(upf_rules::Seid(seid))?
+        .pdrs
+        .iter()
+        .find_map(|p| p.pdi.ue_ip.and_then(|u| u.ipv4))
+}
+
+#[test]
+fn ur_seqn_goes_on_after_a_restart() {
+    let mut s = tracked();
+    let mut store = Store::default();
+    let a = s.establish_ok();
+    let query = |s: &mut Smf| {
+        let mut m = smf::modification();
+        m.query_urrs.push(QueryUrr { urr_id: UrrId(1) });
+        let r = s.modify(a, m);
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        r.usage_reports[0].ur_seqn.0
+    };
+    assert_eq!(query(&mut s), 0);
+    assert_eq!(query(&mut s), 1);
+    store.save(&mut s);
+    restart(&mut s, &store);
+    assert_eq!(query(&mut s), 2, "UR-SEQN does not start over");
+}
+
+#[test]
+fn a_record_that_does_not_read_back_is_lost_alone_and_deleted() {
+    let mut s = tracked();
+    let mut store = Store::default();
+    let a = s.establish_ok();
+    let b = s.establish_ok();
+    store.save(&mut s);
+    store
+        .sessions
+        .insert(a, b"{\"not\": \"a session\"}".to_vec());
+    let r = restart(&mut s, &store);
+    assert_eq!(r.sessions, 1);
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    assert!(s.agent.session(upf_rules::Seid(b)).is_some());
+    let c = s.agent.take_changes();
+    assert_eq!(c.sessions, vec![(a, None)], "the bad record is deleted");
+}
+
+#[test]
+fn released_associations_and_their_sessions_leave_the_store() {
+    let mut s = tracked();
+    let mut store = Store::default();
+    s.establish_ok();
+    s.establish_ok();
+    store.save(&mut s);
+    assert_eq!((store.associations.len(), store.sessions.len()), (1, 2));
+    let r = s.request(
+        None,
+        AssociationReleaseRequest {
+            node_id: s.node.clone(),
+        },
+    );
+    assert!(matches!(r.message, Message::AssociationReleaseResponse(_)));
+    store.save(&mut s);
+    assert_eq!((store.associations.len(), store.sessions.len()), (0, 0));
+}
+
+#[test]
+fn a_peer_that_restarted_meanwhile_loses_its_sessions_as_usual() {
+    let mut s = tracked();
+    let mut store = Store::default();
+    s.establish_ok();
+    store.save(&mut s);
+    restart(&mut s, &store);
+    assert_eq!(s.agent.session_count(), 1);
+    // The SMF restarted while we were down: its new Recovery Time Stamp releases them.
+    s.associate(5678);
+    assert_eq!(s.agent.session_count(), 0);
+    store.save(&mut s);
+    assert!(store.sessions.is_empty());
+}
+
+#[test]
+fn nothing_is_recorded_unless_tracking() {
+    let mut s = Smf::associated();
+    s.establish_ok();
+    assert!(s.agent.take_changes().is_empty());
+}
