@@ -241,6 +241,8 @@ pub struct State<'a> {
     pub uptime_s: u64,
     /// Admin connections refused (`admin.max_connections` being served).
     pub admin_refused: u64,
+    /// The store's writer, with `[state]`.
+    pub state: Option<upf_state::WriterStats>,
 }
 
 pub fn answer(query: Query, st: &State<'_>) -> Response {
@@ -332,6 +334,7 @@ fn control(st: &State<'_>) -> ControlView {
         datapath: st.agent.datapath().counts(),
         admin_refused: st.admin_refused,
         uptime_s: st.uptime_s,
+        state: st.state,
     }
 }
 

@@ -26,6 +26,36 @@ pub struct FileConfig {
     pub acl: AclCfg,
     pub admin: Admin,
     pub log: Log,
+    /// Persisted state: present, sessions survive a restart; absent, a restart forgets them.
+    pub state: Option<StateCfg>,
+}
+
+/// `[state]`: the store of the UPF's sessions and associations (upf-state), so that a
+/// restarted UPF resumes them without the SMF.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateCfg {
+    /// The store's file; default `$XDG_STATE_HOME/upf/state.redb`, else
+    /// `~/.local/state/upf/state.redb` (writable without root).
+    pub path: Option<PathBuf>,
+    /// Bytes of writes the store may have queued (a slow or full disk); beyond, writes are
+    /// dropped and counted.
+    pub queue_bytes: Option<usize>,
+}
+
+impl StateCfg {
+    pub fn path(&self) -> PathBuf {
+        if let Some(p) = &self.path {
+            return p.clone();
+        }
+        let base = match std::env::var_os("XDG_STATE_HOME") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => std::env::var_os("HOME")
+                .map_or_else(|| PathBuf::from("."), PathBuf::from)
+                .join(".local/state"),
+        };
+        base.join("upf/state.redb")
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

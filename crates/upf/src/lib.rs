@@ -12,3 +12,4 @@ pub mod demo;
 pub mod metrics;
 pub mod pcap;
 pub mod run;
+pub mod state;

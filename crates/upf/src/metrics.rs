@@ -27,6 +27,8 @@ pub struct ControlView {
     pub datapath: InstallCounts,
     pub admin_refused: u64,
     pub uptime_s: u64,
+    /// The store's writer, with `[state]`.
+    pub state: Option<upf_state::WriterStats>,
 }
 
 /// The XDP engine's share of a scrape, when it is on.
@@ -215,6 +217,48 @@ impl Scrape {
     }
 }
 
+/// The store of `[state]`: is it keeping up, is the disk failing.
+fn encode_state(e: &mut DescriptorEncoder, st: &upf_state::WriterStats) -> fmt::Result {
+    let one = |v: u64| [(Labels::new(), v)];
+    family(
+        e,
+        Counter,
+        "upf_state_commits_total",
+        "Transactions the store committed (each syncs to disk).",
+        one(st.commits),
+    )?;
+    family(e, Counter, "upf_state_writes_total", "Records written to the store (one per key and commit: changes of a key in between are written once).", one(st.ops_written))?;
+    family(
+        e,
+        Gauge,
+        "upf_state_pending_writes",
+        "Records waiting to be written.",
+        one(st.pending_ops),
+    )?;
+    family(
+        e,
+        Gauge,
+        "upf_state_pending_bytes",
+        "Bytes waiting to be written (at most state.queue_bytes).",
+        one(st.pending_bytes),
+    )?;
+    family(e, Counter, "upf_state_writes_dropped_total", "Records not written: state.queue_bytes was full. The store misses them until their next change.", one(st.dropped_ops))?;
+    family(
+        e,
+        Counter,
+        "upf_state_write_errors_total",
+        "Commits that failed (a full or failing disk); retried every 500 ms.",
+        one(st.write_errors),
+    )?;
+    family(
+        e,
+        Gauge,
+        "upf_state_failing",
+        "1 while the last commit failed and is being retried.",
+        one(u64::from(st.failing)),
+    )
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let (workers, c) = (&self.workers, &self.control);
@@ -308,6 +352,9 @@ impl Collector for Scrape {
             "Sessions removed from the data path, by result.",
             result(d.removals_ok, d.removals_failed),
         )?;
+        if let Some(st) = &c.state {
+            encode_state(&mut e, st)?;
+        }
         family(
             &mut e,
             Counter,
@@ -638,6 +685,7 @@ mod tests {
                 },
                 admin_refused: 4,
                 uptime_s: 5,
+                state: None,
             },
             Some(&XdpView {
                 sessions: 9,

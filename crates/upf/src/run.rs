@@ -6,6 +6,7 @@ use crate::admin;
 use crate::backends;
 use crate::config::{self, Backend, FileConfig, LogFormat};
 use crate::datapath::Observed;
+use crate::state;
 use anyhow::{bail, Context};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -64,6 +65,13 @@ pub struct Args {
     /// Log format: text or json. [log.format]
     #[arg(long)]
     pub log_format: Option<String>,
+    /// Persist sessions in this file, as `[state] path` does.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Move the store aside and start without sessions (a store that cannot be used
+    /// otherwise stops the UPF: corrupt, a newer schema, another Node ID).
+    #[arg(long)]
+    pub discard_state: bool,
     /// Validate the configuration, print it as understood, and exit.
     #[arg(long)]
     pub check: bool,
@@ -140,6 +148,9 @@ pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
     }
     if let Some(n) = args.n1 {
         c.n4.n1 = n;
+    }
+    if let Some(p) = &args.state {
+        c.state.get_or_insert_with(Default::default).path = Some(p.clone());
     }
     if let Some(f) = &args.log_format {
         c.log.format = match f.as_str() {
@@ -313,6 +324,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     init_logging(&c);
     let agent_cfg = agent_config(&c)?;
     let rt_cfg = runtime_config(&c)?;
+    // Before any interface is touched: a store this UPF cannot use stops it here.
+    let stored = match &c.state {
+        Some(s) => Some(state::open(s, &agent_cfg.node_id, args.discard_state)?),
+        None => None,
+    };
     let opened = backends::open(&c, &rt_cfg)?;
     for line in &opened.report {
         info!(target: "upf", "{line}");
@@ -333,13 +349,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("tokio")?;
-    let result = rt.block_on(serve(&c, agent_cfg, engines));
+    let result = rt.block_on(serve(&c, agent_cfg, engines, stored));
     // Routes and devices set up for the run go away with it.
     drop(opened.cleanup);
     result
 }
 
-async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<()> {
+async fn serve(
+    c: &FileConfig,
+    cfg: Config,
+    engines: Engines,
+    stored: Option<state::Opened>,
+) -> anyhow::Result<()> {
     let addr = config::socket_addr(&c.n4.address, 8805).context("n4.address")?;
     let sock = UdpSocket::bind(addr)
         .await
@@ -350,6 +371,8 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
     upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
     let started = Instant::now();
     let mut agent = Agent::new(cfg, Observed::new(engines), started, ntp_now())?;
+    // Sessions forward again before the first PFCP message is read.
+    let persist = stored.map(|o| state::resume(&mut agent, o, started));
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
@@ -371,6 +394,9 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("signal")?;
     loop {
+        if let Some(p) = &persist {
+            p.save(&mut agent);
+        }
         while let Some(t) = agent.poll_transmit() {
             if let Err(e) = sock.send_to(&t.payload, t.dest).await {
                 warn!(target: "upf::n4", "send to {}: {e}", t.dest);
@@ -414,6 +440,7 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
                     agent: &agent,
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
+                    state: persist.as_ref().map(state::Persist::stats),
                 };
                 let _ = req.reply.send(admin::answer(req.query, &st));
             }
@@ -425,7 +452,20 @@ async fn serve(c: &FileConfig, cfg: Config, engines: Engines) -> anyhow::Result<
             _ = term.recv() => break,
         }
     }
-    shutdown(&mut agent, &sock).await;
+    match persist {
+        // Sessions stay, for the next start: nobody is told to release them.
+        Some(p) => {
+            info!(
+                target: "upf",
+                "stopping: {} associations and {} sessions kept in the store",
+                agent.association_count(),
+                agent.session_count()
+            );
+            p.save(&mut agent);
+            p.close(Duration::from_secs(5));
+        }
+        None => shutdown(&mut agent, &sock).await,
+    }
     Ok(())
 }
 

@@ -339,20 +339,14 @@ impl Harness {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let conf = dir.join("upf.toml");
-        std::fs::write(&conf, b.config(test)).expect("write config");
+        let mut config = b.config(test);
+        if test == "warm_restart" {
+            let store = dir.join("state.redb");
+            config.push_str(&format!("\n[state]\npath = \"{}\"\n", store.display()));
+        }
+        std::fs::write(&conf, config).expect("write config");
         let log = dir.join("upf.log");
-        let logf = File::create(&log).expect("log file");
-        let daemon = Proc::spawn(
-            "upf run",
-            in_ns(topo.upf().name(), env!("CARGO_BIN_EXE_upf"))
-                .arg("run")
-                .arg("--config")
-                .arg(&conf)
-                .stdin(Stdio::null())
-                .stdout(logf.try_clone().expect("log file"))
-                .stderr(logf),
-        );
-        let mut daemon = daemon;
+        let mut daemon = spawn_daemon(&topo, &conf, &log);
         wait_ready(&mut daemon, &log, &topo);
         let mut cfg = SmfConfig::new(SocketAddr::new(IpAddr::V4(UPF_N4), 8805));
         cfg.t1 = Duration::from_secs(2);
@@ -385,6 +379,24 @@ impl Harness {
             dir,
             topo,
         }
+    }
+
+    /// `kill -9` of the daemon, then `upf run` again with the same configuration (and
+    /// store); how long from the new process's start until it answered `upf show`.
+    fn kill_and_restart(&mut self) -> Duration {
+        let pid = self.daemon.child.id().to_string();
+        let killed = Command::new("kill").args(["-KILL", &pid]).status();
+        assert!(killed.is_ok_and(|s| s.success()), "kill -KILL {pid}");
+        let until = Instant::now() + Duration::from_secs(10);
+        while self.daemon.exited().is_none() {
+            assert!(Instant::now() < until, "upf run {pid} survived kill -9");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let t0 = Instant::now();
+        let conf = self.dir.join("upf.toml");
+        self.daemon = spawn_daemon(&self.topo, &conf, &self.log);
+        wait_ready(&mut self.daemon, &self.log, &self.topo);
+        t0.elapsed()
     }
 
     /// The value of the sample `name` (without labels) of `upf show metrics`; 0 if absent.
@@ -585,6 +597,25 @@ fn try_show(topo: &Topology, what: &str) -> Option<Value> {
         return None;
     }
     serde_json::from_slice(&out.stdout).ok()
+}
+
+/// `upf run --config CONF` in the upf namespace, its output appended to `log`.
+fn spawn_daemon(topo: &Topology, conf: &Path, log: &Path) -> Proc {
+    let logf = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    Proc::spawn(
+        "upf run",
+        in_ns(topo.upf().name(), env!("CARGO_BIN_EXE_upf"))
+            .arg("run")
+            .arg("--config")
+            .arg(conf)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().expect("log file"))
+            .stderr(logf),
+    )
 }
 
 /// Until `upf show counters` answers (the admin endpoint starts after the interfaces).
@@ -1770,6 +1801,191 @@ fn hot_swap(h: &mut Harness) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Warm restart (#29): the sessions in the store come back after `kill -9`
+
+/// 1,000 sessions with traffic both ways (a datagram from each UE, echoed by the DN), and a
+/// flow of 1 datagram a millisecond from UE 0 throughout; `kill -9` of the daemon and `upf
+/// run` again with the same store: every session forwards again both ways, the SMF sees the
+/// same Recovery Time Stamp and is asked nothing. The flow's longest gap is the outage.
+fn warm_restart(h: &mut Harness) {
+    const UES: u32 = 1000;
+    let specs: Vec<SessionSpec> = (0..UES).map(Harness::spec).collect();
+    h.connect(&specs);
+    h.wait_path(0);
+    let recovery = h.smf.heartbeat().expect("heartbeat");
+    let echo_addr = SocketAddr::new(IpAddr::V4(DN), 40_041);
+    let echo = Echo::start(h.udp(h.topo.dn().name(), echo_addr));
+    let ues: Vec<Ipv4Addr> = h.sessions.iter().map(|s| s.ue).collect();
+    let missing = round_trips(h, &ues, echo_addr, 0);
+    assert!(
+        missing.is_empty(),
+        "before the restart, no echo for UEs {missing:?}"
+    );
+
+    let flow_addr = SocketAddr::new(IpAddr::V4(DN), 40_043);
+    let rx = Receiver::start(h.udp(h.topo.dn().name(), flow_addr));
+    let flow_sock = h.udp(
+        h.topo.ue().name(),
+        SocketAddr::new(IpAddr::V4(ues[0]), 40_042),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let flow = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seq = 0;
+            while !stop.load(Ordering::Relaxed) && seq < 60_000 {
+                send_one(&flow_sock, flow_addr, &datagram(7, seq, 100));
+                seq += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seq
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = h.smf.stats().upf_requests;
+    let killed_at = Instant::now();
+    let ready = h.kill_and_restart();
+    println!(
+        "e2e: kill -9 and `upf run` again: admin endpoint up {} ms after the start",
+        ready.as_millis()
+    );
+    let lines = std::fs::read_to_string(&h.log).unwrap_or_default();
+    if let Some(l) = lines.lines().find(|l| l.contains("restored")) {
+        println!(
+            "e2e: upf: {}",
+            l.split_once("upf::state: ").map_or(l, |x| x.1)
+        );
+    }
+    let missing = round_trips(h, &ues, echo_addr, 1);
+    assert!(
+        missing.is_empty(),
+        "after the restart, no echo for UEs {missing:?}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let sent = flow.join().expect("flow");
+    let got = rx.finish();
+    let after: Vec<&Arrival> = got.iter().filter(|a| a.at > killed_at).collect();
+    let gap = got
+        .windows(2)
+        .map(|w| w[1].at.saturating_duration_since(w[0].at))
+        .max()
+        .unwrap_or_default();
+    println!(
+        "e2e: UE 0's flow: {} of {sent} datagrams arrived, {} after the kill; longest gap {} ms",
+        got.len(),
+        after.len(),
+        gap.as_millis()
+    );
+    assert!(
+        !after.is_empty(),
+        "UE 0's flow did not resume\n{}",
+        h.state()
+    );
+    drop(echo);
+
+    assert_eq!(
+        h.smf.heartbeat().expect("heartbeat after the restart"),
+        recovery,
+        "the Recovery Time Stamp is kept: the SMF sees no restart"
+    );
+    assert_eq!(
+        h.smf.stats().upf_requests,
+        asked,
+        "the restarted UPF asked the SMF nothing (no association setup, no report)"
+    );
+    let sessions = h.show("sessions");
+    assert_eq!(
+        sessions.as_array().map_or(0, Vec::len),
+        UES as usize,
+        "every session is back"
+    );
+    // The SMF goes on with them: each is deleted as usual.
+    let sessions = std::mem::take(&mut h.sessions);
+    for r in h.smf.delete_many(&sessions) {
+        r.expect("deletion of a restored session");
+    }
+}
+
+/// UDP datagrams echoed to their sender, on a thread, until dropped.
+struct Echo {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Echo {
+    fn start(sock: UdpSocket) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
+        let thread = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 2048];
+            while !s.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    let _ = sock.send_to(&buf[..n], from);
+                }
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sends a datagram from each UE (port 40,040) to the echo and waits for it to come back,
+/// 200 UEs at a time (a socket each), up to 5 tries a UE; the UEs whose echo never came.
+fn round_trips(h: &Harness, ues: &[Ipv4Addr], echo: SocketAddr, round: u32) -> Vec<Ipv4Addr> {
+    let mut missing = Vec::new();
+    for chunk in ues.chunks(200) {
+        let socks: Vec<UdpSocket> = in_netns(h.topo.ue().name(), || {
+            chunk
+                .iter()
+                .map(|&ue| UdpSocket::bind(SocketAddr::new(IpAddr::V4(ue), 40_040)))
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .expect("netns")
+        .expect("UE sockets");
+        let mut waiting: Vec<usize> = (0..chunk.len()).collect();
+        for attempt in 0..5 {
+            for (k, &i) in waiting.iter().enumerate() {
+                let stream = u32::try_from(i).unwrap_or(u32::MAX);
+                send_one(&socks[i], echo, &datagram(stream, round * 8 + attempt, 64));
+                if k % 20 == 19 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            waiting.retain(|&i| {
+                let s = &socks[i];
+                s.set_nonblocking(true).expect("nonblocking");
+                let mut buf = [0u8; 2048];
+                let mut back = false;
+                while let Ok(n) = s.recv(&mut buf) {
+                    back |= parse_datagram(&buf[..n]).is_some_and(|(_, seq)| seq / 8 == round);
+                }
+                !back
+            });
+            if waiting.is_empty() {
+                break;
+            }
+        }
+        missing.extend(waiting.iter().map(|&i| chunk[i]));
+    }
+    missing
+}
+
+// ---------------------------------------------------------------------------------------
 // The tests, per backend set// ---------------------------------------------------------------------------------------
 // The tests, per backend set
 
@@ -1800,7 +2016,8 @@ e2e_tests!(
         many_sessions,
         gtpu_echo,
         priority,
-        gbr
+        gbr,
+        warm_restart
     ]
 );
 e2e_tests!(
@@ -1832,7 +2049,8 @@ e2e_tests!(
         many_sessions,
         gtpu_echo,
         priority,
-        gbr
+        gbr,
+        warm_restart
     ]
 );
 e2e_tests!(

@@ -1,0 +1,127 @@
+//! `[state]` in the daemon: the store (upf-state) is opened before anything else starts, so
+//! that a store the UPF cannot use stops it with the reason; what it holds is restored into
+//! the agent before the first PFCP message is read; the agent's changes are written after
+//! each turn of the N4 loop, off the packet path and batched by the store's writer thread.
+
+use crate::config::StateCfg;
+use anyhow::Context;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+use upf_n4::Agent;
+use upf_pfcp::ie::NodeId;
+use upf_rules::Datapath;
+use upf_state::{Loaded, Op, Store, Writer, WriterOptions, WriterStats};
+
+/// A store opened and read, not yet restored.
+#[derive(Debug)]
+pub struct Opened {
+    store: Store,
+    loaded: Loaded,
+    path: PathBuf,
+    queue_bytes: Option<usize>,
+}
+
+/// Opens the store of `[state]` (after moving it aside, with `--discard-state`) and reads it.
+pub fn open(c: &StateCfg, node_id: &NodeId, discard: bool) -> anyhow::Result<Opened> {
+    let path = c.path();
+    if discard {
+        if let Some(aside) = Store::discard(&path)? {
+            warn!(
+                target: "upf::state",
+                "--discard-state: {} moved aside to {}; starting without sessions",
+                path.display(),
+                aside.display()
+            );
+        }
+    }
+    let store = Store::open(&path, &node_id.to_string())?;
+    let loaded = store
+        .load()
+        .with_context(|| format!("state.path {}", path.display()))?;
+    Ok(Opened {
+        store,
+        loaded,
+        path,
+        queue_bytes: c.queue_bytes,
+    })
+}
+
+/// The store being written.
+#[derive(Debug)]
+pub struct Persist {
+    writer: Writer,
+}
+
+/// Restores what the store held into the agent (our Recovery Time Stamp, associations,
+/// sessions, installed in the data path) and starts recording the agent's changes.
+pub fn resume<D: Datapath>(agent: &mut Agent<D>, o: Opened, now: Instant) -> Persist {
+    let Loaded {
+        recovery,
+        associations,
+        sessions,
+        ..
+    } = o.loaded;
+    if let Some(rts) = recovery {
+        let t0 = Instant::now();
+        let r = agent.restore(now, rts, associations, sessions);
+        info!(
+            target: "upf::state",
+            "restored {} associations and {} sessions from {} in {} ms; Recovery Time Stamp {rts} kept",
+            r.associations,
+            r.sessions,
+            o.path.display(),
+            t0.elapsed().as_millis()
+        );
+        for (key, why) in &r.failed {
+            warn!(target: "upf::state", "{key} not restored: {why}");
+        }
+    } else {
+        info!(target: "upf::state", "new store {}", o.path.display());
+    }
+    agent.track_changes();
+    let mut opts = WriterOptions::default();
+    if let Some(b) = o.queue_bytes {
+        opts.queue_bytes = b;
+    }
+    let writer = o.store.into_writer(opts);
+    writer.submit(Op::SetRecovery(agent.recovery_time_stamp()));
+    Persist { writer }
+}
+
+impl Persist {
+    /// Hands what the agent changed to the writer.
+    pub fn save<D: Datapath>(&self, agent: &mut Agent<D>) {
+        let c = agent.take_changes();
+        for (k, v) in c.associations {
+            self.submit(match v {
+                Some(v) => Op::PutAssociation(k, v),
+                None => Op::DeleteAssociation(k),
+            });
+        }
+        for (k, v) in c.sessions {
+            self.submit(match v {
+                Some(v) => Op::PutSession(k, v),
+                None => Op::DeleteSession(k),
+            });
+        }
+    }
+
+    fn submit(&self, op: Op) {
+        if !self.writer.submit(op) {
+            warn!(target: "upf::state", "a write was dropped: state.queue_bytes is full (disk full or slow?)");
+        }
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        self.writer.stats()
+    }
+
+    /// Before stopping: what is queued, written (for at most `timeout`).
+    pub fn close(self, timeout: Duration) {
+        if !self.writer.flush(timeout) {
+            warn!(target: "upf::state", "stopping with writes not on disk after {timeout:?}");
+        }
+        self.writer.close();
+    }
+}
