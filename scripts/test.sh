@@ -6,12 +6,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each step says how long the one before it took: CI must stay under 20 minutes.
+# They also say the disk space left: a CI run once ended with "No space left on device".
 step_name="" step_start=$SECONDS
 step() {
-  [[ -n $step_name ]] && printf '(%s: %d s)\n' "$step_name" $((SECONDS - step_start))
+  [[ -n $step_name ]] && printf '(%s: %d s, %s free)\n' "$step_name" $((SECONDS - step_start)) \
+    "$(df -h --output=avail . | tail -n 1 | tr -d ' ')"
   step_name="$*" step_start=$SECONDS
   printf '\n=== %s\n' "$*"
 }
+
+# Debug builds keep line tables only (backtraces keep file:line) and CI builds nothing
+# incrementally: full debug info and incremental caches tripled the target directory.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only CARGO_PROFILE_TEST_DEBUG=line-tables-only
+[[ ${CI:-} == true ]] && export CARGO_INCREMENTAL=0
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
