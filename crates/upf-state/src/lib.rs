@@ -283,9 +283,9 @@ impl Store {
             Ok(t) => {
                 for row in t.iter().map_err(|e| self.err(e))? {
                     let (k, v) = row.map_err(|e| self.err(e))?;
-                    loaded
-                        .associations
-                        .push((k.value().to_vec(), v.value().to_vec()));
+                    let v = unpack(v.value())
+                        .ok_or_else(|| self.corrupt("a record does not decompress"))?;
+                    loaded.associations.push((k.value().to_vec(), v));
                 }
             }
             Err(TableError::TableDoesNotExist(_)) => {}
@@ -297,7 +297,9 @@ impl Store {
                     out.reserve(usize::try_from(t.len().unwrap_or(0)).unwrap_or(0));
                     for row in t.iter().map_err(|e| self.err(e))? {
                         let (k, v) = row.map_err(|e| self.err(e))?;
-                        out.push((k.value(), v.value().to_vec()));
+                        let v = unpack(v.value())
+                            .ok_or_else(|| self.corrupt("a record does not decompress"))?;
+                        out.push((k.value(), v));
                     }
                 }
                 Err(TableError::TableDoesNotExist(_)) => {}
@@ -406,3 +408,27 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The most a record may decompress to: a length beyond it is damage, not a record.
+const MAX_RECORD: usize = 16 << 20;
+
+/// A record as stored: its length (u32 LE), then its LZ4 block. JSON records of sessions of
+/// one shape repeat their keys, and shrink 4-5 times: the file, its check at open and the
+/// load at start shrink with them.
+pub(crate) fn pack(v: &[u8]) -> Vec<u8> {
+    let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
+    let mut out = n.to_le_bytes().to_vec();
+    out.extend_from_slice(&lz4_flex::block::compress(v));
+    out
+}
+
+/// The record [`pack`] stored; `None` if it is not one.
+pub(crate) fn unpack(v: &[u8]) -> Option<Vec<u8>> {
+    let n = usize::try_from(u32_le(v.get(..4)?)?).ok()?;
+    if n > MAX_RECORD {
+        return None;
+    }
+    lz4_flex::block::decompress(&v[4..], n)
+        .ok()
+        .filter(|d| d.len() == n)
+}

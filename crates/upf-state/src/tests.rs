@@ -46,9 +46,16 @@ fn load(path: &Path) -> Loaded {
     Store::open(path, NODE).unwrap().load().unwrap()
 }
 
+/// `len` pseudo-random octets of session `seid`: as incompressible as real disk use needs.
 fn session(seid: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (seid + i).to_le_bytes()[0])
+    let mut x = seid.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
         .collect()
 }
 
@@ -412,6 +419,7 @@ fn a_full_queue_refuses_and_counts() {
         .into_writer(WriterOptions {
             queue_bytes: 10_000,
             retry: Duration::from_millis(5),
+            ..WriterOptions::default()
         });
     w.fail_commits(true);
     let mut taken = 0;
@@ -446,6 +454,7 @@ fn failed_commits_keep_their_ops() {
         .into_writer(WriterOptions {
             queue_bytes: 1 << 20,
             retry: Duration::from_millis(5),
+            ..WriterOptions::default()
         });
     assert!(w.submit(Op::PutSession(1, b"committed".to_vec())));
     assert!(w.flush(LONG));
@@ -509,6 +518,7 @@ fn a_full_disk_fails_commits_then_recovers_without_loss() {
         .into_writer(WriterOptions {
             queue_bytes: 64 << 20,
             retry: Duration::from_millis(20),
+            ..WriterOptions::default()
         });
     let used = fs::metadata(&path).unwrap().len();
     fs::write(
@@ -533,4 +543,29 @@ fn a_full_disk_fails_commits_then_recovers_without_loss() {
     for (s, v) in &got.sessions {
         assert_eq!(*v, session(*s, 2048));
     }
+}
+
+#[test]
+fn records_are_stored_compressed_and_only_records_unpack() {
+    let json =
+        br#"{"pdrs":[{"id":1,"pdi":{"source":"Access"}},{"id":2,"pdi":{"source":"Access"}}]}"#
+            .repeat(20);
+    let packed = pack(&json);
+    assert!(
+        packed.len() * 4 < json.len(),
+        "{} of {}",
+        packed.len(),
+        json.len()
+    );
+    assert_eq!(unpack(&packed).as_deref(), Some(json.as_slice()));
+    assert_eq!(unpack(&pack(b"")).as_deref(), Some(&b""[..]));
+    // A length past the bound, one that does not match, a block cut short: not records.
+    let mut huge = packed.clone();
+    huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(unpack(&huge), None);
+    let mut off = packed.clone();
+    off[..4].copy_from_slice(&(u32::try_from(json.len()).unwrap() + 1).to_le_bytes());
+    assert_eq!(unpack(&off), None);
+    assert_eq!(unpack(&packed[..packed.len() - 3]), None);
+    assert_eq!(unpack(&[1, 0]), None);
 }
