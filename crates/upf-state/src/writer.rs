@@ -27,6 +27,11 @@ pub struct WriterOptions {
     pub queue_bytes: usize,
     /// The wait after a failed commit before the next attempt. Default 500 ms.
     pub retry: Duration,
+    /// The least time between two commits: what changes meanwhile goes in the next one.
+    /// Each commit costs the writer ~0.3 ms of CPU (page flushes, the allocator state) on
+    /// top of its records, taken from the N4 thread when they share a core. Default 10 ms:
+    /// a change is on disk at most ~10 ms plus a commit after it was made.
+    pub commit_interval: Duration,
 }
 
 impl Default for WriterOptions {
@@ -34,6 +39,7 @@ impl Default for WriterOptions {
         WriterOptions {
             queue_bytes: 64 << 20,
             retry: Duration::from_millis(500),
+            commit_interval: Duration::from_millis(10),
         }
     }
 }
@@ -419,8 +425,19 @@ fn run(shared: &Shared, db: Database) {
             st.stats.bytes_written += bytes as u64;
             st.stats.failing = false;
             st.durable = upto;
-            drop(st);
             shared.done.notify_all();
+            // Group commit: what arrives meanwhile waits for the next one, unless closing.
+            let next = Instant::now() + shared.opts.commit_interval;
+            while let Some(wait) = next.checked_duration_since(Instant::now()) {
+                if wait.is_zero() || st.closing {
+                    break;
+                }
+                st = shared
+                    .work
+                    .wait_timeout(st, wait)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
             continue;
         }
         // redb fails every later operation of a handle whose I/O failed: the next attempt
@@ -477,7 +494,7 @@ fn commit(db: &Database, batch: &Pending) -> Result<(), redb::Error> {
             let mut t = tx.open_table(ASSOCIATIONS)?;
             for (k, v) in &batch.associations {
                 match v {
-                    Some(v) => t.insert(k.as_slice(), v.as_slice())?,
+                    Some(v) => t.insert(k.as_slice(), crate::pack(v).as_slice())?,
                     None => t.remove(k.as_slice())?,
                 };
             }
@@ -489,7 +506,7 @@ fn commit(db: &Database, batch: &Pending) -> Result<(), redb::Error> {
             let mut t = tx.open_table(def)?;
             for (s, v) in rows {
                 match v {
-                    Some(v) => t.insert(*s, v.as_slice())?,
+                    Some(v) => t.insert(*s, crate::pack(v).as_slice())?,
                     None => t.remove(*s)?,
                 };
             }
