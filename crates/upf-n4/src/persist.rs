@@ -19,7 +19,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 use upf_pfcp::ie::NodeId;
-use upf_rules::{Datapath, InstallFlags, Seid, Session, Teid, UrrId};
+use upf_rules::{Datapath, Seid, Session, Teid, UrrId};
 
 /// What changed since the last [`Agent::take_changes`]: a record to write, or `None` for a
 /// key to delete.
@@ -86,6 +86,13 @@ impl From<Node> for NodeId {
 /// address stays apart from the address).
 pub fn node_key(node: &NodeId) -> Vec<u8> {
     serde_json::to_vec(&Node::from(node)).unwrap_or_default()
+}
+
+/// A session read back, waiting for its install.
+struct Prepared {
+    ctx: SessionCtx,
+    /// The correlation ids whose aggregates it named (for `Aggregates::settle`).
+    touched: Vec<u32>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -220,17 +227,43 @@ impl<D: Datapath> Agent<D> {
                 }
             }
         }
+        // Every session made ready first (read, its allocations taken), then all installed
+        // in one go: a data path on threads overlaps the installs.
+        let mut ready = Vec::new();
         for (seid, bytes) in sessions {
             let r = serde_json::from_slice::<SessionRecord>(&bytes)
                 .map_err(|e| e.to_string())
-                .and_then(|r| self.restore_session(now, Seid(seid), r));
+                .and_then(|r| self.prepare_session(Seid(seid), r));
             match r {
-                Ok(()) => out.sessions += 1,
-                Err(why) => {
-                    out.failed.push((format!("session {seid:#x}"), why));
-                    self.session_changed(Seid(seid));
-                }
+                Ok(p) => ready.push(p),
+                Err(why) => self.session_lost(&mut out, Seid(seid), why),
             }
+        }
+        let rules = ready.iter().map(|p| p.ctx.rules.clone()).collect();
+        let results = self.dp.install_new(now, rules);
+        // The aggregates of the sessions installed are counted before those of the failed
+        // ones are let go: a name two sessions share stays while one of them holds it.
+        let (ok, failed): (Vec<_>, Vec<_>) =
+            ready.into_iter().zip(results).partition(|(_, r)| r.is_ok());
+        for (p, _) in ok {
+            let (node, rules) = (p.ctx.cp.node.clone(), p.ctx.rules.clone());
+            self.aggregates
+                .settle(&node, &p.touched, None, Some(&rules));
+            self.by_cp
+                .insert(&node, rules.cp_addr, rules.cp_seid.0, rules.seid);
+            if let Some(a) = self.assocs.get_mut(&node) {
+                a.sessions += 1;
+            }
+            self.sessions.insert(rules.seid, Box::new(p.ctx));
+            out.sessions += 1;
+        }
+        for (p, r) in failed {
+            self.aggregates
+                .settle(&p.ctx.cp.node, &p.touched, None, None);
+            self.unreserve_held(&p.ctx);
+            let why = r.err().map_or_else(String::new, |e| e.to_string());
+            let seid = p.ctx.rules.seid;
+            self.session_lost(&mut out, seid, format!("the data path refused it: {why}"));
         }
         out
     }
@@ -262,12 +295,9 @@ impl<D: Datapath> Agent<D> {
         }
     }
 
-    fn restore_session(
-        &mut self,
-        now: Instant,
-        seid: Seid,
-        r: SessionRecord,
-    ) -> Result<(), String> {
+    /// A record read back as a session ready to install: its rules shared again, its
+    /// allocations taken, its aggregates named.
+    fn prepare_session(&mut self, seid: Seid, r: SessionRecord) -> Result<Prepared, String> {
         let node = NodeId::from(r.cp_node);
         let Some(assoc) = self.assocs.get(&node) else {
             return Err(format!("its association ({node}) is not in the store"));
@@ -300,7 +330,7 @@ impl<D: Datapath> Agent<D> {
             }
         }
         s.validate().map_err(|e| format!("{e:?}"))?;
-        let ctx = SessionCtx {
+        let mut ctx = SessionCtx {
             rules: Arc::new(Session::new(seid, s.cp_seid, s.cp_addr)),
             cp,
             teids: r.teids.iter().map(|&(ch, t)| (ch, Teid(t))).collect(),
@@ -312,23 +342,14 @@ impl<D: Datapath> Agent<D> {
         };
         self.reserve_held(&ctx)?;
         let touched = self.aggregates.attach(&node, &mut s);
-        let rules = Arc::new(s);
-        let installed = self.dp.install(now, rules.clone(), InstallFlags::default());
-        self.aggregates
-            .settle(&node, &touched, None, installed.is_ok().then_some(&*rules));
-        if let Err(e) = installed {
-            self.unreserve_held(&ctx);
-            return Err(format!("the data path refused it: {e}"));
-        }
-        let cp_addr = rules.cp_addr;
-        let cp_seid = rules.cp_seid.0;
-        self.by_cp.insert(&node, cp_addr, cp_seid, seid);
-        if let Some(a) = self.assocs.get_mut(&node) {
-            a.sessions += 1;
-        }
-        self.sessions
-            .insert(seid, Box::new(SessionCtx { rules, ..ctx }));
-        Ok(())
+        ctx.rules = Arc::new(s);
+        Ok(Prepared { ctx, touched })
+    }
+
+    /// A session not restored: said, and deleted from the store.
+    fn session_lost(&mut self, out: &mut Restored, seid: Seid, why: String) {
+        out.failed.push((format!("session {:#x}", seid.0), why));
+        self.session_changed(seid);
     }
 
     /// Takes the TEIDs and UE addresses a restored session held, all or none.

@@ -98,6 +98,20 @@ pub trait Datapath {
         flags: InstallFlags,
     ) -> Result<Installed, DatapathError>;
 
+    /// Installs sessions whose SEIDs it does not hold yet (a restart restoring its state), as
+    /// `install` would one by one; the results in the same order. A data path whose install
+    /// is a round trip to another thread overlaps them.
+    fn install_new(
+        &mut self,
+        now: Instant,
+        sessions: Vec<Arc<Session>>,
+    ) -> Vec<Result<Installed, DatapathError>> {
+        sessions
+            .into_iter()
+            .map(|s| self.install(now, s, InstallFlags::default()))
+            .collect()
+    }
+
     /// Removes a session; returns the final usage of each of its URRs (trigger TERMR).
     fn remove(&mut self, now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError>;
 

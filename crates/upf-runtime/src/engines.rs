@@ -534,6 +534,24 @@ fn merge(usage: Vec<(UrrId, Volume)>) -> Vec<(UrrId, Volume)> {
 }
 
 impl Datapath for Engines {
+    /// The workers' overlapped installs without the XDP engine; with it, one by one (each
+    /// install also decides the session's engine).
+    fn install_new(
+        &mut self,
+        now: Instant,
+        sessions: Vec<Arc<Session>>,
+    ) -> Vec<Result<Installed, DatapathError>> {
+        if self.kernel.is_some() {
+            let flags = InstallFlags::default();
+            return sessions
+                .into_iter()
+                .map(|s| self.install(now, s, flags))
+                .collect();
+        }
+        self.report_crossed();
+        self.workers.install_new(now, sessions)
+    }
+
     fn install(
         &mut self,
         now: Instant,

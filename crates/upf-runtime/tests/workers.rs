@@ -776,3 +776,38 @@ fn a_refused_modification_keeps_the_usage_of_the_urrs_it_removed() {
     assert_eq!(urr2.len(), 1, "{last:?}");
     assert_eq!(urr2[0].volume.total_packets, 9, "every packet, once");
 }
+
+/// A restart's installs in one go (`install_new`): each session lands on its UE's worker (or,
+/// without a UE address, on every worker), a session whose TEID another holds is refused
+/// alone, and packets of every installed session are forwarded.
+#[test]
+fn new_sessions_installed_in_one_go_are_each_installed_or_refused_alone() {
+    const UES: u32 = 300;
+    let mut w = three_workers();
+    let mut sessions: Vec<Arc<Session>> = (0..UES).map(session).collect();
+    sessions.push(Arc::new(without_ue(5000, 0x5000)));
+    // UE 7's TEID again: refused, and nothing else with it.
+    sessions.push(Arc::new(without_ue(5001, 100 + 7)));
+    let results = w.install_new(Instant::now(), sessions);
+    assert_eq!(results.len(), UES as usize + 2);
+    let failed: Vec<usize> = (0..)
+        .zip(&results)
+        .filter(|(_, r)| r.is_err())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(failed, [UES as usize + 1], "{:?}", results.last());
+    assert_eq!(w.session_count(), UES as usize + 1);
+    for i in 0..UES {
+        let owner = w.steering().owners(Some(IpAddr::V4(ue(i))))[0];
+        let seid = Seid(u64::from(i) + 1);
+        assert!(
+            w.session_on(owner, seid).is_some(),
+            "UE {i} on worker {owner}"
+        );
+    }
+    assert!(held(&w, Seid(5000)).iter().all(Option::is_some));
+    assert!(held(&w, Seid(5001)).iter().all(Option::is_none));
+    let packets: Vec<Packet> = (0..UES).map(|i| uplink(i, 1)).collect();
+    let got = forwarded(&w, packets, UES as usize);
+    assert_eq!(got.len(), UES as usize);
+}

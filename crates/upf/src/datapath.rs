@@ -137,6 +137,28 @@ impl<D: Datapath + Holds> Datapath for Observed<D> {
         r
     }
 
+    fn install_new(
+        &mut self,
+        now: Instant,
+        sessions: Vec<Arc<Session>>,
+    ) -> Vec<Result<Installed, DatapathError>> {
+        let about: Vec<(Seid, Rules)> = sessions.iter().map(|s| (s.seid, Rules::of(s))).collect();
+        let results = self.inner.install_new(now, sessions);
+        for ((seid, rules), r) in about.into_iter().zip(&results) {
+            match r {
+                Ok(_) => self.counts.installs_ok += 1,
+                Err(_) => self.counts.installs_failed += 1,
+            }
+            log(
+                ("installed", "install"),
+                seid,
+                Some(rules),
+                r.as_ref().err(),
+            );
+        }
+        results
+    }
+
     fn remove(&mut self, now: Instant, seid: Seid) -> Result<Vec<UsageReport>, DatapathError> {
         let rules = self.inner.holds(seid).map(Rules::of);
         let r = self.inner.remove(now, seid);
