@@ -35,10 +35,20 @@ pub fn open(c: &StateCfg, node_id: &NodeId, discard: bool) -> anyhow::Result<Ope
             );
         }
     }
+    let t0 = Instant::now();
     let store = Store::open(&path, &node_id.to_string())?;
+    let t1 = Instant::now();
     let loaded = store
         .load()
         .with_context(|| format!("state.path {}", path.display()))?;
+    info!(
+        target: "upf::state",
+        "{}: checked in {} ms, {} sessions read in {} ms",
+        path.display(),
+        t1.duration_since(t0).as_millis(),
+        loaded.sessions.len(),
+        t1.elapsed().as_millis()
+    );
     Ok(Opened {
         store,
         loaded,
