@@ -39,12 +39,12 @@ pub const SCHEMA: u32 = 1;
 /// Marks a control run's results.json (`report` tells it from a profile's).
 pub const KIND: &str = "control";
 
-const UE_BASE: Ipv4Addr = Ipv4Addr::new(10, 128, 0, 1);
-const GNB: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+pub(crate) const UE_BASE: Ipv4Addr = Ipv4Addr::new(10, 128, 0, 1);
+pub(crate) const GNB: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 /// Where the handover moves every session's downlink tunnel.
 const GNB2: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
-const DL_TEID_BASE: u32 = 0x0100_0001;
-const QFI: u8 = 9;
+pub(crate) const DL_TEID_BASE: u32 = 0x0100_0001;
+pub(crate) const QFI: u8 = 9;
 /// S0's MBR (profiles/s0.toml): policing on every packet, never limiting.
 const MBR_KBPS: u64 = 100_000_000;
 /// Requests handed to the emulator at a time: the window drains at the end of a chunk and
@@ -209,13 +209,24 @@ fn thread_cpu_ns() -> u64 {
 
 /// `upf run` with N4 and N3 on the loopback of its own namespace; stopped and the namespace
 /// removed on drop (also on error and panic).
-struct Daemon {
+pub(crate) struct Daemon {
     /// Deleted (with what is in it) after the UPF stopped.
-    ns: Netns,
+    pub ns: Netns,
     child: Option<Child>,
     /// The config and the log, removed with the namespace.
-    dir: PathBuf,
+    pub dir: PathBuf,
     log: PathBuf,
+    cfg: PathBuf,
+    cores: Vec<usize>,
+}
+
+/// What a [`Daemon`] has beside N4 and N3.
+#[derive(Debug, Default)]
+pub(crate) struct Extras {
+    /// N6 a TUN device (upf0), so that uplink packets reach sockets of the namespace.
+    pub n6_tun: bool,
+    /// `[state]` with the store in the daemon's directory.
+    pub state: bool,
 }
 
 impl Drop for Daemon {
@@ -227,32 +238,68 @@ impl Drop for Daemon {
 
 impl Daemon {
     fn start(exe: &Path, cores: &[usize], workers: usize, sessions: u32) -> anyhow::Result<Self> {
+        Self::start_with(exe, cores, workers, sessions, &Extras::default())
+    }
+
+    pub(crate) fn start_with(
+        exe: &Path,
+        cores: &[usize],
+        workers: usize,
+        sessions: u32,
+        x: &Extras,
+    ) -> anyhow::Result<Self> {
         let ns = Netns::named(&format!("cb{}", std::process::id()))?;
         let dir = std::env::temp_dir().join(format!("upf-bench-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         let mut d = Daemon {
             ns,
             child: None,
             log: dir.join("upf.log"),
+            cfg: dir.join("upf.toml"),
             dir: dir.clone(),
+            cores: cores.to_vec(),
         };
         std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
         let list: Vec<String> = cores.iter().map(ToString::to_string).collect();
-        let cfg = dir.join("upf.toml");
+        let n6 = if x.n6_tun {
+            "[n6]\nbackend = \"tun\"\ninterface = \"upf0\"\n"
+        } else {
+            "[n6]\nbackend = \"none\"\n"
+        };
+        let state = if x.state {
+            format!(
+                "\n[state]\npath = \"{}\"\n",
+                dir.join("state.redb").display()
+            )
+        } else {
+            String::new()
+        };
         let text = format!(
             "# Written by `upf-bench control`.\n[n4]\naddress = \"127.0.0.1\"\nheartbeat_interval_s = 3600\n\n\
-             [n3]\nbackend = \"udp\"\naddresses = [\"127.0.0.1\"]\n\n[n6]\nbackend = \"none\"\n\n\
+             [n3]\nbackend = \"udp\"\naddresses = [\"127.0.0.1\"]\n\n{n6}\n\
              [workers]\ncount = {workers}\ncores = [{}]\n\n[limits]\nsessions = {}\n\n\
-             [[ue_pool]]\nipv4 = \"10.128.0.0/9\"\n\n[admin]\naddress = \"{ADMIN}\"\n",
+             [[ue_pool]]\nipv4 = \"10.128.0.0/9\"\n\n[admin]\naddress = \"{ADMIN}\"\n{state}",
             list.join(", "),
             u64::from(sessions).max(2_000_000),
         );
-        std::fs::write(&cfg, text).with_context(|| cfg.display().to_string())?;
-        let log = std::fs::File::create(&d.log).with_context(|| d.log.display().to_string())?;
+        std::fs::write(&d.cfg, text).with_context(|| d.cfg.display().to_string())?;
+        d.spawn(exe)?;
+        Ok(d)
+    }
+
+    /// `upf run` (again), its output appended to the log.
+    pub(crate) fn spawn(&mut self, exe: &Path) -> anyhow::Result<()> {
+        let list: Vec<String> = self.cores.iter().map(ToString::to_string).collect();
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| self.log.display().to_string())?;
         let child = Command::new("ip")
             .args([
                 "netns",
                 "exec",
-                d.ns.name(),
+                self.ns.name(),
                 "taskset",
                 "-c",
                 &list.join(","),
@@ -260,21 +307,33 @@ impl Daemon {
             .arg(exe)
             .arg("run")
             .arg("--config")
-            .arg(&cfg)
+            .arg(&self.cfg)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {} run", exe.display()))?;
-        d.child = Some(child);
-        Ok(d)
+        self.child = Some(child);
+        Ok(())
     }
 
-    fn pid(&self) -> u32 {
+    /// SIGKILL, and waits for the process to be gone.
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    fn alive(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn alive(&mut self) -> anyhow::Result<()> {
         veth::upf_alive(&mut self.child, &self.log)
     }
 
@@ -283,7 +342,7 @@ impl Daemon {
     }
 
     /// An emulator in the namespace, associated (retrying until the UPF listens).
-    fn smf(&mut self, window: usize, stop: &AtomicBool) -> anyhow::Result<Smf> {
+    pub(crate) fn smf(&mut self, window: usize, stop: &AtomicBool) -> anyhow::Result<Smf> {
         let mut smf = in_netns(self.ns.name(), || {
             let mut c = SmfConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 8805)));
             c.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
@@ -317,7 +376,7 @@ impl Daemon {
     }
 
     /// The daemon's own session count (its `upf_pfcp_sessions` gauge).
-    fn sessions_gauge(&self) -> Option<u64> {
+    pub(crate) fn sessions_gauge(&self) -> Option<u64> {
         let m = admin_get(self.ns.name(), "/metrics").ok()?;
         samples(&m)
             .into_iter()
@@ -449,19 +508,19 @@ fn udp_drops(ns: &str) -> Option<(u64, u64)> {
 
 /// One procedure over many sessions.
 #[derive(Debug, Default)]
-struct Proc {
+pub(crate) struct Proc {
     ops: u64,
-    ok: u64,
+    pub ok: u64,
     failed: u64,
     first_error: Option<String>,
-    seconds: f64,
+    pub seconds: f64,
     times: Vec<Duration>,
     upf_cpu_ns: u64,
     smf_cpu_ns: u64,
 }
 
 impl Proc {
-    fn json(&mut self) -> Value {
+    pub(crate) fn json(&mut self) -> Value {
         let n = self.ops.max(1) as f64;
         json!({
             "ops": self.ops,
@@ -478,7 +537,7 @@ impl Proc {
 }
 
 /// Runs `call` over `items` a chunk at a time; the successes, and what it took.
-fn timed<T, R>(
+pub(crate) fn timed<T, R>(
     smf: &mut Smf,
     upf_pid: u32,
     items: &[T],

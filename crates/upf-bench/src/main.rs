@@ -27,6 +27,7 @@ mod memory;
 mod profile;
 mod report;
 mod spec;
+mod state;
 mod veth;
 
 #[cfg(test)]
@@ -68,6 +69,10 @@ enum Cmd {
     /// Control plane of the `upf` binary: PFCP procedures/s and response times per window,
     /// memory per session, attach/detach churn during traffic; one JSON line.
     Control(control::Args),
+    /// Persisted state (#29) on the `upf` binary: establishments/s with the store on and
+    /// off, forwarding again after kill -9 and a restart, sessions lost; one JSON line per
+    /// --sessions.
+    State(state::Args),
     /// A profile's sweep: results.json, table.md and PNG plots.
     Run(harness::RunArgs),
     /// Re-render table.md and plots from results.json (a file, or a directory of them).
@@ -114,6 +119,7 @@ fn main() {
         Some(Cmd::Memory(a)) => memory::run(&a),
         Some(Cmd::Veth(a)) => veth::run(&a),
         Some(Cmd::Control(a)) => control::run(&a, &command).map(|_| ()),
+        Some(Cmd::State(a)) => state::run(&a),
         Some(Cmd::Run(a)) => harness::run(&a, &command).map(|_| ()),
         Some(Cmd::Report { path }) => report::report(&path),
         Some(Cmd::Ab(a)) => ab::run(&a).and_then(|r| {
