@@ -17,6 +17,7 @@ use crate::control::{self, admin_get, samples, timed, Daemon, Extras};
 use crate::veth;
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,24 +91,87 @@ fn establish(
     cores: &[usize],
     stop: &AtomicBool,
     state: bool,
-) -> anyhow::Result<(f64, Daemon, Vec<Session>, Smf)> {
+) -> anyhow::Result<Established> {
     let x = Extras {
         n6_tun: true,
         state,
     };
     let mut d = Daemon::start_with(exe, cores, a.workers, n, &x)?;
     let mut smf = d.smf(a.window, stop)?;
+    let before = thread_cpu_ns(d.pid());
     let (est, sessions) = timed(&mut smf, d.pid(), &specs(n), stop, Smf::establish_many)?;
     d.alive()?;
     if est.ok != u64::from(n) {
         bail!("{} of {n} establishments succeeded", est.ok);
     }
+    // The store's writer goes on after the last response: its share is counted once it
+    // has caught up.
+    if state {
+        wait_store(d.ns.name(), n)?;
+    }
+    let after = thread_cpu_ns(d.pid());
+    let per_est: BTreeMap<String, f64> = after
+        .into_iter()
+        .map(|(k, v)| {
+            let us = v.saturating_sub(*before.get(&k).unwrap_or(&0)) as f64 / 1e3 / f64::from(n);
+            (k, us)
+        })
+        .filter(|(_, us)| *us >= 0.05)
+        .collect();
     let rate = est.ok as f64 / est.seconds.max(1e-9);
     eprintln!(
-        "  {n} sessions, store {}: {rate:.0} establishments/s",
+        "  {n} sessions, store {}: {rate:.0} establishments/s; UPF CPU µs a session by thread {per_est:.1?}",
         if state { "on" } else { "off" }
     );
-    Ok((rate, d, sessions, smf))
+    Ok(Established {
+        rate,
+        cpu_us: per_est,
+        d,
+        sessions,
+        smf,
+    })
+}
+
+/// A UPF that established its sessions, and what that cost.
+struct Established {
+    rate: f64,
+    /// The UPF's CPU time per establishment, µs, by thread name (threads of one name summed).
+    cpu_us: BTreeMap<String, f64>,
+    d: Daemon,
+    sessions: Vec<Session>,
+    smf: Smf,
+}
+
+/// CPU time of each thread of `pid` (schedstat), ns, summed by thread name.
+fn thread_cpu_ns(pid: u32) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        *out.entry(comm.trim().to_string()).or_insert(0) += ns;
+    }
+    out
+}
+
+/// Until the store has written every session (within 60 s).
+fn wait_store(ns: &str, n: u32) -> anyhow::Result<()> {
+    let until = Instant::now() + Duration::from_secs(60);
+    while metric(ns, "upf_state_pending_writes") != Some(0)
+        || metric(ns, "upf_state_writes_total").unwrap_or(0) < u64::from(n)
+    {
+        if Instant::now() > until {
+            bail!("the store did not catch up within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 fn metric(ns: &str, name: &str) -> Option<u64> {
@@ -124,20 +188,17 @@ fn measure(
     cores: &[usize],
     stop: &AtomicBool,
 ) -> anyhow::Result<Value> {
-    let (off, d, _, smf) = establish(a, n, exe, cores, stop, false)?;
-    drop((smf, d));
-    let (on, mut d, sessions, smf) = establish(a, n, exe, cores, stop, true)?;
-    // Everything on disk before the kill: what a restart has to bring back.
+    let off = establish(a, n, exe, cores, stop, false)?;
+    let (off_rate, off_cpu) = (off.rate, off.cpu_us);
+    drop((off.smf, off.d));
+    let Established {
+        rate: on_rate,
+        cpu_us: on_cpu,
+        mut d,
+        sessions,
+        smf,
+    } = establish(a, n, exe, cores, stop, true)?;
     let ns = d.ns.name().to_string();
-    let until = Instant::now() + Duration::from_secs(60);
-    while metric(&ns, "upf_state_pending_writes") != Some(0)
-        || metric(&ns, "upf_state_writes_total").unwrap_or(0) < u64::from(n)
-    {
-        if Instant::now() > until {
-            bail!("the store did not catch up within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let ues: Vec<UeSession> = sessions.iter().map(UeSession::from).collect();
     let sink = Sink::start(&ns)?;
     let gnb = in_netns(&ns, || UdpSocket::bind((control::GNB, 0)))?.context("gNB socket")?;
@@ -200,9 +261,11 @@ fn measure(
         "sessions": n,
         "window": a.window,
         "workers": a.workers,
-        "est_per_s_store_off": off,
-        "est_per_s_store_on": on,
-        "est_ratio": on / off.max(1e-9),
+        "est_per_s_store_off": off_rate,
+        "est_per_s_store_on": on_rate,
+        "est_ratio": on_rate / off_rate.max(1e-9),
+        "upf_cpu_us_per_est_store_off": off_cpu,
+        "upf_cpu_us_per_est_store_on": on_cpu,
         "restart_resume_ms": ms(resume),
         "restart_all_ms": all.map(ms),
         "sessions_lost": missing.len(),
@@ -210,7 +273,8 @@ fn measure(
         "upf_said": restored,
         "notes": [
             "restart_resume_ms: from the new `upf run`'s start (after kill -9) to the first G-PDU of a probe session forwarded to N6",
-            "restart_all_ms: until a G-PDU of every session was forwarded (sent once each, again for those not seen)",
+            "restart_all_ms: until a G-PDU of every session was forwarded (sent once each, again for those not seen): includes the sweep's own ~0.7 s at 100k",
+            "upf_cpu_us_per_est_*: the UPF's CPU time by thread over the establishments (store on: until the store caught up), per session",
             "failover across instances (etcd) is not built yet",
         ],
     }))
