@@ -104,8 +104,9 @@ struct AssociationRecord {
     recovery: u32,
 }
 
+/// Written with the rules borrowed (`&Session`: no copy of them), read back owned.
 #[derive(Debug, Serialize, Deserialize)]
-struct SessionRecord {
+struct SessionRecord<R = Session> {
     cp_node: Node,
     /// Where its requests came from and its reports go.
     cp_addr: SocketAddr,
@@ -118,7 +119,7 @@ struct SessionRecord {
     /// Each URR's Monitoring Time, NTP seconds: the rules hold it as an instant of this
     /// process.
     monitoring_times: Vec<(u32, u32)>,
-    rules: Session,
+    rules: R,
 }
 
 impl<D: Datapath> Agent<D> {
@@ -197,7 +198,7 @@ impl<D: Datapath> Agent<D> {
             ur_seqn: c.ur_seqn.iter().map(|&(u, n)| (u.0, n)).collect(),
             csids: c.csids.to_vec(),
             monitoring_times,
-            rules: (*c.rules).clone(),
+            rules: &*c.rules,
         })
     }
 
