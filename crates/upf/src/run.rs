@@ -372,7 +372,7 @@ async fn serve(
     let started = Instant::now();
     let mut agent = Agent::new(cfg, Observed::new(engines), started, ntp_now())?;
     // Sessions forward again before the first PFCP message is read.
-    let persist = stored.map(|o| state::resume(&mut agent, o, started));
+    let mut persist = stored.map(|o| state::resume(&mut agent, o, started));
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
@@ -445,6 +445,9 @@ async fn serve(
                 let _ = req.reply.send(admin::answer(req.query, &st));
             }
             () = tokio::time::sleep_until(deadline.into()) => {
+                if let Some(p) = &mut persist {
+                    p.watch();
+                }
                 agent.handle_timeout(Instant::now());
                 agent.datapath_mut().inner_mut().tick();
             }

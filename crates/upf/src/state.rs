@@ -61,6 +61,9 @@ pub fn open(c: &StateCfg, node_id: &NodeId, discard: bool) -> anyhow::Result<Ope
 #[derive(Debug)]
 pub struct Persist {
     writer: Writer,
+    /// What the log last said of the store: failing or not, and the drops it reported.
+    said_failing: bool,
+    said_dropped: u64,
 }
 
 /// Restores what the store held into the agent (our Recovery Time Stamp, associations,
@@ -96,7 +99,11 @@ pub fn resume<D: Datapath>(agent: &mut Agent<D>, o: Opened, now: Instant) -> Per
     }
     let writer = o.store.into_writer(opts);
     writer.submit(Op::SetRecovery(agent.recovery_time_stamp()));
-    Persist { writer }
+    Persist {
+        writer,
+        said_failing: false,
+        said_dropped: 0,
+    }
 }
 
 impl Persist {
@@ -117,9 +124,37 @@ impl Persist {
         }
     }
 
+    /// A write refused (the queue is full) is counted by the writer and said by [`watch`].
+    ///
+    /// [`watch`]: Persist::watch
     fn submit(&self, op: Op) {
-        if !self.writer.submit(op) {
-            warn!(target: "upf::state", "a write was dropped: state.queue_bytes is full (disk full or slow?)");
+        let _ = self.writer.submit(op);
+    }
+
+    /// Says in the log when the store starts or stops failing, and writes dropped since it
+    /// last said so: a line per change, however many writes it concerns (the counts are in
+    /// /metrics). Forwarding and PFCP go on meanwhile.
+    pub fn watch(&mut self) {
+        let st = self.writer.stats();
+        if st.failing != self.said_failing {
+            self.said_failing = st.failing;
+            if st.failing {
+                warn!(
+                    target: "upf::state",
+                    "writes failing (disk full?): {} records wait in memory, retried every 500 ms; sessions go on",
+                    st.pending_ops
+                );
+            } else {
+                info!(target: "upf::state", "writes succeed again; nothing waiting was lost");
+            }
+        }
+        if st.dropped_ops > self.said_dropped {
+            warn!(
+                target: "upf::state",
+                "{} writes dropped: state.queue_bytes was full; the store misses those records until their sessions change again",
+                st.dropped_ops - self.said_dropped
+            );
+            self.said_dropped = st.dropped_ops;
         }
     }
 
