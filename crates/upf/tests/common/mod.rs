@@ -98,6 +98,12 @@ impl Upf {
         panic!("upf run did not answer a heartbeat: {}", self.log());
     }
 
+    /// `kill -9`, and waits for the process to be gone (the log stays).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// The daemon's process id (to read its /proc entries).
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -185,6 +191,11 @@ impl Peer {
             seq: u32::from(ip.octets()[3]) << 16,
             next_cp_seid: 0x1000,
         }
+    }
+
+    /// From now on, requests go to `upf` (a restarted UPF on another port).
+    pub fn retarget(&mut self, upf: &Upf) {
+        self.upf = upf.n4;
     }
 
     /// Sends a request and returns the response with its sequence number.
