@@ -264,3 +264,134 @@ fn nothing_is_recorded_unless_tracking() {
     s.establish_ok();
     assert!(s.agent.take_changes().is_empty());
 }
+
+// ---- the state_records fuzz target's seeds and body ---------------------------------------
+
+fn corpus_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/state_records")
+}
+
+/// The fuzz target's framing of a store's records (fuzz/fuzz_targets/state_records.rs).
+fn frame(assoc: &[u8], sessions: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let len = |v: &[u8]| u16::try_from(v.len()).unwrap().to_be_bytes();
+    out.extend_from_slice(&len(assoc));
+    out.extend_from_slice(assoc);
+    for (k, v) in sessions {
+        out.extend_from_slice(&k.to_be_bytes());
+        out.extend_from_slice(&len(v));
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+/// The fuzz target's body (keep in step with fuzz/fuzz_targets/state_records.rs): how many
+/// sessions it restored.
+fn drive_records(data: &[u8]) -> usize {
+    fn take<'a>(data: &mut &'a [u8], n: usize) -> &'a [u8] {
+        let (a, b) = data.split_at(n.min(data.len()));
+        *data = b;
+        a
+    }
+    fn len(data: &mut &[u8]) -> usize {
+        let b = take(data, 2);
+        usize::from(u16::from_be_bytes([
+            b.first().copied().unwrap_or(0),
+            b.get(1).copied().unwrap_or(0),
+        ]))
+    }
+    let mut data = data;
+    let n = len(&mut data);
+    let assoc = take(&mut data, n).to_vec();
+    let mut sessions = Vec::new();
+    while !data.is_empty() {
+        let mut key = [0u8; 8];
+        let k = take(&mut data, 8);
+        key[..k.len()].copy_from_slice(k);
+        let n = len(&mut data);
+        sessions.push((u64::from_be_bytes(key), take(&mut data, n).to_vec()));
+    }
+    let given = sessions.len();
+    let now = std::time::Instant::now();
+    let mut agent = Agent::new(
+        upf_n4::Config::new(harness::UPF_IP.into()),
+        MemDatapath::default(),
+        now,
+        3_900_000_000,
+    )
+    .unwrap();
+    agent.track_changes();
+    let key = upf_n4::node_key(&NodeId::Ipv4(SMF_IP));
+    let r = agent.restore(now, 3_800_000_000, [(key, assoc)], sessions);
+    assert_eq!(agent.session_count(), r.sessions);
+    assert!(
+        r.sessions + r.failed.len() >= given,
+        "a session neither restored nor failed"
+    );
+    assert_eq!(agent.recovery_time_stamp(), 3_800_000_000);
+    let _ = agent.take_changes();
+    let hb = smf::encode(
+        None,
+        7,
+        HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(1),
+            source_ip_address: None,
+        },
+    );
+    agent.handle_datagram(now, std::net::SocketAddr::new(SMF_IP.into(), 8805), &hb);
+    assert!(
+        agent.poll_transmit().is_some(),
+        "no heartbeat response after a restore"
+    );
+    r.sessions
+}
+
+/// Real records of a store: the association, three sessions (one with a Monitoring Time, a
+/// QER Correlation ID and an inactivity timer).
+fn real_records() -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
+    let mut s = tracked();
+    let mut store = Store::default();
+    s.establish_ok();
+    rich(&mut s, Ipv4Addr::new(10, 45, 0, 9));
+    s.establish_ok();
+    store.save(&mut s);
+    let assoc = store.associations.values().next().unwrap().clone();
+    (assoc, store.sessions.into_iter().collect())
+}
+
+/// Writes fuzz/corpus/state_records/: `cargo test -p upf-n4 --test persist -- --ignored`.
+#[test]
+#[ignore = "writes the fuzz corpus"]
+fn write_state_records_corpus() {
+    let (assoc, sessions) = real_records();
+    let dir = corpus_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bad = sessions.clone();
+    bad[0].1 = b"{\"cp_node\": 7}".to_vec();
+    let mut wrong_key = sessions.clone();
+    wrong_key[1].0 ^= 1;
+    let seeds = [
+        ("three_sessions", frame(&assoc, &sessions)),
+        ("one_session", frame(&assoc, &sessions[..1])),
+        ("a_bad_record", frame(&assoc, &bad)),
+        ("a_wrong_key", frame(&assoc, &wrong_key)),
+        ("no_association", frame(b"", &sessions)),
+    ];
+    for (name, data) in seeds {
+        std::fs::write(dir.join(name), data).unwrap();
+    }
+}
+
+/// Every committed input of the fuzz corpus, through the target's body; the real records
+/// restore whole.
+#[test]
+fn the_state_records_corpus_replays() {
+    let (assoc, sessions) = real_records();
+    assert_eq!(drive_records(&frame(&assoc, &sessions)), 3);
+    let mut n = 0;
+    for e in std::fs::read_dir(corpus_dir()).unwrap() {
+        drive_records(&std::fs::read(e.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 5, "the seed corpus is missing");
+}
