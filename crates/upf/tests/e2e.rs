@@ -137,8 +137,10 @@ impl Backends {
             String::new()
         };
         // Heartbeats every hour: the test's SMF answers only while it is asked something.
+        // The XDP engine's maps are sized by limits.sessions (2M by default): creating them
+        // took ~11 s of every xdp_engine test's start. The tests need thousands.
         let engine = if self == Self::XdpEngine {
-            "engine = \"xdp\"\n\n"
+            "engine = \"xdp\"\n\n[limits]\nsessions = 20000\n\n"
         } else {
             ""
         };
