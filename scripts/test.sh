@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it: format, lints, unit/property/scenario tests,
 # cross-checks against scapy, tshark and go-pfcp (the N4 agent run as `upf run --n4`), and a
 # short fuzz run of every target, and the benchmark harness's smoke run.
-# FUZZ_SECONDS (default 15) bounds each fuzz target's run.
+# FUZZ_SECONDS (default 10) bounds each fuzz target's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each step says how long the one before it took: CI must stay under 20 minutes.
@@ -58,7 +58,7 @@ step "interop: scapy, tshark and go-pfcp (codecs; the N4 agent as \`upf run\`)"
 cargo build --quiet --bin upf
 python3 interop/run.py --upf target/debug/upf
 step "fuzz smoke"
-scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-15}"
+scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-10}"
 # One closing line that sums up every runner above.
 passed=$(grep -o 'test result: ok. [0-9]* passed' target/cargo-test.log | awk '{s+=$4} END {print s+0}')
 interop=$(cat target/interop-passed 2>/dev/null || echo 0)
