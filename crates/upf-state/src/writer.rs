@@ -435,17 +435,7 @@ fn run(shared: &Shared, db: Database) {
             st.durable = upto;
             shared.done.notify_all();
             // Group commit: what arrives meanwhile waits for the next one, unless closing.
-            let next = Instant::now() + shared.opts.commit_interval;
-            while let Some(wait) = next.checked_duration_since(Instant::now()) {
-                if wait.is_zero() || st.closing {
-                    break;
-                }
-                st = shared
-                    .work
-                    .wait_timeout(st, wait)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
-            }
+            drop(pause(shared, st, shared.opts.commit_interval, true));
             continue;
         }
         // redb fails every later operation of a handle whose I/O failed: the next attempt
@@ -462,20 +452,32 @@ fn run(shared: &Shared, db: Database) {
                 break;
             }
         }
-        let deadline = Instant::now() + shared.opts.retry;
-        while let Some(wait) = deadline.checked_duration_since(Instant::now()) {
-            if wait.is_zero() {
-                break;
-            }
-            st = shared
-                .work
-                .wait_timeout(st, wait)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        drop(pause(shared, st, shared.opts.retry, false));
     }
     shared.lock().stopped = true;
     shared.done.notify_all();
+}
+
+/// Waits `d` (woken early only by a close, and then only if `end_on_close`): submits do
+/// not wake the thread while it pauses.
+fn pause<'a>(
+    shared: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    d: Duration,
+    end_on_close: bool,
+) -> MutexGuard<'a, State> {
+    let until = Instant::now() + d;
+    while let Some(wait) = until.checked_duration_since(Instant::now()) {
+        if wait.is_zero() || (end_on_close && st.closing) {
+            break;
+        }
+        st = shared
+            .work
+            .wait_timeout(st, wait)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    st
 }
 
 /// Writes one batch in one durable transaction, reopening the file first if a failure closed it.
