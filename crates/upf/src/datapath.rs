@@ -47,6 +47,20 @@ pub struct Observed<D> {
 }
 
 impl<D> Observed<D> {
+    /// An install's outcome, counted and logged.
+    fn installed(&mut self, seid: Seid, rules: Rules, r: &Result<Installed, DatapathError>) {
+        match r {
+            Ok(_) => self.counts.installs_ok += 1,
+            Err(_) => self.counts.installs_failed += 1,
+        }
+        log(
+            ("installed", "install"),
+            seid,
+            Some(rules),
+            r.as_ref().err(),
+        );
+    }
+
     pub fn new(inner: D) -> Self {
         Self {
             inner,
@@ -124,16 +138,7 @@ impl<D: Datapath + Holds> Datapath for Observed<D> {
     ) -> Result<Installed, DatapathError> {
         let (seid, rules) = (session.seid, Rules::of(&session));
         let r = self.inner.install(now, session, flags);
-        match &r {
-            Ok(_) => self.counts.installs_ok += 1,
-            Err(_) => self.counts.installs_failed += 1,
-        }
-        log(
-            ("installed", "install"),
-            seid,
-            Some(rules),
-            r.as_ref().err(),
-        );
+        self.installed(seid, rules, &r);
         r
     }
 
@@ -145,16 +150,7 @@ impl<D: Datapath + Holds> Datapath for Observed<D> {
         let about: Vec<(Seid, Rules)> = sessions.iter().map(|s| (s.seid, Rules::of(s))).collect();
         let results = self.inner.install_new(now, sessions);
         for ((seid, rules), r) in about.into_iter().zip(&results) {
-            match r {
-                Ok(_) => self.counts.installs_ok += 1,
-                Err(_) => self.counts.installs_failed += 1,
-            }
-            log(
-                ("installed", "install"),
-                seid,
-                Some(rules),
-                r.as_ref().err(),
-            );
+            self.installed(seid, rules, r);
         }
         results
     }
