@@ -787,8 +787,8 @@ fn send_paced(sock: &UdpSocket, to: SocketAddr, stream: u32, n: u32, size: usize
     }
 }
 
-/// GBR first (seed 001): a GBR flow gets its GBR ±5 % while its worker is offered about
-/// twice what it forwards. One worker; G-PDUs go straight from the test to N3 (the gNB
+/// GBR first (seed 001): a GBR flow gets its GBR ±5 % while its worker is offered up to
+/// twice what it forwards (at least a quarter more). One worker; G-PDUs go straight from the test to N3 (the gNB
 /// emulator would be the bottleneck). UE B's non-GBR flow first finds what the worker
 /// forwards (C, offered as fast as the test sends); then UE A's flow, under a QER whose GBR
 /// is a tenth of C, is offered at its GBR while B's is offered at 2 C. Both carry the
@@ -884,8 +884,12 @@ fn gbr(h: &mut Harness) {
         "E2E-GBR backend={} gbr_pps={g:.0} gbr_kbps={g_kbps} received_pps={rate_a:.0} deviation_pct={dev:+.1} background_offered_pps={offered_b:.0} background_received_pps={rate_b:.0} worker_pps={c:.0}",
         h.b.name(),
     );
+    // Overloaded: B offered a quarter more than the worker forwards, and a fifth of it lost.
+    // On af_xdp the test's own sends also run the veth peer's XDP redirect and UMEM copy, and
+    // reached only 1.36-1.42 C on these VMs (the worker 100-119 kpps, debug build): 1.5 C
+    // failed there in two runs of three, with A within 0.5 % of its GBR.
     assert!(
-        offered_b > 1.5 * c && rate_b < 0.8 * offered_b,
+        offered_b > 1.25 * c && rate_b < 0.8 * offered_b,
         "the worker was not overloaded: B offered {offered_b:.0} pps, {rate_b:.0} came, C {c:.0}"
     );
     assert!(
