@@ -54,38 +54,10 @@ pub(crate) struct Dirty {
     associations: HashSet<NodeId>,
 }
 
-/// A Node ID as records and keys hold it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-enum Node {
-    Ipv4(Ipv4Addr),
-    Ipv6(Ipv6Addr),
-    Fqdn(CompactString),
-}
-
-impl From<&NodeId> for Node {
-    fn from(n: &NodeId) -> Self {
-        match n {
-            NodeId::Ipv4(a) => Self::Ipv4(*a),
-            NodeId::Ipv6(a) => Self::Ipv6(*a),
-            NodeId::Fqdn(s) => Self::Fqdn(s.clone()),
-        }
-    }
-}
-
-impl From<Node> for NodeId {
-    fn from(n: Node) -> Self {
-        match n {
-            Node::Ipv4(a) => Self::Ipv4(a),
-            Node::Ipv6(a) => Self::Ipv6(a),
-            Node::Fqdn(s) => Self::Fqdn(s),
-        }
-    }
-}
-
 /// The store's key of an association: its Node ID, as JSON (an FQDN that reads as an
 /// address stays apart from the address).
 pub fn node_key(node: &NodeId) -> Vec<u8> {
-    serde_json::to_vec(&Node::from(node)).unwrap_or_default()
+    serde_json::to_vec(node).unwrap_or_default()
 }
 
 /// A session read back, waiting for its install.
@@ -97,7 +69,7 @@ struct Prepared {
 
 #[derive(Debug, Serialize, Deserialize)]
 struct AssociationRecord {
-    node: Node,
+    node: NodeId,
     addr: SocketAddr,
     /// The peer's Recovery Time Stamp: a different one after our restart means it restarted
     /// too, and its sessions go (TS 23.527).
@@ -107,7 +79,7 @@ struct AssociationRecord {
 /// Written with the rules borrowed (`&Session`: no copy of them), read back owned.
 #[derive(Debug, Serialize, Deserialize)]
 struct SessionRecord<R = Session> {
-    cp_node: Node,
+    cp_node: NodeId,
     /// Where its requests came from and its reports go.
     cp_addr: SocketAddr,
     teids: Vec<(Option<u8>, u32)>,
@@ -156,7 +128,7 @@ impl<D: Datapath> Agent<D> {
             .map(|n| {
                 let rec = self.assocs.get(&n).map(|a| {
                     serde_json::to_vec(&AssociationRecord {
-                        node: Node::from(&n),
+                        node: n.clone(),
                         addr: a.addr,
                         recovery: a.recovery,
                     })
@@ -189,7 +161,7 @@ impl<D: Datapath> Agent<D> {
             })
             .collect();
         serde_json::to_vec(&SessionRecord {
-            cp_node: Node::from(&c.cp.node),
+            cp_node: c.cp.node.clone(),
             cp_addr: c.cp.addr,
             teids: c.teids.iter().map(|&(ch, t)| (ch, t.0)).collect(),
             ue_v4: c.ue_v4,
@@ -272,13 +244,13 @@ impl<D: Datapath> Agent<D> {
     /// An association record that does not read back: deleted from the store, as the
     /// sessions that needed it will be.
     fn key_lost_association(&mut self, key: &[u8]) {
-        if let Ok(n) = serde_json::from_slice::<Node>(key) {
-            self.association_changed(&n.into());
+        if let Ok(n) = serde_json::from_slice::<NodeId>(key) {
+            self.association_changed(&n);
         }
     }
 
     fn restore_association(&mut self, now: Instant, r: AssociationRecord) {
-        let node = NodeId::from(r.node);
+        let node = r.node;
         self.assocs.insert(
             node.clone(),
             Association {
@@ -299,7 +271,7 @@ impl<D: Datapath> Agent<D> {
     /// A record read back as a session ready to install: its rules shared again, its
     /// allocations taken, its aggregates named.
     fn prepare_session(&mut self, seid: Seid, r: SessionRecord) -> Result<Prepared, String> {
-        let node = NodeId::from(r.cp_node);
+        let node = r.cp_node;
         let Some(assoc) = self.assocs.get(&node) else {
             return Err(format!("its association ({node}) is not in the store"));
         };

@@ -77,7 +77,7 @@ fn put_len16(out: &mut Vec<u8>, value: impl FnOnce(&mut Vec<u8>)) {
 // ---------------------------------------------------------------------------------------------
 
 /// TS 29.244 §8.2.38 Node ID: the identity of a CP or UP function (an IP address or an FQDN).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum NodeId {
     Ipv4(Ipv4Addr),
