@@ -219,15 +219,9 @@ impl<D: Datapath> Agent<D> {
         let (ok, failed): (Vec<_>, Vec<_>) =
             ready.into_iter().zip(results).partition(|(_, r)| r.is_ok());
         for (p, _) in ok {
-            let (node, rules) = (p.ctx.cp.node.clone(), p.ctx.rules.clone());
             self.aggregates
-                .settle(&node, &p.touched, None, Some(&rules));
-            self.by_cp
-                .insert(&node, rules.cp_addr, rules.cp_seid.0, rules.seid);
-            if let Some(a) = self.assocs.get_mut(&node) {
-                a.sessions += 1;
-            }
-            self.sessions.insert(rules.seid, Box::new(p.ctx));
+                .settle(&p.ctx.cp.node, &p.touched, None, Some(&p.ctx.rules));
+            self.admit(Box::new(p.ctx));
             out.sessions += 1;
         }
         for (p, r) in failed {

@@ -266,12 +266,7 @@ impl<D: Datapath> Agent<D> {
         match result {
             Ok(rules) => {
                 ctx.rules = rules;
-                self.by_cp
-                    .insert(&m.node_id, cp_addr, m.cp_f_seid.seid, seid);
-                if let Some(a) = self.assocs.get_mut(&m.node_id) {
-                    a.sessions += 1;
-                }
-                self.sessions.insert(seid, Box::new(ctx));
+                self.admit(Box::new(ctx));
                 self.session_changed(seid);
                 self.event(Event::SessionEstablished { seid });
                 Ok(SessionEstablishmentResponse {
@@ -287,6 +282,18 @@ impl<D: Datapath> Agent<D> {
                 Err(r)
             }
         }
+    }
+
+    /// Holds a session the data path installed: found by its CP F-SEID, counted for the
+    /// association that owns it.
+    pub(crate) fn admit(&mut self, ctx: Box<SessionCtx>) {
+        let seid = ctx.rules.seid;
+        let (cp_addr, cp_seid) = (ctx.rules.cp_addr, ctx.rules.cp_seid.0);
+        self.by_cp.insert(&ctx.cp.node, cp_addr, cp_seid, seid);
+        if let Some(a) = self.assocs.get_mut(&ctx.cp.node) {
+            a.sessions += 1;
+        }
+        self.sessions.insert(seid, ctx);
     }
 
     fn datapath_failed(&mut self, e: &DatapathError) -> Reject {
