@@ -401,6 +401,12 @@ fn unsupported(what: &'static str) -> DatapathError {
 
 impl Compiled {
     pub fn compile(now: Instant, s: Arc<Session>, env: &CompileEnv) -> Result<Self, DatapathError> {
+        let (n3, n9) = (own_addrs(&s, false, env.n3), own_addrs(&s, true, env.n9));
+        let env = &CompileEnv {
+            n3: &n3,
+            n9: &n9,
+            ..env.clone()
+        };
         let slot = |n: usize| u16::try_from(n).map_err(|_| DatapathError::NoResources("rules"));
         let far_slot = |id: FarId| s.fars.iter().position(|f| f.id == id);
         let mut gtp = Vec::new();
@@ -815,6 +821,24 @@ fn compile_pdr(
         framed,
         instance,
     })
+}
+
+/// The addresses a session's tunnels on one side (`on_n9`) leave from: those of its own
+/// F-TEIDs there (where its peers send to), else the UPF's. They differ when one instance
+/// serves the sessions of another's shard after a takeover (#29): each session keeps its
+/// shard's addresses.
+fn own_addrs(s: &Session, on_n9: bool, upf: &LocalAddrs) -> LocalAddrs {
+    let mut own = *upf;
+    if let Some(f) = s
+        .pdrs
+        .iter()
+        .filter(|p| p.pdi.source.tunnels_on_n9(p.pdi.interface_type()) == on_n9)
+        .find_map(|p| p.pdi.local_f_teid)
+    {
+        own.v4 = f.ipv4.or(own.v4);
+        own.v6 = f.ipv6.or(own.v6);
+    }
+    own
 }
 
 /// Where a FAR (or a duplication) sends: `on_n9`, whether a tunnel leaves by the N9 side

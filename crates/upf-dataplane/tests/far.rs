@@ -105,6 +105,23 @@ fn forw_both_ways() {
     assert_balanced(&mut r);
 }
 
+/// An instance serving another's shard (#29) sends that shard's downlink from the address
+/// its F-TEIDs name, not from its own N3 address.
+#[test]
+fn downlink_leaves_from_the_sessions_own_n3_address() {
+    let shard = Ipv4Addr::new(192, 0, 2, 77);
+    let mut r = Rig::configured(|a| a.n3.ipv4 = Some(shard), |_| {});
+    let (_, resp) = r.establish(simple_session(UE, 0xabcd));
+    assert!(matches!(
+        resp.created_pdrs[0].local_f_teid,
+        Some(FTeid::Assigned { ipv4: Some(a), .. }) if a == shard
+    ));
+    let out = r.send(vec![n6(&down(1))]);
+    assert_eq!(numbers_to_gnb(&out), [1]);
+    let (d, _) = open(&out[0]);
+    assert_eq!(d.outer_src, std::net::IpAddr::V4(shard));
+}
+
 #[test]
 fn drop_both_ways() {
     let mut r = Rig::new();
