@@ -25,6 +25,10 @@ command -v ping >/dev/null || apt_pkgs+=(iputils-ping)
 command -v iperf3 >/dev/null || apt_pkgs+=(iperf3)
 command -v sysctl >/dev/null || apt_pkgs+=(procps)
 command -v ethtool >/dev/null || apt_pkgs+=(ethtool)
+# The cluster store: etcd-client compiles etcd's protobuf API (protoc); tests start etcd.
+command -v protoc >/dev/null || apt_pkgs+=(protobuf-compiler)
+[[ -f /usr/include/google/protobuf/descriptor.proto ]] || apt_pkgs+=(libprotobuf-dev)
+command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
 # Go: the tarball's /usr/local/go, else Debian's (bookworm: 1.19, enough for go-pfcp v0.0.24).
 go_bin=$(command -v go || ls /usr/local/go/bin/go /usr/lib/go-1.*/bin/go 2>/dev/null | tail -n 1 || true)
 [[ -n $go_bin ]] || apt_pkgs+=(golang-go)

@@ -4,6 +4,7 @@
 //! setns(2) by a thread of their own, so the caller's namespace is never touched.
 #![forbid(unsafe_code)]
 
+pub mod etcd;
 pub mod topology;
 
 use std::fs::File;

@@ -17,8 +17,10 @@
 //! | `usage` | UP SEID (`u64`) | opaque usage checkpoint |
 #![forbid(unsafe_code)]
 
+pub mod etcd;
 mod writer;
 
+pub use etcd::{Cluster, ClusterEvent, EtcdOptions};
 pub use writer::{Op, Writer, WriterOptions, WriterStats};
 
 use std::any::Any;

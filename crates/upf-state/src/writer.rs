@@ -82,6 +82,50 @@ pub struct WriterStats {
     pub write_errors: u64,
     /// The last commit failed (e.g. disk full) and is being retried.
     pub failing: bool,
+    /// The store stopped taking this writer's commits (another instance serves its shard):
+    /// the writer has stopped, and what it held is dropped.
+    pub fenced: bool,
+}
+
+/// Where a [`Writer`] commits its batches: the redb file, or etcd (crate::etcd). A commit
+/// writes the whole batch durably or fails; a failed one is retried with what was queued
+/// since merged in.
+pub(crate) trait Commit: Send + 'static {
+    fn commit(&mut self, batch: &Pending) -> Result<(), CommitError>;
+}
+
+/// Why a commit did not happen.
+#[derive(Debug)]
+pub(crate) enum CommitError {
+    /// Retried after `retry` (a full disk, etcd unreachable).
+    Retry(Box<dyn Error>),
+    /// The store is no longer ours to write (another instance serves the shard): what is
+    /// pending and whatever comes later is dropped.
+    Fenced,
+}
+
+impl<E: Into<Box<dyn Error>>> From<E> for CommitError {
+    fn from(e: E) -> Self {
+        CommitError::Retry(e.into())
+    }
+}
+
+/// The redb file's commits.
+struct FileCommit {
+    db: Option<Database>,
+    path: PathBuf,
+}
+
+impl Commit for FileCommit {
+    fn commit(&mut self, batch: &Pending) -> Result<(), CommitError> {
+        let r = write(&mut self.db, &self.path, batch);
+        if r.is_err() {
+            // redb fails every later operation of a handle whose I/O failed: the next
+            // attempt reopens the file.
+            self.db = None;
+        }
+        Ok(r?)
+    }
 }
 
 /// The handle of the writer thread: clone it freely. The thread ends when [`Writer::close`] is
@@ -94,7 +138,7 @@ pub struct Writer {
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Writer")
-            .field("path", &self.handle.shared.path)
+            .field("to", &self.handle.shared.to)
             .field("stats", &self.stats())
             .finish()
     }
@@ -106,8 +150,17 @@ const CLOSE_ATTEMPTS: u32 = 3;
 
 impl Writer {
     pub(crate) fn start(store: Store, opts: WriterOptions) -> Writer {
-        let shared = Arc::new(Shared {
+        let commit = FileCommit {
+            db: Some(store.db),
             path: store.path.clone(),
+        };
+        Self::spawn(store.path.display().to_string(), Box::new(commit), opts)
+    }
+
+    /// A writer thread committing to `to` (`what` names it in Debug).
+    pub(crate) fn spawn(what: String, mut to: Box<dyn Commit>, opts: WriterOptions) -> Writer {
+        let shared = Arc::new(Shared {
+            to: what,
             opts,
             state: Mutex::new(State::default()),
             work: Condvar::new(),
@@ -117,7 +170,7 @@ impl Writer {
             let shared = Arc::clone(&shared);
             thread::Builder::new()
                 .name("upf-state".into())
-                .spawn(move || run(&shared, store.db))
+                .spawn(move || run(&shared, &mut *to))
                 .expect("spawning the upf-state thread")
         };
         Writer {
@@ -192,6 +245,11 @@ impl Writer {
         }
     }
 
+    /// Why the last failed commit failed (the disk's or etcd's error), if one did.
+    pub fn last_error(&self) -> Option<String> {
+        self.handle.shared.lock().last_error.clone()
+    }
+
     /// Tests: makes every commit fail (`true`) or not.
     #[cfg(test)]
     pub(crate) fn fail_commits(&self, fail: bool) {
@@ -238,7 +296,8 @@ impl Drop for Handle {
 
 #[derive(Debug)]
 struct Shared {
-    path: PathBuf,
+    /// What it writes to, for Debug.
+    to: String,
     opts: WriterOptions,
     state: Mutex<State>,
     /// Signalled on submit and close: the thread waits on it for work.
@@ -270,6 +329,8 @@ struct State {
     /// on every submit cost the N4 thread a futex call and, on a shared core, a switch.
     idle: bool,
     stats: WriterStats,
+    /// Why the last failed commit failed.
+    last_error: Option<String>,
     /// Tests: every commit fails (as on a full disk), without root.
     #[cfg(test)]
     fail_commits: bool,
@@ -277,11 +338,11 @@ struct State {
 
 /// Ops coalesced by key: `None` is a delete.
 #[derive(Debug, Default)]
-struct Pending {
-    recovery: Option<u32>,
-    associations: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    sessions: BTreeMap<u64, Option<Vec<u8>>>,
-    usage: BTreeMap<u64, Option<Vec<u8>>>,
+pub(crate) struct Pending {
+    pub recovery: Option<u32>,
+    pub associations: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    pub sessions: BTreeMap<u64, Option<Vec<u8>>>,
+    pub usage: BTreeMap<u64, Option<Vec<u8>>>,
 }
 
 const SEID_BYTES: usize = 8;
@@ -305,7 +366,7 @@ impl Pending {
         self.len() == 0
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         usize::from(self.recovery.is_some())
             + self.associations.len()
             + self.sessions.len()
@@ -397,8 +458,7 @@ impl Pending {
     }
 }
 
-fn run(shared: &Shared, db: Database) {
-    let mut db = Some(db);
+fn run(shared: &Shared, to: &mut dyn Commit) {
     let mut close_failures = 0;
     loop {
         let (batch, upto) = {
@@ -418,41 +478,51 @@ fn run(shared: &Shared, db: Database) {
         };
         #[cfg(test)]
         let result = if shared.lock().fail_commits {
-            Err("injected failure".into())
+            Err(CommitError::Retry("injected failure".into()))
         } else {
-            write(&mut db, &shared.path, &batch)
+            to.commit(&batch)
         };
         #[cfg(not(test))]
-        let result = write(&mut db, &shared.path, &batch);
+        let result = to.commit(&batch);
         let mut st = shared.lock();
         let bytes = std::mem::take(&mut st.inflight_bytes);
         let ops = std::mem::take(&mut st.inflight_ops);
-        if result.is_ok() {
-            st.stats.commits += 1;
-            st.stats.ops_written += ops as u64;
-            st.stats.bytes_written += bytes as u64;
-            st.stats.failing = false;
-            st.durable = upto;
-            shared.done.notify_all();
-            // Group commit: what arrives meanwhile waits for the next one, unless closing.
-            drop(pause(shared, st, shared.opts.commit_interval, true));
-            continue;
-        }
-        // redb fails every later operation of a handle whose I/O failed: the next attempt
-        // reopens the file.
-        db = None;
-        st.stats.write_errors += 1;
-        st.stats.failing = true;
-        let added = st.queued.merge_older(batch);
-        st.queued_bytes += added;
-        debug_assert_eq!(st.queued_bytes, st.queued.bytes());
-        if st.closing {
-            close_failures += 1;
-            if close_failures >= CLOSE_ATTEMPTS {
+        match result {
+            Ok(()) => {
+                st.stats.commits += 1;
+                st.stats.ops_written += ops as u64;
+                st.stats.bytes_written += bytes as u64;
+                st.stats.failing = false;
+                st.durable = upto;
+                shared.done.notify_all();
+                // Group commit: what arrives meanwhile waits for the next one, unless closing.
+                drop(pause(shared, st, shared.opts.commit_interval, true));
+            }
+            Err(CommitError::Fenced) => {
+                st.stats.fenced = true;
+                st.stats.dropped_ops += (ops + st.queued.len()) as u64;
+                st.stats.dropped_bytes += (bytes + st.queued_bytes) as u64;
+                st.queued = Pending::default();
+                st.queued_bytes = 0;
+                st.closing = true;
                 break;
             }
+            Err(CommitError::Retry(e)) => {
+                st.last_error = Some(e.to_string());
+                st.stats.write_errors += 1;
+                st.stats.failing = true;
+                let added = st.queued.merge_older(batch);
+                st.queued_bytes += added;
+                debug_assert_eq!(st.queued_bytes, st.queued.bytes());
+                if st.closing {
+                    close_failures += 1;
+                    if close_failures >= CLOSE_ATTEMPTS {
+                        break;
+                    }
+                }
+                drop(pause(shared, st, shared.opts.retry, false));
+            }
         }
-        drop(pause(shared, st, shared.opts.retry, false));
     }
     shared.lock().stopped = true;
     shared.done.notify_all();
