@@ -28,6 +28,83 @@ pub struct FileConfig {
     pub log: Log,
     /// Persisted state: present, sessions survive a restart; absent, a restart forgets them.
     pub state: Option<StateCfg>,
+    /// Several instances sharing their state in etcd, each serving shards (UPF identities)
+    /// and taking over those of an instance that died.
+    pub cluster: Option<ClusterCfg>,
+}
+
+/// `[cluster]`: the instances of one cluster share this file; each is told its name
+/// (`--instance`), serves the shard of that name, and takes over any shard whose owner's
+/// etcd lease expired.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterCfg {
+    /// etcd endpoints, `http://HOST:PORT`.
+    pub etcd: Vec<String>,
+    /// This instance's name (unique in the cluster: a StatefulSet's pod name); default the
+    /// host name.
+    pub instance: Option<String>,
+    /// The shard it serves from the start; default its instance name.
+    pub shard: Option<String>,
+    /// Where in etcd the cluster's keys are.
+    pub prefix: String,
+    /// The TTL of this instance's lease, in seconds: an instance that stops renewing it
+    /// loses its shards this long after (etcd's minimum is about 2 s).
+    pub lease_ttl_s: u64,
+    /// Bytes of writes that may wait while etcd is slow or unreachable; beyond, writes are
+    /// dropped and counted.
+    pub queue_bytes: usize,
+    /// The identities instances serve, by name.
+    pub shards: std::collections::BTreeMap<String, ShardCfg>,
+}
+
+impl Default for ClusterCfg {
+    fn default() -> Self {
+        Self {
+            etcd: Vec::new(),
+            instance: None,
+            shard: None,
+            prefix: "/upf".into(),
+            lease_ttl_s: 2,
+            queue_bytes: 64 << 20,
+            shards: Default::default(),
+        }
+    }
+}
+
+/// One shard: a UPF identity. Whichever instance serves it answers PFCP on its N4 address
+/// as its Node ID, with its Recovery Time Stamp, and allocates from its TEID range and UE
+/// pools; its addresses move with it (keepalived, a Kubernetes service).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShardCfg {
+    /// IP[:PORT] of its N4 (replaces `n4.address`).
+    pub n4: String,
+    /// Its Node ID (replaces `n4.node_id`); default its N4 address.
+    pub node_id: Option<String>,
+    /// Its N3 addresses (replace `n3.addresses`), put in the F-TEIDs it chooses.
+    pub n3: Vec<IpAddr>,
+    /// Its UE pools (replace `[[ue_pool]]`), disjoint from every other shard's.
+    pub ue_pool: Vec<UePool>,
+    /// Its TEIDs, first and last, disjoint from every other shard's: the instance serving
+    /// two shards tells their tunnels apart by TEID.
+    pub teid_range: [u32; 2],
+}
+
+impl ClusterCfg {
+    /// This instance's name: the key, else the host name.
+    pub fn instance(&self) -> String {
+        self.instance.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "upf".into())
+        })
+    }
+
+    /// The shard this instance serves from the start.
+    pub fn home_shard(&self) -> String {
+        self.shard.clone().unwrap_or_else(|| self.instance())
+    }
 }
 
 /// `[state]`: the store of the UPF's sessions and associations (upf-state), so that a
@@ -79,6 +156,8 @@ pub struct N4 {
     /// Seconds a released TEID is held before it may be allocated again (late packets of
     /// the old session must not reach a new one).
     pub teid_reuse_after_s: u64,
+    /// The TEIDs this UPF allocates, first and last (a cluster's shards each have theirs).
+    pub teid_range: Option<[u32; 2]>,
 }
 
 impl Default for N4 {
@@ -94,6 +173,7 @@ impl Default for N4 {
             smf_t1_ms: 3000,
             smf_n1: 3,
             teid_reuse_after_s: 60,
+            teid_range: None,
         }
     }
 }
@@ -693,7 +773,103 @@ impl FileConfig {
         for (i, r) in self.acl.uplink_rules.iter().enumerate() {
             upf_dataplane::Acl::load(r).with_context(|| format!("acl.uplink_rules[{i}]"))?;
         }
+        if let Some(c) = &self.cluster {
+            self.validate_cluster(c)?;
+        }
         Ok(())
+    }
+
+    /// The shards: each one a valid configuration of its own, and no two sharing an
+    /// address, a TEID or a UE address (an instance serving both could not tell them apart).
+    fn validate_cluster(&self, c: &ClusterCfg) -> anyhow::Result<()> {
+        if c.etcd.is_empty() {
+            bail!("cluster.etcd: at least one endpoint (http://HOST:PORT)");
+        }
+        if c.lease_ttl_s < 2 {
+            bail!(
+                "cluster.lease_ttl_s: {} is below etcd's minimum of 2",
+                c.lease_ttl_s
+            );
+        }
+        if !c.prefix.starts_with('/') {
+            bail!("cluster.prefix: {:?} must start with /", c.prefix);
+        }
+        if self.state.is_some() {
+            bail!("[state] and [cluster]: a cluster keeps its state in etcd; keep one of them");
+        }
+        let home = c.home_shard();
+        if !c.shards.contains_key(&home) {
+            bail!("cluster.shards: no shard {home:?} (this instance's; --instance or cluster.shard names it)");
+        }
+        let mut seen: Vec<(&str, FileConfig)> = Vec::new();
+        for name in c.shards.keys() {
+            let key = format!("cluster.shards.{name}");
+            if name.is_empty() || name.contains('/') {
+                bail!("{key}: a shard's name is a non-empty etcd key part, without /");
+            }
+            let s = self.for_shard(name)?;
+            s.validate_shard().with_context(|| key.clone())?;
+            let sc = &c.shards[name];
+            if sc.teid_range[0] == 0 || sc.teid_range[0] > sc.teid_range[1] {
+                bail!(
+                    "{key}.teid_range: {:?} is not [FIRST, LAST] with 0 < FIRST <= LAST",
+                    sc.teid_range
+                );
+            }
+            for (other, o) in &seen {
+                let oc = &c.shards[*other];
+                if sc.teid_range[0] <= oc.teid_range[1] && oc.teid_range[0] <= sc.teid_range[1] {
+                    bail!("{key}.teid_range overlaps cluster.shards.{other}.teid_range");
+                }
+                if s.n4.address == o.n4.address {
+                    bail!("{key}.n4: the N4 address of cluster.shards.{other} too");
+                }
+                if s.n3_addresses()
+                    .iter()
+                    .any(|a| o.n3_addresses().contains(a))
+                {
+                    bail!("{key}.n3: an N3 address of cluster.shards.{other} too");
+                }
+                for p in &s.ue_pools {
+                    for q in &o.ue_pools {
+                        if pools_overlap(p, q) {
+                            bail!("{key}.ue_pool: overlaps a pool of cluster.shards.{other}");
+                        }
+                    }
+                }
+            }
+            seen.push((name, s));
+        }
+        Ok(())
+    }
+
+    /// What a shard's own keys must be.
+    fn validate_shard(&self) -> anyhow::Result<()> {
+        if self.ue_pools.is_empty() {
+            bail!("ue_pool: every shard needs its own UE pools");
+        }
+        if self.n3.addresses.is_empty() {
+            bail!("n3: every shard needs its own N3 addresses");
+        }
+        Ok(())
+    }
+
+    /// This configuration as shard `name` of `[cluster]` serves it: the shard's N4 address,
+    /// Node ID, N3 addresses, UE pools and TEID range in place of the file's.
+    pub fn for_shard(&self, name: &str) -> anyhow::Result<FileConfig> {
+        let Some(s) = self.cluster.as_ref().and_then(|c| c.shards.get(name)) else {
+            bail!("cluster.shards: no shard {name:?}");
+        };
+        let mut c = self.clone();
+        c.n4.address = s.n4.clone();
+        c.n4.node_id = s.node_id.clone();
+        c.n3.addresses = s.n3.clone();
+        c.ue_pools = s.ue_pool.clone();
+        c.n4.teid_range = Some(s.teid_range);
+        socket_addr(&c.n4.address, 8805).with_context(|| {
+            format!("cluster.shards.{name}.n4: {:?} is not IP or IP:PORT", s.n4)
+        })?;
+        Ok(c)
     }
 
     /// The N6 interfaces: each one's backend, and that two of them are never one device or
@@ -787,6 +963,31 @@ impl FileConfig {
     }
 }
 
+/// Whether two UE pools share an address (IPv4 or IPv6 prefix).
+fn pools_overlap(a: &UePool, b: &UePool) -> bool {
+    let v4 = |p: &UePool| {
+        p.ipv4
+            .as_deref()
+            .and_then(ipv4_net)
+            .map(|(n, l)| (u128::from(u32::from(n)), u32::from(l) + 96))
+    };
+    let v6 = |p: &UePool| {
+        p.ipv6
+            .as_deref()
+            .and_then(ipv6_net)
+            .map(|(n, l)| (u128::from(n), u32::from(l)))
+    };
+    let overlap = |x: Option<(u128, u32)>, y: Option<(u128, u32)>| match (x, y) {
+        (Some((x, lx)), Some((y, ly))) => {
+            let l = lx.min(ly);
+            let mask = if l == 0 { 0 } else { u128::MAX << (128 - l) };
+            x & mask == y & mask
+        }
+        _ => false,
+    };
+    overlap(v4(a), v4(b)) || overlap(v6(a), v6(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -828,6 +1029,70 @@ mod tests {
         assert_eq!(d.gtpu.echo(), upf_dataplane::paths::EchoConfig::default());
         assert_eq!(c.priority.runtime().unwrap(), d.priority.runtime().unwrap());
         assert!(FileConfig::parse("").is_ok());
+    }
+
+    const CLUSTER: &str = r#"
+[cluster]
+etcd = ["http://127.0.0.1:2379"]
+instance = "a"
+[cluster.shards.a]
+n4 = "10.0.4.1"
+n3 = ["10.0.3.1"]
+ue_pool = [{ ipv4 = "10.45.0.0/17" }]
+teid_range = [1, 0x7fffffff]
+[cluster.shards.b]
+n4 = "10.0.4.2"
+node_id = "upf-b.example"
+n3 = ["10.0.3.2"]
+ue_pool = [{ ipv4 = "10.45.128.0/17" }]
+teid_range = [0x80000000, 0xffffffff]
+"#;
+
+    #[test]
+    fn a_shard_serves_with_its_own_identity() {
+        let c = FileConfig::parse(CLUSTER).unwrap();
+        let b = c.for_shard("b").unwrap();
+        assert_eq!(b.n4.address, "10.0.4.2");
+        assert_eq!(b.n4.node_id.as_deref(), Some("upf-b.example"));
+        assert_eq!(b.n3_addresses(), ["10.0.3.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(b.ue_pools[0].ipv4.as_deref(), Some("10.45.128.0/17"));
+        let a = crate::run::agent_config(&b).unwrap();
+        assert_eq!(a.teid_range, (0x8000_0000, 0xffff_ffff));
+        assert!(c.for_shard("c").is_err());
+    }
+
+    #[test]
+    fn shards_that_overlap_are_refused() {
+        for (from, to, what) in [
+            (
+                "teid_range = [0x80000000",
+                "teid_range = [0x7fffffff",
+                "teid_range overlaps",
+            ),
+            ("10.45.128.0/17", "10.45.0.0/16", "ue_pool: overlaps"),
+            (
+                "n3 = [\"10.0.3.2\"]",
+                "n3 = [\"10.0.3.1\"]",
+                "n3: an N3 address",
+            ),
+            (
+                "n4 = \"10.0.4.2\"",
+                "n4 = \"10.0.4.1\"",
+                "n4: the N4 address",
+            ),
+            ("instance = \"a\"", "instance = \"c\"", "no shard \"c\""),
+            (
+                "[cluster.shards.b]",
+                "[cluster.shards.\"b/1\"]",
+                "without /",
+            ),
+        ] {
+            assert!(CLUSTER.contains(from), "{from}");
+            let e = FileConfig::parse(&CLUSTER.replace(from, to)).unwrap_err();
+            assert!(format!("{e:#}").contains(what), "{what}: {e:#}");
+        }
+        let e = FileConfig::parse(&format!("[state]\n{CLUSTER}")).unwrap_err();
+        assert!(format!("{e:#}").contains("keep one of them"), "{e:#}");
     }
 
     #[test]

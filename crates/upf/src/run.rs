@@ -72,6 +72,10 @@ pub struct Args {
     /// otherwise stops the UPF: corrupt, a newer schema, another Node ID).
     #[arg(long)]
     pub discard_state: bool,
+    /// This instance's name in `[cluster]` (default: the host name); it serves the shard
+    /// of that name. [cluster.instance]
+    #[arg(long)]
+    pub instance: Option<String>,
     /// Validate the configuration, print it as understood, and exit.
     #[arg(long)]
     pub check: bool,
@@ -152,6 +156,12 @@ pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
     if let Some(p) = &args.state {
         c.state.get_or_insert_with(Default::default).path = Some(p.clone());
     }
+    if let Some(i) = &args.instance {
+        match c.cluster.as_mut() {
+            Some(cl) => cl.instance = Some(i.clone()),
+            None => bail!("--instance {i:?}: the configuration has no [cluster]"),
+        }
+    }
     if let Some(f) = &args.log_format {
         c.log.format = match f.as_str() {
             "text" => LogFormat::Text,
@@ -220,6 +230,9 @@ pub fn agent_config(c: &FileConfig) -> anyhow::Result<Config> {
     cfg.smf_t1 = Duration::from_millis(c.n4.smf_t1_ms);
     cfg.smf_n1 = c.n4.smf_n1;
     cfg.teid_reuse_after = Duration::from_secs(c.n4.teid_reuse_after_s);
+    if let Some([first, last]) = c.n4.teid_range {
+        cfg.teid_range = (first, last);
+    }
     cfg.limits.sessions = c.limits.sessions;
     cfg.limits.sessions_per_association = c.limits.sessions_per_association;
     cfg.limits.associations = c.limits.associations;
