@@ -3,7 +3,9 @@
 //! computed by the main loop, which owns the agent, so no state is shared or locked.
 
 use crate::datapath::Observed;
+pub use crate::metrics::ClusterView;
 use crate::metrics::{self, ControlView};
+use crate::shards::ShardPath;
 use anyhow::{bail, Context};
 use axum::extract::{Path, State as Main};
 use axum::http::Request as HttpRequest;
@@ -237,16 +239,20 @@ pub async fn serve(
 /// What the main loop knows, to answer with.
 #[allow(missing_debug_implementations)] // borrows the agent, which has no Debug
 pub struct State<'a> {
-    pub agent: &'a Agent<Observed<Engines>>,
+    /// The first shard's agent (the only one without `[cluster]`).
+    pub agent: &'a Agent<ShardPath>,
+    /// The data path every shard's agent drives.
+    pub datapath: &'a Observed<Engines>,
     pub uptime_s: u64,
     /// Admin connections refused (`admin.max_connections` being served).
     pub admin_refused: u64,
     /// The store's writer, with `[state]`.
     pub state: Option<upf_state::WriterStats>,
+    pub cluster: Option<ClusterView>,
 }
 
 pub fn answer(query: Query, st: &State<'_>) -> Response {
-    let engines = st.agent.datapath().inner();
+    let engines = st.datapath.inner();
     let workers = || engines.workers().stats();
     match query {
         Query::Metrics => {
@@ -331,10 +337,11 @@ fn control(st: &State<'_>) -> ControlView {
         associations: st.agent.association_count(),
         pfcp: st.agent.stats.clone(),
         response_cache: st.agent.response_cache(),
-        datapath: st.agent.datapath().counts(),
+        datapath: st.datapath.counts(),
         admin_refused: st.admin_refused,
         uptime_s: st.uptime_s,
         state: st.state,
+        cluster: st.cluster.clone(),
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::config::{Backend, Engine, FileConfig, Interface};
 use anyhow::{anyhow, bail, Context};
 use aya::programs::{ProgramFd, XdpMode};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use upf_io::af_packet::{AfPacketConfig, AfPacketIo, Fanout, FanoutMode};
 use upf_io::af_xdp::{AttachMode, XdpConfig, XdpInterface};
 use upf_io::link::Link;
@@ -98,13 +98,16 @@ pub fn open(c: &FileConfig, rt: &RuntimeConfig) -> anyhow::Result<Opened> {
         match backend {
             Backend::Udp => {
                 steered = false;
-                let bind = SocketAddr::new(
-                    addrs
-                        .first()
-                        .copied()
-                        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-                    iface.port,
-                );
+                // A cluster's instance takes over other shards' N3 addresses: it listens on
+                // every address of the family (the source of what it sends is then the
+                // kernel's choice).
+                let ip = match addrs.first() {
+                    Some(IpAddr::V6(_)) if c.cluster.is_some() => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                    Some(_) if c.cluster.is_some() => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                    Some(a) => *a,
+                    None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                };
+                let bind = SocketAddr::new(ip, iface.port);
                 // An ephemeral port (tests) is chosen by the first socket; the others join it.
                 let mut bind_at = bind;
                 for (i, q) in queues.iter_mut().enumerate() {
@@ -454,8 +457,14 @@ impl FileConfig {
                 Some(Some(_)) => Vec::new(),
             };
         }
-        self.ue_pools
-            .iter()
+        // A cluster's instance routes every shard's pools from the start: the N6 side
+        // sends it a shard's downlink only once that shard is moved here, and then its
+        // sessions are installed already.
+        let all: Vec<&crate::config::UePool> = match &self.cluster {
+            Some(c) => c.shards.values().flat_map(|s| &s.ue_pool).collect(),
+            None => self.ue_pools.iter().collect(),
+        };
+        all.into_iter()
             .filter(|p| instance.is_none_or(|ni| p.network_instance.as_deref() == ni))
             .flat_map(|p| p.ipv4.iter().chain(p.ipv6.iter()).cloned())
             .collect()

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod backends;
+pub mod cluster;
 pub mod config;
 pub mod datapath;
 pub mod decode;
@@ -12,4 +13,5 @@ pub mod demo;
 pub mod metrics;
 pub mod pcap;
 pub mod run;
+pub mod shards;
 pub mod state;

@@ -27,8 +27,18 @@ pub struct ControlView {
     pub datapath: InstallCounts,
     pub admin_refused: u64,
     pub uptime_s: u64,
-    /// The store's writer, with `[state]`.
+    /// The store's writer, with `[state]`; the sum of every shard's, in a cluster.
     pub state: Option<upf_state::WriterStats>,
+    /// With `[cluster]`: the shards served and etcd's reachability.
+    pub cluster: Option<ClusterView>,
+}
+
+/// What a cluster's instance serves.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    /// The shards it serves, each with its sessions.
+    pub shards: Vec<(String, usize)>,
+    pub etcd_reachable: bool,
 }
 
 /// The XDP engine's share of a scrape, when it is on.
@@ -354,6 +364,27 @@ impl Collector for Scrape {
         )?;
         if let Some(st) = &c.state {
             encode_state(&mut e, st)?;
+        }
+        if let Some(cl) = &c.cluster {
+            family(
+                &mut e,
+                Gauge,
+                "upf_cluster_shard_sessions",
+                "Sessions of each shard this instance serves (its own, and those it took over).",
+                cl.shards.iter().map(|(name, n)| {
+                    (
+                        vec![("shard", name.clone())],
+                        u64::try_from(*n).unwrap_or(u64::MAX),
+                    )
+                }),
+            )?;
+            family(
+                &mut e,
+                Gauge,
+                "upf_cluster_etcd_reachable",
+                "0 while etcd does not answer: forwarding and PFCP go on, writes wait (upf_state_pending_bytes), nothing is taken over.",
+                one(u64::from(cl.etcd_reachable)),
+            )?;
         }
         family(
             &mut e,
@@ -686,6 +717,7 @@ mod tests {
                 admin_refused: 4,
                 uptime_s: 5,
                 state: None,
+                cluster: None,
             },
             Some(&XdpView {
                 sessions: 9,

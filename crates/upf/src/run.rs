@@ -4,15 +4,16 @@
 
 use crate::admin;
 use crate::backends;
+use crate::cluster;
 use crate::config::{self, Backend, FileConfig, LogFormat};
 use crate::datapath::Observed;
+use crate::shards::{Hub, Shard};
 use crate::state;
 use anyhow::{bail, Context};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::net::UdpSocket;
 use tracing::{error, info, warn};
 use upf_n4::alloc::UePoolConfig;
 use upf_n4::{Agent, AllowedPeer, Config, Event, TunnelAddrs};
@@ -174,7 +175,7 @@ pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
 }
 
 /// NTP seconds now (RFC 5905 era 0: seconds since 1900).
-fn ntp_now() -> u32 {
+pub fn ntp_now() -> u32 {
     let unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -329,17 +330,26 @@ fn init_logging(c: &FileConfig) {
 /// Runs until SIGINT/SIGTERM. Errors are start-up errors (bad config, address in use, an
 /// interface the host cannot give), each saying what to change.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let c = file_config(args)?;
+    let file = file_config(args)?;
     if args.check {
-        println!("{c:#?}");
+        println!("{file:#?}");
         return Ok(());
     }
-    init_logging(&c);
+    init_logging(&file);
+    // In a cluster this instance starts as its own shard; it may serve others later.
+    let c = match &file.cluster {
+        Some(cl) => file.for_shard(&cl.home_shard())?,
+        None => file.clone(),
+    };
     let agent_cfg = agent_config(&c)?;
     let rt_cfg = runtime_config(&c)?;
     // Before any interface is touched: a store this UPF cannot use stops it here.
     let stored = match &c.state {
         Some(s) => Some(state::open(s, &agent_cfg.node_id, args.discard_state)?),
+        None => None,
+    };
+    let cluster = match &file.cluster {
+        Some(_) => Some(cluster::start(&file)?),
         None => None,
     };
     let opened = backends::open(&c, &rt_cfg)?;
@@ -362,30 +372,70 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("tokio")?;
-    let result = rt.block_on(serve(&c, agent_cfg, engines, stored));
+    let start = match cluster {
+        Some(cl) => Start::Cluster(Box::new(file), cl),
+        None => Start::Alone(Box::new(agent_cfg), stored),
+    };
+    let result = rt.block_on(serve(&c, start, engines));
     // Routes and devices set up for the run go away with it.
     drop(opened.cleanup);
     result
 }
 
-async fn serve(
-    c: &FileConfig,
-    cfg: Config,
-    engines: Engines,
-    stored: Option<state::Opened>,
-) -> anyhow::Result<()> {
-    let addr = config::socket_addr(&c.n4.address, 8805).context("n4.address")?;
-    let sock = UdpSocket::bind(addr)
-        .await
-        .with_context(|| format!("n4.address {addr}"))?;
-    // An SMF may send hundreds of requests at once (establishment bursts, a restart's
-    // re-establishments): 4 MiB holds them, where the kernel's default buffer would leave
-    // the rest to the SMF's retransmission timer.
-    upf_io::udp::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 4 << 20);
+/// What the N4 loop starts with.
+#[derive(Debug)]
+enum Start {
+    /// One UPF: its agent's configuration, and its store with `[state]`.
+    Alone(Box<Config>, Option<state::Opened>),
+    /// A cluster's instance (the whole file: every shard's keys): it serves the shards the
+    /// membership thread gives it.
+    Cluster(Box<FileConfig>, upf_state::Cluster),
+}
+
+async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result<()> {
     let started = Instant::now();
-    let mut agent = Agent::new(cfg, Observed::new(engines), started, ntp_now())?;
-    // Sessions forward again before the first PFCP message is read.
-    let mut persist = stored.map(|o| state::resume(&mut agent, o, started));
+    let hub = Hub::new(Observed::new(engines));
+    let mut shards: Vec<Shard> = Vec::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("signal")?;
+    let (file, cluster) = match start {
+        Start::Alone(cfg, stored) => {
+            let addr = config::socket_addr(&c.n4.address, 8805).context("n4.address")?;
+            let mut agent = Agent::new(*cfg, Hub::attach(&hub), started, ntp_now())?;
+            // Sessions forward again before the first PFCP message is read.
+            let persist = stored.map(|o| state::resume(&mut agent, o, started));
+            let mut s = Shard::new(String::new(), agent, addr, persist);
+            s.bind()
+                .await
+                .and_then(|()| {
+                    s.sock
+                        .is_some()
+                        .then_some(())
+                        .ok_or_else(|| std::io::ErrorKind::AddrNotAvailable.into())
+                })
+                .with_context(|| format!("n4.address {addr}"))?;
+            shards.push(s);
+            (None, None)
+        }
+        Start::Cluster(file, cl) => (Some(*file), Some(cl)),
+    };
+    let mut etcd_reachable = true;
+    // A cluster's instance serves nothing until etcd gives it a shard (its own, or one
+    // that becomes free while it waits as a standby).
+    if let (Some(file), Some(cl)) = (&file, &cluster) {
+        while shards.is_empty() {
+            match cl.poll_event() {
+                Some(ev) => {
+                    cluster::apply(ev, file, cl, &hub, &mut shards, &mut etcd_reachable).await?
+                }
+                None => tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                    _ = term.recv() => return Ok(()),
+                },
+            }
+        }
+    }
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
@@ -401,86 +451,148 @@ async fn serve(
             admin_refused.clone(),
         ));
     }
-    info!(target: "upf", "N4 listening on {}", sock.local_addr().unwrap_or(addr));
     let mut buf = vec![0u8; 65_536];
     let mut peer_lines = PeerLogLimit::new(PEER_LOG_LINES_PER_S);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("signal")?;
+    // Which socket is looked at first, turn by turn: no shard's N4 starves another's.
+    let mut first = 0usize;
     loop {
-        if let Some(p) = &persist {
-            p.save(&mut agent);
-        }
-        while let Some(t) = agent.poll_transmit() {
-            if let Err(e) = sock.send_to(&t.payload, t.dest).await {
-                warn!(target: "upf::n4", "send to {}: {e}", t.dest);
+        if let (Some(file), Some(cl)) = (&file, &cluster) {
+            while let Some(ev) = cl.poll_event() {
+                cluster::apply(ev, file, cl, &hub, &mut shards, &mut etcd_reachable).await?;
+            }
+            if shards.is_empty() {
+                bail!("every shard this instance served is served by another instance now");
             }
         }
-        while let Some(e) = agent.poll_event() {
-            let by_peer = matches!(
-                e,
-                Event::Refused { .. } | Event::Rejected { .. } | Event::Dropped { .. }
-            );
-            if !by_peer || peer_lines.allow(Instant::now()) {
-                log_event(&e);
+        for s in &mut shards {
+            if let Some(p) = &s.persist {
+                p.save(&mut s.agent);
+            }
+            // Without its socket yet, a shard's messages wait in its agent (requests are
+            // sent again by their timers).
+            if let Some(sock) = s.sock.clone() {
+                while let Some(t) = s.agent.poll_transmit() {
+                    if let Err(e) = sock.send_to(&t.payload, t.dest).await {
+                        warn!(target: "upf::n4", "send to {}: {e}", t.dest);
+                    }
+                }
+            }
+            while let Some(e) = s.agent.poll_event() {
+                let by_peer = matches!(
+                    e,
+                    Event::Refused { .. } | Event::Rejected { .. } | Event::Dropped { .. }
+                );
+                if !by_peer || peer_lines.allow(Instant::now()) {
+                    log_event(&e);
+                }
             }
         }
         // A change of engine under way: a bounded step of it between two PFCP messages.
-        let engines = agent.datapath_mut().inner_mut();
-        if engines.moving() {
-            engines.move_some(SWAP_STEP);
-        }
+        let moving = {
+            let mut h = hub.borrow_mut();
+            let engines = h.datapath_mut().inner_mut();
+            if engines.moving() {
+                engines.move_some(SWAP_STEP);
+            }
+            engines.moving()
+        };
         // Data-path events (usage reports, downlink data) are polled at least every 20 ms
         // (at once while sessions are moving).
         let tick = Instant::now()
-            + if agent.datapath().inner().moving() {
+            + if moving {
                 SWAP_PAUSE
             } else {
                 Duration::from_millis(20)
             };
-        let deadline = agent.poll_timeout().map_or(tick, |t| t.min(tick));
+        let deadline = shards
+            .iter()
+            .filter_map(|s| s.agent.poll_timeout())
+            .fold(tick, Instant::min);
+        first = first.wrapping_add(1);
+        let recv = std::future::poll_fn(|cx| {
+            let n = shards.len();
+            for k in 0..n {
+                let i = (first + k) % n;
+                let Some(sock) = &shards[i].sock else {
+                    continue;
+                };
+                let mut rb = tokio::io::ReadBuf::new(&mut buf);
+                if let std::task::Poll::Ready(r) = sock.poll_recv_from(cx, &mut rb) {
+                    let len = rb.filled().len();
+                    return std::task::Poll::Ready((i, r.map(|peer| (len, peer))));
+                }
+            }
+            std::task::Poll::Pending
+        });
         tokio::select! {
-            r = sock.recv_from(&mut buf) => match r {
-                Ok((n, peer)) => agent.handle_datagram(Instant::now(), peer, &buf[..n]),
-                Err(e) => warn!(target: "upf::n4", "receive: {e}"),
+            (i, r) = recv => match r {
+                Ok((n, peer)) => shards[i].agent.handle_datagram(Instant::now(), peer, &buf[..n]),
+                Err(e) => warn!(target: "upf::n4", "receive{}: {e}", shards[i].of()),
             },
             Some(req) = admin_rx.recv() => {
                 if let admin::Query::SetEngine(mode) = req.query {
-                    let engines = agent.datapath_mut().inner_mut();
-                    let _ = req.reply.send(admin::set_engine(engines, mode));
+                    let mut h = hub.borrow_mut();
+                    let _ = req.reply.send(admin::set_engine(h.datapath_mut().inner_mut(), mode));
                     continue;
                 }
+                let h = hub.borrow();
+                let stats: Vec<_> = shards
+                    .iter()
+                    .filter_map(|s| s.persist.as_ref().map(state::Persist::stats))
+                    .collect();
                 let st = admin::State {
-                    agent: &agent,
+                    agent: &shards[0].agent,
+                    datapath: h.datapath(),
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
-                    state: persist.as_ref().map(state::Persist::stats),
+                    state: state::sum(&stats),
+                    cluster: cluster.as_ref().map(|_| admin::ClusterView {
+                        shards: shards
+                            .iter()
+                            .map(|s| (s.name.clone(), s.agent.session_count()))
+                            .collect(),
+                        etcd_reachable,
+                    }),
                 };
                 let _ = req.reply.send(admin::answer(req.query, &st));
             }
             () = tokio::time::sleep_until(deadline.into()) => {
-                if let Some(p) = &mut persist {
-                    p.watch();
+                let now = Instant::now();
+                for s in &mut shards {
+                    if let Some(p) = &mut s.persist {
+                        p.watch();
+                    }
+                    s.agent.handle_timeout(now);
+                    let addr = s.addr;
+                    s.bind().await.with_context(|| format!("n4 address {addr}"))?;
                 }
-                agent.handle_timeout(Instant::now());
-                agent.datapath_mut().inner_mut().tick();
+                hub.borrow_mut().datapath_mut().inner_mut().tick();
             }
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
         }
     }
-    match persist {
-        // Sessions stay, for the next start: nobody is told to release them.
-        Some(p) => {
+    if shards.iter().any(|s| s.persist.is_some()) {
+        // Sessions stay, for the next start (or, in a cluster, for the instance that takes
+        // the shards over at once when the lease is revoked): nobody is told to release them.
+        for mut s in shards {
             info!(
                 target: "upf",
-                "stopping: {} associations and {} sessions kept in the store",
-                agent.association_count(),
-                agent.session_count()
+                "stopping: {} associations and {} sessions kept in the store{}",
+                s.agent.association_count(),
+                s.agent.session_count(),
+                s.of()
             );
-            p.save(&mut agent);
-            p.close(Duration::from_secs(5));
+            if let Some(p) = s.persist.take() {
+                p.save(&mut s.agent);
+                p.close(Duration::from_secs(5));
+            }
         }
-        None => shutdown(&mut agent, &sock).await,
+        if let Some(cl) = cluster {
+            cl.stop();
+        }
+    } else if let Some(s) = shards.first_mut() {
+        shutdown(s).await;
     }
     Ok(())
 }
@@ -495,7 +607,8 @@ const SWAP_PAUSE: Duration = Duration::from_millis(1);
 /// Graceful stop: tell every associated SMF (Association Release), flush what is queued,
 /// report the final counters, then the workers stop when `agent` (and with it the data path)
 /// is dropped.
-async fn shutdown(agent: &mut Agent<Observed<Engines>>, sock: &UdpSocket) {
+async fn shutdown(s: &mut Shard) {
+    let agent = &mut s.agent;
     let peers: Vec<SocketAddr> = agent.associations().map(|(_, a)| a).collect();
     info!(
         target: "upf",
@@ -507,21 +620,23 @@ async fn shutdown(agent: &mut Agent<Observed<Engines>>, sock: &UdpSocket) {
     let until = Instant::now() + Duration::from_millis(500);
     let mut buf = vec![0u8; 65_536];
     // Send our requests and give the peers a moment to answer them (best effort).
-    while Instant::now() < until {
-        while let Some(t) = agent.poll_transmit() {
-            let _ = sock.send_to(&t.payload, t.dest).await;
-        }
-        if !agent.has_pending_requests() {
-            break;
-        }
-        if let Ok(Ok((n, peer))) =
-            tokio::time::timeout(Duration::from_millis(50), sock.recv_from(&mut buf)).await
-        {
-            agent.handle_datagram(Instant::now(), peer, &buf[..n]);
+    if let Some(sock) = s.sock.clone() {
+        while Instant::now() < until {
+            while let Some(t) = agent.poll_transmit() {
+                let _ = sock.send_to(&t.payload, t.dest).await;
+            }
+            if !agent.has_pending_requests() {
+                break;
+            }
+            if let Ok(Ok((n, peer))) =
+                tokio::time::timeout(Duration::from_millis(50), sock.recv_from(&mut buf)).await
+            {
+                agent.handle_datagram(Instant::now(), peer, &buf[..n]);
+            }
         }
     }
     let mut total = upf_dataplane::Counters::default();
-    for w in agent.datapath().inner().workers().stats() {
+    for w in agent.datapath().hub().datapath().inner().workers().stats() {
         total.add(&w.counters);
     }
     info!(

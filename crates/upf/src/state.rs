@@ -69,35 +69,46 @@ pub struct Persist {
 /// Restores what the store held into the agent (our Recovery Time Stamp, associations,
 /// sessions, installed in the data path) and starts recording the agent's changes.
 pub fn resume<D: Datapath>(agent: &mut Agent<D>, o: Opened, now: Instant) -> Persist {
+    let mut opts = WriterOptions::default();
+    if let Some(b) = o.queue_bytes {
+        opts.queue_bytes = b;
+    }
+    let writer = o.store.into_writer(opts);
+    restore(agent, o.loaded, writer, &o.path.display().to_string(), now)
+}
+
+/// [`resume`] from what a store (`from`: the file, or a shard in etcd) held, recorded
+/// from now on by `writer`.
+pub fn restore<D: Datapath>(
+    agent: &mut Agent<D>,
+    loaded: Loaded,
+    writer: Writer,
+    from: &str,
+    now: Instant,
+) -> Persist {
     let Loaded {
         recovery,
         associations,
         sessions,
         ..
-    } = o.loaded;
+    } = loaded;
     if let Some(rts) = recovery {
         let t0 = Instant::now();
         let r = agent.restore(now, rts, associations, sessions);
         info!(
             target: "upf::state",
-            "restored {} associations and {} sessions from {} in {} ms; Recovery Time Stamp {rts} kept",
+            "restored {} associations and {} sessions from {from} in {} ms; Recovery Time Stamp {rts} kept",
             r.associations,
             r.sessions,
-            o.path.display(),
             t0.elapsed().as_millis()
         );
         for (key, why) in &r.failed {
             warn!(target: "upf::state", "{key} not restored: {why}");
         }
     } else {
-        info!(target: "upf::state", "new store {}", o.path.display());
+        info!(target: "upf::state", "new store {from}");
     }
     agent.track_changes();
-    let mut opts = WriterOptions::default();
-    if let Some(b) = o.queue_bytes {
-        opts.queue_bytes = b;
-    }
-    let writer = o.store.into_writer(opts);
     writer.submit(Op::SetRecovery(agent.recovery_time_stamp()));
     Persist {
         writer,
@@ -141,7 +152,8 @@ impl Persist {
             if st.failing {
                 warn!(
                     target: "upf::state",
-                    "writes failing (disk full?): {} records wait in memory, retried every 500 ms; sessions go on",
+                    "writes failing ({}): {} records wait in memory, retried every 500 ms; sessions go on",
+                    self.writer.last_error().unwrap_or_default(),
                     st.pending_ops
                 );
             } else {
@@ -169,4 +181,24 @@ impl Persist {
         }
         self.writer.close();
     }
+}
+
+/// The writers' counters summed (a cluster's instance has one writer per shard); None
+/// without any.
+pub fn sum(all: &[WriterStats]) -> Option<WriterStats> {
+    let (first, rest) = all.split_first()?;
+    let mut t = *first;
+    for s in rest {
+        t.commits += s.commits;
+        t.ops_written += s.ops_written;
+        t.bytes_written += s.bytes_written;
+        t.pending_ops += s.pending_ops;
+        t.pending_bytes += s.pending_bytes;
+        t.dropped_ops += s.dropped_ops;
+        t.dropped_bytes += s.dropped_bytes;
+        t.write_errors += s.write_errors;
+        t.failing |= s.failing;
+        t.fenced |= s.fenced;
+    }
+    Some(t)
 }

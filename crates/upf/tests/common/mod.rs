@@ -41,19 +41,30 @@ impl Upf {
     pub fn start(extra: &[&str]) -> Self {
         let port = free_port();
         let n4 = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut args = vec!["--n4".to_string(), n4.to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Self::spawn(n4, &args)
+    }
+
+    /// Instance `instance` of the cluster `config` describes, whose own shard listens on
+    /// `n4`; returns once it answers there.
+    pub fn cluster(config: &std::path::Path, instance: &str, n4: SocketAddr) -> Self {
+        let args = [
+            "--config".to_string(),
+            config.display().to_string(),
+            "--instance".into(),
+            instance.into(),
+        ];
+        Self::spawn(n4, &args)
+    }
+
+    fn spawn(n4: SocketAddr, extra: &[String]) -> Self {
+        let port = free_port();
         let admin = SocketAddr::from(([127, 0, 0, 1], port));
         let log = std::env::temp_dir().join(format!("upf-test-{}-{port}.log", std::process::id()));
         let err = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_upf"))
-            .args([
-                "run",
-                "--n4",
-                &n4.to_string(),
-                "--n3-port",
-                "0",
-                "--n6",
-                "none",
-            ])
+            .args(["run", "--n3-port", "0", "--n6", "none"])
             .args(["--admin", &admin.to_string()])
             .args(extra)
             .stdin(Stdio::null())

@@ -1,0 +1,200 @@
+//! Failover across instances (`[cluster]`, issue #29) as an operator meets it, on loopback
+//! (no root: every 127.0.0.0/8 address is already on this host, so a shard's N4 address
+//! "moves" as soon as the process holding it dies). Needs etcd (scripts/setup.sh).
+
+mod common;
+
+use common::{Peer, Upf};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use upf_netns::etcd::Etcd;
+use upf_pfcp::ie::*;
+use upf_pfcp::messages::*;
+use upf_pfcp::{Cause, Message};
+use upf_smf as smf;
+
+const SMF: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+fn etcd() -> Etcd {
+    let port = loop {
+        let p = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            break p;
+        }
+    };
+    Etcd::start(None, IpAddr::V4(Ipv4Addr::LOCALHOST), port).expect("etcd")
+}
+
+fn free_udp(ip: Ipv4Addr) -> SocketAddr {
+    std::net::UdpSocket::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The cluster's file: shards a and b, each its N4 address, N3 address, pool, TEIDs.
+fn config(etcd: &Etcd, a: SocketAddr, b: SocketAddr) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("upf-cluster-{}.toml", std::process::id()));
+    let text = format!(
+        r#"
+[cluster]
+etcd = ["{}"]
+prefix = "/test-{}"
+lease_ttl_s = 2
+[cluster.shards.a]
+n4 = "{a}"
+n3 = ["127.0.0.11"]
+ue_pool = [{{ ipv4 = "10.61.0.0/17" }}]
+teid_range = [1, 0x7fffffff]
+[cluster.shards.b]
+n4 = "{b}"
+n3 = ["127.0.0.12"]
+ue_pool = [{{ ipv4 = "10.61.128.0/17" }}]
+teid_range = [0x80000000, 0xffffffff]
+"#,
+        etcd.endpoint(),
+        std::process::id()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn heartbeat(peer: &mut Peer) -> u32 {
+    let r = peer.request(
+        None,
+        HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(3_913_000_000),
+            source_ip_address: None,
+        },
+    );
+    match r.message {
+        Message::HeartbeatResponse(h) => h.recovery_time_stamp.0,
+        m => panic!("{m:?}"),
+    }
+}
+
+/// Until `upf`'s store has nothing pending and wrote at least `n` records.
+fn written(upf: &Upf, n: f64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pending = upf.metric("upf_state_pending_writes", &[]);
+        let writes = upf.metric("upf_state_writes_total", &[]).unwrap_or(0.0);
+        if pending == Some(0.0) && writes >= n {
+            return;
+        }
+        assert!(Instant::now() < until, "not written: {pending:?}, {writes}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The first answer to a heartbeat on `to` (any instance's), and how long it took.
+fn answered(to: SocketAddr, within: Duration) -> (u32, Duration) {
+    let probe = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let t0 = Instant::now();
+    for seq in 1.. {
+        assert!(t0.elapsed() < within, "nobody answers on {to}");
+        let hb = HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(3_913_056_000),
+            source_ip_address: None,
+        };
+        probe.send_to(&smf::encode(None, seq, hb), to).unwrap();
+        let mut buf = [0u8; 256];
+        if let Ok((n, _)) = probe.recv_from(&mut buf) {
+            if let Ok((p, _)) = upf_pfcp::Pdu::decode(&buf[..n]) {
+                if let Message::HeartbeatResponse(h) = p.message {
+                    return (h.recovery_time_stamp.0, t0.elapsed());
+                }
+            }
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+#[ignore = "needs etcd (scripts/setup.sh)"]
+fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
+    let e = etcd();
+    let (na, nb) = (
+        free_udp(Ipv4Addr::new(127, 0, 0, 11)),
+        free_udp(Ipv4Addr::new(127, 0, 0, 12)),
+    );
+    let cfg = config(&e, na, nb);
+    let mut a = Upf::cluster(&cfg, "a", na);
+    let b = Upf::cluster(&cfg, "b", nb);
+    let mut smf = Peer::new(SMF, &a);
+    assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
+    let seids = [smf.establish(), smf.establish(), smf.establish()];
+    let recovery = heartbeat(&mut smf);
+    // The association, three sessions and the Recovery Time Stamp, in etcd.
+    written(&a, 5.0);
+    assert_eq!(
+        a.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
+        Some(3.0)
+    );
+
+    a.kill9();
+    // b takes a over: the lease expires (2 s), b's next look sees it, loads a's records,
+    // installs them and binds a's N4 address.
+    let (rts, took) = answered(na, Duration::from_secs(10));
+    assert_eq!(
+        rts, recovery,
+        "a's Recovery Time Stamp: the SMF sees no restart"
+    );
+    eprintln!("a's N4 answered again {took:?} after kill -9");
+    assert!(took < Duration::from_secs(5), "took over in {took:?}");
+    assert!(
+        b.log()
+            .contains("took over shard a (Node ID 127.0.0.11) from instance a, 3 sessions"),
+        "{}",
+        b.log()
+    );
+    assert_eq!(
+        b.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        b.metric("upf_cluster_shard_sessions", &[("shard", "b")]),
+        Some(0.0)
+    );
+    // The SMF goes on with a's sessions where they were: a modification, a deletion, a
+    // new session from a's TEIDs and pool.
+    let mut m = smf::modification();
+    m.update_fars
+        .push(smf::update_far_to_gnb(2, 0x99, Ipv4Addr::new(192, 0, 2, 7)));
+    match smf.request(Some(seids[0]), m).message {
+        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
+        m => panic!("{m:?}"),
+    }
+    match smf
+        .request(Some(seids[1]), SessionDeletionRequest {})
+        .message
+    {
+        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
+        m => panic!("{m:?}"),
+    }
+    let r = smf.try_establish(smf.node.clone());
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.node_id, NodeId::Ipv4(Ipv4Addr::new(127, 0, 0, 11)));
+    for p in &r.created_pdrs {
+        if let Some(FTeid::Assigned { teid, ipv4, .. }) = p.local_f_teid {
+            assert!(teid < 0x8000_0000, "a's TEID range: {teid:#x}");
+            assert_eq!(ipv4, Some(Ipv4Addr::new(127, 0, 0, 11)));
+        }
+    }
+    assert_eq!(
+        b.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
+        Some(3.0)
+    );
+    // b's own shard is untouched on its own address.
+    let (_, _) = answered(nb, Duration::from_secs(1));
+    eprintln!("{}", b.log());
+    let _ = std::fs::remove_file(&cfg);
+}
