@@ -3,7 +3,8 @@
 # the pinned Rust toolchain, clang and libbpf-dev for the BPF programs, nightly + cargo-fuzz
 # for the fuzz smoke run, tshark, scapy and Go (for interop/go-smf, on go-pfcp v0.0.24) for
 # the interoperability cross-checks, iproute2, iputils-ping, iperf3, procps and ethtool for
-# `upf demo` and the end-to-end suite.
+# `upf demo` and the end-to-end suite, kubernetes-validate and kustomize for the Kubernetes
+# example's check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -53,6 +54,9 @@ command -v cargo-fuzz >/dev/null || cargo +"$toolchain" install cargo-fuzz --loc
 
 python3 -c 'import scapy, sys; sys.exit(scapy.VERSION != "2.8.0")' 2>/dev/null \
   || python3 -m pip install --quiet --root-user-action=ignore 'scapy==2.8.0'
+# scripts/check-k8s.py: Kubernetes' schemas (bundled, offline) for deploy/kubernetes.
+python3 -c 'import kubernetes_validate as k, sys; sys.exit(k.__version__ != "1.37.0")' 2>/dev/null \
+  || python3 -m pip install --quiet --root-user-action=ignore 'kubernetes-validate==1.37.0'
 
 # The go-pfcp client: fetch its modules (pinned by interop/go-smf/go.sum) and build it once,
 # so that the interop run only rebuilds from the cache. GOTOOLCHAIN=local: never download a
@@ -61,4 +65,10 @@ go_bin=${go_bin:-$(command -v go || echo /usr/bin/go)}
 "$go_bin" version
 mkdir -p target
 (cd interop/go-smf && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 "$go_bin" build -o ../../target/go-smf .)
+# kustomize renders deploy/kubernetes for scripts/check-k8s.py (~1 min to build the first
+# time; it needs Go >= 1.22, so an old Debian Go leaves it out, said here and by the check).
+[[ $(target/tools/kustomize version 2>/dev/null) == v5.7.1 ]] \
+  || GOBIN=$PWD/target/tools GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
+    "$go_bin" install sigs.k8s.io/kustomize/kustomize/v5@v5.7.1 \
+  || echo "setup: WARNING: kustomize did not install; check-k8s cannot render the example" >&2
 echo "setup: ok"

@@ -57,6 +57,8 @@ tail -1 target/bench-smoke.log
 step "interop: scapy, tshark and go-pfcp (codecs; the N4 agent as \`upf run\`)"
 cargo build --quiet --bin upf
 python3 interop/run.py --upf target/debug/upf
+step "deploy/kubernetes renders, validates, and its upf.toml passes upf run --check"
+python3 scripts/check-k8s.py --upf target/debug/upf
 step "fuzz smoke"
 scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-10}"
 # One closing line that sums up every runner above.
