@@ -171,6 +171,10 @@ pub fn file_config(args: &Args) -> anyhow::Result<FileConfig> {
         };
     }
     c.validate()?;
+    // The instance serves its own shard from the start: it must be one of them.
+    if let Some(cl) = &c.cluster {
+        c.for_shard(&cl.home_shard())?;
+    }
     Ok(c)
 }
 
