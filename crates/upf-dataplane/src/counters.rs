@@ -83,7 +83,8 @@ pub struct Counters {
     pub created: u64,
     /// Packets held in buffers right now.
     pub buffered: u64,
-    /// Error Indications not sent because of the rate limit.
+    /// Error Indications not sent: the rate limit, or a TEID of another shard of the
+    /// cluster (`PipelineConfig::silent_teids`).
     pub error_indications_suppressed: u64,
     /// Error Indications received for a session whose SMF was told of one since the session
     /// was last installed or modified: not reported again.

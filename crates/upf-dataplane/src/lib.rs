@@ -74,6 +74,11 @@ pub struct PipelineConfig {
     /// Error Indications per second one worker may send for unknown TEIDs; Supported
     /// Extension Headers Notifications have a budget of their own at the same rate.
     pub error_indications_per_s: u32,
+    /// TEIDs (first, last) whose G-PDUs get no Error Indication while unknown: the ranges
+    /// of the other shards of a cluster (#29). Their tunnels reach this instance when their
+    /// addresses move here, before it has taken their sessions over; an Error Indication
+    /// then would have the gNB release them.
+    pub silent_teids: Vec<(u32, u32)>,
     /// GTP-U path management (Echo Requests to the peers of live tunnels).
     pub echo: paths::EchoConfig,
     /// TTL / Hop Limit of the outer headers we write.
@@ -100,6 +105,7 @@ impl Default for PipelineConfig {
             buffer_packets_per_far: 64,
             buffer_bytes: 16 << 20,
             error_indications_per_s: 100,
+            silent_teids: Vec::new(),
             echo: paths::EchoConfig::default(),
             outer_ttl: 64,
             uplink_acl: Default::default(),

@@ -122,6 +122,24 @@ fn error_indications_are_rate_limited() {
     assert_balanced(&mut r);
 }
 
+/// A cluster's instance receives the tunnels of another shard once its addresses move
+/// here, before it has taken the sessions over: no Error Indication for those TEIDs.
+#[test]
+fn no_error_indication_for_another_shards_teids() {
+    let mut r = Rig::with(|p| p.silent_teids = vec![(0x8000_0000, 0xffff_ffff)]);
+    let inner = udp4(UE, DN, 1, 2, 10, 0);
+    let out = r.send(vec![
+        gpdu(0x8000_0001, None, &inner),
+        gpdu(0x7fff_ffff, None, &inner),
+    ]);
+    assert_eq!(out.len(), 1, "only the TEID of our own range is answered");
+    assert_error_indication(&out[0], 0x7fff_ffff, UPF.into(), GNB.into());
+    let c = r.dp().counters().clone();
+    assert_eq!(c.error_indications_suppressed, 1);
+    assert_eq!(c.dropped(DropReason::UnknownTeid), 2);
+    assert_balanced(&mut r);
+}
+
 fn echo_request(seq: u16) -> Vec<u8> {
     let mut b = [0u8; 64];
     let n = gtpu_msg::emit_echo_request(seq, &mut b).unwrap();

@@ -397,7 +397,7 @@ impl Collector for Scrape {
             &mut e,
             Counter,
             "upf_error_indications_suppressed_total",
-            "Error Indications not sent because of their rate limit.",
+            "Error Indications not sent: their rate limit, or a TEID of another shard of the cluster (its tunnels may arrive before this instance takes it over).",
             self.per_worker(|s| s.counters.error_indications_suppressed),
         )?;
         family(&mut e, Counter, "upf_error_indications_repeated_total", "Error Indications received for a session already reported to its SMF since its last modification (not reported again).", self.per_worker(|s| s.counters.error_indications_repeated))?;

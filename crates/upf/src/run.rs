@@ -297,6 +297,13 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
             buffer_packets_per_far: c.limits.buffer_packets_per_far,
             buffer_bytes: c.limits.buffer_bytes_per_worker,
             error_indications_per_s: c.limits.error_indications_per_s,
+            silent_teids: c.cluster.as_ref().map_or_else(Vec::new, |cl| {
+                let home = cl.home_shard();
+                (cl.shards.iter())
+                    .filter(|(name, _)| **name != home)
+                    .map(|(_, s)| (s.teid_range[0], s.teid_range[1]))
+                    .collect()
+            }),
             echo: c.gtpu.echo(),
             outer_ttl: 64,
             uplink_acl: Arc::new(acl),

@@ -161,7 +161,14 @@ impl Pipeline {
         d: &Decapsulated,
         out: &mut Output,
     ) {
-        if !self.error_indications.allow(now) {
+        let teid = d.gtpu.teid;
+        if self
+            .cfg
+            .silent_teids
+            .iter()
+            .any(|&(a, b)| (a..=b).contains(&teid))
+            || !self.error_indications.allow(now)
+        {
             self.counters.error_indications_suppressed += 1;
             return;
         }
