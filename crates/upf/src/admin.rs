@@ -243,6 +243,8 @@ pub struct State<'a> {
     pub admin_refused: u64,
     /// The store's writer, with `[state]`.
     pub state: Option<upf_state::WriterStats>,
+    /// The usage checkpoints, with `[state] usage_checkpoint_ms` > 0.
+    pub checkpoints: Option<crate::checkpoint::CheckpointStats>,
 }
 
 pub fn answer(query: Query, st: &State<'_>) -> Response {
@@ -335,6 +337,7 @@ fn control(st: &State<'_>) -> ControlView {
         admin_refused: st.admin_refused,
         uptime_s: st.uptime_s,
         state: st.state,
+        checkpoints: st.checkpoints,
     }
 }
 

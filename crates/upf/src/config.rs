@@ -32,7 +32,7 @@ pub struct FileConfig {
 
 /// `[state]`: the store of the UPF's sessions and associations (upf-state), so that a
 /// restarted UPF resumes them without the SMF.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateCfg {
     /// The store's file; default `$XDG_STATE_HOME/upf/state.redb`, else
@@ -41,6 +41,19 @@ pub struct StateCfg {
     /// Bytes of writes the store may have queued (a slow or full disk); beyond, writes are
     /// dropped and counted.
     pub queue_bytes: Option<usize>,
+    /// How often the URRs' usage since their last reports is written (ms); a restart
+    /// loses at most this much of it. 0: never (a restart loses all of it).
+    pub usage_checkpoint_ms: u64,
+}
+
+impl Default for StateCfg {
+    fn default() -> Self {
+        Self {
+            path: None,
+            queue_bytes: None,
+            usage_checkpoint_ms: 1000,
+        }
+    }
 }
 
 impl StateCfg {

@@ -4,6 +4,7 @@
 
 use crate::admin;
 use crate::backends;
+use crate::checkpoint::{Checkpoints, Progress};
 use crate::config::{self, Backend, FileConfig, LogFormat};
 use crate::datapath::Observed;
 use crate::state;
@@ -373,6 +374,8 @@ async fn serve(
     let mut agent = Agent::new(cfg, Observed::new(engines), started, ntp_now())?;
     // Sessions forward again before the first PFCP message is read.
     let mut persist = stored.map(|o| state::resume(&mut agent, o, started));
+    let mut checkpoints = (persist.as_mut().zip(c.state.as_ref()))
+        .and_then(|(p, s)| Checkpoints::start(s, &mut agent, p, Instant::now()));
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
     let admin_refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !c.admin.address.is_empty() {
@@ -397,10 +400,27 @@ async fn serve(
         if let Some(p) = &persist {
             p.save(&mut agent);
         }
+        let now = Instant::now();
         while let Some(t) = agent.poll_transmit() {
+            // Usage Reports wait for the store to have their UR-SEQN (checkpoint.rs).
+            let t = match (&mut checkpoints, &persist) {
+                (Some(k), Some(p)) => match k.send_or_hold(t, Progress::of(p), now) {
+                    Some(t) => t,
+                    None => continue,
+                },
+                _ => t,
+            };
             if let Err(e) = sock.send_to(&t.payload, t.dest).await {
                 warn!(target: "upf::n4", "send to {}: {e}", t.dest);
             }
+        }
+        if let (Some(k), Some(p)) = (&mut checkpoints, &persist) {
+            for t in k.release(p.writer().durable(), now) {
+                if let Err(e) = sock.send_to(&t.payload, t.dest).await {
+                    warn!(target: "upf::n4", "send to {}: {e}", t.dest);
+                }
+            }
+            k.tick(now, &agent, p);
         }
         while let Some(e) = agent.poll_event() {
             let by_peer = matches!(
@@ -424,6 +444,9 @@ async fn serve(
             } else {
                 Duration::from_millis(20)
             };
+        let tick = checkpoints
+            .as_ref()
+            .map_or(tick, |k| k.deadline(now).min(tick));
         let deadline = agent.poll_timeout().map_or(tick, |t| t.min(tick));
         tokio::select! {
             r = sock.recv_from(&mut buf) => match r {
@@ -441,6 +464,7 @@ async fn serve(
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
                     state: persist.as_ref().map(state::Persist::stats),
+                    checkpoints: checkpoints.as_ref().map(Checkpoints::stats),
                 };
                 let _ = req.reply.send(admin::answer(req.query, &st));
             }
@@ -465,6 +489,14 @@ async fn serve(
                 agent.session_count()
             );
             p.save(&mut agent);
+            if let Some(k) = &mut checkpoints {
+                // The last usage, and the reports that waited for the store.
+                k.checkpoint(&agent, &p);
+                p.writer().flush(Duration::from_secs(5));
+                for t in k.release(p.writer().durable(), Instant::now()) {
+                    let _ = sock.send_to(&t.payload, t.dest).await;
+                }
+            }
             p.close(Duration::from_secs(5));
         }
         None => shutdown(&mut agent, &sock).await,

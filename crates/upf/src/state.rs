@@ -64,6 +64,8 @@ pub struct Persist {
     /// What the log last said of the store: failing or not, and the drops it reported.
     said_failing: bool,
     said_dropped: u64,
+    /// The usage checkpoints read with the sessions, until `crate::checkpoint` takes them.
+    usage: Vec<(u64, Vec<u8>)>,
 }
 
 /// Restores what the store held into the agent (our Recovery Time Stamp, associations,
@@ -73,7 +75,7 @@ pub fn resume<D: Datapath>(agent: &mut Agent<D>, o: Opened, now: Instant) -> Per
         recovery,
         associations,
         sessions,
-        ..
+        mut usage,
     } = o.loaded;
     if let Some(rts) = recovery {
         let t0 = Instant::now();
@@ -91,6 +93,7 @@ pub fn resume<D: Datapath>(agent: &mut Agent<D>, o: Opened, now: Instant) -> Per
         }
     } else {
         info!(target: "upf::state", "new store {}", o.path.display());
+        usage.clear();
     }
     agent.track_changes();
     let mut opts = WriterOptions::default();
@@ -103,6 +106,7 @@ pub fn resume<D: Datapath>(agent: &mut Agent<D>, o: Opened, now: Instant) -> Per
         writer,
         said_failing: false,
         said_dropped: 0,
+        usage,
     }
 }
 
@@ -160,6 +164,15 @@ impl Persist {
 
     pub fn stats(&self) -> WriterStats {
         self.writer.stats()
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// The usage checkpoints the store held (once).
+    pub fn take_usage(&mut self) -> Vec<(u64, Vec<u8>)> {
+        std::mem::take(&mut self.usage)
     }
 
     /// Before stopping: what is queued, written (for at most `timeout`).
