@@ -292,6 +292,35 @@ impl Pipeline {
         Ok(s.urrs.iter().map(|u| (u.id, u.unreported())).collect())
     }
 
+    /// For a usage checkpoint: the unreported usage ([`Pipeline::unreported`]) of each
+    /// session whose URRs counted, or reported, since the last call; sessions that have
+    /// counted nothing since their last report and did not before are left out. The
+    /// caller's writes are then bounded by the sessions with traffic, not by all sessions.
+    pub fn unreported_changed(&mut self) -> Vec<(Seid, Vec<(UrrId, Volume)>)> {
+        let mut out = Vec::new();
+        for slot in 0..self.slots.len() {
+            let Ok(index) = u32::try_from(slot) else {
+                break;
+            };
+            if self.slots[slot].as_ref().is_none_or(|s| s.urrs.is_empty()) {
+                continue;
+            }
+            self.sync_slot(index);
+            let Some(s) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            let mark = usage_mark(&s.urrs);
+            if mark != s.usage_mark {
+                s.usage_mark = mark;
+                out.push((
+                    s.seid,
+                    s.urrs.iter().map(|u| (u.id, u.unreported())).collect(),
+                ));
+            }
+        }
+        out
+    }
+
     /// Adds to session `seid`'s URRs usage another engine measured for them (`usage`, per
     /// URR, since their last report; its packets taken at `now`), as if this pipeline had
     /// counted it: in their next reports, against their thresholds and, with `quota`, their
@@ -589,6 +618,20 @@ impl Datapath for Pipeline {
     fn poll_event(&mut self) -> Option<DatapathEvent> {
         Pipeline::poll_event(self)
     }
+}
+
+/// A digest of what `urrs` measured since their last reports, and since when: a report
+/// changes it even when the same usage follows. 0 when nothing was measured.
+fn usage_mark(urrs: &[crate::usage::UrrState]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    if urrs.iter().all(|u| u.unreported().total_packets == 0) {
+        return 0;
+    }
+    let mut h = std::hash::DefaultHasher::new();
+    for u in urrs {
+        (u.id.0, u.measuring_since(), u.unreported()).hash(&mut h);
+    }
+    h.finish().max(1)
 }
 
 #[cfg(test)]

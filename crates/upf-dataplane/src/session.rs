@@ -375,6 +375,9 @@ pub(crate) struct Compiled {
     pub delayed_report: Option<(Instant, FarId, DatapathEvent)>,
     /// How long a packet may stay buffered (the BAR's DL Buffering Duration).
     pub buffer_for: Option<Duration>,
+    /// A digest of its URRs' unreported usage at the last usage checkpoint read
+    /// (`Pipeline::unreported_changed`); 0: never read.
+    pub usage_mark: u64,
 }
 
 /// What compiling needs to know about this UPF.
@@ -503,6 +506,7 @@ impl Compiled {
                 .as_ref()
                 .and_then(|b| b.dl_buffering_duration_s)
                 .map(Duration::from_secs),
+            usage_mark: 0,
             rules: s,
         })
     }

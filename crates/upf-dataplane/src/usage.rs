@@ -364,6 +364,11 @@ impl UrrState {
         self.volume
     }
 
+    /// When the measurement of [`UrrState::unreported`] started: a report restarts it.
+    pub fn measuring_since(&self) -> Instant {
+        self.start
+    }
+
     /// MBQE: the URR measures before QoS enforcement, packets a QER drops too.
     pub fn before_qos(&self) -> bool {
         self.rare.as_deref().is_some_and(|r| r.before_qos)

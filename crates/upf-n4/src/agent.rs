@@ -30,6 +30,28 @@ pub const MESSAGES_PER_DATAGRAM: usize = 16;
 pub struct Transmit {
     pub dest: SocketAddr,
     pub payload: Vec<u8>,
+    /// It may carry Usage Reports, each numbered by a UR-SEQN the session's record holds: a
+    /// driver that restores usage checkpoints sends it only once that record is durable
+    /// (else a restart would count the reported usage again). Resends are marked by their
+    /// message type, whether or not the first carried any.
+    pub usage: bool,
+}
+
+/// Whether `m` carries Usage Reports (TS 29.244 §7.5.5.2, §7.5.7.2, §7.5.8.2).
+fn carries_usage(m: &Message) -> bool {
+    match m {
+        Message::SessionReportRequest(r) => !r.usage_reports.is_empty(),
+        Message::SessionModificationResponse(r) => !r.usage_reports.is_empty(),
+        Message::SessionDeletionResponse(r) => !r.usage_reports.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether a message of type `t` may carry Usage Reports (for resends, whose bytes only
+/// are kept).
+fn may_carry_usage(t: u8) -> bool {
+    // Session Modification Response, Session Deletion Response, Session Report Request.
+    matches!(t, 53 | 55 | 56)
 }
 
 /// Something worth logging or counting that happened inside the agent.
@@ -386,6 +408,7 @@ impl<D: Datapath> Agent<D> {
             resend.push(Transmit {
                 dest: peer,
                 payload: bytes.to_vec(),
+                usage: bytes.get(1).is_some_and(|&t| may_carry_usage(t)),
             })
         });
         self.stats.retransmissions_sent += resend.len() as u64;
@@ -454,6 +477,8 @@ impl<D: Datapath> Agent<D> {
                         self.transmits.push_back(Transmit {
                             dest: peer,
                             payload,
+                            // The response's type is the request's plus one.
+                            usage: may_carry_usage(raw.message_type.wrapping_add(1)),
                         });
                         rest = tail;
                         continue;
@@ -592,6 +617,7 @@ impl<D: Datapath> Agent<D> {
         // then not fill the cache at all.
         let keep =
             self.is_associated(peer) || response_cause(&message).is_some_and(|c| c.is_accepted());
+        let usage = carries_usage(&message);
         let payload = Pdu::new(seid, seq, message).to_bytes();
         if keep {
             self.cache.insert(now, peer, seq, payload.clone());
@@ -599,6 +625,7 @@ impl<D: Datapath> Agent<D> {
         self.transmits.push_back(Transmit {
             dest: peer,
             payload,
+            usage,
         });
     }
 
@@ -616,13 +643,18 @@ impl<D: Datapath> Agent<D> {
             return;
         }
         let seq = self.outstanding.next_sequence();
+        let usage = carries_usage(&message);
         let payload = Pdu::new(seid, seq, message).to_bytes();
         if self.outstanding.bytes() + payload.len() > self.cfg.limits.pending_request_bytes {
             self.stats.reports_dropped_bytes += 1;
             return;
         }
         self.outstanding.sent(now, dest, seq, payload.clone(), ctx);
-        self.transmits.push_back(Transmit { dest, payload });
+        self.transmits.push_back(Transmit {
+            dest,
+            payload,
+            usage,
+        });
     }
 
     /// A datagram that did not decode: a request still gets a response with the cause

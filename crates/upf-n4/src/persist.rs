@@ -19,7 +19,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 use upf_pfcp::ie::NodeId;
-use upf_rules::{Datapath, Seid, Session, Teid, UrrId};
+use upf_rules::{Datapath, Seid, Session, Teid, UrrId, Volume};
 
 /// What changed since the last [`Agent::take_changes`]: a record to write, or `None` for a
 /// key to delete.
@@ -372,4 +372,64 @@ impl<D: Datapath> Agent<D> {
             self.ue_ips.free(a, ni);
         }
     }
+}
+
+/// A session's usage checkpoint as stored (JSON, one array a URR, ~40 octets each): the URR,
+/// its UR-SEQN when the usage was read (the number its next report would take), and the
+/// usage since its last report, uplink then downlink octets and packets.
+type UsageRow = (u32, u32, u64, u64, u64, u64);
+
+impl<D: Datapath> Agent<D> {
+    /// The usage checkpoint record of session `seid`: `usage` (each URR's, since its last
+    /// report, as the data path measured it now) with each URR's UR-SEQN now. `None` for a
+    /// session no longer held.
+    pub fn usage_record(&self, seid: Seid, usage: &[(UrrId, Volume)]) -> Option<Vec<u8>> {
+        let c = self.sessions.get(&seid)?;
+        let rows: Vec<UsageRow> = usage
+            .iter()
+            .map(|(u, v)| {
+                let (ul, dl) = (v.uplink_bytes, v.downlink_bytes);
+                let (ulp, dlp) = (v.uplink_packets, v.downlink_packets);
+                (u.0, next_seqn(c, *u), ul, ulp, dl, dlp)
+            })
+            .collect();
+        serde_json::to_vec(&rows).ok()
+    }
+
+    /// What a usage checkpoint of session `seid` holds that no report has carried since it
+    /// was read: the usage of each URR whose UR-SEQN in it is the one the session (as
+    /// restored) would give its next report. A URR reported after the checkpoint has a
+    /// later one: its checkpoint is dropped (usage under-reported, never counted twice).
+    /// Empty for a session not held or a record that does not read back.
+    pub fn checkpointed_usage(&self, seid: Seid, record: &[u8]) -> Vec<(UrrId, Volume)> {
+        let (Some(c), Ok(rows)) = (
+            self.sessions.get(&seid),
+            serde_json::from_slice::<Vec<UsageRow>>(record),
+        ) else {
+            return Vec::new();
+        };
+        rows.into_iter()
+            .filter(|&(u, n, ..)| n == next_seqn(c, UrrId(u)) && c.rules.urr(UrrId(u)).is_some())
+            .map(|(u, _, ulb, ulp, dlb, dlp)| {
+                let v = Volume {
+                    total_bytes: ulb.saturating_add(dlb),
+                    uplink_bytes: ulb,
+                    downlink_bytes: dlb,
+                    total_packets: ulp.saturating_add(dlp),
+                    uplink_packets: ulp,
+                    downlink_packets: dlp,
+                };
+                (UrrId(u), v)
+            })
+            .filter(|(_, v)| v.total_packets > 0)
+            .collect()
+    }
+}
+
+/// The UR-SEQN URR `u`'s next report takes (`report.rs`: 0 before its first).
+fn next_seqn(c: &SessionCtx, u: UrrId) -> u32 {
+    c.ur_seqn
+        .iter()
+        .find(|(id, _)| *id == u)
+        .map_or(0, |&(_, n)| n)
 }

@@ -13,7 +13,7 @@ use upf_pfcp::ie::*;
 use upf_pfcp::messages::*;
 use upf_pfcp::{Cause, Message};
 use upf_rules::mem::MemDatapath;
-use upf_rules::Session;
+use upf_rules::{Seid, Session, UrrId as RUrrId, Volume};
 use upf_smf as smf;
 
 /// A store as a map, fed as the driver feeds the real one.
@@ -204,6 +204,88 @@ fn ur_seqn_goes_on_after_a_restart() {
     store.save(&mut s);
     restart(&mut s, &store);
     assert_eq!(query(&mut s), 2, "UR-SEQN does not start over");
+}
+
+/// One uplink packet of `bytes` as a data path counts it.
+fn packet(bytes: u64) -> Volume {
+    let mut v = Volume::default();
+    v.count(bytes, true);
+    v
+}
+
+/// A usage checkpoint read back after a restart: carried into the data path when its URR's
+/// UR-SEQN is the one the restored session's next report takes (here into that report);
+/// dropped when a report went out after it (a later UR-SEQN in the session's record): the
+/// usage in that report must not count twice.
+#[test]
+fn a_usage_checkpoint_is_carried_only_if_no_report_followed_it() {
+    let mut s = tracked();
+    let mut store = Store::default();
+    let a = s.establish_ok();
+    let b = s.establish_ok();
+    let query = |s: &mut Smf, seid: u64| {
+        let mut m = smf::modification();
+        m.query_urrs.push(QueryUrr { urr_id: UrrId(1) });
+        let r = s.modify(seid, m);
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        let u = &r.usage_reports[0];
+        let v = u.volume_measurement.as_ref().unwrap();
+        (
+            u.ur_seqn.0,
+            v.total_volume.unwrap(),
+            v.uplink_packets.unwrap(),
+        )
+    };
+    for seid in [a, b] {
+        s.agent
+            .datapath_mut()
+            .add_usage(Seid(seid), RUrrId(1), 1000, true);
+    }
+    // The checkpoint: what the data path counted since each URR's last report.
+    let usage = [(RUrrId(1), packet(1000))];
+    let rec_a = s.agent.usage_record(Seid(a), &usage).unwrap();
+    let rec_b = s.agent.usage_record(Seid(b), &usage).unwrap();
+    // b's usage is reported after the checkpoint (UR-SEQN 0 goes out, 1 is next).
+    assert_eq!(query(&mut s, b), (0, 1000, 1));
+    store.save(&mut s);
+    restart(&mut s, &store);
+    let carried = s.agent.checkpointed_usage(Seid(a), &rec_a);
+    assert_eq!(carried, usage);
+    assert_eq!(s.agent.checkpointed_usage(Seid(b), &rec_b), []);
+    assert_eq!(s.agent.checkpointed_usage(Seid(a), b"not json"), []);
+    for (urr, v) in carried {
+        s.agent
+            .datapath_mut()
+            .add_usage(Seid(a), urr, v.uplink_bytes, true);
+    }
+    // The checkpoint's usage is in a's next report, with what follows; b reports what
+    // follows only.
+    for seid in [a, b] {
+        s.agent
+            .datapath_mut()
+            .add_usage(Seid(seid), RUrrId(1), 500, true);
+    }
+    assert_eq!(query(&mut s, a), (0, 1500, 2));
+    assert_eq!(query(&mut s, b), (1, 500, 1));
+}
+
+/// A driver holds what carries Usage Reports until the store has the UR-SEQN they took:
+/// the agent marks them, and their resends (whose bytes only it keeps), and nothing else.
+#[test]
+fn messages_that_carry_usage_reports_are_marked() {
+    let mut s = tracked();
+    let a = s.establish_ok();
+    let send = |s: &mut Smf, seq: u32, m: Message| {
+        let out = s.send_bytes(&smf::encode(Some(a), seq, m));
+        assert_eq!(out.len(), 1);
+        out[0].usage
+    };
+    assert!(!send(&mut s, 100, smf::modification().into()), "no usage");
+    let mut q = smf::modification();
+    q.query_urrs.push(QueryUrr { urr_id: UrrId(1) });
+    assert!(send(&mut s, 101, q.clone().into()), "a query's report");
+    assert!(send(&mut s, 101, q.into()), "its resend");
+    assert!(send(&mut s, 102, SessionDeletionRequest {}.into()));
 }
 
 #[test]

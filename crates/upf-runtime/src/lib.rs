@@ -19,6 +19,6 @@ mod workers;
 
 pub use engines::{EngineMode, EngineStatus, Engines, Runs, Swap};
 pub use workers::{
-    BatchStats, PortQueue, RuntimeConfig, StartError, WorkerQueues, WorkerStats, Workers,
-    BATCH_TIME_BUCKETS, IDLE_POLL, PATH_OWNER,
+    BatchStats, PortQueue, RuntimeConfig, SessionsUsage, StartError, WorkerQueues, WorkerStats,
+    Workers, BATCH_TIME_BUCKETS, IDLE_POLL, PATH_OWNER,
 };

@@ -60,6 +60,9 @@ type Reply<T> = SyncSender<Result<T, DatapathError>>;
 /// for another to go on from).
 pub type SessionsCarried = Vec<(Seid, Carried)>;
 
+/// Per session, the usage of each URR since its last report.
+pub type SessionsUsage = Vec<(Seid, Vec<(UrrId, Volume)>)>;
+
 enum Control {
     Install(
         Arc<Session>,
@@ -77,6 +80,8 @@ enum Control {
     Carried(Vec<Seid>, Reply<SessionsCarried>),
     CarryIn(SessionsCarried),
     Unreported(Seid, Reply<Vec<(UrrId, Volume)>>),
+    /// `Pipeline::unreported_changed`: the sessions that counted since the last one.
+    UnreportedChanged(Reply<SessionsUsage>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -710,6 +715,9 @@ impl Worker {
             Control::Unreported(seid, r) => {
                 let _ = r.send(self.pipeline.unreported(seid));
             }
+            Control::UnreportedChanged(r) => {
+                let _ = r.send(Ok(self.pipeline.unreported_changed()));
+            }
             Control::Carry(seid, usage, quota, r) => {
                 let _ = r.send(self.pipeline.carry_usage(now, seid, &usage, quota));
             }
@@ -1106,6 +1114,44 @@ impl Workers {
             }
         }
         Ok(all)
+    }
+
+    /// For a usage checkpoint: [`Workers::unreported`] of every session that counted, or
+    /// reported, since the last call (sessions that never counted left out), one message a
+    /// worker, all asked before any answer is awaited. A session on several workers is
+    /// read whole from all of them when one of them counted.
+    pub fn unreported_changed(&self) -> Result<SessionsUsage, DatapathError> {
+        let mut asked = Vec::with_capacity(self.inputs.len());
+        for i in 0..self.inputs.len() {
+            let (tx, rx) = mpsc::sync_channel(1);
+            if !self.send(i, Input::Control(Control::UnreportedChanged(tx))) {
+                return Err(DatapathError::Internal(format!("worker {i} stopped")));
+            }
+            asked.push((i, rx));
+        }
+        let mut out = Vec::new();
+        let mut spread = Vec::new();
+        for (i, rx) in asked {
+            let answer = rx
+                .recv()
+                .map_err(|_| DatapathError::Internal(format!("worker {i} stopped")))??;
+            for (seid, usage) in answer {
+                match self.placement.get(&seid).map(|p| p.workers.len()) {
+                    Some(1) => out.push((seid, usage)),
+                    Some(_) => spread.push(seid),
+                    // Removed since it answered: nothing to keep.
+                    None => {}
+                }
+            }
+        }
+        spread.sort_unstable();
+        spread.dedup();
+        for seid in spread {
+            if let Ok(u) = self.unreported(seid) {
+                out.push((seid, u));
+            }
+        }
+        Ok(out)
     }
 
     /// Reports of `trigger` of session `seid`'s URRs `urrs` (all when empty): their usage

@@ -811,3 +811,66 @@ fn new_sessions_installed_in_one_go_are_each_installed_or_refused_alone() {
     let got = forwarded(&w, packets, UES as usize);
     assert_eq!(got.len(), UES as usize);
 }
+
+/// A usage checkpoint's bulk read: each session that counted since the last read, with what
+/// it counted since its last report; a session that did not count is left out, one that
+/// reported since comes back (its usage restarted), and a spread UE's session holds every
+/// worker's count.
+#[test]
+fn the_checkpoint_read_returns_only_sessions_that_counted_since_the_last() {
+    let cfg = RuntimeConfig {
+        spread_ues: vec![IpAddr::V4(ue(0))],
+        ..config(2)
+    };
+    let mut w = Workers::start(&cfg).unwrap();
+    let with_urr = |i: u32| {
+        let mut s = (*session(i)).clone();
+        s.pdrs[0].urrs = [UrrId(1)].into_iter().collect();
+        s.urrs = vec![Urr::new(UrrId(1))];
+        Arc::new(s)
+    };
+    for i in 0..4 {
+        w.install(Instant::now(), with_urr(i), InstallFlags::default())
+            .unwrap();
+    }
+    let read = |w: &Workers| {
+        let mut r: Vec<(u64, u64)> = (w.unreported_changed().unwrap().into_iter())
+            .map(|(s, u)| {
+                assert_eq!(u.len(), 1);
+                assert_eq!(u[0].0, UrrId(1));
+                (s.0, u[0].1.total_packets)
+            })
+            .collect();
+        r.sort_unstable();
+        r
+    };
+    assert_eq!(read(&w), [], "nothing counted yet");
+    let flow_on = |w: &Workers, worker: usize| {
+        (1000..2000)
+            .find(|&f| w.steering().worker(&uplink_flow(0, 0, f)) == worker)
+            .unwrap()
+    };
+    let (f0, f1) = (flow_on(&w, 0), flow_on(&w, 1));
+    let send = |w: &Workers, p: Vec<Packet>| {
+        let n = p.len();
+        assert_eq!(forwarded(w, p, n).len(), n);
+    };
+    // UE 0 (spread) on both workers, UEs 1 and 2.
+    send(&w, vec![uplink_flow(0, 1, f0), uplink_flow(0, 2, f1)]);
+    send(&w, vec![uplink(1, 1), uplink(1, 2), uplink(2, 1)]);
+    // SEIDs are UE + 1.
+    assert_eq!(read(&w), [(1, 2), (2, 2), (3, 1)]);
+    assert_eq!(read(&w), [], "nothing counted since");
+    // UE 0 on one worker only: still both workers' count; UE 2 counts on.
+    send(&w, vec![uplink_flow(0, 3, f1), uplink(2, 2)]);
+    assert_eq!(read(&w), [(1, 3), (3, 2)]);
+    // A report restarts UE 1's usage: it comes back, with nothing counted.
+    let q = w.query_usage(Instant::now(), Seid(2), &[]).unwrap();
+    assert_eq!(q[0].volume.total_packets, 2);
+    assert_eq!(read(&w), [(2, 0)]);
+    assert_eq!(read(&w), []);
+    // A removed session is not read.
+    w.remove(Instant::now(), Seid(3)).unwrap();
+    send(&w, vec![uplink(3, 1)]);
+    assert_eq!(read(&w), [(4, 1)]);
+}

@@ -569,3 +569,36 @@ fn records_are_stored_compressed_and_only_records_unpack() {
     assert_eq!(unpack(&packed[..packed.len() - 3]), None);
     assert_eq!(unpack(&[1, 0]), None);
 }
+
+/// `durable` passes the mark `submitted` gave only once what was submitted before it is
+/// committed: not while commits fail, at once after the retry that succeeds.
+#[test]
+fn durable_passes_a_submission_only_once_it_is_committed() {
+    let dir = TempDir::new("durable");
+    let w = Store::open(&dir.file(), NODE)
+        .unwrap()
+        .into_writer(WriterOptions {
+            retry: Duration::from_millis(5),
+            ..WriterOptions::default()
+        });
+    assert!(w.submit(Op::PutSession(1, vec![1; 10])));
+    assert!(w.flush(LONG));
+    let before = w.submitted();
+    assert!(w.durable() >= before);
+    w.fail_commits(true);
+    assert!(w.submit(Op::PutSession(1, vec![2; 10])));
+    assert!(w.submit(Op::PutUsage(1, vec![3; 10])));
+    let mark = w.submitted();
+    assert_eq!(mark, before + 2);
+    let deadline = Instant::now() + LONG;
+    while w.stats().write_errors < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(w.stats().write_errors >= 2, "the commit was attempted");
+    assert!(w.durable() < mark, "not durable while commits fail");
+    w.fail_commits(false);
+    assert!(w.flush(LONG));
+    assert!(w.durable() >= mark);
+    drop(w);
+    assert_eq!(load(&dir.file()).usage, [(1, vec![3; 10])]);
+}

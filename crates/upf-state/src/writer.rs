@@ -235,6 +235,18 @@ impl Writer {
         true
     }
 
+    /// How many ops [`Writer::submit`] has accepted so far: a mark for [`Writer::durable`].
+    pub fn submitted(&self) -> u64 {
+        self.handle.shared.lock().submitted
+    }
+
+    /// How many of them are committed durably (after a failed commit, none of what it held
+    /// until a retry succeeds). Everything submitted before [`Writer::submitted`] returned
+    /// `n` is on disk once this is `>= n`: what a message the UPF sends may depend on.
+    pub fn durable(&self) -> u64 {
+        self.handle.shared.lock().durable
+    }
+
     /// The counters, and what is pending now.
     pub fn stats(&self) -> WriterStats {
         let st = self.handle.shared.lock();

@@ -249,6 +249,8 @@ pub struct State<'a> {
     /// The store's writer, with `[state]`.
     pub state: Option<upf_state::WriterStats>,
     pub cluster: Option<ClusterView>,
+    /// The usage checkpoints, with `[state] usage_checkpoint_ms` > 0.
+    pub checkpoints: Option<crate::checkpoint::CheckpointStats>,
 }
 
 pub fn answer(query: Query, st: &State<'_>) -> Response {
@@ -342,6 +344,7 @@ fn control(st: &State<'_>) -> ControlView {
         uptime_s: st.uptime_s,
         state: st.state,
         cluster: st.cluster.clone(),
+        checkpoints: st.checkpoints,
     }
 }
 

@@ -4,6 +4,7 @@
 //! and installed, its N4 address bound when it is on this host), and stops serving one
 //! another instance took while this one was cut off from etcd.
 
+use crate::checkpoint::{Checkpoints, Held};
 use crate::config::FileConfig;
 use crate::shards::{Hub, Shard};
 use crate::state;
@@ -42,6 +43,7 @@ pub async fn apply(
     cluster: &Cluster,
     hub: &Rc<RefCell<Hub>>,
     shards: &mut Vec<Shard>,
+    checkpoints: &mut Option<Checkpoints>,
     reachable: &mut bool,
 ) -> anyhow::Result<()> {
     let now = Instant::now();
@@ -57,13 +59,17 @@ pub async fn apply(
                 opts.queue_bytes = cl.queue_bytes;
             }
             let writer = cluster.writer(&shard, opts);
-            let persist = state::restore(
+            let mut persist = state::restore(
                 &mut agent,
                 state,
                 writer,
                 &format!("etcd (shard {shard})"),
                 now,
             );
+            let held = checkpoints.as_mut().map(|k| {
+                k.restore(&agent, &mut persist);
+                Held::default()
+            });
             match &from {
                 Some(f) => warn!(
                     target: "upf::cluster",
@@ -78,6 +84,7 @@ pub async fn apply(
                 ),
             }
             let mut s = Shard::new(shard, agent, addr, Some(persist));
+            s.held = held;
             s.bind()
                 .await
                 .with_context(|| format!("n4 address {addr}"))?;

@@ -56,6 +56,8 @@ pub struct ClusterCfg {
     pub queue_bytes: usize,
     /// The identities instances serve, by name.
     pub shards: std::collections::BTreeMap<String, ShardCfg>,
+    /// As `[state] usage_checkpoint_ms`, for every shard's usage in etcd.
+    pub usage_checkpoint_ms: u64,
 }
 
 impl Default for ClusterCfg {
@@ -68,6 +70,7 @@ impl Default for ClusterCfg {
             lease_ttl_s: 2,
             queue_bytes: 64 << 20,
             shards: Default::default(),
+            usage_checkpoint_ms: 1000,
         }
     }
 }
@@ -109,7 +112,7 @@ impl ClusterCfg {
 
 /// `[state]`: the store of the UPF's sessions and associations (upf-state), so that a
 /// restarted UPF resumes them without the SMF.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateCfg {
     /// The store's file; default `$XDG_STATE_HOME/upf/state.redb`, else
@@ -118,6 +121,19 @@ pub struct StateCfg {
     /// Bytes of writes the store may have queued (a slow or full disk); beyond, writes are
     /// dropped and counted.
     pub queue_bytes: Option<usize>,
+    /// How often the URRs' usage since their last reports is written (ms); a restart
+    /// loses at most this much of it. 0: never (a restart loses all of it).
+    pub usage_checkpoint_ms: u64,
+}
+
+impl Default for StateCfg {
+    fn default() -> Self {
+        Self {
+            path: None,
+            queue_bytes: None,
+            usage_checkpoint_ms: 1000,
+        }
+    }
 }
 
 impl StateCfg {
@@ -848,6 +864,15 @@ impl FileConfig {
             bail!("n3: every shard needs its own N3 addresses");
         }
         Ok(())
+    }
+
+    /// How often usage is checkpointed (ms; 0: never): `[state]`'s or `[cluster]`'s key.
+    pub fn usage_checkpoint_ms(&self) -> u64 {
+        match (&self.state, &self.cluster) {
+            (Some(s), _) => s.usage_checkpoint_ms,
+            (None, Some(c)) => c.usage_checkpoint_ms,
+            (None, None) => 0,
+        }
     }
 
     /// This configuration as shard `name` of `[cluster]` serves it: the shard's N4 address,

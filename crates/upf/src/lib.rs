@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod backends;
+pub mod checkpoint;
 pub mod cluster;
 pub mod config;
 pub mod datapath;

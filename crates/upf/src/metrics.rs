@@ -31,6 +31,8 @@ pub struct ControlView {
     pub state: Option<upf_state::WriterStats>,
     /// With `[cluster]`: the shards served and etcd's reachability.
     pub cluster: Option<ClusterView>,
+    /// The usage checkpoints, with `usage_checkpoint_ms` > 0.
+    pub checkpoints: Option<crate::checkpoint::CheckpointStats>,
 }
 
 /// What a cluster's instance serves.
@@ -269,6 +271,71 @@ fn encode_state(e: &mut DescriptorEncoder, st: &upf_state::WriterStats) -> fmt::
     )
 }
 
+/// The usage checkpoints: what they write, and the reports that wait for the store.
+fn encode_checkpoints(
+    e: &mut DescriptorEncoder,
+    k: &crate::checkpoint::CheckpointStats,
+) -> fmt::Result {
+    let one = |v: u64| [(Labels::new(), v)];
+    family(
+        e,
+        Counter,
+        "upf_state_usage_checkpoints_total",
+        "Usage checkpoints taken (state.usage_checkpoint_ms).",
+        one(k.checkpoints),
+    )?;
+    family(e, Counter, "upf_state_usage_records_total", "Session usage records the checkpoints wrote (sessions that counted since the previous one).", one(k.records))?;
+    family(
+        e,
+        Counter,
+        "upf_state_usage_record_bytes_total",
+        "Their bytes, before compression.",
+        one(k.record_bytes),
+    )?;
+    family(
+        e,
+        Counter,
+        "upf_state_usage_read_errors_total",
+        "Checkpoints whose read of the workers failed.",
+        one(k.read_errors),
+    )?;
+    family(
+        e,
+        Counter,
+        "upf_state_usage_restored_total",
+        "Sessions whose usage checkpoint was carried in at start.",
+        one(k.restored),
+    )?;
+    family(
+        e,
+        Counter,
+        "upf_state_reports_held_total",
+        "Messages with Usage Reports held until the store had their UR-SEQN.",
+        one(k.held),
+    )?;
+    family(
+        e,
+        Gauge,
+        "upf_state_reports_held",
+        "Such messages waiting now.",
+        one(k.held_now),
+    )?;
+    family(
+        e,
+        Counter,
+        "upf_state_reports_held_dropped_total",
+        "Such messages dropped, too many waiting (the SMF or our T1 sends them again).",
+        one(k.held_dropped),
+    )?;
+    family(
+        e,
+        Counter,
+        "upf_state_reports_held_microseconds_total",
+        "The time they waited, summed (µs).",
+        one(k.held_us),
+    )
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let (workers, c) = (&self.workers, &self.control);
@@ -385,6 +452,9 @@ impl Collector for Scrape {
                 "0 while etcd does not answer: forwarding and PFCP go on, writes wait (upf_state_pending_bytes), nothing is taken over.",
                 one(u64::from(cl.etcd_reachable)),
             )?;
+        }
+        if let Some(k) = &c.checkpoints {
+            encode_checkpoints(&mut e, k)?;
         }
         family(
             &mut e,
@@ -718,6 +788,7 @@ mod tests {
                 uptime_s: 5,
                 state: None,
                 cluster: None,
+                checkpoints: None,
             },
             Some(&XdpView {
                 sessions: 9,

@@ -4,6 +4,7 @@
 
 use crate::admin;
 use crate::backends;
+use crate::checkpoint::{Checkpoints, Held};
 use crate::cluster;
 use crate::config::{self, Backend, FileConfig, LogFormat};
 use crate::datapath::Observed;
@@ -407,6 +408,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     let started = Instant::now();
     let hub = Hub::new(Observed::new(engines));
     let mut shards: Vec<Shard> = Vec::new();
+    let mut checkpoints = Checkpoints::new(c.usage_checkpoint_ms(), started);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("signal")?;
     let (file, cluster) = match start {
@@ -416,6 +418,10 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             // Sessions forward again before the first PFCP message is read.
             let persist = stored.map(|o| state::resume(&mut agent, o, started));
             let mut s = Shard::new(String::new(), agent, addr, persist);
+            if let (Some(k), Some(p)) = (&mut checkpoints, &mut s.persist) {
+                k.restore(&s.agent, p);
+                s.held = Some(Held::default());
+            }
             s.bind()
                 .await
                 .and_then(|()| {
@@ -437,7 +443,16 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
         while shards.is_empty() {
             match cl.poll_event() {
                 Some(ev) => {
-                    cluster::apply(ev, file, cl, &hub, &mut shards, &mut etcd_reachable).await?
+                    cluster::apply(
+                        ev,
+                        file,
+                        cl,
+                        &hub,
+                        &mut shards,
+                        &mut checkpoints,
+                        &mut etcd_reachable,
+                    )
+                    .await?
                 }
                 None => tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(20)) => {}
@@ -469,25 +484,27 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     loop {
         if let (Some(file), Some(cl)) = (&file, &cluster) {
             while let Some(ev) = cl.poll_event() {
-                cluster::apply(ev, file, cl, &hub, &mut shards, &mut etcd_reachable).await?;
+                cluster::apply(
+                    ev,
+                    file,
+                    cl,
+                    &hub,
+                    &mut shards,
+                    &mut checkpoints,
+                    &mut etcd_reachable,
+                )
+                .await?;
             }
             if shards.is_empty() {
                 bail!("every shard this instance served is served by another instance now");
             }
         }
+        let now = Instant::now();
         for s in &mut shards {
             if let Some(p) = &s.persist {
                 p.save(&mut s.agent);
             }
-            // Without its socket yet, a shard's messages wait in its agent (requests are
-            // sent again by their timers).
-            if let Some(sock) = s.sock.clone() {
-                while let Some(t) = s.agent.poll_transmit() {
-                    if let Err(e) = sock.send_to(&t.payload, t.dest).await {
-                        warn!(target: "upf::n4", "send to {}: {e}", t.dest);
-                    }
-                }
-            }
+            s.transmit(now).await;
             while let Some(e) = s.agent.poll_event() {
                 let by_peer = matches!(
                     e,
@@ -515,9 +532,19 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             } else {
                 Duration::from_millis(20)
             };
+        if let Some(k) = &mut checkpoints {
+            k.tick(now, &shards);
+        }
         let deadline = shards
             .iter()
-            .filter_map(|s| s.agent.poll_timeout())
+            .flat_map(|s| {
+                [
+                    s.agent.poll_timeout(),
+                    s.held.as_ref().and_then(|h| h.deadline(now)),
+                ]
+            })
+            .flatten()
+            .chain(checkpoints.as_ref().map(Checkpoints::deadline))
             .fold(tick, Instant::min);
         first = first.wrapping_add(1);
         let recv = std::future::poll_fn(|cx| {
@@ -557,6 +584,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
                     state: state::sum(&stats),
+                    checkpoints: checkpoints.as_ref().map(|k| k.stats(&shards)),
                     cluster: cluster.as_ref().map(|_| admin::ClusterView {
                         shards: shards
                             .iter()
@@ -586,6 +614,17 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     if shards.iter().any(|s| s.persist.is_some()) {
         // Sessions stay, for the next start (or, in a cluster, for the instance that takes
         // the shards over at once when the lease is revoked): nobody is told to release them.
+        // The last usage first, then what waited for the store goes once it is durable.
+        if let Some(k) = &mut checkpoints {
+            k.checkpoint(&shards);
+        }
+        for s in &mut shards {
+            if let Some(p) = &s.persist {
+                p.save(&mut s.agent);
+                p.writer().flush(Duration::from_secs(5));
+            }
+            s.transmit(Instant::now()).await;
+        }
         for mut s in shards {
             info!(
                 target: "upf",

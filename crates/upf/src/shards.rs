@@ -225,6 +225,8 @@ pub struct Shard {
     /// moves it here. Its sessions forward meanwhile.
     pub sock: Option<Arc<tokio::net::UdpSocket>>,
     pub persist: Option<crate::state::Persist>,
+    /// Its messages with Usage Reports waiting for its store, with usage checkpoints.
+    pub held: Option<crate::checkpoint::Held>,
     /// The log said it waits for its address.
     said_waiting: bool,
 }
@@ -242,6 +244,7 @@ impl Shard {
             addr,
             sock: None,
             persist,
+            held: None,
             said_waiting: false,
         }
     }
@@ -279,6 +282,33 @@ impl Shard {
                 Ok(())
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Sends what its agent has to send, holding back (with usage checkpoints) what carries
+    /// Usage Reports until its store has the UR-SEQNs they took; and what the store has
+    /// caught up with since. Without its socket yet, messages wait in the agent (requests
+    /// are sent again by their timers).
+    pub async fn transmit(&mut self, now: std::time::Instant) {
+        let Some(sock) = self.sock.clone() else {
+            return;
+        };
+        let mut out = Vec::new();
+        while let Some(t) = self.agent.poll_transmit() {
+            match (&mut self.held, &self.persist) {
+                (Some(h), Some(p)) => {
+                    out.extend(h.send_or_hold(t, crate::checkpoint::Progress::of(p), now))
+                }
+                _ => out.push(t),
+            }
+        }
+        if let (Some(h), Some(p)) = (&mut self.held, &self.persist) {
+            out.extend(h.release(p.writer().durable(), now));
+        }
+        for t in out {
+            if let Err(e) = sock.send_to(&t.payload, t.dest).await {
+                tracing::warn!(target: "upf::n4", "send to {}: {e}", t.dest);
+            }
         }
     }
 

@@ -64,6 +64,8 @@ pub struct Persist {
     /// What the log last said of the store: failing or not, and the drops it reported.
     said_failing: bool,
     said_dropped: u64,
+    /// The usage checkpoints read with the sessions, until `crate::checkpoint` takes them.
+    usage: Vec<(u64, Vec<u8>)>,
 }
 
 /// Restores what the store held into the agent (our Recovery Time Stamp, associations,
@@ -90,7 +92,7 @@ pub fn restore<D: Datapath>(
         recovery,
         associations,
         sessions,
-        ..
+        mut usage,
     } = loaded;
     if let Some(rts) = recovery {
         let t0 = Instant::now();
@@ -107,6 +109,7 @@ pub fn restore<D: Datapath>(
         }
     } else {
         info!(target: "upf::state", "new store {from}");
+        usage.clear();
     }
     agent.track_changes();
     writer.submit(Op::SetRecovery(agent.recovery_time_stamp()));
@@ -114,6 +117,7 @@ pub fn restore<D: Datapath>(
         writer,
         said_failing: false,
         said_dropped: 0,
+        usage,
     }
 }
 
@@ -172,6 +176,15 @@ impl Persist {
 
     pub fn stats(&self) -> WriterStats {
         self.writer.stats()
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// The usage checkpoints the store held (once).
+    pub fn take_usage(&mut self) -> Vec<(u64, Vec<u8>)> {
+        std::mem::take(&mut self.usage)
     }
 
     /// Before stopping: what is queued, written (for at most `timeout`).

@@ -346,7 +346,11 @@ impl Harness {
         let mut config = b.config(test);
         if test == "warm_restart" {
             let store = dir.join("state.redb");
-            config.push_str(&format!("\n[state]\npath = \"{}\"\n", store.display()));
+            config.push_str(&format!(
+                "\n[state]\npath = \"{}\"\nusage_checkpoint_ms = {}\n",
+                store.display(),
+                CHECKPOINT.as_millis()
+            ));
         }
         let mut instance = Vec::new();
         if test == "failover" {
@@ -1829,10 +1833,17 @@ fn hot_swap(h: &mut Harness) {
 // ---------------------------------------------------------------------------------------
 // Warm restart (#29): the sessions in the store come back after `kill -9`
 
+/// `[state] usage_checkpoint_ms` of warm_restart: shorter than the time its traffic runs
+/// before the kill, so that losing more than one interval of usage shows.
+const CHECKPOINT: Duration = Duration::from_millis(100);
+
 /// 1,000 sessions with traffic both ways (a datagram from each UE, echoed by the DN), and a
 /// flow of 1 datagram a millisecond from UE 0 throughout; `kill -9` of the daemon and `upf
 /// run` again with the same store: every session forwards again both ways, the SMF sees the
 /// same Recovery Time Stamp and is asked nothing. The flow's longest gap is the outage.
+/// The usage each session reports at its deletion holds the traffic from before the kill
+/// (restored from the usage checkpoints) but for at most one checkpoint interval, and never
+/// more than was sent.
 fn warm_restart(h: &mut Harness) {
     const UES: u32 = 1000;
     let specs: Vec<SessionSpec> = (0..UES).map(Harness::spec).collect();
@@ -1926,10 +1937,40 @@ fn warm_restart(h: &mut Harness) {
         UES as usize,
         "every session is back"
     );
-    // The SMF goes on with them: each is deleted as usual.
+    // The SMF goes on with them: each is deleted as usual, with its usage.
     let sessions = std::mem::take(&mut h.sessions);
-    for r in h.smf.delete_many(&sessions) {
-        r.expect("deletion of a restored session");
+    let usage: Vec<_> = (h.smf.delete_many(&sessions).into_iter())
+        .map(|r| r.expect("deletion of a restored session"))
+        .collect();
+    // UE 0: its flow's datagrams the DN counted, and at most 5 echo requests a round (two
+    // rounds); at 1 datagram a ms, one interval (and the commit after it) loses at most
+    // ~CHECKPOINT ms of them.
+    let lost_at_most = u64::try_from(CHECKPOINT.as_millis()).unwrap_or(0) + 50;
+    let (counted, sent) = (got.len() as u64, u64::from(sent));
+    let u0 = usage[0];
+    println!(
+        "e2e: UE 0's usage at deletion: {} uplink packets; the DN counted {counted} of its flow's {sent} (checkpoints every {} ms)",
+        u0.uplink_packets,
+        CHECKPOINT.as_millis()
+    );
+    assert!(
+        u0.uplink_packets + lost_at_most >= counted + 2,
+        "UE 0 reported {} uplink packets, the DN counted {counted}: more than one checkpoint interval lost\n{}",
+        u0.uplink_packets,
+        h.state()
+    );
+    assert!(
+        u0.uplink_packets <= sent + 10,
+        "UE 0 reported {} uplink packets of {sent} sent (and at most 10 echo requests): counted twice",
+        u0.uplink_packets
+    );
+    // Every other UE: one echo before the kill (counted in a checkpoint long before it) and
+    // one after, of at most 5 attempts each.
+    for (k, u) in usage.iter().enumerate().skip(1) {
+        assert!(
+            (2..=10).contains(&u.uplink_packets) && (2..=10).contains(&u.downlink_packets),
+            "UE {k}: {u:?}: the echo before the kill lost, or something counted twice"
+        );
     }
 }
 
