@@ -395,8 +395,8 @@ struct Member {
 
 struct Lease {
     id: i64,
-    keeper: LeaseKeeper,
-    stream: LeaseKeepAliveStream,
+    /// The keep-alive stream, on the current connection (a new one after a reconnect).
+    keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     renewed: Instant,
 }
 
@@ -436,6 +436,9 @@ fn membership(
             }
             Err(e) => {
                 m.client = None;
+                if let Some(l) = &mut m.lease {
+                    l.keeper = None;
+                }
                 if m.reachable {
                     m.reachable = false;
                     let _ = tx.send(ClusterEvent::Unreachable(e.to_string()));
@@ -470,8 +473,12 @@ async fn step(
     let now = Instant::now();
     if let Some(l) = &mut m.lease {
         if now.duration_since(l.renewed) >= o.lease_ttl / 3 {
-            l.keeper.keep_alive().await?;
-            match l.stream.message().await? {
+            let (keeper, stream) = match &mut l.keeper {
+                Some(k) => k,
+                None => l.keeper.insert(c.lease_keep_alive(l.id).await?),
+            };
+            keeper.keep_alive().await?;
+            match stream.message().await? {
                 Some(r) if r.ttl() > 0 => l.renewed = now,
                 _ => m.lease = None,
             }
@@ -484,11 +491,9 @@ async fn step(
                 .unwrap_or(i64::MAX)
                 .max(2);
             let id = c.lease_grant(ttl, None).await?.id();
-            let (keeper, stream) = c.lease_keep_alive(id).await?;
             m.lease = Some(Lease {
                 id,
-                keeper,
-                stream,
+                keeper: Some(c.lease_keep_alive(id).await?),
                 renewed: now,
             });
             id

@@ -167,6 +167,13 @@ fn writes_wait_while_etcd_is_down_and_land_when_it_is_back() {
     e.restart().unwrap();
     assert!(w.flush(Duration::from_secs(10)), "{:?}", w.last_error());
     assert!(!w.stats().failing);
+    let until = Instant::now() + Duration::from_secs(5);
+    while !matches!(
+        a.wait_event(Duration::from_millis(500)),
+        Some(ClusterEvent::Reachable)
+    ) {
+        assert!(Instant::now() < until, "no Reachable event");
+    }
     let b = instance(&e, "B", &["b", "a"]);
     let ClusterEvent::Acquired { shard, .. } = next(&b, Duration::from_secs(5)) else {
         panic!()

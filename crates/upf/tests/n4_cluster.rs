@@ -39,26 +39,29 @@ fn free_udp(ip: Ipv4Addr) -> SocketAddr {
 
 /// The cluster's file: shards a and b, each its N4 address, N3 address, pool, TEIDs.
 fn config(etcd: &Etcd, a: SocketAddr, b: SocketAddr) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("upf-cluster-{}.toml", std::process::id()));
+    let path = std::env::temp_dir().join(format!("upf-cluster-{}-{a}.toml", std::process::id()));
     let text = format!(
         r#"
 [cluster]
 etcd = ["{}"]
-prefix = "/test-{}"
+prefix = "/test-{}-{}"
 lease_ttl_s = 2
 [cluster.shards.a]
 n4 = "{a}"
-n3 = ["127.0.0.11"]
+n3 = ["{}"]
 ue_pool = [{{ ipv4 = "10.61.0.0/17" }}]
 teid_range = [1, 0x7fffffff]
 [cluster.shards.b]
 n4 = "{b}"
-n3 = ["127.0.0.12"]
+n3 = ["{}"]
 ue_pool = [{{ ipv4 = "10.61.128.0/17" }}]
 teid_range = [0x80000000, 0xffffffff]
 "#,
         etcd.endpoint(),
-        std::process::id()
+        std::process::id(),
+        a.port(),
+        a.ip(),
+        b.ip(),
     );
     std::fs::write(&path, text).unwrap();
     path
@@ -196,5 +199,60 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
     // b's own shard is untouched on its own address.
     let (_, _) = answered(nb, Duration::from_secs(1));
     eprintln!("{}", b.log());
+    let _ = std::fs::remove_file(&cfg);
+}
+
+#[test]
+#[ignore = "needs etcd (scripts/setup.sh)"]
+fn etcd_down_keeps_pfcp_going_and_writes_waiting() {
+    let mut e = etcd();
+    let (na, nb) = (
+        free_udp(Ipv4Addr::new(127, 0, 0, 13)),
+        free_udp(Ipv4Addr::new(127, 0, 0, 14)),
+    );
+    let cfg = config(&e, na, nb);
+    let a = Upf::cluster(&cfg, "a", na);
+    let mut smf = Peer::new(Ipv4Addr::new(127, 0, 0, 4), &a);
+    assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
+    smf.establish();
+    written(&a, 3.0);
+
+    e.kill();
+    let until = Instant::now() + Duration::from_secs(10);
+    while a.metric("upf_cluster_etcd_reachable", &[]) != Some(0.0) {
+        assert!(Instant::now() < until, "not said: {}", a.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(a.log().contains("etcd unreachable"), "{}", a.log());
+    // PFCP goes on; what it changes waits, in memory.
+    let more = [smf.establish(), smf.establish()];
+    let until = Instant::now() + Duration::from_secs(5);
+    while a.metric("upf_state_failing", &[]) != Some(1.0) {
+        assert!(Instant::now() < until, "writes not failing: {}", a.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(a.metric("upf_state_pending_writes", &[]).unwrap() >= 2.0);
+    assert_eq!(
+        a.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
+        Some(3.0)
+    );
+
+    // Back: what waited lands, and the shard is still a's.
+    e.restart().unwrap();
+    written(&a, 5.0);
+    let until = Instant::now() + Duration::from_secs(10);
+    while a.metric("upf_cluster_etcd_reachable", &[]) != Some(1.0) {
+        assert!(Instant::now() < until, "not said: {}", a.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(a.log().contains("etcd reachable again"), "{}", a.log());
+    assert_eq!(a.metric("upf_state_writes_dropped_total", &[]), Some(0.0));
+    match smf
+        .request(Some(more[0]), SessionDeletionRequest {})
+        .message
+    {
+        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
+        m => panic!("{m:?}"),
+    }
     let _ = std::fs::remove_file(&cfg);
 }
