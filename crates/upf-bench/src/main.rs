@@ -22,6 +22,7 @@
 mod ab;
 mod buffering;
 mod control;
+mod failover;
 mod harness;
 mod memory;
 mod profile;

@@ -11,7 +11,10 @@
 //!    repeated for those not seen (up to 10 s): `sessions_lost` is N minus the sessions that
 //!    forwarded, `restart_all_ms` when the last did.
 //!
-//! Failover across instances (etcd) is not built yet: `failover_resume_ms` is null.
+//! 3. failover (failover.rs): the same N sessions on shard a's instance of a two-instance
+//!    cluster on etcd; `kill -9` of it and its address moved to shard b's instance:
+//!    `failover_resume_ms` is when a probe session of a's comes out of b's N6,
+//!    `failover_sessions_lost` as above.
 
 use crate::control::{self, admin_get, samples, timed, Daemon, Extras};
 use crate::veth;
@@ -67,17 +70,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn specs(n: u32) -> Vec<SessionSpec> {
+/// `n` sessions whose downlink goes to the gNB at `gnb`.
+pub(crate) fn specs(n: u32, gnb: Ipv4Addr) -> Vec<SessionSpec> {
     (0..n)
         .map(|i| {
             let ue = Ipv4Addr::from(u32::from(control::UE_BASE) + i);
-            control::s0_spec(
-                ue,
-                None,
-                control::DL_TEID_BASE + i,
-                control::GNB,
-                control::QFI,
-            )
+            control::s0_spec(ue, None, control::DL_TEID_BASE + i, gnb, control::QFI)
         })
         .collect()
 }
@@ -99,7 +97,13 @@ fn establish(
     let mut d = Daemon::start_with(exe, cores, a.workers, n, &x)?;
     let mut smf = d.smf(a.window, stop)?;
     let before = thread_cpu_ns(d.pid());
-    let (est, sessions) = timed(&mut smf, d.pid(), &specs(n), stop, Smf::establish_many)?;
+    let (est, sessions) = timed(
+        &mut smf,
+        d.pid(),
+        &specs(n, control::GNB),
+        stop,
+        Smf::establish_many,
+    )?;
     d.alive()?;
     if est.ok != u64::from(n) {
         bail!("{} of {n} establishments succeeded", est.ok);
@@ -220,23 +224,7 @@ fn measure(
         send(&gnb, &ues[probe], probe)?;
         std::thread::sleep(Duration::from_millis(1));
     };
-    // Then every session, again for those not seen.
-    let mut missing: Vec<usize> = (0..ues.len()).collect();
-    let mut all = None;
-    while !missing.is_empty() && t0.elapsed() < resume + Duration::from_secs(10) {
-        for (k, &i) in missing.iter().enumerate() {
-            send(&gnb, &ues[i], i)?;
-            if k % 64 == 63 {
-                std::thread::sleep(Duration::from_micros(300));
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        let seen = sink.seen();
-        missing.retain(|&i| !seen.get(i).copied().unwrap_or(false));
-        if missing.is_empty() {
-            all = sink.last().map(|t| t.duration_since(t0));
-        }
-    }
+    let (all, lost) = sweep(&gnb, &ues, &sink, t0, resume)?;
     // What the restarted UPF said of its store (the first start's lines come before).
     let log = d.log_text();
     let lines: Vec<&str> = log
@@ -255,8 +243,10 @@ fn measure(
         "  restart: forwarding again after {:.0} ms, every session after {}, {} lost",
         ms(resume),
         all.map_or("-".into(), |t| format!("{:.0} ms", ms(t))),
-        missing.len()
+        lost
     );
+    drop((sink, d));
+    let fo = crate::failover::measure(a, n, exe, cores, stop)?;
     Ok(json!({
         "sessions": n,
         "window": a.window,
@@ -268,21 +258,54 @@ fn measure(
         "upf_cpu_us_per_est_store_on": on_cpu,
         "restart_resume_ms": ms(resume),
         "restart_all_ms": all.map(ms),
-        "sessions_lost": missing.len(),
-        "failover_resume_ms": null,
+        "sessions_lost": lost,
+        "est_per_s_store_etcd": fo.est_per_s,
+        "failover_resume_ms": fo.resume_ms,
+        "failover_all_ms": fo.all_ms,
+        "failover_sessions_lost": fo.lost,
         "upf_said": restored,
+        "survivor_said": fo.said,
         "notes": [
             "restart_resume_ms: from the new `upf run`'s start (after kill -9) to the first G-PDU of a probe session forwarded to N6",
             "restart_all_ms: until a G-PDU of every session was forwarded (sent once each, again for those not seen): includes the sweep's own ~0.7 s at 100k",
             "upf_cpu_us_per_est_*: the UPF's CPU time by thread over the establishments (store on: until the store caught up), per session",
-            "failover across instances (etcd) is not built yet",
+            "est_per_s_store_etcd: the same establishments on a cluster's instance, its store a one-member etcd on the same machine",
+            "failover_resume_ms: from kill -9 of shard a's instance (its address moved to b's at once) to the first G-PDU of a probe session of a's forwarded by b; the lease TTL is 2 s",
         ],
     }))
 }
 
+/// After forwarding resumed (`resume` after `t0`): one G-PDU of every session, again for
+/// those not seen (up to 10 s); when the last was seen, and how many never were.
+pub(crate) fn sweep(
+    gnb: &UdpSocket,
+    ues: &[UeSession],
+    sink: &Sink,
+    t0: Instant,
+    resume: Duration,
+) -> anyhow::Result<(Option<Duration>, usize)> {
+    let mut missing: Vec<usize> = (0..ues.len()).collect();
+    let mut all = None;
+    while !missing.is_empty() && t0.elapsed() < resume + Duration::from_secs(10) {
+        for (k, &i) in missing.iter().enumerate() {
+            send(gnb, &ues[i], i)?;
+            if k % 64 == 63 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let seen = sink.seen();
+        missing.retain(|&i| !seen.get(i).copied().unwrap_or(false));
+        if missing.is_empty() {
+            all = sink.last().map(|t| t.duration_since(t0));
+        }
+    }
+    Ok((all, missing.len()))
+}
+
 /// A G-PDU of session `i` to the UPF's N3: an inner UDP datagram from its UE to the sink
 /// carrying `i`.
-fn send(sock: &UdpSocket, s: &UeSession, i: usize) -> anyhow::Result<()> {
+pub(crate) fn send(sock: &UdpSocket, s: &UeSession, i: usize) -> anyhow::Result<()> {
     const HEAD: usize = 64;
     let mut buf = [0u8; HEAD + 32];
     let ip = &mut buf[HEAD..];
@@ -305,7 +328,7 @@ fn send(sock: &UdpSocket, s: &UeSession, i: usize) -> anyhow::Result<()> {
 }
 
 /// A socket on the namespace's sink address counting which sessions' datagrams arrived.
-struct Sink {
+pub(crate) struct Sink {
     stop: Arc<AtomicBool>,
     state: Arc<Mutex<SinkState>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -318,7 +341,7 @@ struct SinkState {
 }
 
 impl Sink {
-    fn start(ns: &str) -> anyhow::Result<Self> {
+    pub(crate) fn start(ns: &str) -> anyhow::Result<Self> {
         let add = std::process::Command::new("ip")
             .args(["-n", ns, "addr", "add", &format!("{SINK}/32"), "dev", "lo"])
             .status()?;
@@ -365,7 +388,7 @@ impl Sink {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn first_after(&self, t: Instant) -> Option<Instant> {
+    pub(crate) fn first_after(&self, t: Instant) -> Option<Instant> {
         self.lock().arrivals.iter().copied().find(|&a| a > t)
     }
 
