@@ -898,6 +898,11 @@ impl FileConfig {
     /// Why the XDP engine cannot run here, if it cannot (an error for `engine = "xdp"`, the
     /// start-up line of `auto`).
     pub fn xdp_engine_unfit(&self) -> Option<String> {
+        // Its programs encapsulate from the configured N3 address and answer unknown TEIDs
+        // themselves: a shard taken over would tunnel from the wrong address.
+        if self.cluster.is_some() {
+            return Some("the XDP engine does not serve a [cluster]'s shards yet".into());
+        }
         if self.n3.gtpu_backend() != Backend::AfXdp {
             return Some("the XDP engine needs n3.backend = \"af_xdp\"".into());
         }
@@ -1114,6 +1119,8 @@ teid_range = [0x80000000, 0xffffffff]
         }
         let e = FileConfig::parse(&format!("[state]\n{CLUSTER}")).unwrap_err();
         assert!(format!("{e:#}").contains("keep one of them"), "{e:#}");
+        let e = FileConfig::parse(&format!("engine = \"xdp\"\n{CLUSTER}")).unwrap_err();
+        assert!(format!("{e:#}").contains("does not serve a [cluster]"), "{e:#}");
     }
 
     #[test]
