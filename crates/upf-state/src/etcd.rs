@@ -46,6 +46,9 @@ pub struct EtcdOptions {
     pub orphan_grace: Duration,
     /// The bound on each etcd request (and on connecting).
     pub timeout: Duration,
+    /// A shard this instance took over is handed back when the instance whose own it is
+    /// runs again ([`ClusterEvent::HandBack`]); without, it stays here.
+    pub hand_back: bool,
 }
 
 impl EtcdOptions {
@@ -58,6 +61,7 @@ impl EtcdOptions {
             lease_ttl: Duration::from_secs(2),
             orphan_grace: Duration::from_secs(20),
             timeout: Duration::from_secs(1),
+            hand_back: true,
         }
     }
 }
@@ -85,6 +89,13 @@ pub enum ClusterEvent {
         shard: String,
         by: String,
     },
+    /// The instance whose own shard `shard` is (`to`) runs again: once what this instance
+    /// wrote of it is durable, it stops serving it and calls [`Cluster::release`], and `to`
+    /// takes it at once.
+    HandBack {
+        shard: String,
+        to: String,
+    },
     /// etcd stopped answering (why), or answers again. Forwarding goes on either way.
     Unreachable(String),
     Reachable,
@@ -95,6 +106,8 @@ pub enum ClusterEvent {
 pub struct Cluster {
     opts: EtcdOptions,
     events: mpsc::Receiver<ClusterEvent>,
+    /// Shards to give up (after a hand-back), to the membership thread.
+    release: mpsc::Sender<String>,
     stop: Arc<AtomicBool>,
     abandon: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -104,17 +117,19 @@ impl Cluster {
     /// Starts the thread; it connects (and reconnects) on its own.
     pub fn start(opts: EtcdOptions) -> std::io::Result<Cluster> {
         let (tx, events) = mpsc::channel();
+        let (release, released) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let abandon = Arc::new(AtomicBool::new(false));
         let thread = {
             let (opts, stop, abandon) = (opts.clone(), stop.clone(), abandon.clone());
             thread::Builder::new()
                 .name("upf-etcd".into())
-                .spawn(move || membership(&opts, &tx, &stop, &abandon))?
+                .spawn(move || membership(&opts, &tx, &released, &stop, &abandon))?
         };
         Ok(Cluster {
             opts,
             events,
+            release,
             stop,
             abandon,
             thread: Some(thread),
@@ -129,6 +144,13 @@ impl Cluster {
     /// Waits up to `timeout` for the next thing that happens.
     pub fn wait_event(&self, timeout: Duration) -> Option<ClusterEvent> {
         self.events.recv_timeout(timeout).ok()
+    }
+
+    /// Gives `shard` up (its owner key deleted, if still ours) so that the instance it was
+    /// handed back to takes it: call once this instance stopped serving it and what it
+    /// wrote of it is durable.
+    pub fn release(&self, shard: &str) {
+        let _ = self.release.send(shard.to_string());
     }
 
     /// The writer of `shard`'s records, fenced by this instance's ownership of it.
@@ -391,6 +413,10 @@ struct Member {
     /// The Held event was sent for the home shard.
     said_held: bool,
     reachable: bool,
+    /// This instance's member key is under the current lease.
+    member: bool,
+    /// Shards whose HandBack event was sent, until released.
+    handing_back: BTreeSet<String>,
 }
 
 struct Lease {
@@ -404,6 +430,7 @@ struct Lease {
 fn membership(
     opts: &EtcdOptions,
     tx: &mpsc::Sender<ClusterEvent>,
+    released: &mpsc::Receiver<String>,
     stop: &AtomicBool,
     abandon: &AtomicBool,
 ) {
@@ -425,10 +452,21 @@ fn membership(
         free_since: HashMap::new(),
         said_held: false,
         reachable: true,
+        member: false,
+        handing_back: BTreeSet::new(),
     };
     let tick = (opts.lease_ttl / 8).clamp(Duration::from_millis(50), Duration::from_millis(250));
+    let mut to_release: Vec<String> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let r = rt.block_on(step(opts, &mut m, tx));
+        to_release.extend(released.try_iter());
+        let r = rt.block_on(async {
+            // Kept until done: a shard nobody serves must not stay ours.
+            while let Some(shard) = to_release.first() {
+                release(opts, &mut m, shard).await?;
+                to_release.remove(0);
+            }
+            step(opts, &mut m, tx).await
+        });
         match r {
             Ok(()) if !m.reachable => {
                 m.reachable = true;
@@ -496,9 +534,23 @@ async fn step(
                 keeper: Some(c.lease_keep_alive(id).await?),
                 renewed: now,
             });
+            m.member = false;
             id
         }
     };
+    // Our member key: who runs, and whose own shard it is (for hand-backs).
+    let members_prefix = format!("{}/member/", o.prefix.trim_end_matches('/'));
+    let home = o.shards.first().cloned().unwrap_or_default();
+    if !m.member {
+        let key = format!("{members_prefix}{}", o.instance);
+        c.put(
+            key,
+            home.as_str(),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await?;
+        m.member = true;
+    }
     let owners_prefix = Keys::new(&o.prefix, "").owner;
     let r = c
         .get(
@@ -532,6 +584,31 @@ async fn step(
                     let to = owner_of(c, o, &shard).await?.unwrap_or_default();
                     let _ = tx.send(ClusterEvent::Lost { shard, to });
                 }
+            }
+        }
+    }
+    // Shards we took over whose own instance runs again: handed back.
+    if o.hand_back {
+        let r = c
+            .get(
+                members_prefix.as_str(),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        for kv in r.kvs() {
+            let (Ok(key), Ok(theirs)) = (kv.key_str(), kv.value_str()) else {
+                continue;
+            };
+            let who = key.strip_prefix(&members_prefix).unwrap_or_default();
+            if who != o.instance
+                && theirs != home
+                && m.ours.contains(theirs)
+                && m.handing_back.insert(theirs.to_string())
+            {
+                let _ = tx.send(ClusterEvent::HandBack {
+                    shard: theirs.to_string(),
+                    to: who.to_string(),
+                });
             }
         }
     }
@@ -576,6 +653,29 @@ async fn step(
             state,
         });
     }
+    Ok(())
+}
+
+/// Gives up `shard` after a hand-back: its owner key deleted if it still names us.
+async fn release(o: &EtcdOptions, m: &mut Member, shard: &str) -> Result<(), etcd_client::Error> {
+    let c = match &mut m.client {
+        Some(c) => c,
+        None => m.client.insert(connect(o).await?),
+    };
+    let key = Keys::new(&o.prefix, shard).owner;
+    let txn = Txn::new()
+        .when([Compare::value(
+            key.as_str(),
+            CompareOp::Equal,
+            o.instance.as_str(),
+        )])
+        .and_then([TxnOp::delete(key.as_str(), None)]);
+    c.txn(txn).await?;
+    m.ours.remove(shard);
+    m.handing_back.remove(shard);
+    // Not taken again before its own instance does (it saw us hold it: it takes it at
+    // once); after the grace, if that instance went meanwhile.
+    m.free_since.insert(shard.to_string(), Instant::now());
     Ok(())
 }
 

@@ -25,6 +25,7 @@ pub fn start(c: &FileConfig) -> anyhow::Result<Cluster> {
     let mut o = EtcdOptions::new(cl.etcd.clone(), &cl.instance(), shards);
     o.prefix = cl.prefix.clone();
     o.lease_ttl = Duration::from_secs(cl.lease_ttl_s);
+    o.hand_back = cl.hand_back;
     info!(
         target: "upf::cluster",
         "instance {} of the cluster at {} ({}): serving shard {home} once etcd confirms it",
@@ -99,6 +100,26 @@ pub async fn apply(
                     target: "upf::cluster",
                     "shard {shard} is served by instance {to} now (this one was cut off from etcd past its lease): its {n} sessions removed here, nobody told"
                 );
+            }
+        }
+        ClusterEvent::HandBack { shard, to } => {
+            if let Some(i) = shards.iter().position(|s| s.name == shard) {
+                let mut s = shards.remove(i);
+                // Everything it changed durable before the other instance reads it.
+                if let Some(p) = &s.persist {
+                    p.save(&mut s.agent);
+                    if !p.writer().flush(Duration::from_secs(5)) {
+                        warn!(target: "upf::cluster", "handing shard {shard} back with writes not in etcd after 5 s");
+                    }
+                }
+                s.transmit(Instant::now()).await;
+                let n = hub.borrow_mut().forget(now, s.agent.datapath().index());
+                info!(
+                    target: "upf::cluster",
+                    "handed shard {shard} back to instance {to} (its own), {n} sessions"
+                );
+                drop(s);
+                cluster.release(&shard);
             }
         }
         ClusterEvent::Held { shard, by } => info!(

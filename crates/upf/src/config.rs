@@ -58,6 +58,10 @@ pub struct ClusterCfg {
     pub shards: std::collections::BTreeMap<String, ShardCfg>,
     /// As `[state] usage_checkpoint_ms`, for every shard's usage in etcd.
     pub usage_checkpoint_ms: u64,
+    /// A shard taken over goes back to its own instance when that runs again (a short
+    /// switchover: its sessions are installed there once this instance has let go);
+    /// false: it stays where it is until that instance stops.
+    pub hand_back: bool,
 }
 
 impl Default for ClusterCfg {
@@ -71,6 +75,7 @@ impl Default for ClusterCfg {
             queue_bytes: 64 << 20,
             shards: Default::default(),
             usage_checkpoint_ms: 1000,
+            hand_back: true,
         }
     }
 }
@@ -1120,7 +1125,10 @@ teid_range = [0x80000000, 0xffffffff]
         let e = FileConfig::parse(&format!("[state]\n{CLUSTER}")).unwrap_err();
         assert!(format!("{e:#}").contains("keep one of them"), "{e:#}");
         let e = FileConfig::parse(&format!("engine = \"xdp\"\n{CLUSTER}")).unwrap_err();
-        assert!(format!("{e:#}").contains("does not serve a [cluster]"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("does not serve a [cluster]"),
+            "{e:#}"
+        );
     }
 
     #[test]

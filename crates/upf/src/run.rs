@@ -440,26 +440,9 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     // A cluster's instance serves nothing until etcd gives it a shard (its own, or one
     // that becomes free while it waits as a standby).
     if let (Some(file), Some(cl)) = (&file, &cluster) {
-        while shards.is_empty() {
-            match cl.poll_event() {
-                Some(ev) => {
-                    cluster::apply(
-                        ev,
-                        file,
-                        cl,
-                        &hub,
-                        &mut shards,
-                        &mut checkpoints,
-                        &mut etcd_reachable,
-                    )
-                    .await?
-                }
-                None => tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    _ = tokio::signal::ctrl_c() => return Ok(()),
-                    _ = term.recv() => return Ok(()),
-                },
-            }
+        let mut ctx = (&hub, &mut shards, &mut checkpoints, &mut etcd_reachable);
+        if !standby(file, cl, &mut ctx, &mut term).await? {
+            return Ok(());
         }
     }
     let (admin_tx, mut admin_rx) = tokio::sync::mpsc::channel::<admin::Request>(16);
@@ -496,7 +479,11 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                 .await?;
             }
             if shards.is_empty() {
-                bail!("every shard this instance served is served by another instance now");
+                info!(target: "upf::cluster", "serving no shard now: waiting as a standby");
+                let mut ctx = (&hub, &mut shards, &mut checkpoints, &mut etcd_reachable);
+                if !standby(file, cl, &mut ctx, &mut term).await? {
+                    return Ok(());
+                }
             }
         }
         let now = Instant::now();
@@ -645,6 +632,35 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
         shutdown(s).await;
     }
     Ok(())
+}
+
+/// What the membership thread's events change.
+type Served<'a> = (
+    &'a std::rc::Rc<std::cell::RefCell<Hub>>,
+    &'a mut Vec<Shard>,
+    &'a mut Option<Checkpoints>,
+    &'a mut bool,
+);
+
+/// Applies the membership thread's events until this instance serves a shard; false if
+/// it was told to stop meanwhile.
+async fn standby(
+    file: &FileConfig,
+    cl: &upf_state::Cluster,
+    (hub, shards, checkpoints, reachable): &mut Served<'_>,
+    term: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<bool> {
+    while shards.is_empty() {
+        match cl.poll_event() {
+            Some(ev) => cluster::apply(ev, file, cl, hub, shards, checkpoints, reachable).await?,
+            None => tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(false),
+                _ = term.recv() => return Ok(false),
+            },
+        }
+    }
+    Ok(true)
 }
 
 /// A swap moves sessions for this long between two looks at the N4 socket, then pauses:

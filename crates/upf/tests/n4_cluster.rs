@@ -256,3 +256,59 @@ fn etcd_down_keeps_pfcp_going_and_writes_waiting() {
     }
     let _ = std::fs::remove_file(&cfg);
 }
+
+#[test]
+#[ignore = "needs etcd (scripts/setup.sh)"]
+fn a_restarted_instance_gets_its_shard_back() {
+    let e = etcd();
+    let (na, nb) = (
+        free_udp(Ipv4Addr::new(127, 0, 0, 15)),
+        free_udp(Ipv4Addr::new(127, 0, 0, 16)),
+    );
+    let cfg = config(&e, na, nb);
+    let mut a = Upf::cluster(&cfg, "a", na);
+    let b = Upf::cluster(&cfg, "b", nb);
+    let mut smf = Peer::new(Ipv4Addr::new(127, 0, 0, 5), &a);
+    assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
+    let seids = [smf.establish(), smf.establish()];
+    let recovery = heartbeat(&mut smf);
+    written(&a, 4.0);
+    a.kill9();
+    answered(na, Duration::from_secs(10));
+    assert_eq!(
+        b.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
+        Some(2.0)
+    );
+
+    // a runs again: it waits while b serves its shard, b hands it back, a takes it.
+    let a = Upf::cluster(&cfg, "a", na);
+    let until = Instant::now() + Duration::from_secs(15);
+    while a.metric("upf_cluster_shard_sessions", &[("shard", "a")]) != Some(2.0) {
+        assert!(Instant::now() < until, "a: {}\nb: {}", a.log(), b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        b.log()
+            .contains("handed shard a back to instance a (its own), 2 sessions"),
+        "{}",
+        b.log()
+    );
+    assert_eq!(
+        b.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
+        None
+    );
+    assert_eq!(heartbeat(&mut smf), recovery, "the SMF sees no restart");
+    let mut m = smf::modification();
+    m.update_fars
+        .push(smf::update_far_to_gnb(2, 0x99, Ipv4Addr::new(192, 0, 2, 8)));
+    match smf.request(Some(seids[0]), m).message {
+        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
+        m => panic!("{m:?}"),
+    }
+    assert!(
+        a.log().contains("from instance b, 2 sessions"),
+        "{}",
+        a.log()
+    );
+    let _ = std::fs::remove_file(&cfg);
+}

@@ -139,9 +139,10 @@ impl Upf {
     }
 
     /// The value of the `/metrics` sample `name` (as the samples are named) whose labels
-    /// include `labels`; None if there is none.
+    /// include `labels`; None if there is none, or no admin endpoint (yet: a cluster's
+    /// standby serves none).
     pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let text = self.metrics();
+        let text = upf::admin::get(self.admin, "/metrics").ok()?;
         let scrape =
             prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).ok()?;
         scrape.samples.into_iter().find_map(|s| {
