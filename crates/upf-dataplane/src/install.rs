@@ -30,6 +30,7 @@ impl Pipeline {
         let env = CompileEnv {
             n3: &self.cfg.n3,
             n9: &self.cfg.n9,
+            tunnel_source_per_session: self.cfg.tunnel_source_per_session,
             buffer_packets: self.cfg.buffer_packets_per_far,
             budgets,
             outer_ttl: self.cfg.outer_ttl,

@@ -79,6 +79,10 @@ pub struct PipelineConfig {
     /// addresses move here, before it has taken their sessions over; an Error Indication
     /// then would have the gNB release them.
     pub silent_teids: Vec<(u32, u32)>,
+    /// Tunnels leave from the address of the session's own F-TEID on their side rather
+    /// than from `n3`/`n9`: a cluster's instance serving several shards (#29), each
+    /// session from its shard's address. Off, as the XDP engine does.
+    pub tunnel_source_per_session: bool,
     /// GTP-U path management (Echo Requests to the peers of live tunnels).
     pub echo: paths::EchoConfig,
     /// TTL / Hop Limit of the outer headers we write.
@@ -106,6 +110,7 @@ impl Default for PipelineConfig {
             buffer_bytes: 16 << 20,
             error_indications_per_s: 100,
             silent_teids: Vec::new(),
+            tunnel_source_per_session: false,
             echo: paths::EchoConfig::default(),
             outer_ttl: 64,
             uplink_acl: Default::default(),

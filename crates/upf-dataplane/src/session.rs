@@ -385,6 +385,8 @@ pub(crate) struct Compiled {
 pub(crate) struct CompileEnv<'a> {
     pub n3: &'a LocalAddrs,
     pub n9: &'a LocalAddrs,
+    /// `PipelineConfig::tunnel_source_per_session`.
+    pub tunnel_source_per_session: bool,
     pub buffer_packets: usize,
     /// The buckets shared with the other workers the session lives on, if several.
     pub budgets: Option<&'a SessionBudgets>,
@@ -404,7 +406,11 @@ fn unsupported(what: &'static str) -> DatapathError {
 
 impl Compiled {
     pub fn compile(now: Instant, s: Arc<Session>, env: &CompileEnv) -> Result<Self, DatapathError> {
-        let (n3, n9) = (own_addrs(&s, false, env.n3), own_addrs(&s, true, env.n9));
+        let (n3, n9) = if env.tunnel_source_per_session {
+            (own_addrs(&s, false, env.n3), own_addrs(&s, true, env.n9))
+        } else {
+            (*env.n3, *env.n9)
+        };
         let env = &CompileEnv {
             n3: &n3,
             n9: &n9,

@@ -110,7 +110,10 @@ fn forw_both_ways() {
 #[test]
 fn downlink_leaves_from_the_sessions_own_n3_address() {
     let shard = Ipv4Addr::new(192, 0, 2, 77);
-    let mut r = Rig::configured(|a| a.n3.ipv4 = Some(shard), |_| {});
+    let mut r = Rig::configured(
+        |a| a.n3.ipv4 = Some(shard),
+        |p| p.tunnel_source_per_session = true,
+    );
     let (_, resp) = r.establish(simple_session(UE, 0xabcd));
     assert!(matches!(
         resp.created_pdrs[0].local_f_teid,
@@ -120,6 +123,12 @@ fn downlink_leaves_from_the_sessions_own_n3_address() {
     assert_eq!(numbers_to_gnb(&out), [1]);
     let (d, _) = open(&out[0]);
     assert_eq!(d.outer_src, std::net::IpAddr::V4(shard));
+    // Without: from the UPF's own (what the XDP engine does).
+    let mut r = Rig::configured(|a| a.n3.ipv4 = Some(shard), |_| {});
+    let (_, resp) = r.establish(simple_session(UE, 0xabcd));
+    assert!(resp.created_pdrs[0].local_f_teid.is_some());
+    let out = r.send(vec![n6(&down(1))]);
+    assert_ne!(open(&out[0]).0.outer_src, std::net::IpAddr::V4(shard));
 }
 
 #[test]

@@ -298,6 +298,7 @@ pub fn runtime_config(c: &FileConfig) -> anyhow::Result<RuntimeConfig> {
             buffer_packets_per_far: c.limits.buffer_packets_per_far,
             buffer_bytes: c.limits.buffer_bytes_per_worker,
             error_indications_per_s: c.limits.error_indications_per_s,
+            tunnel_source_per_session: c.cluster.is_some(),
             silent_teids: c.cluster.as_ref().map_or_else(Vec::new, |cl| {
                 let home = cl.home_shard();
                 (cl.shards.iter())
@@ -566,7 +567,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                     .filter_map(|s| s.persist.as_ref().map(state::Persist::stats))
                     .collect();
                 let st = admin::State {
-                    agent: &shards[0].agent,
+                    agents: shards.iter().map(|s| (s.name.as_str(), &s.agent)).collect(),
                     datapath: h.datapath(),
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
