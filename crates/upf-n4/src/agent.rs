@@ -124,6 +124,24 @@ pub struct Stats {
     pub refused: [u64; Refusal::ALL.len()],
 }
 
+impl Stats {
+    /// Adds `o`'s counts (the agents of several shards, one figure).
+    pub fn add(&mut self, o: &Stats) {
+        let sum = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        sum(&mut self.received, &o.received);
+        sum(&mut self.causes_sent, &o.causes_sent);
+        sum(&mut self.refused, &o.refused);
+        self.retransmissions_answered += o.retransmissions_answered;
+        self.retransmissions_sent += o.retransmissions_sent;
+        self.requests_given_up += o.requests_given_up;
+        self.dropped += o.dropped;
+        self.reports_dropped += o.reports_dropped;
+        self.reports_dropped_bytes += o.reports_dropped_bytes;
+        self.internal_errors += o.internal_errors;
+        self.events_dropped += o.events_dropped;
+    }
+}
+
 impl Default for Stats {
     fn default() -> Self {
         Self {

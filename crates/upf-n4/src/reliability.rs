@@ -80,6 +80,19 @@ pub struct CacheStats {
     pub expired: u64,
 }
 
+impl CacheStats {
+    /// Adds `o`'s (the caches of several shards' agents, one figure).
+    pub fn add(&mut self, o: &CacheStats) {
+        self.entries += o.entries;
+        self.bytes += o.bytes;
+        self.evicted
+            .iter_mut()
+            .zip(o.evicted)
+            .for_each(|(x, y)| *x += y);
+        self.expired += o.expired;
+    }
+}
+
 /// One peer address's share of the cache.
 #[derive(Debug, Clone, Default)]
 struct PeerShare {

@@ -239,8 +239,9 @@ pub async fn serve(
 /// What the main loop knows, to answer with.
 #[allow(missing_debug_implementations)] // borrows the agent, which has no Debug
 pub struct State<'a> {
-    /// The first shard's agent (the only one without `[cluster]`).
-    pub agent: &'a Agent<ShardPath>,
+    /// The agent of each shard served, with the shard's name (one, unnamed, without
+    /// `[cluster]`).
+    pub agents: Vec<(&'a str, &'a Agent<ShardPath>)>,
     /// The data path every shard's agent drives.
     pub datapath: &'a Observed<Engines>,
     pub uptime_s: u64,
@@ -274,19 +275,30 @@ pub fn answer(query: Query, st: &State<'_>) -> Response {
                 body: metrics::render(&workers(), &control(st), xdp.as_ref()),
             }
         }
-        Query::Sessions => Response::json(&sessions(st.agent, |s| engines.runs(s))),
-        Query::Session(seid) => match st.agent.session(Seid(seid)) {
+        Query::Sessions => Response::json(&sessions(&st.agents, |s| engines.runs(s))),
+        Query::Session(seid) => match st.agents.iter().find_map(|(_, a)| a.session(Seid(seid))) {
             Some(s) => Response::json(&serde_json::to_value(s).unwrap_or(Value::Null)),
             None => Response::text(404, &format!("no session with SEID {seid:#x}")),
         },
         Query::Associations => Response::json(&Value::Array(
-            st.agent
-                .associations()
-                .map(|(node, addr)| json!({"node_id": node.to_string(), "address": addr.to_string()}))
+            st.agents
+                .iter()
+                .flat_map(|&(shard, a)| {
+                    a.associations().map(move |(node, addr)| {
+                        with_shard(
+                            shard,
+                            json!({"node_id": node.to_string(), "address": addr.to_string()}),
+                        )
+                    })
+                })
                 .collect(),
         )),
         Query::Workers => Response::json(&Value::Array(
-            workers().iter().enumerate().map(|(i, w)| worker(i, w)).collect(),
+            workers()
+                .iter()
+                .enumerate()
+                .map(|(i, w)| worker(i, w))
+                .collect(),
         )),
         Query::Drops => Response::json(&drops(&workers())),
         Query::Counters => Response::json(&counters(&workers(), &control(st))),
@@ -335,10 +347,16 @@ fn parse_seid(s: &str) -> Option<u64> {
 
 fn control(st: &State<'_>) -> ControlView {
     ControlView {
-        sessions: st.agent.session_count(),
-        associations: st.agent.association_count(),
-        pfcp: st.agent.stats.clone(),
-        response_cache: st.agent.response_cache(),
+        sessions: st.agents.iter().map(|(_, a)| a.session_count()).sum(),
+        associations: st.agents.iter().map(|(_, a)| a.association_count()).sum(),
+        pfcp: st.agents.iter().fold(Default::default(), |mut t, (_, a)| {
+            t.add(&a.stats);
+            t
+        }),
+        response_cache: st.agents.iter().fold(Default::default(), |mut t, (_, a)| {
+            t.add(&a.response_cache());
+            t
+        }),
         datapath: st.datapath.counts(),
         admin_refused: st.admin_refused,
         uptime_s: st.uptime_s,
@@ -348,11 +366,20 @@ fn control(st: &State<'_>) -> ControlView {
     }
 }
 
-/// The sessions, each with the engine it runs on (`runs`).
-fn sessions<D: Datapath>(agent: &Agent<D>, runs: impl Fn(Seid) -> Runs) -> Value {
-    let mut v: Vec<Value> = agent
-        .sessions()
-        .map(|s| {
+/// `v` with `"shard": shard` when there is a shard's name (in a cluster).
+fn with_shard(shard: &str, mut v: Value) -> Value {
+    if let (false, Some(o)) = (shard.is_empty(), v.as_object_mut()) {
+        o.insert("shard".into(), shard.into());
+    }
+    v
+}
+
+/// The sessions of every shard, each with the engine it runs on (`runs`).
+fn sessions<D: Datapath>(agents: &[(&str, &Agent<D>)], runs: impl Fn(Seid) -> Runs) -> Value {
+    let mut v: Vec<Value> = agents
+        .iter()
+        .flat_map(|&(shard, a)| a.sessions().map(move |s| (shard, s)))
+        .map(|(shard, s)| {
             let ues: Vec<String> = s
                 .pdrs
                 .iter()
@@ -380,7 +407,7 @@ fn sessions<D: Datapath>(agent: &Agent<D>, runs: impl Fn(Seid) -> Runs) -> Value
                 Runs::User(why) => why,
                 Runs::Xdp => None,
             };
-            json!({
+            let v = json!({
                 "seid": format!("{:#x}", s.seid.0),
                 "cp_seid": format!("{:#x}", s.cp_seid.0),
                 "cp_address": s.cp_addr.to_string(),
@@ -390,7 +417,8 @@ fn sessions<D: Datapath>(agent: &Agent<D>, runs: impl Fn(Seid) -> Runs) -> Value
                 "pdrs": s.pdrs.len(), "fars": s.fars.len(), "qers": s.qers.len(), "urrs": s.urrs.len(),
                 "engine": engine,
                 "engine_why": why,
-            })
+            });
+            with_shard(shard, v)
         })
         .collect();
     v.sort_by(|a, b| a["seid"].as_str().cmp(&b["seid"].as_str()));

@@ -167,6 +167,15 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
         b.metric("upf_cluster_shard_sessions", &[("shard", "b")]),
         Some(0.0)
     );
+    let listed = b.api("sessions");
+    let of_a: Vec<&serde_json::Value> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["shard"] == "a")
+        .collect();
+    assert_eq!(of_a.len(), 3, "upf show sessions on b: {listed}");
+    assert_eq!(b.api("associations")[0]["shard"], "a");
     // The SMF goes on with a's sessions where they were: a modification, a deletion, a
     // new session from a's TEIDs and pool.
     let mut m = smf::modification();
