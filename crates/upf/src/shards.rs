@@ -250,7 +250,9 @@ impl Shard {
     }
 
     /// Binds its N4 socket if it has none yet. An address not (yet) on this host is tried
-    /// again at the next call; any other error is the caller's.
+    /// again at the next call, as is any error for a cluster's shard (said once: its
+    /// sessions forward meanwhile, and the instance serves its other shards); without
+    /// `[cluster]` other errors are the caller's.
     pub async fn bind(&mut self) -> std::io::Result<()> {
         if self.sock.is_some() {
             return Ok(());
@@ -275,6 +277,17 @@ impl Shard {
                     tracing::warn!(
                         target: "upf",
                         "N4 address {} is not on this host yet{}: PFCP waits for it to be moved here; its sessions forward meanwhile",
+                        self.addr,
+                        self.of()
+                    );
+                }
+                Ok(())
+            }
+            Err(e) if !self.name.is_empty() => {
+                if !std::mem::replace(&mut self.said_waiting, true) {
+                    tracing::error!(
+                        target: "upf",
+                        "N4 address {}{}: {e}; tried again every 20 ms, its sessions forward meanwhile",
                         self.addr,
                         self.of()
                     );
