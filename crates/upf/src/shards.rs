@@ -309,7 +309,8 @@ impl Shard {
         let mut out = Vec::new();
         while let Some(t) = self.agent.poll_transmit() {
             match (&mut self.held, &self.persist) {
-                (Some(h), Some(p)) => {
+                // The writer's progress (two locks) only for what may wait on it.
+                (Some(h), Some(p)) if t.usage => {
                     out.extend(h.send_or_hold(t, crate::checkpoint::Progress::of(p), now))
                 }
                 _ => out.push(t),
