@@ -16,6 +16,9 @@ use upf_rules::{
     MbrBacklog, Seid, Session, UrrId, UsageReport, UsageTrigger, Volume,
 };
 
+/// A session's unreported usage, by URR ([`Pipeline::unreported_changed`]).
+pub type SessionUsage = (Seid, Vec<(UrrId, Volume)>);
+
 impl Pipeline {
     /// Installs `session` (or replaces the one with its SEID). `budgets`: the buckets it
     /// shares with the other workers it lives on, if several; its QERs' rates are drawn
@@ -297,9 +300,22 @@ impl Pipeline {
     /// session whose URRs counted, or reported, since the last call; sessions that have
     /// counted nothing since their last report and did not before are left out. The
     /// caller's writes are then bounded by the sessions with traffic, not by all sessions.
-    pub fn unreported_changed(&mut self) -> Vec<(Seid, Vec<(UrrId, Volume)>)> {
+    pub fn unreported_changed(&mut self) -> Vec<SessionUsage> {
+        self.unreported_changed_from(0, usize::MAX).0
+    }
+
+    /// [`Pipeline::unreported_changed`] over at most `max` slots from slot `from`, and the
+    /// slot to go on from (None: the last was read). A worker reads its sessions a part at
+    /// a time, forwarding packets in between: read whole, 100k sessions that all counted
+    /// held its packets ~37 ms.
+    pub fn unreported_changed_from(
+        &mut self,
+        from: usize,
+        max: usize,
+    ) -> (Vec<SessionUsage>, Option<usize>) {
         let mut out = Vec::new();
-        for slot in 0..self.slots.len() {
+        let end = from.saturating_add(max).min(self.slots.len());
+        for slot in from..end {
             let Ok(index) = u32::try_from(slot) else {
                 break;
             };
@@ -319,7 +335,7 @@ impl Pipeline {
                 ));
             }
         }
-        out
+        (out, (end < self.slots.len()).then_some(end))
     }
 
     /// Adds to session `seid`'s URRs usage another engine measured for them (`usage`, per

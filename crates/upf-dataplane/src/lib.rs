@@ -37,6 +37,7 @@ pub use acl::{AclEntry4, AclTable4, AclTables4};
 pub use acl::{ANY_PORT, MAX_TABLES};
 pub use counters::{Counters, DropReason};
 pub use flow::{Addr, Flow, Flow4, Prefix};
+pub use install::SessionUsage;
 pub use meter::Fill;
 pub use netinst::{NetworkInstances, TooManyInstances, DEFAULT_INSTANCE};
 pub use parse::flow_of;

@@ -981,3 +981,31 @@ fn a_quota_goes_on_from_the_use_another_engine_carried_hot_and_cold() {
         assert!(c.send(burst(teid, 1)).is_empty(), "exhausted, hot: {hot}");
     }
 }
+
+/// A checkpoint's read of a worker's sessions goes a part at a time (the worker forwards in
+/// between): the parts together are the whole read, and each session is read once.
+#[test]
+fn the_checkpoint_read_in_parts_is_the_whole_read() {
+    let mut r = Rig::new();
+    let ues: Vec<Ipv4Addr> = (0..5).map(|i| Ipv4Addr::new(10, 60, 1, i + 1)).collect();
+    for (i, &ue) in ues.iter().enumerate() {
+        let (_, resp) = r.establish(simple_session(ue, 0x500 + u32::try_from(i).unwrap()));
+        let teid = local_teid(&resp);
+        let out = r.send(vec![gpdu(teid, Some(9), &udp4(ue, DN, 1, 53, 40, 0))]);
+        assert_eq!(out.len(), 1);
+    }
+    let mut from = Some(0);
+    let mut parts = 0;
+    let mut read = Vec::new();
+    while let Some(f) = from {
+        let (got, next) = r.dp().unreported_changed_from(f, 2);
+        assert!(next.is_none_or(|n| n == f + 2));
+        read.extend(got.into_iter().map(|(s, u)| (s, u[0].1.total_packets)));
+        from = next;
+        parts += 1;
+    }
+    assert!(parts >= 3, "5 sessions, 2 a part: {parts} parts");
+    assert_eq!(read.len(), 5, "{read:?}");
+    assert!(read.iter().all(|&(_, n)| n == 1), "{read:?}");
+    assert!(r.dp().unreported_changed().is_empty(), "each read once");
+}

@@ -61,7 +61,12 @@ type Reply<T> = SyncSender<Result<T, DatapathError>>;
 pub type SessionsCarried = Vec<(Seid, Carried)>;
 
 /// Per session, the usage of each URR since its last report.
-pub type SessionsUsage = Vec<(Seid, Vec<(UrrId, Volume)>)>;
+pub type SessionsUsage = Vec<upf_dataplane::SessionUsage>;
+
+/// Sessions a worker reads for a usage checkpoint between two batches of packets: at 100%
+/// of them with traffic, ~1.5 ms of the worker's time (37 ms for 100k, measured by
+/// upf-dataplane's `usage_checkpoint` example).
+const CHECKPOINT_SLOTS: usize = 4096;
 
 enum Control {
     Install(
@@ -81,7 +86,8 @@ enum Control {
     CarryIn(SessionsCarried),
     Unreported(Seid, Reply<Vec<(UrrId, Volume)>>),
     /// `Pipeline::unreported_changed`: the sessions that counted since the last one.
-    UnreportedChanged(Reply<SessionsUsage>),
+    /// From slot `.0`, at most [`CHECKPOINT_SLOTS`]; with the slot to go on from.
+    UnreportedChanged(usize, Reply<(SessionsUsage, Option<usize>)>),
     Session(Seid, SyncSender<Option<Arc<Session>>>),
     Counters(SyncSender<Counters>),
     Stats(SyncSender<WorkerStats>),
@@ -715,8 +721,11 @@ impl Worker {
             Control::Unreported(seid, r) => {
                 let _ = r.send(self.pipeline.unreported(seid));
             }
-            Control::UnreportedChanged(r) => {
-                let _ = r.send(Ok(self.pipeline.unreported_changed()));
+            Control::UnreportedChanged(from, r) => {
+                let read = self
+                    .pipeline
+                    .unreported_changed_from(from, CHECKPOINT_SLOTS);
+                let _ = r.send(Ok(read));
             }
             Control::Carry(seid, usage, quota, r) => {
                 let _ = r.send(self.pipeline.carry_usage(now, seid, &usage, quota));
@@ -1121,26 +1130,32 @@ impl Workers {
     /// worker, all asked before any answer is awaited. A session on several workers is
     /// read whole from all of them when one of them counted.
     pub fn unreported_changed(&self) -> Result<SessionsUsage, DatapathError> {
-        let mut asked = Vec::with_capacity(self.inputs.len());
-        for i in 0..self.inputs.len() {
-            let (tx, rx) = mpsc::sync_channel(1);
-            if !self.send(i, Input::Control(Control::UnreportedChanged(tx))) {
-                return Err(DatapathError::Internal(format!("worker {i} stopped")));
-            }
-            asked.push((i, rx));
-        }
         let mut out = Vec::new();
         let mut spread = Vec::new();
-        for (i, rx) in asked {
-            let answer = rx
-                .recv()
-                .map_err(|_| DatapathError::Internal(format!("worker {i} stopped")))??;
-            for (seid, usage) in answer {
-                match self.placement.get(&seid).map(|p| p.workers.len()) {
-                    Some(1) => out.push((seid, usage)),
-                    Some(_) => spread.push(seid),
-                    // Removed since it answered: nothing to keep.
-                    None => {}
+        // Each worker reads its sessions a part at a time (CHECKPOINT_SLOTS), the workers
+        // in parallel, each part asked once the last is answered.
+        let mut next: Vec<(usize, usize)> = (0..self.inputs.len()).map(|i| (i, 0)).collect();
+        while !next.is_empty() {
+            let mut asked = Vec::with_capacity(next.len());
+            for (i, from) in next.drain(..) {
+                let (tx, rx) = mpsc::sync_channel(1);
+                if !self.send(i, Input::Control(Control::UnreportedChanged(from, tx))) {
+                    return Err(DatapathError::Internal(format!("worker {i} stopped")));
+                }
+                asked.push((i, rx));
+            }
+            for (i, rx) in asked {
+                let (answer, more) = rx
+                    .recv()
+                    .map_err(|_| DatapathError::Internal(format!("worker {i} stopped")))??;
+                next.extend(more.map(|from| (i, from)));
+                for (seid, usage) in answer {
+                    match self.placement.get(&seid).map(|p| p.workers.len()) {
+                        Some(1) => out.push((seid, usage)),
+                        Some(_) => spread.push(seid),
+                        // Removed since it answered: nothing to keep.
+                        None => {}
+                    }
                 }
             }
         }
