@@ -104,6 +104,18 @@ impl Etcd {
         }
     }
 
+    /// [`Etcd::start`] on 127.0.0.1, on two free ports in a row (client, peer).
+    pub fn on_loopback() -> io::Result<Etcd> {
+        let lo = std::net::Ipv4Addr::LOCALHOST;
+        let port = loop {
+            let p = std::net::TcpListener::bind((lo, 0))?.local_addr()?.port();
+            if p < u16::MAX && std::net::TcpListener::bind((lo, p + 1)).is_ok() {
+                break p;
+            }
+        };
+        Etcd::start(None, IpAddr::V4(lo), port)
+    }
+
     /// `http://IP:PORT`, for clients.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.client)

@@ -3,24 +3,12 @@
 //! and read by the instance that takes over, writes of an instance that lost its shard
 //! fenced off.
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::time::{Duration, Instant};
 use upf_netns::etcd::Etcd;
 use upf_state::{Cluster, ClusterEvent, EtcdOptions, Op, WriterOptions};
 
 fn etcd() -> Etcd {
-    // Two free ports in a row, for the client and the peer URLs.
-    let port = loop {
-        let p = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            break p;
-        }
-    };
-    Etcd::start(None, IpAddr::V4(Ipv4Addr::LOCALHOST), port).expect("etcd")
+    Etcd::on_loopback().expect("etcd")
 }
 
 fn instance(e: &Etcd, name: &str, shards: &[&str]) -> Cluster {

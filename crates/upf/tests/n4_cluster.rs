@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Peer, Upf};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use upf_netns::etcd::Etcd;
@@ -17,17 +17,7 @@ use upf_smf as smf;
 const SMF: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
 fn etcd() -> Etcd {
-    let port = loop {
-        let p = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            break p;
-        }
-    };
-    Etcd::start(None, IpAddr::V4(Ipv4Addr::LOCALHOST), port).expect("etcd")
+    Etcd::on_loopback().expect("etcd")
 }
 
 fn free_udp(ip: Ipv4Addr) -> SocketAddr {
