@@ -1861,23 +1861,7 @@ fn warm_restart(h: &mut Harness) {
 
     let flow_addr = SocketAddr::new(IpAddr::V4(DN), 40_043);
     let rx = Receiver::start(h.udp(h.topo.dn().name(), flow_addr));
-    let flow_sock = h.udp(
-        h.topo.ue().name(),
-        SocketAddr::new(IpAddr::V4(ues[0]), 40_042),
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let flow = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut seq = 0;
-            while !stop.load(Ordering::Relaxed) && seq < 60_000 {
-                send_one(&flow_sock, flow_addr, &datagram(7, seq, 100));
-                seq += 1;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            seq
-        })
-    };
+    let (stop, flow) = flow_of_one_ms(h, ues[0], flow_addr);
     std::thread::sleep(Duration::from_millis(300));
     let asked = h.smf.stats().upf_requests;
     let killed_at = Instant::now();
@@ -2171,23 +2155,7 @@ fn failover(h: &mut Harness) {
 
     let flow_addr = SocketAddr::new(IpAddr::V4(DN), 40_043);
     let rx = Receiver::start(h.udp(h.topo.dn().name(), flow_addr));
-    let flow_sock = h.udp(
-        h.topo.ue().name(),
-        SocketAddr::new(IpAddr::V4(ues[0]), 40_042),
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let flow = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut seq = 0;
-            while !stop.load(Ordering::Relaxed) && seq < 60_000 {
-                send_one(&flow_sock, flow_addr, &datagram(7, seq, 100));
-                seq += 1;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            seq
-        })
-    };
+    let (stop, flow) = flow_of_one_ms(h, ues[0], flow_addr);
     std::thread::sleep(Duration::from_millis(300));
     let asked = h.smf.stats().upf_requests;
     let pid = h.daemon.child.id().to_string();
@@ -2262,6 +2230,26 @@ fn failover(h: &mut Harness) {
         r.expect("deletion of a session taken over");
     }
     assert_eq!(rig.metric("upf_cluster_shard_sessions{shard=\"a\"}"), 0.0);
+}
+
+/// A datagram a millisecond from UE `ue` to `to` (stream 7), on a thread, until `stop` (or
+/// 60,000): the flow whose gap measures an outage; it returns how many it sent.
+fn flow_of_one_ms(h: &Harness, ue: Ipv4Addr, to: SocketAddr) -> (Arc<AtomicBool>, JoinHandle<u32>) {
+    let sock = h.udp(h.topo.ue().name(), SocketAddr::new(IpAddr::V4(ue), 40_042));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flow = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seq = 0;
+            while !stop.load(Ordering::Relaxed) && seq < 60_000 {
+                send_one(&sock, to, &datagram(7, seq, 100));
+                seq += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seq
+        })
+    };
+    (stop, flow)
 }
 
 /// UDP datagrams echoed to their sender, on a thread, until dropped.
