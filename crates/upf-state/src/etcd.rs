@@ -16,8 +16,8 @@
 use crate::writer::{Commit, CommitError, Pending, Writer, WriterOptions};
 use crate::{pack, unpack, Loaded};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, Error, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -515,8 +515,14 @@ async fn step(
                 Some(k) => k,
                 None => l.keeper.insert(c.lease_keep_alive(l.id).await?),
             };
-            keeper.keep_alive().await?;
-            match stream.message().await? {
+            // Bounded: a stream to an etcd that stopped answering would wait forever.
+            let renewed = tokio::time::timeout(o.timeout, async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            })
+            .await
+            .map_err(|_| Error::LeaseKeepAliveError("no answer to a lease renewal".into()))??;
+            match renewed {
                 Some(r) if r.ttl() > 0 => l.renewed = now,
                 _ => m.lease = None,
             }
