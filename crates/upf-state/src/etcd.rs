@@ -16,8 +16,8 @@
 use crate::writer::{Commit, CommitError, Pending, Writer, WriterOptions};
 use crate::{pack, unpack, Loaded};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, Error, GetOptions, LeaseKeepAliveStream,
-    LeaseKeeper, PutOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, Error, EventType, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, WatchOptions, WatchStream,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -49,6 +49,10 @@ pub struct EtcdOptions {
     /// A shard this instance took over is handed back when the instance whose own it is
     /// runs again ([`ClusterEvent::HandBack`]); without, it stays here.
     pub hand_back: bool,
+    /// Shards another instance holds are mirrored here ([`ClusterEvent::Mirror`]): their
+    /// records read once and then followed by an etcd watch, so that a takeover needs no
+    /// read and, with the sessions kept installed, no restore.
+    pub hot_standby: bool,
 }
 
 impl EtcdOptions {
@@ -62,6 +66,7 @@ impl EtcdOptions {
             orphan_grace: Duration::from_secs(20),
             timeout: Duration::from_secs(1),
             hand_back: true,
+            hot_standby: true,
         }
     }
 }
@@ -76,6 +81,23 @@ pub enum ClusterEvent {
         shard: String,
         from: Option<String>,
         state: Loaded,
+        /// The shard was mirrored here: `state` is empty, its records are what the Mirror
+        /// and MirrorChanges events said, all of them (the watch caught up first).
+        mirrored: bool,
+    },
+    /// Another instance holds `shard`: its records now, to keep (a hot standby).
+    Mirror {
+        shard: String,
+        state: Loaded,
+    },
+    /// What changed in a mirrored shard's records since, in order.
+    MirrorChanges {
+        shard: String,
+        changes: Vec<Record>,
+    },
+    /// A mirror is no longer followed (its watch broke): drop it; it is mirrored afresh.
+    Unmirror {
+        shard: String,
     },
     /// Another instance serves `shard` now (this one's lease lapsed while it was cut off
     /// from etcd): stop serving it.
@@ -262,39 +284,35 @@ async fn connect(o: &EtcdOptions) -> Result<Client, etcd_client::Error> {
 
 /// Reads a shard's records: what a takeover resumes.
 async fn load(client: &mut Client, keys: &Keys) -> Result<Loaded, etcd_client::Error> {
+    Ok(load_at(client, keys).await?.0)
+}
+
+/// [`load`], and the revision it read (every page at the same one).
+async fn load_at(client: &mut Client, keys: &Keys) -> Result<(Loaded, i64), etcd_client::Error> {
     let mut out = Loaded::default();
     let end = prefix_end(&keys.base);
     let mut from = keys.base.as_bytes().to_vec();
+    let mut revision = 0;
     loop {
-        let r = client
-            .get(
-                from.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_range(end.clone())
-                        .with_limit(LOAD_PAGE),
-                ),
-            )
-            .await?;
+        let mut o = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(LOAD_PAGE);
+        if revision > 0 {
+            o = o.with_revision(revision);
+        }
+        let r = client.get(from.clone(), Some(o)).await?;
+        if revision == 0 {
+            revision = r.header().map_or(0, |h| h.revision());
+        }
         for kv in r.kvs() {
-            let Ok(k) = std::str::from_utf8(kv.key()) else {
-                continue;
-            };
-            let rest = &k[keys.base.len()..];
-            let v = kv.value();
-            if rest == "recovery" {
-                out.recovery = v.try_into().ok().map(u32::from_le_bytes);
-                continue;
-            }
-            // A record that does not unpack is handed over empty: the agent reports it
-            // lost (and deletes it), as it does a record that does not read back.
-            let rec = unpack(v).unwrap_or_default();
-            if let Some(n) = rest.strip_prefix("a/").and_then(unhex) {
-                out.associations.push((n, rec));
-            } else if let Some(s) = rest.strip_prefix("s/").and_then(seid) {
-                out.sessions.push((s, rec));
-            } else if let Some(s) = rest.strip_prefix("u/").and_then(seid) {
-                out.usage.push((s, rec));
+            match record(keys, kv.key(), Some(kv.value())) {
+                Some(Record::Recovery(v)) => out.recovery = Some(v),
+                Some(Record::Association(k, v)) => {
+                    out.associations.push((k, v.unwrap_or_default()))
+                }
+                Some(Record::Session(s, v)) => out.sessions.push((s, v.unwrap_or_default())),
+                Some(Record::Usage(s, v)) => out.usage.push((s, v.unwrap_or_default())),
+                None => {}
             }
         }
         match r.kvs().last() {
@@ -305,7 +323,42 @@ async fn load(client: &mut Client, keys: &Keys) -> Result<Loaded, etcd_client::E
             _ => break,
         }
     }
-    Ok(out)
+    Ok((out, revision))
+}
+
+/// A change to one of a shard's records (`None`: deleted), as a hot standby receives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Recovery(u32),
+    /// By the peer's Node ID key.
+    Association(Vec<u8>, Option<Vec<u8>>),
+    /// By UP SEID.
+    Session(u64, Option<Vec<u8>>),
+    Usage(u64, Option<Vec<u8>>),
+}
+
+/// The record a key of `keys`'s shard holds, `value` unpacked (None: a deletion). A value
+/// that does not unpack is handed on empty: the agent reports its session lost (and
+/// deletes it), as it does a record that does not read back.
+fn record(keys: &Keys, key: &[u8], value: Option<&[u8]>) -> Option<Record> {
+    let rest = std::str::from_utf8(key).ok()?.strip_prefix(&keys.base)?;
+    if rest == "recovery" {
+        return value?
+            .try_into()
+            .ok()
+            .map(u32::from_le_bytes)
+            .map(Record::Recovery);
+    }
+    let v = value.map(|v| unpack(v).unwrap_or_default());
+    if let Some(n) = rest.strip_prefix("a/").and_then(unhex) {
+        Some(Record::Association(n, v))
+    } else if let Some(s) = rest.strip_prefix("s/").and_then(seid) {
+        Some(Record::Session(s, v))
+    } else {
+        rest.strip_prefix("u/")
+            .and_then(seid)
+            .map(|s| Record::Usage(s, v))
+    }
 }
 
 fn seid(hex: &str) -> Option<u64> {
@@ -417,6 +470,8 @@ struct Member {
     member: bool,
     /// Shards whose HandBack event was sent, until released.
     handing_back: BTreeSet<String>,
+    /// The watches of the shards mirrored here.
+    mirrors: HashMap<String, WatchStream>,
 }
 
 struct Lease {
@@ -454,6 +509,7 @@ fn membership(
         reachable: true,
         member: false,
         handing_back: BTreeSet::new(),
+        mirrors: HashMap::new(),
     };
     let tick = (opts.lease_ttl / 8).clamp(Duration::from_millis(50), Duration::from_millis(250));
     let mut to_release: Vec<String> = Vec::new();
@@ -476,6 +532,10 @@ fn membership(
                 m.client = None;
                 if let Some(l) = &mut m.lease {
                     l.keeper = None;
+                }
+                // The watches went with the connection: mirrored afresh once it is back.
+                for shard in std::mem::take(&mut m.mirrors).into_keys() {
+                    let _ = tx.send(ClusterEvent::Unmirror { shard });
                 }
                 if m.reachable {
                     m.reachable = false;
@@ -585,7 +645,7 @@ async fn step(
             }
             // Our lease expired and took the key: ours again if nobody took it.
             None => {
-                if !acquire(c, o, &shard, lease).await? {
+                if acquire(c, o, &shard, lease).await?.is_none() {
                     m.ours.remove(&shard);
                     let to = owner_of(c, o, &shard).await?.unwrap_or_default();
                     let _ = tx.send(ClusterEvent::Lost { shard, to });
@@ -618,6 +678,9 @@ async fn step(
             }
         }
     }
+    if o.hot_standby {
+        mirror(c, o, (&m.ours, &mut m.mirrors), &owners, tx).await?;
+    }
     // The others: taken when free, at once if we saw their owner go.
     for (i, shard) in o.shards.iter().enumerate() {
         if m.ours.contains(shard) {
@@ -639,16 +702,44 @@ async fn step(
         let from = m.held_by.get(shard).cloned();
         let since = *m.free_since.entry(shard.clone()).or_insert(now);
         let due = home || from.is_some() || now.duration_since(since) >= o.orphan_grace;
-        if !due || !acquire(c, o, shard, lease).await? {
+        if !due {
             continue;
         }
-        let state = match load(c, &Keys::new(&o.prefix, shard)).await {
-            Ok(s) => s,
-            Err(e) => {
-                // Not served without its state: given back, tried again next step.
-                let _ = c.delete(Keys::new(&o.prefix, shard).owner, None).await;
-                return Err(e);
-            }
+        let Some(at) = acquire(c, o, shard, lease).await? else {
+            continue;
+        };
+        let keys = Keys::new(&o.prefix, shard);
+        // Mirrored: what the watch has not said yet, up to the takeover's revision.
+        let mirrored = match m.mirrors.remove(shard) {
+            Some(mut w) => match catch_up(&mut w, &keys, at, o.timeout).await {
+                Ok(changes) => {
+                    if !changes.is_empty() {
+                        let _ = tx.send(ClusterEvent::MirrorChanges {
+                            shard: shard.clone(),
+                            changes,
+                        });
+                    }
+                    true
+                }
+                Err(_) => {
+                    let _ = tx.send(ClusterEvent::Unmirror {
+                        shard: shard.clone(),
+                    });
+                    false
+                }
+            },
+            None => false,
+        };
+        let state = match mirrored {
+            true => Loaded::default(),
+            false => match load(c, &keys).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // Not served without its state: given back, tried again next step.
+                    let _ = c.delete(keys.owner, None).await;
+                    return Err(e);
+                }
+            },
         };
         m.ours.insert(shard.clone());
         m.held_by.remove(shard);
@@ -657,6 +748,7 @@ async fn step(
             shard: shard.clone(),
             from: from.filter(|f| *f != o.instance),
             state,
+            mirrored,
         });
     }
     Ok(())
@@ -685,13 +777,116 @@ async fn release(o: &EtcdOptions, m: &mut Member, shard: &str) -> Result<(), etc
     Ok(())
 }
 
-/// Takes `shard` under `lease` if nobody holds it.
+/// Mirrors the shards another instance holds that are not mirrored yet (their records read
+/// and a watch started from that revision), and hands on what every mirror's watch said
+/// since the last step.
+async fn mirror(
+    c: &mut Client,
+    o: &EtcdOptions,
+    (ours, mirrors): (&BTreeSet<String>, &mut HashMap<String, WatchStream>),
+    owners: &BTreeMap<String, String>,
+    tx: &mpsc::Sender<ClusterEvent>,
+) -> Result<(), etcd_client::Error> {
+    for shard in &o.shards {
+        let held = owners.get(shard).is_some_and(|by| *by != o.instance);
+        if !held || ours.contains(shard) || mirrors.contains_key(shard) {
+            continue;
+        }
+        let keys = Keys::new(&o.prefix, shard);
+        let (state, revision) = load_at(c, &keys).await?;
+        let w = c
+            .watch(
+                keys.base.as_str(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(revision + 1),
+                ),
+            )
+            .await?;
+        mirrors.insert(shard.clone(), w);
+        let _ = tx.send(ClusterEvent::Mirror {
+            shard: shard.clone(),
+            state,
+        });
+    }
+    let mut broken = Vec::new();
+    for (shard, w) in mirrors.iter_mut() {
+        let keys = Keys::new(&o.prefix, shard);
+        let mut changes = Vec::new();
+        loop {
+            // What has arrived; a mirror waits for nothing.
+            match tokio::time::timeout(Duration::from_millis(1), w.message()).await {
+                Err(_) => break,
+                Ok(Ok(Some(r))) if !r.canceled() => changes.extend(changes_of(&keys, &r)),
+                Ok(_) => {
+                    broken.push(shard.clone());
+                    break;
+                }
+            }
+        }
+        if !changes.is_empty() {
+            let _ = tx.send(ClusterEvent::MirrorChanges {
+                shard: shard.clone(),
+                changes,
+            });
+        }
+    }
+    for shard in broken {
+        mirrors.remove(&shard);
+        let _ = tx.send(ClusterEvent::Unmirror { shard });
+    }
+    Ok(())
+}
+
+/// The records a watch response changed.
+fn changes_of(keys: &Keys, r: &etcd_client::WatchResponse) -> Vec<Record> {
+    r.events()
+        .iter()
+        .filter_map(|e| {
+            let kv = e.kv()?;
+            let value = (e.event_type() == EventType::Put).then(|| kv.value());
+            record(keys, kv.key(), value)
+        })
+        .collect()
+}
+
+/// The changes of a mirrored shard's watch up to revision `to` (the takeover's): a progress
+/// request, then what arrives until a response at `to` or later (within `timeout`).
+async fn catch_up(
+    w: &mut WatchStream,
+    keys: &Keys,
+    to: i64,
+    timeout: Duration,
+) -> Result<Vec<Record>, etcd_client::Error> {
+    w.request_progress().await?;
+    let mut changes = Vec::new();
+    tokio::time::timeout(timeout, async {
+        loop {
+            let Some(r) = w.message().await? else {
+                return Err(Error::WatchError("the watch ended".into()));
+            };
+            changes.extend(changes_of(keys, &r));
+            if r.canceled() {
+                return Err(Error::WatchError("the watch was canceled".into()));
+            }
+            if r.header().is_some_and(|h| h.revision() >= to) {
+                return Ok(());
+            }
+        }
+    })
+    .await
+    .map_err(|_| Error::WatchError("no progress within the timeout".into()))??;
+    Ok(changes)
+}
+
+/// Takes `shard` under `lease` if nobody holds it: the revision it took it at.
 async fn acquire(
     c: &mut Client,
     o: &EtcdOptions,
     shard: &str,
     lease: i64,
-) -> Result<bool, etcd_client::Error> {
+) -> Result<Option<i64>, etcd_client::Error> {
     let key = Keys::new(&o.prefix, shard).owner;
     let txn = Txn::new()
         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
@@ -700,7 +895,9 @@ async fn acquire(
             o.instance.as_str(),
             Some(PutOptions::new().with_lease(lease)),
         )]);
-    Ok(c.txn(txn).await?.succeeded())
+    let r = c.txn(txn).await?;
+    Ok(r.succeeded()
+        .then(|| r.header().map_or(0, |h| h.revision())))
 }
 
 async fn owner_of(

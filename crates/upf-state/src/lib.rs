@@ -20,7 +20,7 @@
 pub mod etcd;
 mod writer;
 
-pub use etcd::{Cluster, ClusterEvent, EtcdOptions};
+pub use etcd::{Cluster, ClusterEvent, EtcdOptions, Record};
 pub use writer::{Op, Writer, WriterOptions, WriterStats};
 
 use std::any::Any;
