@@ -235,6 +235,20 @@ impl<D: Datapath> Agent<D> {
         out
     }
 
+    /// A mirror's session deleted or replaced by the instance that serves its shard (#29's
+    /// hot standby): removed here, telling nobody, its allocations free at once. A record
+    /// of it that follows is restored as any ([`Agent::restore`]).
+    pub fn forget_session(&mut self, now: Instant, seid: Seid) {
+        self.take_session(now, seid, false);
+    }
+
+    /// A mirror's association the serving instance released: removed here, telling nobody.
+    pub fn forget_association(&mut self, key: &[u8]) {
+        if let Ok(n) = serde_json::from_slice::<NodeId>(key) {
+            self.assocs.remove(&n);
+        }
+    }
+
     /// An association record that does not read back: deleted from the store, as the
     /// sessions that needed it will be.
     fn key_lost_association(&mut self, key: &[u8]) {

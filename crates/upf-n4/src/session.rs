@@ -860,6 +860,22 @@ impl<D: Datapath> Agent<D> {
         seid: Seid,
         reason: &'static str,
     ) -> (Vec<Usage>, Option<Box<SessionCtx>>) {
+        let out = self.take_session(now, seid, true);
+        if out.1.is_some() {
+            self.event(Event::SessionDeleted { seid, reason });
+        }
+        out
+    }
+
+    /// Removes session `seid` from the data path and from the agent, its allocations
+    /// returned: its TEIDs held off (`hold_off`: late packets of it must not reach a new
+    /// session) or free at once (nobody was sent them from here: a mirror's).
+    pub(crate) fn take_session(
+        &mut self,
+        now: Instant,
+        seid: Seid,
+        hold_off: bool,
+    ) -> (Vec<Usage>, Option<Box<SessionCtx>>) {
         let Some(ctx) = self.sessions.remove(&seid) else {
             return (Vec::new(), None);
         };
@@ -873,7 +889,11 @@ impl<D: Datapath> Agent<D> {
         };
         self.aggregates.release(&ctx.cp.node, &ctx.rules);
         for &(_, t) in &ctx.teids {
-            self.teids.free(t, now);
+            if hold_off {
+                self.teids.free(t, now);
+            } else {
+                self.teids.unwind(t);
+            }
         }
         let ni = ctx.ue_instance.as_deref();
         if let Some(a) = ctx.ue_v4 {
@@ -887,7 +907,6 @@ impl<D: Datapath> Agent<D> {
         if let Some(a) = self.assocs.get_mut(&ctx.cp.node) {
             a.sessions = a.sessions.saturating_sub(1);
         }
-        self.event(Event::SessionDeleted { seid, reason });
         (usage, Some(ctx))
     }
 
