@@ -62,6 +62,10 @@ pub struct ClusterCfg {
     /// switchover: its sessions are installed there once this instance has let go);
     /// false: it stays where it is until that instance stops.
     pub hand_back: bool,
+    /// Every shard another instance serves is kept installed here, followed from etcd,
+    /// so that a takeover needs no read and no restore (its cost: each establishment is
+    /// installed on every instance).
+    pub hot_standby: bool,
 }
 
 impl Default for ClusterCfg {
@@ -76,6 +80,7 @@ impl Default for ClusterCfg {
             shards: Default::default(),
             usage_checkpoint_ms: 1000,
             hand_back: true,
+            hot_standby: true,
         }
     }
 }

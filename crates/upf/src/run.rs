@@ -438,10 +438,18 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
         Start::Cluster(file, cl) => (Some(*file), Some(cl)),
     };
     let mut etcd_reachable = true;
+    // The shards other instances serve, kept installed here (cluster.hot_standby).
+    let mut mirrors: Vec<cluster::Mirror> = Vec::new();
     // A cluster's instance serves nothing until etcd gives it a shard (its own, or one
     // that becomes free while it waits as a standby).
     if let (Some(file), Some(cl)) = (&file, &cluster) {
-        let mut ctx = (&hub, &mut shards, &mut checkpoints, &mut etcd_reachable);
+        let mut ctx = (
+            &hub,
+            &mut shards,
+            &mut mirrors,
+            &mut checkpoints,
+            &mut etcd_reachable,
+        );
         if !standby(file, cl, &mut ctx, &mut term).await? {
             return Ok(());
         }
@@ -468,20 +476,24 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     loop {
         if let (Some(file), Some(cl)) = (&file, &cluster) {
             while let Some(ev) = cl.poll_event() {
-                cluster::apply(
-                    ev,
-                    file,
-                    cl,
+                let mut served = (
                     &hub,
                     &mut shards,
+                    &mut mirrors,
                     &mut checkpoints,
                     &mut etcd_reachable,
-                )
-                .await?;
+                );
+                cluster::apply(ev, file, cl, &mut served).await?;
             }
             if shards.is_empty() {
                 info!(target: "upf::cluster", "serving no shard now: waiting as a standby");
-                let mut ctx = (&hub, &mut shards, &mut checkpoints, &mut etcd_reachable);
+                let mut ctx = (
+                    &hub,
+                    &mut shards,
+                    &mut mirrors,
+                    &mut checkpoints,
+                    &mut etcd_reachable,
+                );
                 if !standby(file, cl, &mut ctx, &mut term).await? {
                     return Ok(());
                 }
@@ -593,6 +605,9 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                     let addr = s.addr;
                     s.bind().await.with_context(|| format!("n4 address {addr}"))?;
                 }
+                for m in &mut mirrors {
+                    m.drain_events();
+                }
                 hub.borrow_mut().datapath_mut().inner_mut().tick();
             }
             _ = tokio::signal::ctrl_c() => break,
@@ -635,25 +650,26 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     Ok(())
 }
 
-/// What the membership thread's events change.
-type Served<'a> = (
-    &'a std::rc::Rc<std::cell::RefCell<Hub>>,
-    &'a mut Vec<Shard>,
-    &'a mut Option<Checkpoints>,
-    &'a mut bool,
-);
-
 /// Applies the membership thread's events until this instance serves a shard; false if
 /// it was told to stop meanwhile.
 async fn standby(
     file: &FileConfig,
     cl: &upf_state::Cluster,
-    (hub, shards, checkpoints, reachable): &mut Served<'_>,
+    (hub, shards, mirrors, checkpoints, reachable): &mut cluster::Served<'_>,
     term: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<bool> {
     while shards.is_empty() {
         match cl.poll_event() {
-            Some(ev) => cluster::apply(ev, file, cl, hub, shards, checkpoints, reachable).await?,
+            Some(ev) => {
+                let mut served = (
+                    &**hub,
+                    &mut **shards,
+                    &mut **mirrors,
+                    &mut **checkpoints,
+                    &mut **reachable,
+                );
+                cluster::apply(ev, file, cl, &mut served).await?
+            }
             None => tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 _ = tokio::signal::ctrl_c() => return Ok(false),

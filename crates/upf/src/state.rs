@@ -111,6 +111,16 @@ pub fn restore<D: Datapath>(
         info!(target: "upf::state", "new store {from}");
         usage.clear();
     }
+    record(agent, writer, usage)
+}
+
+/// Records the agent's changes with `writer` from now on (its state restored already, as a
+/// mirror's is), `usage` the checkpoints to carry in.
+pub fn record<D: Datapath>(
+    agent: &mut Agent<D>,
+    writer: Writer,
+    usage: Vec<(u64, Vec<u8>)>,
+) -> Persist {
     agent.track_changes();
     writer.submit(Op::SetRecovery(agent.recovery_time_stamp()));
     Persist {

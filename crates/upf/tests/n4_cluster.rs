@@ -128,6 +128,26 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
     let recovery = heartbeat(&mut smf);
     // The association, three sessions and the Recovery Time Stamp, in etcd.
     written(&a, 5.0);
+    // b keeps them installed (hot standby), and follows what a changes: a fourth session
+    // established and deleted, the first one modified.
+    let until = Instant::now() + Duration::from_secs(5);
+    while !b.log().contains("standing by for shard a") {
+        assert!(Instant::now() < until, "{}", b.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let fourth = smf.establish();
+    match smf.request(Some(fourth), SessionDeletionRequest {}).message {
+        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
+        m => panic!("{m:?}"),
+    }
+    let mut m = smf::modification();
+    m.update_fars
+        .push(smf::update_far_to_gnb(2, 0x98, Ipv4Addr::new(192, 0, 2, 9)));
+    match smf.request(Some(seids[0]), m).message {
+        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
+        m => panic!("{m:?}"),
+    }
+    written(&a, 8.0);
     assert_eq!(
         a.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
         Some(3.0)
@@ -148,6 +168,16 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
             .contains("took over shard a (Node ID 127.0.0.11) from instance a, 3 sessions"),
         "{}",
         b.log()
+    );
+    assert!(
+        b.log().contains("hot standby: installed already"),
+        "{}",
+        b.log()
+    );
+    let first = b.api(&format!("session/{}", seids[0])).to_string();
+    assert!(
+        first.contains("192.0.2.9"),
+        "the modification made before the kill: {first}"
     );
     assert_eq!(
         b.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
