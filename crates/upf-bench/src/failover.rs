@@ -35,6 +35,9 @@ pub(crate) struct Measured {
     pub resume_ms: f64,
     pub all_ms: Option<f64>,
     pub lost: usize,
+    /// When shard a's N4 answered again (from b), and with a's Recovery Time Stamp.
+    pub pfcp_ms: f64,
+    pub same_recovery: bool,
     /// What b logged of the takeover.
     pub said: Vec<String>,
 }
@@ -215,6 +218,17 @@ pub(crate) fn measure(
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("  failover: {n} sessions on shard a ({est_per_s:.0} establishments/s, store etcd)");
+    let recovery = smf.heartbeat().context("heartbeat to shard a")?;
+    // Another emulator asks shard a's N4 every 20 ms from the kill on: when it answers
+    // again (b bound a's address after taking a over).
+    let mut probe_n4 = in_netns(core.name(), || {
+        let mut c = SmfConfig::new(SocketAddr::new(IpAddr::V4(A), 8805));
+        c.bind = SocketAddr::new(IpAddr::V4(CORE), 0);
+        c.t1 = Duration::from_millis(20);
+        c.n1 = 3;
+        Smf::new(c)
+    })?
+    .context("N4 probe")?;
     let ues: Vec<UeSession> = sessions.iter().map(UeSession::from).collect();
     let sink = Sink::start(ib.ns.name())?;
     let gnb = in_netns(core.name(), || UdpSocket::bind((CORE, 0)))?.context("gNB socket")?;
@@ -251,6 +265,14 @@ pub(crate) fn measure(
         std::thread::sleep(Duration::from_millis(1));
     };
     let (all, lost) = state::sweep(&gnb, &ues, &sink, t0, resume)?;
+    let pfcp = loop {
+        if let Ok(r) = probe_n4.heartbeat() {
+            break (t0.elapsed(), r == recovery);
+        }
+        if t0.elapsed() > Duration::from_secs(120) || stop.load(Ordering::Relaxed) {
+            bail!("shard a's N4 not answering within 120 s of the kill");
+        }
+    };
     let said: Vec<String> = ib
         .log_text()
         .lines()
@@ -259,17 +281,21 @@ pub(crate) fn measure(
         .collect();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     eprintln!(
-        "  failover: shard a forwarding on b {:.0} ms after kill -9, every session after {}, {lost} lost",
+        "  failover: shard a forwarding on b {:.0} ms after kill -9, every session after {}, {lost} lost; its N4 answering after {:.0} ms, same Recovery Time Stamp: {}",
         ms(resume),
-        all.map_or("-".into(), |t| format!("{:.0} ms", ms(t)))
+        all.map_or("-".into(), |t| format!("{:.0} ms", ms(t))),
+        ms(pfcp.0),
+        pfcp.1
     );
-    drop((smf, ib, ia));
+    drop((smf, probe_n4, ib, ia));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Measured {
         est_per_s,
         resume_ms: ms(resume),
         all_ms: all.map(ms),
         lost,
+        pfcp_ms: ms(pfcp.0),
+        same_recovery: pfcp.1,
         said,
     })
 }

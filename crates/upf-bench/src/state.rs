@@ -263,14 +263,17 @@ fn measure(
         "failover_resume_ms": fo.resume_ms,
         "failover_all_ms": fo.all_ms,
         "failover_sessions_lost": fo.lost,
+        "failover_pfcp_ms": fo.pfcp_ms,
+        "failover_same_recovery": fo.same_recovery,
         "upf_said": restored,
         "survivor_said": fo.said,
         "notes": [
             "restart_resume_ms: from the new `upf run`'s start (after kill -9) to the first G-PDU of a probe session forwarded to N6",
             "restart_all_ms: until a G-PDU of every session was forwarded (sent once each, again for those not seen): includes the sweep's own ~0.7 s at 100k",
             "upf_cpu_us_per_est_*: the UPF's CPU time by thread over the establishments (store on: until the store caught up), per session",
-            "est_per_s_store_etcd: the same establishments on a cluster's instance, its store a one-member etcd on the same machine",
-            "failover_resume_ms: from kill -9 of shard a's instance (its address moved to b's at once) to the first G-PDU of a probe session of a's forwarded by b; the lease TTL is 2 s",
+            "est_per_s_store_etcd: the same establishments on a cluster's instance, its store a one-member etcd on the same machine, while the other instance, on the same CPU, installs them too (hot standby)",
+            "failover_resume_ms: from kill -9 of shard a's instance (its address moved to b's at once) to the first G-PDU of a probe session of a's forwarded by b (a hot standby forwards them before it has taken a over)",
+            "failover_pfcp_ms: from the kill to shard a's N4 answering a Heartbeat again (from b, once it took a over: the lease TTL is 2 s)",
         ],
     }))
 }
