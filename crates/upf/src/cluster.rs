@@ -43,9 +43,16 @@ pub async fn apply(
     ev: ClusterEvent,
     c: &FileConfig,
     cluster: &Cluster,
-    (hub, shards, mirrors, checkpoints, reachable): &mut Served<'_>,
+    hub: &Rc<RefCell<Hub>>,
+    served: &mut Served,
 ) -> anyhow::Result<()> {
     let now = Instant::now();
+    let Served {
+        shards,
+        mirrors,
+        checkpoints,
+        etcd_reachable,
+    } = served;
     match ev {
         ClusterEvent::Acquired {
             shard,
@@ -176,29 +183,30 @@ pub async fn apply(
             "shard {shard} is served by instance {by}: this instance waits, and takes shards that become free"
         ),
         ClusterEvent::Unreachable(why) => {
-            **reachable = false;
+            *etcd_reachable = false;
             warn!(
                 target: "upf::cluster",
                 "etcd unreachable ({why}): forwarding and PFCP go on, writes wait in memory, nothing is taken over"
             );
         }
         ClusterEvent::Reachable => {
-            **reachable = true;
+            *etcd_reachable = true;
             info!(target: "upf::cluster", "etcd reachable again");
         }
     }
     Ok(())
 }
 
-/// What an instance serves and keeps, as the membership thread's events change it: the
-/// data path, its shards, its mirrors, the checkpoints, and whether etcd answers.
-pub type Served<'a> = (
-    &'a Rc<RefCell<Hub>>,
-    &'a mut Vec<Shard>,
-    &'a mut Vec<Mirror>,
-    &'a mut Option<Checkpoints>,
-    &'a mut bool,
-);
+/// What an instance serves and keeps, as the membership thread's events change it.
+#[derive(Debug)]
+pub struct Served {
+    /// The shards it serves (one, unnamed, without `[cluster]`).
+    pub shards: Vec<Shard>,
+    /// The shards other instances serve, kept installed here (`cluster.hot_standby`).
+    pub mirrors: Vec<Mirror>,
+    pub checkpoints: Option<Checkpoints>,
+    pub etcd_reachable: bool,
+}
 
 /// The agent of shard `shard` (its keys in place of the file's), over the hub, and its N4
 /// address.

@@ -5,7 +5,7 @@
 use crate::admin;
 use crate::backends;
 use crate::checkpoint::{Checkpoints, Held};
-use crate::cluster;
+use crate::cluster::{self, Served};
 use crate::config::{self, Backend, FileConfig, LogFormat};
 use crate::datapath::Observed;
 use crate::shards::{Hub, Shard};
@@ -408,8 +408,12 @@ enum Start {
 async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result<()> {
     let started = Instant::now();
     let hub = Hub::new(Observed::new(engines));
-    let mut shards: Vec<Shard> = Vec::new();
-    let mut checkpoints = Checkpoints::new(c.usage_checkpoint_ms(), started);
+    let mut served = Served {
+        shards: Vec::new(),
+        mirrors: Vec::new(),
+        checkpoints: Checkpoints::new(c.usage_checkpoint_ms(), started),
+        etcd_reachable: true,
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("signal")?;
     let (file, cluster) = match start {
@@ -419,7 +423,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             // Sessions forward again before the first PFCP message is read.
             let persist = stored.map(|o| state::resume(&mut agent, o, started));
             let mut s = Shard::new(String::new(), agent, addr, persist);
-            if let (Some(k), Some(p)) = (&mut checkpoints, &mut s.persist) {
+            if let (Some(k), Some(p)) = (&mut served.checkpoints, &mut s.persist) {
                 k.restore(&s.agent, p);
                 s.held = Some(Held::default());
             }
@@ -432,25 +436,15 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                         .ok_or_else(|| std::io::ErrorKind::AddrNotAvailable.into())
                 })
                 .with_context(|| format!("n4.address {addr}"))?;
-            shards.push(s);
+            served.shards.push(s);
             (None, None)
         }
         Start::Cluster(file, cl) => (Some(*file), Some(cl)),
     };
-    let mut etcd_reachable = true;
-    // The shards other instances serve, kept installed here (cluster.hot_standby).
-    let mut mirrors: Vec<cluster::Mirror> = Vec::new();
     // A cluster's instance serves nothing until etcd gives it a shard (its own, or one
     // that becomes free while it waits as a standby).
     if let (Some(file), Some(cl)) = (&file, &cluster) {
-        let mut ctx = (
-            &hub,
-            &mut shards,
-            &mut mirrors,
-            &mut checkpoints,
-            &mut etcd_reachable,
-        );
-        if !standby(file, cl, &mut ctx, &mut term).await? {
+        if !standby(file, cl, &hub, &mut served, &mut term).await? {
             return Ok(());
         }
     }
@@ -476,31 +470,17 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
     loop {
         if let (Some(file), Some(cl)) = (&file, &cluster) {
             while let Some(ev) = cl.poll_event() {
-                let mut served = (
-                    &hub,
-                    &mut shards,
-                    &mut mirrors,
-                    &mut checkpoints,
-                    &mut etcd_reachable,
-                );
-                cluster::apply(ev, file, cl, &mut served).await?;
+                cluster::apply(ev, file, cl, &hub, &mut served).await?;
             }
-            if shards.is_empty() {
+            if served.shards.is_empty() {
                 info!(target: "upf::cluster", "serving no shard now: waiting as a standby");
-                let mut ctx = (
-                    &hub,
-                    &mut shards,
-                    &mut mirrors,
-                    &mut checkpoints,
-                    &mut etcd_reachable,
-                );
-                if !standby(file, cl, &mut ctx, &mut term).await? {
+                if !standby(file, cl, &hub, &mut served, &mut term).await? {
                     return Ok(());
                 }
             }
         }
         let now = Instant::now();
-        for s in &mut shards {
+        for s in &mut served.shards {
             if let Some(p) = &s.persist {
                 p.save(&mut s.agent);
             }
@@ -532,10 +512,11 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             } else {
                 Duration::from_millis(20)
             };
-        if let Some(k) = &mut checkpoints {
-            k.tick(now, &shards);
+        if let Some(k) = &mut served.checkpoints {
+            k.tick(now, &served.shards);
         }
-        let deadline = shards
+        let deadline = served
+            .shards
             .iter()
             .flat_map(|s| {
                 [
@@ -544,14 +525,14 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                 ]
             })
             .flatten()
-            .chain(checkpoints.as_ref().map(Checkpoints::deadline))
+            .chain(served.checkpoints.as_ref().map(Checkpoints::deadline))
             .fold(tick, Instant::min);
         first = first.wrapping_add(1);
         let recv = std::future::poll_fn(|cx| {
-            let n = shards.len();
+            let n = served.shards.len();
             for k in 0..n {
                 let i = (first + k) % n;
-                let Some(sock) = &shards[i].sock else {
+                let Some(sock) = &served.shards[i].sock else {
                     continue;
                 };
                 let mut rb = tokio::io::ReadBuf::new(&mut buf);
@@ -564,8 +545,8 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
         });
         tokio::select! {
             (i, r) = recv => match r {
-                Ok((n, peer)) => shards[i].agent.handle_datagram(Instant::now(), peer, &buf[..n]),
-                Err(e) => warn!(target: "upf::n4", "receive{}: {e}", shards[i].of()),
+                Ok((n, peer)) => served.shards[i].agent.handle_datagram(Instant::now(), peer, &buf[..n]),
+                Err(e) => warn!(target: "upf::n4", "receive{}: {e}", served.shards[i].of()),
             },
             Some(req) = admin_rx.recv() => {
                 if let admin::Query::SetEngine(mode) = req.query {
@@ -574,30 +555,30 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                     continue;
                 }
                 let h = hub.borrow();
-                let stats: Vec<_> = shards
+                let stats: Vec<_> = served.shards
                     .iter()
                     .filter_map(|s| s.persist.as_ref().map(state::Persist::stats))
                     .collect();
                 let st = admin::State {
-                    agents: shards.iter().map(|s| (s.name.as_str(), &s.agent)).collect(),
+                    agents: served.shards.iter().map(|s| (s.name.as_str(), &s.agent)).collect(),
                     datapath: h.datapath(),
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
                     state: state::sum(&stats),
-                    checkpoints: checkpoints.as_ref().map(|k| k.stats(&shards)),
+                    checkpoints: served.checkpoints.as_ref().map(|k| k.stats(&served.shards)),
                     cluster: cluster.as_ref().map(|_| admin::ClusterView {
-                        shards: shards
+                        shards: served.shards
                             .iter()
                             .map(|s| (s.name.clone(), s.agent.session_count()))
                             .collect(),
-                        etcd_reachable,
+                        etcd_reachable: served.etcd_reachable,
                     }),
                 };
                 let _ = req.reply.send(admin::answer(req.query, &st));
             }
             () = tokio::time::sleep_until(deadline.into()) => {
                 let now = Instant::now();
-                for s in &mut shards {
+                for s in &mut served.shards {
                     if let Some(p) = &mut s.persist {
                         p.watch();
                     }
@@ -605,7 +586,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                     let addr = s.addr;
                     s.bind().await.with_context(|| format!("n4 address {addr}"))?;
                 }
-                for m in &mut mirrors {
+                for m in &mut served.mirrors {
                     m.drain_events();
                 }
                 hub.borrow_mut().datapath_mut().inner_mut().tick();
@@ -614,21 +595,21 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             _ = term.recv() => break,
         }
     }
-    if shards.iter().any(|s| s.persist.is_some()) {
+    if served.shards.iter().any(|s| s.persist.is_some()) {
         // Sessions stay, for the next start (or, in a cluster, for the instance that takes
         // the shards over at once when the lease is revoked): nobody is told to release them.
         // The last usage first, then what waited for the store goes once it is durable.
-        if let Some(k) = &mut checkpoints {
-            k.checkpoint(&shards);
+        if let Some(k) = &mut served.checkpoints {
+            k.checkpoint(&served.shards);
         }
-        for s in &mut shards {
+        for s in &mut served.shards {
             if let Some(p) = &s.persist {
                 p.save(&mut s.agent);
                 p.writer().flush(Duration::from_secs(5));
             }
             s.transmit(Instant::now()).await;
         }
-        for mut s in shards {
+        for mut s in served.shards {
             info!(
                 target: "upf",
                 "stopping: {} associations and {} sessions kept in the store{}",
@@ -644,7 +625,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
         if let Some(cl) = cluster {
             cl.stop();
         }
-    } else if let Some(s) = shards.first_mut() {
+    } else if let Some(s) = served.shards.first_mut() {
         shutdown(s).await;
     }
     Ok(())
@@ -655,21 +636,13 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
 async fn standby(
     file: &FileConfig,
     cl: &upf_state::Cluster,
-    (hub, shards, mirrors, checkpoints, reachable): &mut cluster::Served<'_>,
+    hub: &std::rc::Rc<std::cell::RefCell<Hub>>,
+    served: &mut Served,
     term: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<bool> {
-    while shards.is_empty() {
+    while served.shards.is_empty() {
         match cl.poll_event() {
-            Some(ev) => {
-                let mut served = (
-                    &**hub,
-                    &mut **shards,
-                    &mut **mirrors,
-                    &mut **checkpoints,
-                    &mut **reachable,
-                );
-                cluster::apply(ev, file, cl, &mut served).await?
-            }
+            Some(ev) => cluster::apply(ev, file, cl, hub, served).await?,
             None => tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 _ = tokio::signal::ctrl_c() => return Ok(false),
