@@ -429,12 +429,6 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             }
             s.bind()
                 .await
-                .and_then(|()| {
-                    s.sock
-                        .is_some()
-                        .then_some(())
-                        .ok_or_else(|| std::io::ErrorKind::AddrNotAvailable.into())
-                })
                 .with_context(|| format!("n4.address {addr}"))?;
             served.shards.push(s);
             (None, None)

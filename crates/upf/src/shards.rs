@@ -249,10 +249,10 @@ impl Shard {
         }
     }
 
-    /// Binds its N4 socket if it has none yet. An address not (yet) on this host is tried
-    /// again at the next call, as is any error for a cluster's shard (said once: its
-    /// sessions forward meanwhile, and the instance serves its other shards); without
-    /// `[cluster]` other errors are the caller's.
+    /// Binds its N4 socket if it has none yet. For a cluster's shard a failure (its address
+    /// not moved here yet, most often) is said once and tried again at the next call: its
+    /// sessions forward meanwhile, and the instance serves its other shards. Without
+    /// `[cluster]` a failure is the caller's.
     pub async fn bind(&mut self) -> std::io::Result<()> {
         if self.sock.is_some() {
             return Ok(());
@@ -272,29 +272,27 @@ impl Shard {
                 self.sock = Some(Arc::new(s));
                 Ok(())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            Err(e) if self.name.is_empty() => Err(e),
+            Err(e) => {
                 if !std::mem::replace(&mut self.said_waiting, true) {
-                    tracing::warn!(
-                        target: "upf",
-                        "N4 address {} is not on this host yet{}: PFCP waits for it to be moved here; its sessions forward meanwhile",
-                        self.addr,
-                        self.of()
-                    );
+                    if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                        tracing::warn!(
+                            target: "upf",
+                            "N4 address {} is not on this host yet{}: PFCP waits for it to be moved here; its sessions forward meanwhile",
+                            self.addr,
+                            self.of()
+                        );
+                    } else {
+                        tracing::error!(
+                            target: "upf",
+                            "N4 address {}{}: {e}; tried again every 20 ms, its sessions forward meanwhile",
+                            self.addr,
+                            self.of()
+                        );
+                    }
                 }
                 Ok(())
             }
-            Err(e) if !self.name.is_empty() => {
-                if !std::mem::replace(&mut self.said_waiting, true) {
-                    tracing::error!(
-                        target: "upf",
-                        "N4 address {}{}: {e}; tried again every 20 ms, its sessions forward meanwhile",
-                        self.addr,
-                        self.of()
-                    );
-                }
-                Ok(())
-            }
-            Err(e) => Err(e),
         }
     }
 
