@@ -4,7 +4,7 @@
 //! and installed, its N4 address bound when it is on this host), and stops serving one
 //! another instance took while this one was cut off from etcd.
 
-use crate::checkpoint::{Checkpoints, Held};
+use crate::checkpoint::Checkpoints;
 use crate::config::FileConfig;
 use crate::shards::{Hub, Shard, ShardPath};
 use crate::state;
@@ -70,7 +70,7 @@ pub async fn apply(
                 .flatten()
                 .map(|i| mirrors.remove(i));
             let hot = taken.is_some();
-            let (agent, addr, mut persist) = match taken {
+            let (agent, addr, persist) = match taken {
                 // Its sessions are installed already: it only starts recording.
                 Some(m) => {
                     let Mirror { shard: s, usage } = m;
@@ -85,10 +85,6 @@ pub async fn apply(
                     (agent, addr, persist)
                 }
             };
-            let held = checkpoints.as_mut().map(|k| {
-                k.restore(&agent, &mut persist);
-                Held::default()
-            });
             let node = agent.config().node_id.clone();
             match &from {
                 Some(f) => warn!(
@@ -105,17 +101,16 @@ pub async fn apply(
                 ),
             }
             let mut s = Shard::new(shard, agent, addr, Some(persist));
-            s.held = held;
+            s.resume_usage(checkpoints.as_mut());
             s.bind()
                 .await
                 .with_context(|| format!("n4 address {addr}"))?;
             shards.push(s);
         }
         ClusterEvent::Mirror { shard, state } => {
+            // Mirrored afresh: the old mirror's sessions go first.
             if let Some(i) = mirrors.iter().position(|m| m.shard.name == shard) {
-                let m = mirrors.remove(i);
-                hub.borrow_mut()
-                    .forget(now, m.shard.agent.datapath().index());
+                mirrors.remove(i).shard.forget(now);
             }
             let (mut agent, addr) = new_agent(c, hub, &shard, now)?;
             if let Some(rts) = state.recovery {
@@ -142,16 +137,12 @@ pub async fn apply(
         }
         ClusterEvent::Unmirror { shard } => {
             if let Some(i) = mirrors.iter().position(|m| m.shard.name == shard) {
-                let m = mirrors.remove(i);
-                hub.borrow_mut()
-                    .forget(now, m.shard.agent.datapath().index());
+                mirrors.remove(i).shard.forget(now);
             }
         }
         ClusterEvent::Lost { shard, to } => {
             if let Some(i) = shards.iter().position(|s| s.name == shard) {
-                let s = shards.remove(i);
-                let me = s.agent.datapath().index();
-                let n = hub.borrow_mut().forget(now, me);
+                let n = shards.remove(i).forget(now);
                 error!(
                     target: "upf::cluster",
                     "shard {shard} is served by instance {to} now (this one was cut off from etcd past its lease): its {n} sessions removed here, nobody told"
@@ -169,12 +160,11 @@ pub async fn apply(
                     }
                 }
                 s.transmit(Instant::now()).await;
-                let n = hub.borrow_mut().forget(now, s.agent.datapath().index());
+                let n = s.forget(now);
                 info!(
                     target: "upf::cluster",
                     "handed shard {shard} back to instance {to} (its own), {n} sessions"
                 );
-                drop(s);
                 cluster.release(&shard);
             }
         }

@@ -4,7 +4,7 @@
 
 use crate::admin;
 use crate::backends;
-use crate::checkpoint::{Checkpoints, Held};
+use crate::checkpoint::Checkpoints;
 use crate::cluster::{self, Served};
 use crate::config::{self, Backend, FileConfig, LogFormat};
 use crate::datapath::Observed;
@@ -423,10 +423,7 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
             // Sessions forward again before the first PFCP message is read.
             let persist = stored.map(|o| state::resume(&mut agent, o, started));
             let mut s = Shard::new(String::new(), agent, addr, persist);
-            if let (Some(k), Some(p)) = (&mut served.checkpoints, &mut s.persist) {
-                k.restore(&s.agent, p);
-                s.held = Some(Held::default());
-            }
+            s.resume_usage(served.checkpoints.as_mut());
             s.bind()
                 .await
                 .with_context(|| format!("n4.address {addr}"))?;

@@ -249,6 +249,23 @@ impl Shard {
         }
     }
 
+    /// Stops serving it: its sessions removed from the data path, telling nobody (another
+    /// instance serves them, or will); how many.
+    pub fn forget(self, now: std::time::Instant) -> usize {
+        let path = self.agent.datapath();
+        let n = path.hub_mut().forget(now, path.index());
+        n
+    }
+
+    /// With usage checkpoints and a store: the checkpoints its store held carried into its
+    /// sessions, and its messages with Usage Reports held for the store from now on.
+    pub fn resume_usage(&mut self, checkpoints: Option<&mut crate::checkpoint::Checkpoints>) {
+        if let (Some(k), Some(p)) = (checkpoints, &mut self.persist) {
+            k.restore(&self.agent, p);
+            self.held = Some(crate::checkpoint::Held::default());
+        }
+    }
+
     /// Binds its N4 socket if it has none yet. For a cluster's shard a failure (its address
     /// not moved here yet, most often) is said once and tried again at the next call: its
     /// sessions forward meanwhile, and the instance serves its other shards. Without
