@@ -57,34 +57,6 @@ teid_range = [0x80000000, 0xffffffff]
     path
 }
 
-fn heartbeat(peer: &mut Peer) -> u32 {
-    let r = peer.request(
-        None,
-        HeartbeatRequest {
-            recovery_time_stamp: RecoveryTimeStamp(3_913_000_000),
-            source_ip_address: None,
-        },
-    );
-    match r.message {
-        Message::HeartbeatResponse(h) => h.recovery_time_stamp.0,
-        m => panic!("{m:?}"),
-    }
-}
-
-/// Until `upf`'s store has nothing pending and wrote at least `n` records.
-fn written(upf: &Upf, n: f64) {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let pending = upf.metric("upf_state_pending_writes", &[]);
-        let writes = upf.metric("upf_state_writes_total", &[]).unwrap_or(0.0);
-        if pending == Some(0.0) && writes >= n {
-            return;
-        }
-        assert!(Instant::now() < until, "not written: {pending:?}, {writes}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The first answer to a heartbeat on `to` (any instance's), and how long it took.
 fn answered(to: SocketAddr, within: Duration) -> (u32, Duration) {
     let probe = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
@@ -125,9 +97,9 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
     let mut smf = Peer::new(SMF, &a);
     assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
     let seids = [smf.establish(), smf.establish(), smf.establish()];
-    let recovery = heartbeat(&mut smf);
+    let recovery = smf.heartbeat();
     // The association, three sessions and the Recovery Time Stamp, in etcd.
-    written(&a, 5.0);
+    a.written(5.0);
     // b keeps them installed (hot standby), and follows what a changes: a fourth session
     // established and deleted, the first one modified.
     let until = Instant::now() + Duration::from_secs(5);
@@ -136,18 +108,12 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let fourth = smf.establish();
-    match smf.request(Some(fourth), SessionDeletionRequest {}).message {
-        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
+    assert_eq!(smf.delete(fourth), Cause::REQUEST_ACCEPTED);
     let mut m = smf::modification();
     m.update_fars
         .push(smf::update_far_to_gnb(2, 0x98, Ipv4Addr::new(192, 0, 2, 9)));
-    match smf.request(Some(seids[0]), m).message {
-        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
-    written(&a, 8.0);
+    assert_eq!(smf.modify(seids[0], m), Cause::REQUEST_ACCEPTED);
+    a.written(8.0);
     assert_eq!(
         a.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
         Some(3.0)
@@ -201,17 +167,8 @@ fn a_survivor_takes_over_a_killed_instances_shard_without_the_smf() {
     let mut m = smf::modification();
     m.update_fars
         .push(smf::update_far_to_gnb(2, 0x99, Ipv4Addr::new(192, 0, 2, 7)));
-    match smf.request(Some(seids[0]), m).message {
-        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
-    match smf
-        .request(Some(seids[1]), SessionDeletionRequest {})
-        .message
-    {
-        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
+    assert_eq!(smf.modify(seids[0], m), Cause::REQUEST_ACCEPTED);
+    assert_eq!(smf.delete(seids[1]), Cause::REQUEST_ACCEPTED);
     let r = smf.try_establish(smf.node.clone());
     assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
     assert_eq!(r.node_id, NodeId::Ipv4(Ipv4Addr::new(127, 0, 0, 11)));
@@ -244,7 +201,7 @@ fn etcd_down_keeps_pfcp_going_and_writes_waiting() {
     let mut smf = Peer::new(Ipv4Addr::new(127, 0, 0, 4), &a);
     assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
     smf.establish();
-    written(&a, 3.0);
+    a.written(3.0);
 
     e.kill();
     let until = Instant::now() + Duration::from_secs(10);
@@ -268,7 +225,7 @@ fn etcd_down_keeps_pfcp_going_and_writes_waiting() {
 
     // Back: what waited lands, and the shard is still a's.
     e.restart().unwrap();
-    written(&a, 5.0);
+    a.written(5.0);
     let until = Instant::now() + Duration::from_secs(10);
     while a.metric("upf_cluster_etcd_reachable", &[]) != Some(1.0) {
         assert!(Instant::now() < until, "not said: {}", a.log());
@@ -276,13 +233,7 @@ fn etcd_down_keeps_pfcp_going_and_writes_waiting() {
     }
     assert!(a.log().contains("etcd reachable again"), "{}", a.log());
     assert_eq!(a.metric("upf_state_writes_dropped_total", &[]), Some(0.0));
-    match smf
-        .request(Some(more[0]), SessionDeletionRequest {})
-        .message
-    {
-        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
+    assert_eq!(smf.delete(more[0]), Cause::REQUEST_ACCEPTED);
     let _ = std::fs::remove_file(&cfg);
 }
 
@@ -300,8 +251,8 @@ fn a_restarted_instance_gets_its_shard_back() {
     let mut smf = Peer::new(Ipv4Addr::new(127, 0, 0, 5), &a);
     assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
     let seids = [smf.establish(), smf.establish()];
-    let recovery = heartbeat(&mut smf);
-    written(&a, 4.0);
+    let recovery = smf.heartbeat();
+    a.written(4.0);
     a.kill9();
     answered(na, Duration::from_secs(10));
     assert_eq!(
@@ -326,14 +277,11 @@ fn a_restarted_instance_gets_its_shard_back() {
         b.metric("upf_cluster_shard_sessions", &[("shard", "a")]),
         None
     );
-    assert_eq!(heartbeat(&mut smf), recovery, "the SMF sees no restart");
+    assert_eq!(smf.heartbeat(), recovery, "the SMF sees no restart");
     let mut m = smf::modification();
     m.update_fars
         .push(smf::update_far_to_gnb(2, 0x99, Ipv4Addr::new(192, 0, 2, 8)));
-    match smf.request(Some(seids[0]), m).message {
-        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
+    assert_eq!(smf.modify(seids[0], m), Cause::REQUEST_ACCEPTED);
     assert!(
         a.log().contains("from instance b, 2 sessions"),
         "{}",

@@ -8,10 +8,7 @@ use common::{Peer, Upf};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
-use upf_pfcp::ie::*;
-use upf_pfcp::messages::*;
-use upf_pfcp::{Cause, Message};
+use upf_pfcp::Cause;
 use upf_smf as smf;
 
 const SMF: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -28,37 +25,6 @@ fn arg(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Until the store has written `n` records and has nothing pending.
-fn written(upf: &Upf, n: f64) {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let pending = upf.metric("upf_state_pending_writes", &[]);
-        let writes = upf.metric("upf_state_writes_total", &[]).unwrap_or(0.0);
-        if pending == Some(0.0) && writes >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "the store did not catch up: {pending:?}, {writes}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn heartbeat(peer: &mut Peer) -> u32 {
-    let r = peer.request(
-        None,
-        HeartbeatRequest {
-            recovery_time_stamp: RecoveryTimeStamp(3_913_000_000),
-            source_ip_address: None,
-        },
-    );
-    match r.message {
-        Message::HeartbeatResponse(h) => h.recovery_time_stamp.0,
-        m => panic!("{m:?}"),
-    }
-}
-
 #[test]
 fn kill_9_and_a_restart_keep_the_sessions_and_the_recovery_time_stamp() {
     let d = dir("restart");
@@ -67,14 +33,14 @@ fn kill_9_and_a_restart_keep_the_sessions_and_the_recovery_time_stamp() {
     let mut smf = Peer::new(SMF, &upf);
     assert_eq!(smf.associate(3_913_000_000), Cause::REQUEST_ACCEPTED);
     let seids = [smf.establish(), smf.establish(), smf.establish()];
-    let recovery = heartbeat(&mut smf);
+    let recovery = smf.heartbeat();
     // The association, three sessions and our Recovery Time Stamp.
-    written(&upf, 5.0);
+    upf.written(5.0);
     upf.kill9();
 
     let upf = Upf::start(&["--state", arg(&store)]);
     smf.retarget(&upf);
-    assert_eq!(heartbeat(&mut smf), recovery, "the SMF sees no restart");
+    assert_eq!(smf.heartbeat(), recovery, "the SMF sees no restart");
     assert!(
         upf.log().contains("restored 1 associations and 3 sessions"),
         "{}",
@@ -91,17 +57,8 @@ fn kill_9_and_a_restart_keep_the_sessions_and_the_recovery_time_stamp() {
     let mut m = smf::modification();
     m.update_fars
         .push(smf::update_far_to_gnb(2, 0x99, Ipv4Addr::new(192, 0, 2, 7)));
-    match smf.request(Some(seids[0]), m).message {
-        Message::SessionModificationResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
-    match smf
-        .request(Some(seids[1]), SessionDeletionRequest {})
-        .message
-    {
-        Message::SessionDeletionResponse(r) => assert_eq!(r.cause, Cause::REQUEST_ACCEPTED),
-        m => panic!("{m:?}"),
-    }
+    assert_eq!(smf.modify(seids[0], m), Cause::REQUEST_ACCEPTED);
+    assert_eq!(smf.delete(seids[1]), Cause::REQUEST_ACCEPTED);
     assert_eq!(upf.metric("upf_pfcp_sessions", &[]), Some(2.0));
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -125,6 +125,23 @@ impl Upf {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Until its store has written at least `n` records and has nothing pending (10 s).
+    pub fn written(&self, n: f64) {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pending = self.metric("upf_state_pending_writes", &[]);
+            let writes = self.metric("upf_state_writes_total", &[]).unwrap_or(0.0);
+            if pending == Some(0.0) && writes >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "the store did not catch up: {pending:?}, {writes}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The `/metrics` text.
     pub fn metrics(&self) -> String {
         upf::admin::get(self.admin, "/metrics").expect("/metrics")
@@ -234,6 +251,34 @@ impl Peer {
             }
         }
         panic!("{}: no response to request {seq}", self.ip);
+    }
+
+    /// A Heartbeat Request: the UPF's Recovery Time Stamp.
+    pub fn heartbeat(&mut self) -> u32 {
+        let hb = HeartbeatRequest {
+            recovery_time_stamp: RecoveryTimeStamp(3_913_000_000),
+            source_ip_address: None,
+        };
+        match self.request(None, hb).message {
+            Message::HeartbeatResponse(h) => h.recovery_time_stamp.0,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    /// A Session Modification Request for session `seid`: the cause answered.
+    pub fn modify(&mut self, seid: u64, m: SessionModificationRequest) -> Cause {
+        match self.request(Some(seid), m).message {
+            Message::SessionModificationResponse(r) => r.cause,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    /// A Session Deletion Request for session `seid`: the cause answered.
+    pub fn delete(&mut self, seid: u64) -> Cause {
+        match self.request(Some(seid), SessionDeletionRequest {}).message {
+            Message::SessionDeletionResponse(r) => r.cause,
+            m => panic!("{m:?}"),
+        }
     }
 
     pub fn associate(&mut self, recovery: u32) -> Cause {
