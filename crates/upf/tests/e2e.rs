@@ -1846,18 +1846,7 @@ const CHECKPOINT: Duration = Duration::from_millis(100);
 /// more than was sent.
 fn warm_restart(h: &mut Harness) {
     const UES: u32 = 1000;
-    let specs: Vec<SessionSpec> = (0..UES).map(Harness::spec).collect();
-    h.connect(&specs);
-    h.wait_path(0);
-    let recovery = h.smf.heartbeat().expect("heartbeat");
-    let echo_addr = SocketAddr::new(IpAddr::V4(DN), 40_041);
-    let echo = Echo::start(h.udp(h.topo.dn().name(), echo_addr));
-    let ues: Vec<Ipv4Addr> = h.sessions.iter().map(|s| s.ue).collect();
-    let missing = round_trips(h, &ues, echo_addr, 0);
-    assert!(
-        missing.is_empty(),
-        "before the restart, no echo for UEs {missing:?}"
-    );
+    let (recovery, echo, echo_addr, ues) = echoing_sessions(h, UES, "restart");
 
     let flow_addr = SocketAddr::new(IpAddr::V4(DN), 40_043);
     let rx = Receiver::start(h.udp(h.topo.dn().name(), flow_addr));
@@ -2133,18 +2122,7 @@ impl ClusterRig {
 /// Recovery Time Stamp and is asked nothing, and deletes every session through b.
 fn failover(h: &mut Harness) {
     const UES: u32 = 1000;
-    let specs: Vec<SessionSpec> = (0..UES).map(Harness::spec).collect();
-    h.connect(&specs);
-    h.wait_path(0);
-    let recovery = h.smf.heartbeat().expect("heartbeat");
-    let echo_addr = SocketAddr::new(IpAddr::V4(DN), 40_041);
-    let echo = Echo::start(h.udp(h.topo.dn().name(), echo_addr));
-    let ues: Vec<Ipv4Addr> = h.sessions.iter().map(|s| s.ue).collect();
-    let missing = round_trips(h, &ues, echo_addr, 0);
-    assert!(
-        missing.is_empty(),
-        "before the failover, no echo for UEs {missing:?}"
-    );
+    let (recovery, echo, echo_addr, ues) = echoing_sessions(h, UES, "failover");
     // Every session in etcd before the kill (what a crash can lose is what was not yet
     // written: operations.md).
     let until = Instant::now() + Duration::from_secs(20);
@@ -2240,6 +2218,29 @@ fn failover(h: &mut Harness) {
         r.expect("deletion of a session taken over");
     }
     assert_eq!(rig.metric("upf_cluster_shard_sessions{shard=\"a\"}"), 0.0);
+}
+
+/// `n` sessions, the DN echoing UDP on port 40,041, and a datagram of every UE echoed back
+/// (round 0; `before` names what comes next in the failure message): the UPF's Recovery
+/// Time Stamp as the SMF sees it, the echo, its address, the UEs.
+fn echoing_sessions(
+    h: &mut Harness,
+    n: u32,
+    before: &str,
+) -> (u32, Echo, SocketAddr, Vec<Ipv4Addr>) {
+    let specs: Vec<SessionSpec> = (0..n).map(Harness::spec).collect();
+    h.connect(&specs);
+    h.wait_path(0);
+    let recovery = h.smf.heartbeat().expect("heartbeat");
+    let echo_addr = SocketAddr::new(IpAddr::V4(DN), 40_041);
+    let echo = Echo::start(h.udp(h.topo.dn().name(), echo_addr));
+    let ues: Vec<Ipv4Addr> = h.sessions.iter().map(|s| s.ue).collect();
+    let missing = round_trips(h, &ues, echo_addr, 0);
+    assert!(
+        missing.is_empty(),
+        "before the {before}, no echo for UEs {missing:?}"
+    );
+    (recovery, echo, echo_addr, ues)
 }
 
 /// A datagram a millisecond from UE `ue` to `to` (stream 7), on a thread, until `stop` (or
