@@ -87,6 +87,23 @@ pub struct WriterStats {
     pub fenced: bool,
 }
 
+impl WriterStats {
+    /// Adds `o`'s (the writers of several shards, one figure): counts summed, `failing`
+    /// and `fenced` if either is.
+    pub fn add(&mut self, o: &WriterStats) {
+        self.commits += o.commits;
+        self.ops_written += o.ops_written;
+        self.bytes_written += o.bytes_written;
+        self.pending_ops += o.pending_ops;
+        self.pending_bytes += o.pending_bytes;
+        self.dropped_ops += o.dropped_ops;
+        self.dropped_bytes += o.dropped_bytes;
+        self.write_errors += o.write_errors;
+        self.failing |= o.failing;
+        self.fenced |= o.fenced;
+    }
+}
+
 /// Where a [`Writer`] commits its batches: the redb file, or etcd (crate::etcd). A commit
 /// writes the whole batch durably or fails; a failed one is retried with what was queued
 /// since merged in.

@@ -546,16 +546,19 @@ async fn serve(c: &FileConfig, start: Start, engines: Engines) -> anyhow::Result
                     continue;
                 }
                 let h = hub.borrow();
-                let stats: Vec<_> = served.shards
-                    .iter()
+                // Every shard's writer, one figure (None without a store).
+                let stats = (served.shards.iter())
                     .filter_map(|s| s.persist.as_ref().map(state::Persist::stats))
-                    .collect();
+                    .reduce(|mut t, s| {
+                        t.add(&s);
+                        t
+                    });
                 let st = admin::State {
                     agents: served.shards.iter().map(|s| (s.name.as_str(), &s.agent)).collect(),
                     datapath: h.datapath(),
                     uptime_s: started.elapsed().as_secs(),
                     admin_refused: admin_refused.load(std::sync::atomic::Ordering::Relaxed),
-                    state: state::sum(&stats),
+                    state: stats,
                     checkpoints: served.checkpoints.as_ref().map(|k| k.stats(&served.shards)),
                     cluster: cluster.as_ref().map(|_| admin::ClusterView {
                         shards: served.shards

@@ -205,23 +205,3 @@ impl Persist {
         self.writer.close();
     }
 }
-
-/// The writers' counters summed (a cluster's instance has one writer per shard); None
-/// without any.
-pub fn sum(all: &[WriterStats]) -> Option<WriterStats> {
-    let (first, rest) = all.split_first()?;
-    let mut t = *first;
-    for s in rest {
-        t.commits += s.commits;
-        t.ops_written += s.ops_written;
-        t.bytes_written += s.bytes_written;
-        t.pending_ops += s.pending_ops;
-        t.pending_bytes += s.pending_bytes;
-        t.dropped_ops += s.dropped_ops;
-        t.dropped_bytes += s.dropped_bytes;
-        t.write_errors += s.write_errors;
-        t.failing |= s.failing;
-        t.fenced |= s.fenced;
-    }
-    Some(t)
-}
