@@ -9,6 +9,10 @@
 //! - `establish/inflight_64`: 64 requests handled, then the 64 responses drained.
 //! - `establish_delete/steady_100k`: establishment + deletion of one session, against an agent
 //!   holding 100,000 sessions already (the table does not grow or shrink).
+//! - `records/*`: the persisted records (#29). `restore_1000`: a new agent restoring 1,000
+//!   sessions' records (read, allocations held, rules installed). `rules_{json,postcard}_
+//!   {encode,decode}`: one session's rules, the bulk of its record, in the first record
+//!   format (JSON) and the current one (postcard).
 //!
 //! Each establishment bench runs on a fresh agent per chunk of `CHUNK` establishments, so the
 //! session table grows from 0 to `CHUNK` during a chunk.
@@ -202,5 +206,66 @@ fn accepted_seid_fast(p: &[u8]) -> u64 {
     panic!("no F-SEID in {p:02x?}");
 }
 
-criterion_group!(benches, establish, establish_delete);
+fn records(c: &mut Criterion) {
+    const N: usize = 1_000;
+    let (mut a, now) = agent();
+    a.track_changes();
+    // The association again, now that its record is taken.
+    let setup = smf::association_setup(NodeId::Ipv4(SMF_IP), 1);
+    a.handle_datagram(now, peer(), &smf::encode(None, 0xff_fffd, setup));
+    while a.poll_transmit().is_some() {}
+    for r in requests(1, N) {
+        a.handle_datagram(now, peer(), &r);
+        accepted_seid(&a.poll_transmit().unwrap().payload);
+    }
+    while a.poll_event().is_some() {}
+    let changes = a.take_changes();
+    assert_eq!(changes.sessions.len(), N);
+    let sessions: Vec<(u64, Vec<u8>)> = (changes.sessions.into_iter())
+        .map(|(k, v)| (k, v.unwrap()))
+        .collect();
+    let associations: Vec<(Vec<u8>, Vec<u8>)> = (changes.associations.into_iter())
+        .map(|(k, v)| (k, v.unwrap()))
+        .collect();
+    let rules = a.sessions().next().unwrap().clone();
+    let mut g = c.benchmark_group("records");
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("restore_1000", |b| {
+        b.iter_batched(
+            || {
+                let a = Agent::new(config(), MemDatapath::default(), now, 3_900_000_001);
+                (a.unwrap(), associations.clone(), sessions.clone())
+            },
+            |(mut a, assocs, sessions)| {
+                let r = a.restore(now, 3_900_000_000, assocs, sessions);
+                assert_eq!(r.sessions, N, "{:?}", r.failed.first());
+                a
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.throughput(Throughput::Elements(1));
+    let json = serde_json::to_vec(&rules).unwrap();
+    let postcard = postcard::to_allocvec(&rules).unwrap();
+    g.bench_function("rules_json_encode", |b| {
+        b.iter(|| serde_json::to_vec(std::hint::black_box(&rules)).unwrap())
+    });
+    g.bench_function("rules_json_decode", |b| {
+        b.iter(|| serde_json::from_slice::<upf_rules::Session>(&json).unwrap())
+    });
+    g.bench_function("rules_postcard_encode", |b| {
+        b.iter(|| postcard::to_allocvec(std::hint::black_box(&rules)).unwrap())
+    });
+    g.bench_function("rules_postcard_decode", |b| {
+        b.iter(|| postcard::from_bytes::<upf_rules::Session>(&postcard).unwrap())
+    });
+    g.finish();
+    eprintln!(
+        "records: one session's rules are {} octets in JSON, {} in postcard",
+        json.len(),
+        postcard.len()
+    );
+}
+
+criterion_group!(benches, establish, establish_delete, records);
 criterion_main!(benches);

@@ -54,7 +54,6 @@ pub struct Forwarding {
     pub transport_level_marking: Option<(u8, u8)>,
     /// Network instance, forwarding policy, redirect: read through the accessors. Shared,
     /// as most FARs of a UP function name the same few network instances.
-    #[serde(flatten)]
     pub extra: Shared<ForwardingExtra>,
 }
 

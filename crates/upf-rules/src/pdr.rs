@@ -161,7 +161,6 @@ pub struct Pdi {
     pub framed_routes: Box<[FramedRoute]>,
     /// Network instance and application id: read through the accessors. Shared, as the
     /// PDIs of a UP function name a few network instances.
-    #[serde(flatten)]
     pub extra: Shared<PdiExtra>,
 }
 

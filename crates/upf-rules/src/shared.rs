@@ -176,8 +176,7 @@ impl<T: core::fmt::Debug> core::fmt::Debug for Shared<T> {
     }
 }
 
-/// As the value (the default when absent), so that `#[serde(flatten)]` puts its fields in
-/// the containing rule's.
+/// As the value (the default when absent): every format reads the same fields back.
 impl<T: Serialize + Default> Serialize for Shared<T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.get() {

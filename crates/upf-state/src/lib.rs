@@ -7,7 +7,11 @@
 //! ops on one key coalesce, and the thread commits everything pending in one transaction (group
 //! commit), so a burst of N updates costs far fewer than N fsyncs.
 //!
-//! # The file (schema 1)
+//! # The file (schema 2)
+//!
+//! Schema 2 is schema 1's layout with the records of upf-n4's second format (postcard, not
+//! JSON). A schema-1 file is marked 2 when opened: this build reads both formats, an older
+//! one could not read what it writes from then on.
 //!
 //! | table | key | value |
 //! |---|---|---|
@@ -35,8 +39,9 @@ use redb::{
     TableDefinition, TableError, WriteTransaction,
 };
 
-/// The version of the file's layout this build writes; a file with a larger one is refused.
-pub const SCHEMA: u32 = 1;
+/// The version of the file's layout this build writes; a file with a larger one is refused,
+/// one with a smaller one is raised to it.
+pub const SCHEMA: u32 = 2;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const ASSOCIATIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("associations");
@@ -125,7 +130,7 @@ pub enum OpenError {
 impl Store {
     /// Opens or creates the file (parent directories created). A new file gets schema and
     /// node_id. An existing one is checked: schema > [`SCHEMA`] → NewerSchema, node_id ≠ ours →
-    /// OtherNode.
+    /// OtherNode; a smaller schema is raised to [`SCHEMA`].
     ///
     /// The open verifies the checksum of every page (redb's integrity check): a plain redb open
     /// trusts the file, may panic on one damaged outside redb and returns a damaged value as if
@@ -246,8 +251,9 @@ impl Store {
                 found,
                 ours: node_id.to_owned(),
             }),
-            Some(_) if schema.is_some() => Ok(()),
-            // A new file (or one whose first commit never completed): claim it.
+            Some(_) if schema == Some(SCHEMA) => Ok(()),
+            // A new file (or one whose first commit never completed, or of an older schema):
+            // claim it.
             _ => self.init(node_id),
         }
     }

@@ -256,6 +256,36 @@ fn flushed_ops_survive_an_abort() {
     );
 }
 
+/// The schema of `file`, as its meta table says.
+fn schema_of(file: &Path) -> u32 {
+    let db = redb::Database::create(file).unwrap();
+    let read = db.begin_read().unwrap();
+    let meta = read.open_table(META).unwrap();
+    let v = meta.get(KEY_SCHEMA).unwrap().unwrap();
+    u32_le(v.value()).unwrap()
+}
+
+#[test]
+fn an_older_schema_is_raised_and_its_records_kept() {
+    let dir = TempDir::new("older");
+    let w = writer(&dir.file());
+    assert!(w.submit(Op::PutSession(7, b"{}".to_vec())));
+    assert!(w.flush(LONG));
+    w.close();
+    {
+        let db = redb::Database::create(dir.file()).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(META)
+            .unwrap()
+            .insert(KEY_SCHEMA, 1u32.to_le_bytes().as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    assert_eq!(schema_of(&dir.file()), 1);
+    assert_eq!(load(&dir.file()).sessions, vec![(7, b"{}".to_vec())]);
+    assert_eq!(schema_of(&dir.file()), SCHEMA);
+}
+
 #[test]
 fn a_newer_schema_is_refused() {
     let dir = TempDir::new("schema");
@@ -265,13 +295,13 @@ fn a_newer_schema_is_refused() {
         let tx = db.begin_write().unwrap();
         tx.open_table(META)
             .unwrap()
-            .insert(KEY_SCHEMA, 2u32.to_le_bytes().as_slice())
+            .insert(KEY_SCHEMA, (SCHEMA + 1).to_le_bytes().as_slice())
             .unwrap();
         tx.commit().unwrap();
     }
     let e = Store::open(&dir.file(), NODE).unwrap_err();
     assert!(
-        matches!(e, OpenError::NewerSchema { found: 2, .. }),
+        matches!(e, OpenError::NewerSchema { found, .. } if found == SCHEMA + 1),
         "{e:?}"
     );
     assert!(e.to_string().ends_with("start empty"), "{e}");
