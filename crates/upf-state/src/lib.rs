@@ -7,18 +7,19 @@
 //! ops on one key coalesce, and the thread commits everything pending in one transaction (group
 //! commit), so a burst of N updates costs far fewer than N fsyncs.
 //!
-//! # The file (schema 2)
-//!
-//! Schema 2 is schema 1's layout with the records of upf-n4's second format (postcard, not
-//! JSON). A schema-1 file is marked 2 when opened: this build reads both formats, an older
-//! one could not read what it writes from then on.
+//! # The file (schema 3)
 //!
 //! | table | key | value |
 //! |---|---|---|
 //! | `meta` | `&str` | `"schema"` (u32 LE), `"node_id"` (UTF-8), `"recovery"` (u32 LE) |
 //! | `associations` | peer's Node ID bytes | opaque record |
-//! | `sessions` | UP SEID (`u64`) | opaque record |
+//! | `session_rows` | row (`u64`, in the order sessions were first written) | (UP SEID, opaque record) |
 //! | `usage` | UP SEID (`u64`) | opaque usage checkpoint |
+//!
+//! Schemas 1 and 2 kept sessions by UP SEID (`sessions`); 2 also marked the records of
+//! upf-n4's second format (postcard, not JSON). An older file is raised to 3 when opened, its
+//! sessions moved to rows: this build reads it, an older one could not read what it writes
+//! from then on.
 #![forbid(unsafe_code)]
 
 pub mod etcd;
@@ -28,24 +29,32 @@ pub use etcd::{Cluster, ClusterEvent, EtcdOptions, Record};
 pub use writer::{Op, Writer, WriterOptions, WriterStats};
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{
     Builder, Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition, TableError, WriteTransaction,
+    TableDefinition, TableError, TableHandle, WriteTransaction,
 };
 
 /// The version of the file's layout this build writes; a file with a larger one is refused,
 /// one with a smaller one is raised to it.
-pub const SCHEMA: u32 = 2;
+pub const SCHEMA: u32 = 3;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const ASSOCIATIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("associations");
-const SESSIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("sessions");
+/// Sessions by row: UP SEIDs are random, so records keyed by them landed each in a random
+/// leaf of the B-tree, which every commit copied and wrote whole (4 KiB for a ~250-octet
+/// record). Rows in the order sessions were first written put a commit's new records in the
+/// last leaves; [`Rows`] finds a session's row.
+const SESSIONS: TableDefinition<u64, (u64, &[u8])> = TableDefinition::new("session_rows");
+/// Schemas 1 and 2: sessions by UP SEID.
+const SESSIONS_BY_SEID: TableDefinition<u64, &[u8]> = TableDefinition::new("sessions");
 const USAGE: TableDefinition<u64, &[u8]> = TableDefinition::new("usage");
 
 const KEY_SCHEMA: &str = "schema";
@@ -62,6 +71,40 @@ const CACHE_BYTES: usize = 64 << 20;
 pub struct Store {
     db: Database,
     path: PathBuf,
+    /// Where each session is, once [`Store::load`] read them.
+    rows: OnceLock<Rows>,
+}
+
+/// Each session's row in `session_rows`, and the next row free.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Rows {
+    by_seid: HashMap<u64, u64>,
+    next: u64,
+}
+
+impl Rows {
+    pub(crate) fn get(&self, seid: u64) -> Option<u64> {
+        self.by_seid.get(&seid).copied()
+    }
+
+    pub(crate) fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// What a commit did: `Some(row)` placed a session, `None` removed it.
+    pub(crate) fn apply(&mut self, changes: Vec<(u64, Option<u64>)>) {
+        for (seid, row) in changes {
+            match row {
+                Some(r) => {
+                    self.by_seid.insert(seid, r);
+                    self.next = self.next.max(r + 1);
+                }
+                None => {
+                    self.by_seid.remove(&seid);
+                }
+            }
+        }
+    }
 }
 
 /// Everything the file holds, read in one transaction (a consistent snapshot).
@@ -147,6 +190,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_path_buf(),
+            rows: OnceLock::new(),
         };
         guarded(path, || store.check_or_init(node_id))?;
         Ok(store)
@@ -253,13 +297,15 @@ impl Store {
             }),
             Some(_) if schema == Some(SCHEMA) => Ok(()),
             // A new file (or one whose first commit never completed, or of an older schema):
-            // claim it.
+            // claim it, its sessions moved to rows.
             _ => self.init(node_id),
         }
     }
 
     fn init(&self, node_id: &str) -> Result<(), OpenError> {
         let tx = begin_write(&self.db).map_err(|e| self.err(e))?;
+        let by_seid = (tx.list_tables().map_err(|e| self.err(e))?)
+            .any(|t| t.name() == SESSIONS_BY_SEID.name());
         {
             let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
             meta.insert(KEY_SCHEMA, SCHEMA.to_le_bytes().as_slice())
@@ -267,8 +313,18 @@ impl Store {
             meta.insert(KEY_NODE_ID, node_id.as_bytes())
                 .map_err(|e| self.err(e))?;
             tx.open_table(ASSOCIATIONS).map_err(|e| self.err(e))?;
-            tx.open_table(SESSIONS).map_err(|e| self.err(e))?;
+            let mut rows = tx.open_table(SESSIONS).map_err(|e| self.err(e))?;
             tx.open_table(USAGE).map_err(|e| self.err(e))?;
+            if by_seid {
+                let old = tx.open_table(SESSIONS_BY_SEID).map_err(|e| self.err(e))?;
+                for (row, r) in (0u64..).zip(old.iter().map_err(|e| self.err(e))?) {
+                    let (seid, v) = r.map_err(|e| self.err(e))?;
+                    (rows.insert(row, (seid.value(), v.value()))).map_err(|e| self.err(e))?;
+                }
+            }
+        }
+        if by_seid {
+            tx.delete_table(SESSIONS_BY_SEID).map_err(|e| self.err(e))?;
         }
         tx.commit().map_err(|e| self.err(e))
     }
@@ -299,20 +355,37 @@ impl Store {
             Err(TableError::TableDoesNotExist(_)) => {}
             Err(e) => return Err(self.err(e)),
         }
-        for (def, out) in [(SESSIONS, &mut loaded.sessions), (USAGE, &mut loaded.usage)] {
-            match read.open_table(def) {
-                Ok(t) => {
-                    out.reserve(usize::try_from(t.len().unwrap_or(0)).unwrap_or(0));
-                    for row in t.iter().map_err(|e| self.err(e))? {
-                        let (k, v) = row.map_err(|e| self.err(e))?;
-                        let v = unpack(v.value())
-                            .ok_or_else(|| self.corrupt("a record does not decompress"))?;
-                        out.push((k.value(), v));
-                    }
+        let mut rows = Rows::default();
+        match read.open_table(SESSIONS) {
+            Ok(t) => {
+                loaded
+                    .sessions
+                    .reserve(usize::try_from(t.len().unwrap_or(0)).unwrap_or(0));
+                for r in t.iter().map_err(|e| self.err(e))? {
+                    let (row, v) = r.map_err(|e| self.err(e))?;
+                    let (seid, v) = v.value();
+                    let v =
+                        unpack(v).ok_or_else(|| self.corrupt("a record does not decompress"))?;
+                    rows.apply(vec![(seid, Some(row.value()))]);
+                    loaded.sessions.push((seid, v));
                 }
-                Err(TableError::TableDoesNotExist(_)) => {}
-                Err(e) => return Err(self.err(e)),
             }
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(self.err(e)),
+        }
+        loaded.sessions.sort_unstable_by_key(|&(seid, _)| seid);
+        let _ = self.rows.set(rows);
+        match read.open_table(USAGE) {
+            Ok(t) => {
+                for r in t.iter().map_err(|e| self.err(e))? {
+                    let (k, v) = r.map_err(|e| self.err(e))?;
+                    let v = unpack(v.value())
+                        .ok_or_else(|| self.corrupt("a record does not decompress"))?;
+                    loaded.usage.push((k.value(), v));
+                }
+            }
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(self.err(e)),
         }
         Ok(loaded)
     }
@@ -349,6 +422,23 @@ pub(crate) fn begin_write(db: &Database) -> Result<WriteTransaction, redb::Error
     tx.set_durability(Durability::Immediate)?;
     tx.set_quick_repair(true);
     Ok(tx)
+}
+
+/// Each session's row in `db` (the writer's, when no [`Store::load`] read them first).
+pub(crate) fn scan_rows(db: &Database) -> Result<Rows, redb::Error> {
+    let read = db.begin_read()?;
+    let mut rows = Rows::default();
+    match read.open_table(SESSIONS) {
+        Ok(t) => {
+            for r in t.iter()? {
+                let (row, v) = r?;
+                rows.apply(vec![(v.value().0, Some(row.value()))]);
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(rows)
 }
 
 fn u32_le(b: &[u8]) -> Option<u32> {

@@ -265,25 +265,72 @@ fn schema_of(file: &Path) -> u32 {
     u32_le(v.value()).unwrap()
 }
 
+/// Files of schemas 1 and 2 kept sessions by UP SEID: opened, they are raised to rows, every
+/// record kept, and written on as any.
 #[test]
-fn an_older_schema_is_raised_and_its_records_kept() {
-    let dir = TempDir::new("older");
-    let w = writer(&dir.file());
-    assert!(w.submit(Op::PutSession(7, b"{}".to_vec())));
-    assert!(w.flush(LONG));
-    w.close();
-    {
-        let db = redb::Database::create(dir.file()).unwrap();
-        let tx = db.begin_write().unwrap();
-        tx.open_table(META)
-            .unwrap()
-            .insert(KEY_SCHEMA, 1u32.to_le_bytes().as_slice())
-            .unwrap();
-        tx.commit().unwrap();
+fn an_older_schema_is_raised_and_its_sessions_moved_to_rows() {
+    for old in [1u32, 2] {
+        let dir = TempDir::new("older");
+        fs::create_dir_all(dir.file().parent().unwrap()).unwrap();
+        {
+            let db = redb::Database::create(dir.file()).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut meta = tx.open_table(META).unwrap();
+                meta.insert(KEY_SCHEMA, old.to_le_bytes().as_slice())
+                    .unwrap();
+                meta.insert(KEY_NODE_ID, NODE.as_bytes()).unwrap();
+                let mut t = tx.open_table(SESSIONS_BY_SEID).unwrap();
+                for seid in [9u64, 3, u64::MAX] {
+                    t.insert(seid, pack(&session(seid, 300)).as_slice())
+                        .unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let want = |seids: &[u64]| -> Vec<(u64, Vec<u8>)> {
+            seids.iter().map(|&s| (s, session(s, 300))).collect()
+        };
+        assert_eq!(load(&dir.file()).sessions, want(&[3, 9, u64::MAX]));
+        assert_eq!(schema_of(&dir.file()), SCHEMA);
+        let w = writer(&dir.file());
+        assert!(w.submit(Op::DeleteSession(9)));
+        assert!(w.submit(Op::PutSession(5, session(5, 300))));
+        assert!(w.submit(Op::PutSession(3, session(3, 300))));
+        assert!(w.flush(LONG));
+        w.close();
+        assert_eq!(load(&dir.file()).sessions, want(&[3, 5, u64::MAX]));
     }
-    assert_eq!(schema_of(&dir.file()), 1);
-    assert_eq!(load(&dir.file()).sessions, vec![(7, b"{}".to_vec())]);
-    assert_eq!(schema_of(&dir.file()), SCHEMA);
+}
+
+/// A session keeps its row when its record changes, and a deleted session's row goes: the
+/// file holds one row per session whatever the order of puts and deletes, across writers.
+#[test]
+fn sessions_keep_one_row_each() {
+    let dir = TempDir::new("rows");
+    for round in 0..3u64 {
+        let w = writer(&dir.file());
+        for s in 0..50u64 {
+            assert!(w.submit(Op::PutSession(s * 7919 % 101, session(s + round, 100))));
+        }
+        assert!(w.submit(Op::DeleteSession(round)));
+        assert!(w.flush(LONG));
+        w.close();
+    }
+    let got = load(&dir.file()).sessions;
+    let db = redb::Database::create(dir.file()).unwrap();
+    let rows = db
+        .begin_read()
+        .unwrap()
+        .open_table(SESSIONS)
+        .unwrap()
+        .len()
+        .unwrap();
+    assert_eq!(usize::try_from(rows).unwrap(), got.len());
+    assert!(
+        got.windows(2).all(|w| w[0].0 < w[1].0),
+        "sorted, one per SEID"
+    );
 }
 
 #[test]

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use redb::Database;
 
 use crate::{
-    begin_write, guarded, open_db, Store, ASSOCIATIONS, KEY_RECOVERY, META, SESSIONS, USAGE,
+    begin_write, guarded, open_db, scan_rows, Rows, Store, ASSOCIATIONS, KEY_RECOVERY, META,
+    SESSIONS, USAGE,
 };
 
 /// How much a [`Writer`] may hold in memory, and how it retries a failed commit.
@@ -131,11 +132,14 @@ impl<E: Into<Box<dyn Error>>> From<E> for CommitError {
 struct FileCommit {
     db: Option<Database>,
     path: PathBuf,
+    /// Each session's row as committed; read from the file at the first commit unless the
+    /// store's load read it.
+    rows: Option<Rows>,
 }
 
 impl Commit for FileCommit {
     fn commit(&mut self, batch: &Pending) -> Result<(), CommitError> {
-        let r = write(&mut self.db, &self.path, batch);
+        let r = write(&mut self.db, &self.path, &mut self.rows, batch);
         if r.is_err() {
             // redb fails every later operation of a handle whose I/O failed: the next
             // attempt reopens the file.
@@ -170,6 +174,7 @@ impl Writer {
         let commit = FileCommit {
             db: Some(store.db),
             path: store.path.clone(),
+            rows: store.rows.into_inner(),
         };
         Self::spawn(store.path.display().to_string(), Box::new(commit), opts)
     }
@@ -581,19 +586,39 @@ fn pause<'a>(
 
 /// Writes one batch in one durable transaction, reopening the file first if a failure closed it.
 /// A panic inside redb counts as a failed commit.
-fn write(db: &mut Option<Database>, path: &Path, batch: &Pending) -> Result<(), Box<dyn Error>> {
+fn write(
+    db: &mut Option<Database>,
+    path: &Path,
+    rows: &mut Option<Rows>,
+    batch: &Pending,
+) -> Result<(), Box<dyn Error>> {
     let db = match db {
         Some(db) => db,
         None => db.insert(guarded(path, || open_db(path, false))?),
     };
-    match panic::catch_unwind(AssertUnwindSafe(|| commit(db, batch))) {
+    match panic::catch_unwind(AssertUnwindSafe(|| {
+        let rows = match rows {
+            Some(r) => r,
+            None => rows.insert(scan_rows(db)?),
+        };
+        let placed = commit(db, rows, batch)?;
+        // Only once committed: a failed batch comes back whole, to rows as they were.
+        rows.apply(placed);
+        Ok::<_, redb::Error>(())
+    })) {
         Ok(result) => Ok(result?),
         Err(_) => Err("redb panicked committing".into()),
     }
 }
 
-fn commit(db: &Database, batch: &Pending) -> Result<(), redb::Error> {
+/// Commits `batch`; returns where it placed or removed sessions, for [`Rows::apply`].
+fn commit(
+    db: &Database,
+    rows: &Rows,
+    batch: &Pending,
+) -> Result<Vec<(u64, Option<u64>)>, redb::Error> {
     let tx = begin_write(db)?;
+    let mut placed = Vec::new();
     {
         if let Some(r) = batch.recovery {
             let mut meta = tx.open_table(META)?;
@@ -608,19 +633,37 @@ fn commit(db: &Database, batch: &Pending) -> Result<(), redb::Error> {
                 };
             }
         }
-        for (def, rows) in [(SESSIONS, &batch.sessions), (USAGE, &batch.usage)] {
-            if rows.is_empty() {
-                continue;
+        if !batch.sessions.is_empty() {
+            let mut t = tx.open_table(SESSIONS)?;
+            let mut next = rows.next();
+            for (&s, v) in &batch.sessions {
+                match (v, rows.get(s)) {
+                    (Some(v), Some(row)) => {
+                        t.insert(row, (s, crate::pack(v).as_slice()))?;
+                    }
+                    (Some(v), None) => {
+                        t.insert(next, (s, crate::pack(v).as_slice()))?;
+                        placed.push((s, Some(next)));
+                        next += 1;
+                    }
+                    (None, Some(row)) => {
+                        t.remove(row)?;
+                        placed.push((s, None));
+                    }
+                    (None, None) => {}
+                }
             }
-            let mut t = tx.open_table(def)?;
-            for (s, v) in rows {
+        }
+        if !batch.usage.is_empty() {
+            let mut t = tx.open_table(USAGE)?;
+            for (&s, v) in &batch.usage {
                 match v {
-                    Some(v) => t.insert(*s, crate::pack(v).as_slice())?,
-                    None => t.remove(*s)?,
+                    Some(v) => t.insert(s, crate::pack(v).as_slice())?,
+                    None => t.remove(s)?,
                 };
             }
         }
     }
     tx.commit()?;
-    Ok(())
+    Ok(placed)
 }
