@@ -91,14 +91,17 @@ impl Rows {
         self.next
     }
 
+    /// Session `seid` is in `row`.
+    fn place(&mut self, seid: u64, row: u64) {
+        self.by_seid.insert(seid, row);
+        self.next = self.next.max(row + 1);
+    }
+
     /// What a commit did: `Some(row)` placed a session, `None` removed it.
     pub(crate) fn apply(&mut self, changes: Vec<(u64, Option<u64>)>) {
         for (seid, row) in changes {
             match row {
-                Some(r) => {
-                    self.by_seid.insert(seid, r);
-                    self.next = self.next.max(r + 1);
-                }
+                Some(r) => self.place(seid, r),
                 None => {
                     self.by_seid.remove(&seid);
                 }
@@ -366,7 +369,7 @@ impl Store {
                     let (seid, v) = v.value();
                     let v =
                         unpack(v).ok_or_else(|| self.corrupt("a record does not decompress"))?;
-                    rows.apply(vec![(seid, Some(row.value()))]);
+                    rows.place(seid, row.value());
                     loaded.sessions.push((seid, v));
                 }
             }
@@ -432,7 +435,7 @@ pub(crate) fn scan_rows(db: &Database) -> Result<Rows, redb::Error> {
         Ok(t) => {
             for r in t.iter()? {
                 let (row, v) = r?;
-                rows.apply(vec![(v.value().0, Some(row.value()))]);
+                rows.place(v.value().0, row.value());
             }
         }
         Err(TableError::TableDoesNotExist(_)) => {}
