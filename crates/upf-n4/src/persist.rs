@@ -9,8 +9,8 @@
 //! format octet ([`FORMAT`]). JSON, their first format, took ~12 µs to read a session's rules
 //! back, at ~4.6 KB; postcard ~2 µs, at ~420 octets (`cargo bench -p upf-n4 --bench agent --
 //! records`). Postcard is not self-describing: a change to a rule type changes the layout,
-//! which the committed seeds of tests/persist.rs catch; the format octet is then raised and
-//! the old layout still read. JSON records (first octet `{` or `[`, no format octet) are still
+//! which the committed seed of each format catches (`records_of_both_formats_restore_alike`
+//! in tests/persist.rs); the format octet is then raised and the old layout still read. JSON records (first octet `{` or `[`, no format octet) are still
 //! read, so that a store written before is restored after the upgrade. What is only
 //! meaningful in this process is written as wall-clock time: a URR's Monitoring Time as NTP
 //! seconds.
